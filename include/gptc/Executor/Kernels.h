@@ -1,0 +1,42 @@
+//===- Kernels.h - reference CPU kernels for the gpt ops --------*- C++ -*-===//
+//
+// One function per op, written to be obviously right first and fast second:
+// GEMMs go through BLAS, loops over independent rows through OpenMP.
+// Reductions accumulate in double where that costs nothing, so the executor
+// is a tight reference for every later pass and GPU kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_EXECUTOR_KERNELS_H
+#define GPTC_EXECUTOR_KERNELS_H
+
+#include "gptc/Executor/HostTensor.h"
+
+namespace gptc::exec {
+
+HostTensor embedding(const HostTensor &table, const HostTensor &ids);
+HostTensor iota(int64_t n);
+HostTensor matmul(const HostTensor &a, const HostTensor &b, bool transposeA,
+                  bool transposeB);
+HostTensor layernorm(const HostTensor &x, const HostTensor &gamma,
+                     const HostTensor &beta, float epsilon);
+HostTensor softmax(const HostTensor &x);
+HostTensor causalMask(const HostTensor &x);
+HostTensor gelu(const HostTensor &x, bool tanhApproximation);
+HostTensor reshape(const HostTensor &x, const std::vector<int64_t> &shape);
+HostTensor transpose(const HostTensor &x,
+                     const std::vector<int64_t> &permutation);
+std::vector<HostTensor> split(const HostTensor &x, int64_t axis,
+                              const std::vector<int64_t> &sizes);
+HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets);
+
+enum class BinaryKind { Add, Sub, Mul, Div };
+HostTensor binary(BinaryKind kind, const HostTensor &a, const HostTensor &b,
+                  const std::vector<int64_t> &resultShape);
+
+enum class UnaryKind { Neg, Exp, Log, Tanh, Sqrt, Rsqrt };
+HostTensor unary(UnaryKind kind, const HostTensor &x);
+
+} // namespace gptc::exec
+
+#endif // GPTC_EXECUTOR_KERNELS_H

@@ -1,0 +1,261 @@
+//===- GPTOps.cpp - gpt dialect op verifiers and folders ------------------===//
+//
+// Verifiers speak in the user's terms: which operand, which dimension, what
+// was expected. Each rule has a negative lit test in test/Dialect/invalid.mlir.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace gptc::gpt;
+
+namespace {
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  if (shape.empty())
+    return "scalar";
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  llvm::interleave(shape, os, "x");
+  return s;
+}
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+Type elemOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+LogicalResult expectShape(Operation *op, StringRef what,
+                          ArrayRef<int64_t> actual,
+                          ArrayRef<int64_t> expected) {
+  if (actual == expected)
+    return success();
+  return op->emitOpError() << what << " has shape " << shapeStr(actual)
+                           << ", expected " << shapeStr(expected);
+}
+} // namespace
+
+FailureOr<SmallVector<int64_t>>
+gptc::gpt::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  SmallVector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      return failure();
+    out[rank - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// ConstantOp
+//===----------------------------------------------------------------------===//
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+//===----------------------------------------------------------------------===//
+// EmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  ArrayRef<int64_t> table = shapeOf(getTable());
+  if (table.size() != 2)
+    return emitOpError() << "table must be 2-D [vocab, channels], got "
+                         << shapeStr(table);
+  SmallVector<int64_t> expected(shapeOf(getIds()));
+  expected.push_back(table[1]);
+  if (elemOf(getResult()) != elemOf(getTable()))
+    return emitOpError("result element type must match the table's");
+  return expectShape(*this, "result", shapeOf(getResult()), expected);
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::verify() {
+  ArrayRef<int64_t> a = shapeOf(getA()), b = shapeOf(getB());
+  if (a.size() < 2)
+    return emitOpError() << "operand a must have rank >= 2, got "
+                         << shapeStr(a);
+  if (b.size() != 2 && b.size() != a.size())
+    return emitOpError() << "operand b must be 2-D or have the rank of a ("
+                         << a.size() << "), got " << shapeStr(b);
+  if (elemOf(getA()) != elemOf(getB()))
+    return emitOpError("operands a and b must have the same element type");
+  size_t ra = a.size(), rb = b.size();
+  int64_t m = getTransposeA() ? a[ra - 1] : a[ra - 2];
+  int64_t ka = getTransposeA() ? a[ra - 2] : a[ra - 1];
+  int64_t kb = getTransposeB() ? b[rb - 1] : b[rb - 2];
+  int64_t n = getTransposeB() ? b[rb - 2] : b[rb - 1];
+  if (ka != kb)
+    return emitOpError() << "contraction dimensions differ: a has K=" << ka
+                         << ", b has K=" << kb;
+  if (rb == ra && a.drop_back(2) != b.drop_back(2))
+    return emitOpError() << "batch dimensions differ: "
+                         << shapeStr(a.drop_back(2)) << " vs "
+                         << shapeStr(b.drop_back(2));
+  SmallVector<int64_t> expected(a.drop_back(2));
+  expected.append({m, n});
+  return expectShape(*this, "result", shapeOf(getResult()), expected);
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  int64_t c = x.back();
+  if (failed(expectShape(*this, "gamma", shapeOf(getGamma()), {c})) ||
+      failed(expectShape(*this, "beta", shapeOf(getBeta()), {c})))
+    return failure();
+  if (getEpsilon().convertToFloat() <= 0.0f)
+    return emitOpError("epsilon must be positive");
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CausalMaskOp, GeluOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CausalMaskOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  if (x.size() < 2)
+    return emitOpError() << "input must have rank >= 2 [..., queries, keys], "
+                            "got "
+                         << shapeStr(x);
+  if (x[x.size() - 1] != x[x.size() - 2])
+    return emitOpError() << "needs as many keys as queries, got "
+                         << x[x.size() - 2] << " queries and "
+                         << x[x.size() - 1] << " keys";
+  return success();
+}
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "tanh" && getApproximate() != "none")
+    return emitOpError() << "approximate must be \"tanh\" or \"none\", got \""
+                         << getApproximate() << "\"";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ReshapeOp, TransposeOp, SplitOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  auto in = cast<RankedTensorType>(getX().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("cannot change the element type");
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "cannot reshape " << shapeStr(in.getShape())
+                         << " (" << in.getNumElements() << " elements) into "
+                         << shapeStr(out.getShape()) << " ("
+                         << out.getNumElements() << " elements)";
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  if (getX().getType() == getResult().getType())
+    return getX();
+  return {};
+}
+
+LogicalResult TransposeOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getX());
+  ArrayRef<int64_t> perm = getPermutation();
+  if (perm.size() != in.size())
+    return emitOpError() << "permutation has " << perm.size()
+                         << " entries for an input of rank " << in.size();
+  SmallVector<bool> seen(in.size(), false);
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size()) || seen[p])
+      return emitOpError("permutation must hold each dimension exactly once");
+    seen[p] = true;
+    expected.push_back(in[p]);
+  }
+  if (elemOf(getX()) != elemOf(getResult()))
+    return emitOpError("cannot change the element type");
+  return expectShape(*this, "result", shapeOf(getResult()), expected);
+}
+
+LogicalResult SplitOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getX());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(in.size()))
+    return emitOpError() << "axis " << axis << " is out of range for rank "
+                         << in.size();
+  if (getResults().empty())
+    return emitOpError("needs at least one result");
+  int64_t total = 0;
+  for (auto [i, r] : llvm::enumerate(getResults())) {
+    ArrayRef<int64_t> out = shapeOf(r);
+    SmallVector<int64_t> expected(in);
+    if (out.size() == in.size())
+      expected[axis] = out[axis];
+    if (failed(expectShape(*this, "result #" + std::to_string(i), out,
+                           expected)))
+      return failure();
+    if (elemOf(r) != elemOf(getX()))
+      return emitOpError("cannot change the element type");
+    total += out[axis];
+  }
+  if (total != in[axis])
+    return emitOpError() << "pieces add up to " << total << " along axis "
+                         << axis << ", but the input has " << in[axis];
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CrossEntropyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  ArrayRef<int64_t> targets = shapeOf(getTargets());
+  if (logits.size() != targets.size() + 1 ||
+      logits.drop_back() != targets)
+    return emitOpError() << "logits " << shapeStr(logits)
+                         << " must be the target shape " << shapeStr(targets)
+                         << " followed by the vocabulary";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Binary elementwise ops
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyBinary(Operation *op) {
+  Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+  Value result = op->getResult(0);
+  if (elemOf(lhs) != elemOf(rhs) || elemOf(lhs) != elemOf(result))
+    return op->emitOpError(
+        "operands and result must have the same element type");
+  FailureOr<SmallVector<int64_t>> shape =
+      broadcastShapes(shapeOf(lhs), shapeOf(rhs));
+  if (failed(shape))
+    return op->emitOpError() << "cannot broadcast " << shapeStr(shapeOf(lhs))
+                             << " with " << shapeStr(shapeOf(rhs));
+  return expectShape(op, "result", shapeOf(result), *shape);
+}
+
+LogicalResult AddOp::verify() { return verifyBinary(*this); }
+LogicalResult SubOp::verify() { return verifyBinary(*this); }
+LogicalResult MulOp::verify() { return verifyBinary(*this); }
+LogicalResult DivOp::verify() { return verifyBinary(*this); }
+
+#define GET_OP_CLASSES
+#include "gptc/Dialect/GPT/GPTOps.cpp.inc"

@@ -1,0 +1,156 @@
+//===- Executor.cpp - the CPU reference interpreter -----------------------===//
+
+#include "gptc/Executor/Executor.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Executor/Kernels.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace gptc::exec {
+
+namespace {
+
+std::vector<int64_t> shapeOf(Value v) {
+  auto shape = cast<RankedTensorType>(v.getType()).getShape();
+  return {shape.begin(), shape.end()};
+}
+
+HostTensor constantTensor(gpt::ConstantOp op) {
+  auto attr = cast<DenseElementsAttr>(op.getValue());
+  std::vector<int64_t> shape = shapeOf(op.getResult());
+  if (attr.getElementType().isInteger(32)) {
+    HostTensor t = HostTensor::ids(shape);
+    auto values = attr.getValues<APInt>();
+    std::transform(values.begin(), values.end(), t.i32.begin(),
+                   [](const APInt &v) { return int32_t(v.getSExtValue()); });
+    return t;
+  }
+  HostTensor t = HostTensor::floats(shape);
+  auto values = attr.getValues<APFloat>();
+  std::transform(values.begin(), values.end(), t.f32.begin(),
+                 [](const APFloat &v) { return float(v.convertToDouble()); });
+  return t;
+}
+
+/// Evaluates one op; `in` holds its operands' values in order.
+std::vector<HostTensor> evaluate(Operation *op,
+                                 const std::vector<const HostTensor *> &in) {
+  auto one = [](HostTensor t) { return std::vector<HostTensor>{std::move(t)}; };
+  using R = std::vector<HostTensor>;
+  return llvm::TypeSwitch<Operation *, R>(op)
+      .Case([&](gpt::ConstantOp c) { return one(constantTensor(c)); })
+      .Case([&](gpt::IotaOp c) { return one(iota(shapeOf(c.getResult())[0])); })
+      .Case([&](gpt::EmbeddingOp) { return one(embedding(*in[0], *in[1])); })
+      .Case([&](gpt::MatmulOp m) {
+        return one(matmul(*in[0], *in[1], m.getTransposeA(),
+                          m.getTransposeB()));
+      })
+      .Case([&](gpt::LayerNormOp l) {
+        return one(layernorm(*in[0], *in[1], *in[2],
+                             l.getEpsilon().convertToFloat()));
+      })
+      .Case([&](gpt::SoftmaxOp) { return one(softmax(*in[0])); })
+      .Case([&](gpt::CausalMaskOp) { return one(causalMask(*in[0])); })
+      .Case([&](gpt::GeluOp g) {
+        return one(gelu(*in[0], g.getApproximate() == "tanh"));
+      })
+      .Case([&](gpt::ReshapeOp r) {
+        return one(reshape(*in[0], shapeOf(r.getResult())));
+      })
+      .Case([&](gpt::TransposeOp t) {
+        ArrayRef<int64_t> perm = t.getPermutation();
+        return one(transpose(*in[0], {perm.begin(), perm.end()}));
+      })
+      .Case([&](gpt::SplitOp s) {
+        std::vector<int64_t> sizes;
+        for (Value r : s.getResults())
+          sizes.push_back(shapeOf(r)[s.getAxis()]);
+        return split(*in[0], s.getAxis(), sizes);
+      })
+      .Case([&](gpt::CrossEntropyOp) {
+        return one(crossEntropy(*in[0], *in[1]));
+      })
+      .Case([&](gpt::AddOp o) {
+        return one(binary(BinaryKind::Add, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::SubOp o) {
+        return one(binary(BinaryKind::Sub, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::MulOp o) {
+        return one(binary(BinaryKind::Mul, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::DivOp o) {
+        return one(binary(BinaryKind::Div, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::NegOp) { return one(unary(UnaryKind::Neg, *in[0])); })
+      .Case([&](gpt::ExpOp) { return one(unary(UnaryKind::Exp, *in[0])); })
+      .Case([&](gpt::LogOp) { return one(unary(UnaryKind::Log, *in[0])); })
+      .Case([&](gpt::TanhOp) { return one(unary(UnaryKind::Tanh, *in[0])); })
+      .Case([&](gpt::SqrtOp) { return one(unary(UnaryKind::Sqrt, *in[0])); })
+      .Case([&](gpt::RsqrtOp) { return one(unary(UnaryKind::Rsqrt, *in[0])); })
+      .Default([](Operation *op) -> R {
+        throw KernelError("the CPU executor cannot run '" +
+                          op->getName().getStringRef().str() + "'");
+      });
+}
+
+bool matchesType(const HostTensor &t, Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  bool isId = tensor.getElementType().isInteger(32);
+  if (isId != (t.kind == ElementKind::I32))
+    return false;
+  return llvm::equal(t.shape, tensor.getShape());
+}
+
+} // namespace
+
+FailureOr<std::vector<HostTensor>>
+runFunction(func::FuncOp func, const std::vector<HostTensor> &args) {
+  if (args.size() != func.getNumArguments())
+    return func.emitError() << "expected " << func.getNumArguments()
+                            << " arguments, got " << args.size();
+  DenseMap<Value, HostTensor> values;
+  for (auto [i, arg] : llvm::enumerate(func.getArguments())) {
+    if (!matchesType(args[i], arg.getType()))
+      return func.emitError() << "argument #" << i << " has shape "
+                              << shapeString(args[i].shape)
+                              << ", expected " << arg.getType();
+    values[arg] = args[i];
+  }
+
+  // Free each value after its last use: a gpt2 step keeps only what it must.
+  DenseMap<Value, Operation *> lastUse;
+  for (Operation &op : func.getBody().front())
+    for (Value v : op.getOperands())
+      lastUse[v] = &op;
+
+  for (Operation &op : func.getBody().front()) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      std::vector<HostTensor> results;
+      for (Value v : ret.getOperands())
+        results.push_back(values.lookup(v));
+      return results;
+    }
+    std::vector<const HostTensor *> in;
+    for (Value v : op.getOperands())
+      in.push_back(&values.find(v)->second);
+    std::vector<HostTensor> out;
+    try {
+      out = evaluate(&op, in);
+    } catch (const KernelError &e) {
+      return op.emitError() << e.what();
+    }
+    for (auto [result, tensor] : llvm::zip(op.getResults(), out))
+      values[result] = std::move(tensor);
+    for (Value v : op.getOperands())
+      if (lastUse.lookup(v) == &op && !llvm::is_contained(op.getResults(), v))
+        values.erase(v);
+  }
+  return func.emitError("function has no return");
+}
+
+} // namespace gptc::exec

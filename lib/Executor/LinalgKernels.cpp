@@ -1,0 +1,59 @@
+//===- LinalgKernels.cpp - matmul and embedding ---------------------------===//
+
+#include "gptc/Executor/Kernels.h"
+
+#include <algorithm>
+
+#include <cblas.h>
+
+namespace gptc::exec {
+
+HostTensor embedding(const HostTensor &table, const HostTensor &ids) {
+  int64_t rows = table.shape[0], C = table.shape[1];
+  std::vector<int64_t> shape = ids.shape;
+  shape.push_back(C);
+  HostTensor out = HostTensor::floats(shape);
+  int64_t n = ids.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t id = ids.i32[i];
+    if (id < 0 || id >= rows)
+      throw KernelError("id " + std::to_string(id) + " at position " +
+                        std::to_string(i) + " is outside the table's " +
+                        std::to_string(rows) + " rows");
+  }
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(table.data() + int64_t(ids.i32[i]) * C, C, out.data() + i * C);
+  return out;
+}
+
+HostTensor matmul(const HostTensor &a, const HostTensor &b, bool transposeA,
+                  bool transposeB) {
+  size_t ra = a.shape.size(), rb = b.shape.size();
+  int64_t M = transposeA ? a.shape[ra - 1] : a.shape[ra - 2];
+  int64_t K = transposeA ? a.shape[ra - 2] : a.shape[ra - 1];
+  int64_t N = transposeB ? b.shape[rb - 2] : b.shape[rb - 1];
+  std::vector<int64_t> shape(a.shape.begin(), a.shape.end() - 2);
+  int64_t batch = numElements(shape);
+  shape.push_back(M);
+  shape.push_back(N);
+  HostTensor out = HostTensor::floats(shape);
+
+  int64_t lda = transposeA ? M : K, ldb = transposeB ? K : N;
+  auto ta = transposeA ? CblasTrans : CblasNoTrans;
+  auto tb = transposeB ? CblasTrans : CblasNoTrans;
+  // A shared 2-D b with a row-major a is one GEMM over all batch rows.
+  if (rb == 2 && !transposeA) {
+    cblas_sgemm(CblasRowMajor, ta, tb, batch * M, N, K, 1.0f, a.data(), lda,
+                b.data(), ldb, 0.0f, out.data(), N);
+    return out;
+  }
+  int64_t strideB = rb == 2 ? 0 : K * N;
+  for (int64_t i = 0; i < batch; ++i)
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a.data() + i * M * K,
+                lda, b.data() + i * strideB, ldb, 0.0f,
+                out.data() + i * M * N, N);
+  return out;
+}
+
+} // namespace gptc::exec

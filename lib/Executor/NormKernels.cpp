@@ -1,0 +1,106 @@
+//===- NormKernels.cpp - layernorm, softmax, masking, GELU, loss ----------===//
+//
+// Row-wise ops over the last dimension. Means, variances and sums run in
+// double: the executor is the reference the float32 GPU kernels answer to.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Executor/Kernels.h"
+
+#include <cmath>
+#include <limits>
+
+namespace gptc::exec {
+
+HostTensor layernorm(const HostTensor &x, const HostTensor &gamma,
+                     const HostTensor &beta, float epsilon) {
+  int64_t C = x.shape.back(), rows = x.numel() / C;
+  HostTensor out = HostTensor::floats(x.shape);
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *in = x.data() + r * C;
+    float *o = out.data() + r * C;
+    double mean = 0.0;
+    for (int64_t c = 0; c < C; ++c)
+      mean += in[c];
+    mean /= double(C);
+    double var = 0.0;
+    for (int64_t c = 0; c < C; ++c)
+      var += (in[c] - mean) * (in[c] - mean);
+    var /= double(C);
+    double rstd = 1.0 / std::sqrt(var + double(epsilon));
+    for (int64_t c = 0; c < C; ++c)
+      o[c] = float((in[c] - mean) * rstd * gamma.f32[c] + beta.f32[c]);
+  }
+  return out;
+}
+
+HostTensor softmax(const HostTensor &x) {
+  int64_t C = x.shape.back(), rows = x.numel() / C;
+  HostTensor out = HostTensor::floats(x.shape);
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *in = x.data() + r * C;
+    float *o = out.data() + r * C;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < C; ++c)
+      max = std::max(max, in[c]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c)
+      sum += std::exp(double(in[c]) - max);
+    for (int64_t c = 0; c < C; ++c)
+      o[c] = float(std::exp(double(in[c]) - max) / sum);
+  }
+  return out;
+}
+
+HostTensor causalMask(const HostTensor &x) {
+  int64_t T = x.shape.back(), mats = x.numel() / (T * T);
+  HostTensor out = x;
+  const float ninf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = i + 1; j < T; ++j)
+        out.f32[(m * T + i) * T + j] = ninf;
+  return out;
+}
+
+HostTensor gelu(const HostTensor &x, bool tanhApproximation) {
+  HostTensor out = HostTensor::floats(x.shape);
+  int64_t n = x.numel();
+  const double k = std::sqrt(2.0 / M_PI);
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    double v = x.f32[i];
+    double g = tanhApproximation
+                   ? 0.5 * v * (1.0 + std::tanh(k * (v + 0.044715 * v * v * v)))
+                   : 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    out.f32[i] = float(g);
+  }
+  return out;
+}
+
+HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets) {
+  int64_t V = logits.shape.back(), rows = targets.numel();
+  for (int64_t r = 0; r < rows; ++r)
+    if (targets.i32[r] < 0 || targets.i32[r] >= V)
+      throw KernelError("target id " + std::to_string(targets.i32[r]) +
+                        " at position " + std::to_string(r) +
+                        " is outside the vocabulary of " + std::to_string(V));
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *row = logits.data() + r * V;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < V; ++v)
+      max = std::max(max, row[v]);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v)
+      sum += std::exp(double(row[v]) - max);
+    total += std::log(sum) + max - row[targets.i32[r]];
+  }
+  return HostTensor::floats({}, float(total / double(rows)));
+}
+
+} // namespace gptc::exec

@@ -1,0 +1,335 @@
+// RUN: gptc-opt %s -split-input-file -verify-diagnostics
+// One case per verifier rule of the gpt dialect.
+
+func.func @embedding_table_rank(%t: tensor<64xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{table must be 2-D [vocab, channels], got 64}}
+  %x = gpt.embedding %t, %ids : tensor<64xf32>, tensor<2x8xi32> -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_shape(%t: tensor<64x16xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{result has shape 2x8x32, expected 2x8x16}}
+  %x = gpt.embedding %t, %ids : tensor<64x16xf32>, tensor<2x8xi32> -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result_type(%t: tensor<64x16xf32>, %ids: tensor<2x8xi32>) {
+  // expected-error @+1 {{result element type must match the table's}}
+  %x = gpt.embedding %t, %ids : tensor<64x16xf32>, tensor<2x8xi32> -> tensor<2x8x16xbf16>
+  return
+}
+
+// -----
+
+func.func @embedding_float_ids(%t: tensor<64x16xf32>, %ids: tensor<2x8xf32>) {
+  // expected-error @+1 {{operand #1 must be ranked tensor of 32-bit signless integer values}}
+  %x = gpt.embedding %t, %ids : tensor<64x16xf32>, tensor<2x8xf32> -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{operand a must have rank >= 2, got 16}}
+  %x = gpt.matmul %a, %b : tensor<16xf32>, tensor<16x32xf32> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_b_rank(%a: tensor<2x4x8x16xf32>, %b: tensor<4x16x32xf32>) {
+  // expected-error @+1 {{operand b must be 2-D or have the rank of a (4), got 4x16x32}}
+  %x = gpt.matmul %a, %b : tensor<2x4x8x16xf32>, tensor<4x16x32xf32> -> tensor<2x4x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_element_types(%a: tensor<8x16xf32>, %b: tensor<16x32xbf16>) {
+  // expected-error @+1 {{operands a and b must have the same element type}}
+  %x = gpt.matmul %a, %b : tensor<8x16xf32>, tensor<16x32xbf16> -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<8x16xf32>, %b: tensor<32x16xf32>) {
+  // expected-error @+1 {{contraction dimensions differ: a has K=16, b has K=32}}
+  %x = gpt.matmul %a, %b : tensor<8x16xf32>, tensor<32x16xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_batch(%a: tensor<2x8x16xf32>, %b: tensor<3x16x8xf32>) {
+  // expected-error @+1 {{batch dimensions differ: 2 vs 3}}
+  %x = gpt.matmul %a, %b : tensor<2x8x16xf32>, tensor<3x16x8xf32> -> tensor<2x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_result(%a: tensor<8x16xf32>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{result has shape 8x16, expected 8x32}}
+  %x = gpt.matmul %a, %b : tensor<8x16xf32>, tensor<16x32xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @layernorm_scalar(%x: tensor<f32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{input must have rank >= 1}}
+  %y = gpt.layernorm %x, %g, %g : tensor<f32>, tensor<16xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @layernorm_gamma(%x: tensor<2x16xf32>, %g: tensor<8xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{gamma has shape 8, expected 16}}
+  %y = gpt.layernorm %x, %g, %b : tensor<2x16xf32>, tensor<8xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @layernorm_beta(%x: tensor<2x16xf32>, %g: tensor<16xf32>, %b: tensor<2x16xf32>) {
+  // expected-error @+1 {{beta has shape 2x16, expected 16}}
+  %y = gpt.layernorm %x, %g, %b : tensor<2x16xf32>, tensor<16xf32>, tensor<2x16xf32>
+  return
+}
+
+// -----
+
+func.func @layernorm_epsilon(%x: tensor<2x16xf32>, %g: tensor<16xf32>) {
+  // expected-error @+1 {{epsilon must be positive}}
+  %y = gpt.layernorm %x, %g, %g {epsilon = 0.0 : f32} : tensor<2x16xf32>, tensor<16xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @causal_mask_rank(%x: tensor<8xf32>) {
+  // expected-error @+1 {{input must have rank >= 2 [..., queries, keys], got 8}}
+  %y = gpt.causal_mask %x : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @causal_mask_square(%x: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{needs as many keys as queries, got 8 queries and 4 keys}}
+  %y = gpt.causal_mask %x : tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @gelu_approximation(%x: tensor<8xf32>) {
+  // expected-error @+1 {{approximate must be "tanh" or "none", got "sigmoid"}}
+  %y = gpt.gelu %x {approximate = "sigmoid"} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_type(%x: tensor<8xf32>) {
+  // expected-error @+1 {{all of {x, result} have same type}}
+  %y = "gpt.softmax"(%x) : (tensor<8xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_elements(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{cannot reshape 2x8 (16 elements) into 3x5 (15 elements)}}
+  %y = gpt.reshape %x : tensor<2x8xf32> -> tensor<3x5xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_element_type(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{cannot change the element type}}
+  %y = gpt.reshape %x : tensor<2x8xf32> -> tensor<16xbf16>
+  return
+}
+
+// -----
+
+func.func @transpose_length(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{permutation has 3 entries for an input of rank 2}}
+  %y = gpt.transpose %x [0, 1, 2] : tensor<2x8xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_repeated(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{permutation must hold each dimension exactly once}}
+  %y = gpt.transpose %x [1, 1] : tensor<2x8xf32> -> tensor<8x8xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_result(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{result has shape 2x8, expected 8x2}}
+  %y = gpt.transpose %x [1, 0] : tensor<2x8xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_element_type(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{cannot change the element type}}
+  %y = gpt.transpose %x [1, 0] : tensor<2x8xf32> -> tensor<8x2xf16>
+  return
+}
+
+// -----
+
+func.func @split_axis(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{axis 2 is out of range for rank 2}}
+  %a, %b = gpt.split %x {axis = 2} : tensor<2x8xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_none(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{needs at least one result}}
+  "gpt.split"(%x) {axis = 1 : i64} : (tensor<2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+func.func @split_other_dims(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{result #1 has shape 3x4, expected 2x4}}
+  %a, %b = gpt.split %x {axis = 1} : tensor<2x8xf32> -> tensor<2x4xf32>, tensor<3x4xf32>
+  return
+}
+
+// -----
+
+func.func @split_total(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{pieces add up to 6 along axis 1, but the input has 8}}
+  %a, %b = gpt.split %x {axis = 1} : tensor<2x8xf32> -> tensor<2x4xf32>, tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @split_element_type(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{cannot change the element type}}
+  %a, %b = gpt.split %x {axis = 1} : tensor<2x8xf32> -> tensor<2x4xf32>, tensor<2x4xf16>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_shape(%l: tensor<2x8x64xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{logits 2x8x64 must be the target shape 2x4 followed by the vocabulary}}
+  %x = gpt.cross_entropy %l, %t : tensor<2x8x64xf32>, tensor<2x4xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @binary_broadcast(%a: tensor<2x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{cannot broadcast 2x8 with 4}}
+  %x = gpt.add %a, %b : tensor<2x8xf32>, tensor<4xf32> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @binary_result(%a: tensor<2x8xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{result has shape 8, expected 2x8}}
+  %x = gpt.mul %a, %b : tensor<2x8xf32>, tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @binary_element_type(%a: tensor<8xf32>, %b: tensor<8xbf16>) {
+  // expected-error @+1 {{operands and result must have the same element type}}
+  %x = gpt.sub %a, %b : tensor<8xf32>, tensor<8xbf16> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @constant_type() {
+  // expected-error @+1 {{all of {value, result} have same type}}
+  %c = "gpt.constant"() {value = dense<1.0> : tensor<f32>} : () -> tensor<2xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'gpt.param' must be a string}}
+func.func @param_not_string(%w: tensor<8xf32> {gpt.param = 3 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{parameter 'ids' must be a float tensor}}
+func.func @param_not_float(%w: tensor<8xi32> {gpt.param = "ids"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'gpt.init' is "uniform", expected one of: normal, zeros, ones}}
+func.func @init_kind(%w: tensor<8xf32> {gpt.param = "w", gpt.init = "uniform"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'gpt.init_std' must be a positive float}}
+func.func @init_std(%w: tensor<8xf32> {gpt.param = "w", gpt.init = "normal", gpt.init_std = -1.0 : f32}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'gpt.input' is "images", expected one of: tokens, targets}}
+func.func @input_kind(%x: tensor<8xi32> {gpt.input = "images"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{input 'tokens' must be a tensor of i32 token ids}}
+func.func @input_type(%x: tensor<8xf32> {gpt.input = "tokens"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown gpt argument attribute 'gpt.weight'}}
+func.func @unknown_arg_attr(%x: tensor<8xf32> {gpt.weight = "w"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'gpt.output' is "probs", expected one of: loss, logits}}
+func.func @output_kind(%x: tensor<f32>) -> (tensor<f32> {gpt.output = "probs"}) {
+  return %x : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{unknown gpt result attribute 'gpt.result'}}
+func.func @unknown_result_attr(%x: tensor<f32>) -> (tensor<f32> {gpt.result = "loss"}) {
+  return %x : tensor<f32>
+}

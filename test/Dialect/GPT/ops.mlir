@@ -1,0 +1,109 @@
+// RUN: gptc-opt %s | FileCheck %s
+// Round trip: print, parse the printed form again, print again, same text.
+// RUN: gptc-opt %s | gptc-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @embedding
+func.func @embedding(%wte: tensor<64x16xf32>, %ids: tensor<2x8xi32>) -> tensor<2x8x16xf32> {
+  // CHECK: %[[X:.+]] = gpt.embedding %{{.+}}, %{{.+}} : tensor<64x16xf32>, tensor<2x8xi32> -> tensor<2x8x16xf32>
+  %x = gpt.embedding %wte, %ids : tensor<64x16xf32>, tensor<2x8xi32> -> tensor<2x8x16xf32>
+  return %x : tensor<2x8x16xf32>
+}
+
+// CHECK-LABEL: func.func @iota_and_constant
+func.func @iota_and_constant() -> (tensor<8xi32>, tensor<f32>) {
+  // CHECK: gpt.iota : tensor<8xi32>
+  %p = gpt.iota : tensor<8xi32>
+  // CHECK: gpt.constant dense<1.250000e-01> : tensor<f32>
+  %c = gpt.constant dense<0.125> : tensor<f32>
+  return %p, %c : tensor<8xi32>, tensor<f32>
+}
+
+// CHECK-LABEL: func.func @matmuls
+func.func @matmuls(%x: tensor<2x8x16xf32>, %w: tensor<16x32xf32>, %wte: tensor<64x16xf32>,
+                   %q: tensor<2x4x8x4xf32>, %k: tensor<2x4x8x4xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x4x8x8xf32>, tensor<2x4x4x4xf32>) {
+  // CHECK: gpt.matmul %{{.+}}, %{{.+}} : tensor<2x8x16xf32>, tensor<16x32xf32> -> tensor<2x8x32xf32>
+  %a = gpt.matmul %x, %w : tensor<2x8x16xf32>, tensor<16x32xf32> -> tensor<2x8x32xf32>
+  // CHECK: gpt.matmul %{{.+}}, %{{.+}} {transpose_b} : tensor<2x8x16xf32>, tensor<64x16xf32> -> tensor<2x8x64xf32>
+  %b = gpt.matmul %x, %wte {transpose_b} : tensor<2x8x16xf32>, tensor<64x16xf32> -> tensor<2x8x64xf32>
+  // CHECK: gpt.matmul %{{.+}}, %{{.+}} {transpose_b} : tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32> -> tensor<2x4x8x8xf32>
+  %s = gpt.matmul %q, %k {transpose_b} : tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32> -> tensor<2x4x8x8xf32>
+  // CHECK: gpt.matmul %{{.+}}, %{{.+}} {transpose_a} : tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32> -> tensor<2x4x4x4xf32>
+  %t = gpt.matmul %q, %k {transpose_a} : tensor<2x4x8x4xf32>, tensor<2x4x8x4xf32> -> tensor<2x4x4x4xf32>
+  return %a, %b, %s, %t : tensor<2x8x32xf32>, tensor<2x8x64xf32>, tensor<2x4x8x8xf32>, tensor<2x4x4x4xf32>
+}
+
+// CHECK-LABEL: func.func @norms
+func.func @norms(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %s: tensor<2x4x8x8xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>) {
+  // CHECK: gpt.layernorm %{{.+}}, %{{.+}}, %{{.+}} : tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>
+  %ln = gpt.layernorm %x, %g, %b : tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>
+  // CHECK: gpt.layernorm {{.+}} {epsilon = 9.99999997E-7 : f32}
+  %ln2 = gpt.layernorm %x, %g, %b {epsilon = 1.0e-6 : f32} : tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>
+  // CHECK: %[[M:.+]] = gpt.causal_mask %{{.+}} : tensor<2x4x8x8xf32>
+  %m = gpt.causal_mask %s : tensor<2x4x8x8xf32>
+  // CHECK: gpt.softmax %[[M]] : tensor<2x4x8x8xf32>
+  %p = gpt.softmax %m : tensor<2x4x8x8xf32>
+  return %ln, %ln2, %p : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>
+}
+
+// CHECK-LABEL: func.func @gelu
+func.func @gelu(%x: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+  // The tanh form is the default and is not printed.
+  // CHECK: gpt.gelu %{{.+}} : tensor<4x16xf32>
+  %a = gpt.gelu %x : tensor<4x16xf32>
+  // CHECK: gpt.gelu %{{.+}} {approximate = "none"} : tensor<4x16xf32>
+  %b = gpt.gelu %x {approximate = "none"} : tensor<4x16xf32>
+  return %a, %b : tensor<4x16xf32>, tensor<4x16xf32>
+}
+
+// CHECK-LABEL: func.func @shapes
+func.func @shapes(%x: tensor<2x8x48xf32>) -> (tensor<2x4x8x4xf32>, tensor<2x8x16xf32>) {
+  // CHECK: %[[P:.+]]:3 = gpt.split %{{.+}} {axis = 2 : i64} : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+  %q, %k, %v = gpt.split %x {axis = 2} : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+  // CHECK: gpt.reshape %[[P]]#0 : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>
+  %r = gpt.reshape %q : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>
+  // CHECK: gpt.transpose %{{.+}} [0, 2, 1, 3] : tensor<2x8x4x4xf32> -> tensor<2x4x8x4xf32>
+  %t = gpt.transpose %r [0, 2, 1, 3] : tensor<2x8x4x4xf32> -> tensor<2x4x8x4xf32>
+  return %t, %v : tensor<2x4x8x4xf32>, tensor<2x8x16xf32>
+}
+
+// CHECK-LABEL: func.func @loss
+func.func @loss(%logits: tensor<2x8x64xf32>, %targets: tensor<2x8xi32>) -> tensor<f32> {
+  // CHECK: gpt.cross_entropy %{{.+}}, %{{.+}} : tensor<2x8x64xf32>, tensor<2x8xi32> -> tensor<f32>
+  %l = gpt.cross_entropy %logits, %targets : tensor<2x8x64xf32>, tensor<2x8xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// CHECK-LABEL: func.func @elementwise
+func.func @elementwise(%x: tensor<2x8x16xf32>, %b: tensor<16xf32>, %s: tensor<f32>) -> tensor<2x8x16xf32> {
+  // CHECK: gpt.add %{{.+}}, %{{.+}} : tensor<2x8x16xf32>, tensor<16xf32> -> tensor<2x8x16xf32>
+  %0 = gpt.add %x, %b : tensor<2x8x16xf32>, tensor<16xf32> -> tensor<2x8x16xf32>
+  // CHECK: gpt.sub
+  %1 = gpt.sub %0, %x : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x16xf32>
+  // CHECK: gpt.mul %{{.+}}, %{{.+}} : tensor<2x8x16xf32>, tensor<f32> -> tensor<2x8x16xf32>
+  %2 = gpt.mul %1, %s : tensor<2x8x16xf32>, tensor<f32> -> tensor<2x8x16xf32>
+  // CHECK: gpt.div
+  %3 = gpt.div %2, %x : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x16xf32>
+  // CHECK: gpt.neg
+  %4 = gpt.neg %3 : tensor<2x8x16xf32>
+  // CHECK: gpt.exp
+  %5 = gpt.exp %4 : tensor<2x8x16xf32>
+  // CHECK: gpt.log
+  %6 = gpt.log %5 : tensor<2x8x16xf32>
+  // CHECK: gpt.tanh
+  %7 = gpt.tanh %6 : tensor<2x8x16xf32>
+  // CHECK: gpt.sqrt
+  %8 = gpt.sqrt %7 : tensor<2x8x16xf32>
+  // CHECK: gpt.rsqrt
+  %9 = gpt.rsqrt %8 : tensor<2x8x16xf32>
+  return %9 : tensor<2x8x16xf32>
+}
+
+// CHECK-LABEL: func.func @model_attributes
+// CHECK-SAME: gpt.init = "normal", gpt.init_std = 2.000000e-02 : f32, gpt.param = "wte.weight"
+// CHECK-SAME: gpt.input = "tokens"
+// CHECK-SAME: gpt.output = "loss"
+func.func @model_attributes(%wte: tensor<64x16xf32> {gpt.param = "wte.weight", gpt.init = "normal", gpt.init_std = 0.02 : f32},
+                            %tokens: tensor<2x8xi32> {gpt.input = "tokens"}) -> (tensor<f32> {gpt.output = "loss"}) {
+  %c = gpt.constant dense<0.0> : tensor<f32>
+  return %c : tensor<f32>
+}

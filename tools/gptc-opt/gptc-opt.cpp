@@ -1,0 +1,17 @@
+//===- gptc-opt.cpp - mlir-opt for the gpt dialect and gptc's passes -------===//
+
+#include "gptc/Dialect/GPT/GPTDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+int main(int argc, char **argv) {
+  mlir::DialectRegistry registry;
+  registry.insert<gptc::gpt::GPTDialect, mlir::func::FuncDialect>();
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "gptc optimizer driver\n", registry));
+}

@@ -1,0 +1,96 @@
+//===- Command.cpp - shared pieces of the gptc subcommands ----------------===//
+
+#include "Command.h"
+
+#include "gptc/Dialect/GPT/GPTDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace gptc::cli {
+
+llvm::cl::OptionCategory gptcCategory("gptc options");
+
+void fail(const llvm::Twine &message) {
+  llvm::errs() << "gptc: error: " << message << "\n";
+  std::exit(1);
+}
+
+models::GPT2Config ModelOptions::config() const {
+  std::optional<models::GPT2Config> preset = models::gpt2Preset(model);
+  if (!preset) {
+    std::string names;
+    for (const std::string &n : models::gpt2PresetNames())
+      names += (names.empty() ? "" : ", ") + n;
+    fail("unknown model '" + model + "' (known: " + names + ")");
+  }
+  models::GPT2Config c = *preset;
+  if (nLayer.getNumOccurrences())
+    c.nLayer = nLayer;
+  if (nHead.getNumOccurrences())
+    c.nHead = nHead;
+  if (nEmbd.getNumOccurrences())
+    c.nEmbd = nEmbd;
+  if (blockSize.getNumOccurrences())
+    c.blockSize = blockSize;
+  if (vocabSize.getNumOccurrences())
+    c.vocabSize = vocabSize;
+  int64_t t = seq.getNumOccurrences() ? int64_t(seq) : c.blockSize;
+  std::string problem = models::validateGPT2(c, batch, t);
+  if (!problem.empty())
+    fail(problem);
+  return c;
+}
+
+int64_t ModelOptions::seqLength() const {
+  return seq.getNumOccurrences() ? int64_t(seq) : config().blockSize;
+}
+
+void parseCommandLine(int argc, char **argv, const char *overview,
+                      bool withMLIROptions) {
+  if (withMLIROptions) {
+    mlir::registerAsmPrinterCLOptions();
+    mlir::registerMLIRContextCLOptions();
+    mlir::registerPassManagerCLOptions();
+    mlir::registerDefaultTimingManagerCLOptions();
+  }
+  std::string errors;
+  llvm::raw_string_ostream os(errors);
+  if (llvm::cl::ParseCommandLineOptions(argc, argv, overview, &os))
+    return;
+  // llvm::cl reports over several lines ("Unknown argument", "Did you
+  // mean"); the contract is one line.
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(errors).trim().split(lines, '\n', -1, false);
+  std::string line;
+  for (llvm::StringRef l : lines) {
+    l = l.trim();
+    if (l.consume_front(argv[0]))
+      l = l.ltrim(": ");
+    line += (line.empty() ? "" : " ") + l.str();
+  }
+  llvm::errs() << "gptc: error: " << line << "\n";
+  std::exit(2);
+}
+
+std::unique_ptr<mlir::MLIRContext> makeContext() {
+  auto ctx = std::make_unique<mlir::MLIRContext>();
+  ctx->loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
+  ctx->getDiagEngine().registerHandler([](mlir::Diagnostic &diag) {
+    if (diag.getSeverity() != mlir::DiagnosticSeverity::Error)
+      return mlir::failure(); // remarks and warnings: the default printer
+    std::string loc;
+    llvm::raw_string_ostream os(loc);
+    diag.getLocation().print(os);
+    llvm::errs() << "gptc: error: " << loc << ": " << diag.str() << "\n";
+    return mlir::success();
+  });
+  return ctx;
+}
+
+} // namespace gptc::cli

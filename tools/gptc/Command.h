@@ -1,0 +1,72 @@
+//===- Command.h - shared pieces of the gptc subcommands --------*- C++ -*-===//
+//
+// Each subcommand declares its llvm::cl options as locals, so `gptc eval`
+// accepts exactly eval's flags (plus MLIR's printing and pass-manager flags).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_TOOLS_GPTC_COMMAND_H
+#define GPTC_TOOLS_GPTC_COMMAND_H
+
+#include "gptc/Models/GPT2.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/CommandLine.h"
+
+#include <string>
+
+namespace gptc::cli {
+
+extern llvm::cl::OptionCategory gptcCategory;
+
+/// --model and the size overrides, plus --batch and --seq.
+struct ModelOptions {
+  llvm::cl::opt<std::string> model{
+      "model", llvm::cl::desc("Model preset: gpt2-tiny, gpt2, gpt2-medium, "
+                              "gpt2-large, gpt2-xl"),
+      llvm::cl::init("gpt2-tiny"), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> nLayer{"n-layer", llvm::cl::desc("Override n_layer"),
+                                llvm::cl::init(0), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> nHead{"n-head", llvm::cl::desc("Override n_head"),
+                               llvm::cl::init(0), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> nEmbd{"n-embd", llvm::cl::desc("Override n_embd"),
+                               llvm::cl::init(0), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> blockSize{"block-size",
+                                   llvm::cl::desc("Override the block size"),
+                                   llvm::cl::init(0),
+                                   llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> vocabSize{"vocab-size",
+                                   llvm::cl::desc("Override the vocabulary"),
+                                   llvm::cl::init(0),
+                                   llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> batch{"batch", llvm::cl::desc("Batch size B"),
+                               llvm::cl::init(4), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> seq{"seq",
+                             llvm::cl::desc("Sequence length T (default: the "
+                                            "block size)"),
+                             llvm::cl::init(0), llvm::cl::cat(gptcCategory)};
+
+  /// The preset with overrides applied, validated with batch() and seq();
+  /// exits with one error line if the combination is invalid.
+  models::GPT2Config config() const;
+  int64_t seqLength() const;
+};
+
+/// Parses this subcommand's flags; on a bad flag prints one error line and
+/// exits with status 2.
+void parseCommandLine(int argc, char **argv, const char *overview,
+                      bool withMLIROptions);
+
+/// Prints "gptc: error: <message>" and exits with status 1.
+[[noreturn]] void fail(const llvm::Twine &message);
+
+/// An MLIR context with gptc's dialects that reports every diagnostic as one
+/// line on stderr.
+std::unique_ptr<mlir::MLIRContext> makeContext();
+
+int runEmit(int argc, char **argv);
+int runEval(int argc, char **argv);
+
+} // namespace gptc::cli
+
+#endif // GPTC_TOOLS_GPTC_COMMAND_H

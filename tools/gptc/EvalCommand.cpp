@@ -1,0 +1,83 @@
+//===- EvalCommand.cpp - gptc eval: the loss of weights on a batch --------===//
+
+#include "Command.h"
+
+#include "gptc/Executor/Bindings.h"
+#include "gptc/Executor/Executor.h"
+#include "gptc/Formats/Error.h"
+#include "gptc/Formats/TokenFile.h"
+
+#include "mlir/IR/Verifier.h"
+
+#include <cstdio>
+
+using namespace mlir;
+
+namespace gptc::cli {
+
+int runEval(int argc, char **argv) {
+  ModelOptions model;
+  llvm::cl::opt<std::string> initFrom(
+      "init-from", llvm::cl::desc("Weights (safetensors, Hugging Face names)"),
+      llvm::cl::Required, llvm::cl::cat(gptcCategory));
+  llvm::cl::opt<std::string> data(
+      "data", llvm::cl::desc("Tokens: an llm.c shard or a nanoGPT .bin"),
+      llvm::cl::Required, llvm::cl::cat(gptcCategory));
+  llvm::cl::opt<std::string> device("device",
+                                    llvm::cl::desc("Where to run: cpu"),
+                                    llvm::cl::init("cpu"),
+                                    llvm::cl::cat(gptcCategory));
+  llvm::cl::opt<std::string> logitsOut(
+      "logits-out",
+      llvm::cl::desc("Also write the logits [B, T, V] as safetensors"),
+      llvm::cl::cat(gptcCategory));
+  parseCommandLine(argc, argv,
+                   "gptc eval: the loss of a model on the first batch of a "
+                   "token file\n",
+                   /*withMLIROptions=*/true);
+
+  if (device != "cpu")
+    fail("unknown device '" + device + "' (gptc eval runs on: cpu)");
+  models::GPT2Config config = model.config();
+  int64_t B = model.batch, T = model.seqLength();
+
+  std::unique_ptr<MLIRContext> ctx = makeContext();
+  OwningOpRef<ModuleOp> module = models::buildGPT2(*ctx, config, B, T);
+  if (failed(verify(*module)))
+    return 1;
+  auto func = *module->getOps<func::FuncOp>().begin();
+  std::vector<exec::ArgumentInfo> argInfo = exec::describeArguments(func);
+
+  std::vector<exec::HostTensor> args;
+  try {
+    TokenFile tokens = readTokenFile(data);
+    exec::Batch batch =
+        exec::batchAt(tokens.tokens, 0, B, T, config.vocabSize, data);
+    SafetensorsFile weights = SafetensorsFile::open(initFrom);
+    args = exec::bindArguments(argInfo, exec::loadParameters(argInfo, weights),
+                               batch);
+  } catch (const FormatError &e) {
+    fail(e.what());
+  }
+
+  FailureOr<std::vector<exec::HostTensor>> results =
+      exec::runFunction(func, args);
+  if (failed(results))
+    return 1;
+  const exec::HostTensor &loss = (*results)[0];
+  const exec::HostTensor &logits = (*results)[1];
+
+  if (!logitsOut.empty()) {
+    try {
+      SafetensorsWriter writer;
+      writer.add("logits", DType::F32, logits.shape, logits.data());
+      writer.write(logitsOut);
+    } catch (const FormatError &e) {
+      fail(e.what());
+    }
+  }
+  std::printf("loss %.6f\n", loss.f32[0]);
+  return 0;
+}
+
+} // namespace gptc::cli
