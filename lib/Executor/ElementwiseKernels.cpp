@@ -2,6 +2,7 @@
 
 #include "gptc/Executor/Kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gptc::exec {
@@ -66,6 +67,12 @@ HostTensor binary(BinaryKind kind, const HostTensor &a, const HostTensor &b,
     return broadcastApply(a, b, shape, [](float x, float y) { return x * y; });
   case BinaryKind::Div:
     return broadcastApply(a, b, shape, [](float x, float y) { return x / y; });
+  case BinaryKind::Max:
+    return broadcastApply(a, b, shape,
+                          [](float x, float y) { return std::max(x, y); });
+  case BinaryKind::Min:
+    return broadcastApply(a, b, shape,
+                          [](float x, float y) { return std::min(x, y); });
   }
   throw KernelError("unknown binary op");
 }

@@ -54,7 +54,9 @@ std::vector<HostTensor> evaluate(Operation *op,
                              l.getEpsilon().convertToFloat()));
       })
       .Case([&](gpt::SoftmaxOp) { return one(softmax(*in[0])); })
-      .Case([&](gpt::CausalMaskOp) { return one(causalMask(*in[0])); })
+      .Case([&](gpt::CausalMaskOp c) {
+        return one(causalMask(*in[0], c.getFill().convertToFloat()));
+      })
       .Case([&](gpt::GeluOp g) {
         return one(gelu(*in[0], g.getApproximate() == "tanh"));
       })
@@ -85,6 +87,32 @@ std::vector<HostTensor> evaluate(Operation *op,
       })
       .Case([&](gpt::DivOp o) {
         return one(binary(BinaryKind::Div, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::MaxOp o) {
+        return one(binary(BinaryKind::Max, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::MinOp o) {
+        return one(binary(BinaryKind::Min, *in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::ReduceSumOp o) {
+        return one(reduceSum(*in[0], shapeOf(o)));
+      })
+      .Case([&](gpt::ConcatOp c) { return one(concat(in, c.getAxis())); })
+      .Case([&](gpt::EmbeddingGradOp o) {
+        return one(embeddingGrad(*in[0], *in[1], shapeOf(o)));
+      })
+      .Case([&](gpt::LayerNormGradOp l) {
+        return layernormGrad(*in[0], *in[1], *in[2],
+                             l.getEpsilon().convertToFloat());
+      })
+      .Case([&](gpt::SoftmaxGradOp) {
+        return one(softmaxGrad(*in[0], *in[1]));
+      })
+      .Case([&](gpt::GeluGradOp g) {
+        return one(geluGrad(*in[0], *in[1], g.getApproximate() == "tanh"));
+      })
+      .Case([&](gpt::CrossEntropyGradOp) {
+        return one(crossEntropyGrad(*in[0], *in[1], *in[2]));
       })
       .Case([&](gpt::NegOp) { return one(unary(UnaryKind::Neg, *in[0])); })
       .Case([&](gpt::ExpOp) { return one(unary(UnaryKind::Exp, *in[0])); })

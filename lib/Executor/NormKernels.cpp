@@ -54,15 +54,14 @@ HostTensor softmax(const HostTensor &x) {
   return out;
 }
 
-HostTensor causalMask(const HostTensor &x) {
+HostTensor causalMask(const HostTensor &x, float fill) {
   int64_t T = x.shape.back(), mats = x.numel() / (T * T);
   HostTensor out = x;
-  const float ninf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for
   for (int64_t m = 0; m < mats; ++m)
     for (int64_t i = 0; i < T; ++i)
       for (int64_t j = i + 1; j < T; ++j)
-        out.f32[(m * T + i) * T + j] = ninf;
+        out.f32[(m * T + i) * T + j] = fill;
   return out;
 }
 
@@ -88,8 +87,10 @@ HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets) {
       throw KernelError("target id " + std::to_string(targets.i32[r]) +
                         " at position " + std::to_string(r) +
                         " is outside the vocabulary of " + std::to_string(V));
-  double total = 0.0;
-#pragma omp parallel for reduction(+ : total)
+  // Per-row losses summed in order afterwards: the result does not depend
+  // on how OpenMP split the rows, which exact --resume relies on.
+  std::vector<double> losses(rows);
+#pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     const float *row = logits.data() + r * V;
     float max = -std::numeric_limits<float>::infinity();
@@ -98,8 +99,11 @@ HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets) {
     double sum = 0.0;
     for (int64_t v = 0; v < V; ++v)
       sum += std::exp(double(row[v]) - max);
-    total += std::log(sum) + max - row[targets.i32[r]];
+    losses[r] = std::log(sum) + max - row[targets.i32[r]];
   }
+  double total = 0.0;
+  for (double l : losses)
+    total += l;
   return HostTensor::floats({}, float(total / double(rows)));
 }
 

@@ -1,6 +1,7 @@
 //===- gptc-opt.cpp - mlir-opt for the gpt dialect and gptc's passes -------===//
 
 #include "gptc/Dialect/GPT/GPTDialect.h"
+#include "gptc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -12,6 +13,7 @@ int main(int argc, char **argv) {
   registry.insert<gptc::gpt::GPTDialect, mlir::func::FuncDialect>();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  gptc::registerGPTCPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "gptc optimizer driver\n", registry));
 }

@@ -3,6 +3,7 @@
 #include "Command.h"
 
 #include "gptc/Executor/Bindings.h"
+#include "gptc/Pipeline/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
@@ -20,7 +21,7 @@ namespace gptc::cli {
 
 namespace {
 // Stages in pipeline order; each later issue appends its own.
-const char *const kStages[] = {"graph"};
+const char *const kStages[] = {"graph", "autodiff", "optimizer"};
 
 std::string withThousands(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -61,7 +62,7 @@ void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
 int runEmit(int argc, char **argv) {
   ModelOptions model;
   llvm::cl::opt<std::string> stage(
-      "stage", llvm::cl::desc("Print the IR after this stage: graph"),
+      "stage", llvm::cl::desc("Print the IR after this stage: graph, autodiff, optimizer"),
       llvm::cl::init("graph"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<bool> stats(
       "stats", llvm::cl::desc("Print parameter and op counts, not the IR"),
@@ -75,13 +76,15 @@ int runEmit(int argc, char **argv) {
                    /*withMLIROptions=*/true);
 
   if (!llvm::is_contained(kStages, stage.getValue()))
-    fail("unknown stage '" + stage + "' (stages: graph)");
+    fail("unknown stage '" + stage +
+         "' (stages: graph, autodiff, optimizer)");
   models::GPT2Config config = model.config();
   int64_t B = model.batch, T = model.seqLength();
 
   std::unique_ptr<MLIRContext> ctx = makeContext();
   OwningOpRef<ModuleOp> module = models::buildGPT2(*ctx, config, B, T);
   PassManager pm(ctx.get());
+  buildPipeline(pm, stage, OptimizerOptions());
   if (failed(applyPassManagerCLOptions(pm)))
     fail("bad pass-manager options");
   applyDefaultTimingPassManagerCLOptions(pm);

@@ -6,6 +6,7 @@
 #include "gptc/Executor/Executor.h"
 #include "gptc/Formats/Error.h"
 #include "gptc/Formats/TokenFile.h"
+#include "gptc/Pipeline/Pipeline.h"
 
 #include "mlir/IR/Verifier.h"
 
@@ -31,6 +32,11 @@ int runEval(int argc, char **argv) {
       "logits-out",
       llvm::cl::desc("Also write the logits [B, T, V] as safetensors"),
       llvm::cl::cat(gptcCategory));
+  llvm::cl::opt<std::string> gradsOut(
+      "grads-out",
+      llvm::cl::desc("Also write the gradient of the loss for every "
+                     "parameter as safetensors (runs the backward pass)"),
+      llvm::cl::cat(gptcCategory));
   parseCommandLine(argc, argv,
                    "gptc eval: the loss of a model on the first batch of a "
                    "token file\n",
@@ -42,10 +48,11 @@ int runEval(int argc, char **argv) {
   int64_t B = model.batch, T = model.seqLength();
 
   std::unique_ptr<MLIRContext> ctx = makeContext();
-  OwningOpRef<ModuleOp> module = models::buildGPT2(*ctx, config, B, T);
-  if (failed(verify(*module)))
+  FailureOr<TrainingProgram> program =
+      compileTrainingProgram(*ctx, config, B, T, OptimizerOptions());
+  if (failed(program))
     return 1;
-  auto func = *module->getOps<func::FuncOp>().begin();
+  func::FuncOp func = program->forward;
   std::vector<exec::ArgumentInfo> argInfo = exec::describeArguments(func);
 
   std::vector<exec::HostTensor> args;
@@ -67,14 +74,28 @@ int runEval(int argc, char **argv) {
   const exec::HostTensor &loss = (*results)[0];
   const exec::HostTensor &logits = (*results)[1];
 
-  if (!logitsOut.empty()) {
-    try {
+  SafetensorsWriter grads;
+  if (!gradsOut.empty()) {
+    FailureOr<std::vector<exec::HostTensor>> gradResults =
+        exec::runFunction(program->grads, args);
+    if (failed(gradResults))
+      return 1;
+    for (unsigned i = 0; i < program->grads.getNumResults(); ++i)
+      if (auto name =
+              program->grads.getResultAttrOfType<StringAttr>(i, "gpt.grad"))
+        grads.add(name.str(), DType::F32, (*gradResults)[i].shape,
+                  (*gradResults)[i].data());
+  }
+  try {
+    if (!logitsOut.empty()) {
       SafetensorsWriter writer;
       writer.add("logits", DType::F32, logits.shape, logits.data());
       writer.write(logitsOut);
-    } catch (const FormatError &e) {
-      fail(e.what());
     }
+    if (!gradsOut.empty())
+      grads.write(gradsOut);
+  } catch (const FormatError &e) {
+    fail(e.what());
   }
   std::printf("loss %.6f\n", loss.f32[0]);
   return 0;

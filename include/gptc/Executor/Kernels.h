@@ -21,7 +21,8 @@ HostTensor matmul(const HostTensor &a, const HostTensor &b, bool transposeA,
 HostTensor layernorm(const HostTensor &x, const HostTensor &gamma,
                      const HostTensor &beta, float epsilon);
 HostTensor softmax(const HostTensor &x);
-HostTensor causalMask(const HostTensor &x);
+/// Sets x[..., i, j] = fill for j > i.
+HostTensor causalMask(const HostTensor &x, float fill);
 HostTensor gelu(const HostTensor &x, bool tanhApproximation);
 HostTensor reshape(const HostTensor &x, const std::vector<int64_t> &shape);
 HostTensor transpose(const HostTensor &x,
@@ -30,12 +31,29 @@ std::vector<HostTensor> split(const HostTensor &x, int64_t axis,
                               const std::vector<int64_t> &sizes);
 HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets);
 
-enum class BinaryKind { Add, Sub, Mul, Div };
+enum class BinaryKind { Add, Sub, Mul, Div, Max, Min };
 HostTensor binary(BinaryKind kind, const HostTensor &a, const HostTensor &b,
                   const std::vector<int64_t> &resultShape);
 
 enum class UnaryKind { Neg, Exp, Log, Tanh, Sqrt, Rsqrt };
 HostTensor unary(UnaryKind kind, const HostTensor &x);
+
+/// Sums `x` down to `shape`, which broadcasts back to x's shape.
+HostTensor reduceSum(const HostTensor &x, const std::vector<int64_t> &shape);
+HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis);
+
+// Gradients (the adjoints gpt-autodiff emits).
+HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
+                         const std::vector<int64_t> &tableShape);
+/// dx, dgamma, dbeta.
+std::vector<HostTensor> layernormGrad(const HostTensor &x,
+                                      const HostTensor &gamma,
+                                      const HostTensor &dy, float epsilon);
+HostTensor softmaxGrad(const HostTensor &y, const HostTensor &dy);
+HostTensor geluGrad(const HostTensor &x, const HostTensor &dy,
+                    bool tanhApproximation);
+HostTensor crossEntropyGrad(const HostTensor &logits,
+                            const HostTensor &targets, const HostTensor &dloss);
 
 } // namespace gptc::exec
 

@@ -11,6 +11,7 @@ using namespace mlir;
 using namespace gptc::gpt;
 
 #include "gptc/Dialect/GPT/GPTDialect.cpp.inc"
+#include "gptc/Dialect/GPT/GPTInterfaces.cpp.inc"
 
 void GPTDialect::initialize() {
   addOperations<
@@ -60,6 +61,10 @@ LogicalResult GPTDialect::verifyRegionArgAttribute(Operation *op, unsigned,
       return op->emitError() << "'" << name << "' must be a positive float";
     return success();
   }
+  if (name == kGradAttr || name == kAdamMAttr || name == kAdamVAttr)
+    return expectString(op, attr);
+  if (name == kHyperAttr)
+    return expectString(op, attr, {"lr", "step", "grad_scale"});
   if (name == kInputAttr) {
     if (failed(expectString(op, attr, {"tokens", "targets"})))
       return failure();
@@ -76,8 +81,11 @@ LogicalResult GPTDialect::verifyRegionArgAttribute(Operation *op, unsigned,
 LogicalResult GPTDialect::verifyRegionResultAttribute(Operation *op, unsigned,
                                                       unsigned,
                                                       NamedAttribute attr) {
-  if (attr.getName().getValue() == kOutputAttr)
-    return expectString(op, attr, {"loss", "logits"});
-  return op->emitError() << "unknown gpt result attribute '"
-                         << attr.getName().getValue() << "'";
+  StringRef name = attr.getName().getValue();
+  if (name == kOutputAttr)
+    return expectString(op, attr, {"loss", "logits", "grad_norm"});
+  if (name == kGradAttr || name == kParamAttr || name == kAdamMAttr ||
+      name == kAdamVAttr)
+    return expectString(op, attr);
+  return op->emitError() << "unknown gpt result attribute '" << name << "'";
 }

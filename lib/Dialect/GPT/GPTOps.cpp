@@ -256,6 +256,94 @@ LogicalResult AddOp::verify() { return verifyBinary(*this); }
 LogicalResult SubOp::verify() { return verifyBinary(*this); }
 LogicalResult MulOp::verify() { return verifyBinary(*this); }
 LogicalResult DivOp::verify() { return verifyBinary(*this); }
+LogicalResult MaxOp::verify() { return verifyBinary(*this); }
+LogicalResult MinOp::verify() { return verifyBinary(*this); }
+
+//===----------------------------------------------------------------------===//
+// ReduceSumOp, ConcatOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReduceSumOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getX()), out = shapeOf(getResult());
+  if (elemOf(getX()) != elemOf(getResult()))
+    return emitOpError("cannot change the element type");
+  FailureOr<SmallVector<int64_t>> back = broadcastShapes(out, in);
+  if (failed(back) || ArrayRef<int64_t>(*back) != in)
+    return emitOpError() << "result " << shapeStr(out)
+                         << " does not broadcast back to the input "
+                         << shapeStr(in);
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  ArrayRef<int64_t> out = shapeOf(getResult());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= static_cast<int64_t>(out.size()))
+    return emitOpError() << "axis " << axis << " is out of range for rank "
+                         << out.size();
+  int64_t total = 0;
+  for (auto [i, in] : llvm::enumerate(getInputs())) {
+    ArrayRef<int64_t> shape = shapeOf(in);
+    SmallVector<int64_t> expected(out);
+    if (shape.size() == out.size())
+      expected[axis] = shape[axis];
+    if (failed(expectShape(*this, "input #" + std::to_string(i), shape,
+                           expected)))
+      return failure();
+    if (elemOf(in) != elemOf(getResult()))
+      return emitOpError("cannot change the element type");
+    total += shape[axis];
+  }
+  if (total != out[axis])
+    return emitOpError() << "inputs add up to " << total << " along axis "
+                         << axis << ", but the result has " << out[axis];
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingGradOp::verify() {
+  ArrayRef<int64_t> table = shapeOf(getResult());
+  if (table.size() != 2)
+    return emitOpError() << "result must be 2-D [vocab, channels], got "
+                         << shapeStr(table);
+  SmallVector<int64_t> expected(shapeOf(getIds()));
+  expected.push_back(table[1]);
+  return expectShape(*this, "dy", shapeOf(getDy()), expected);
+}
+
+LogicalResult LayerNormGradOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getX());
+  if (x.empty())
+    return emitOpError("input must have rank >= 1");
+  if (failed(expectShape(*this, "dy", shapeOf(getDy()), x)) ||
+      failed(expectShape(*this, "gamma", shapeOf(getGamma()), {x.back()})))
+    return failure();
+  if (getEpsilon().convertToFloat() <= 0.0f)
+    return emitOpError("epsilon must be positive");
+  return success();
+}
+
+LogicalResult GeluGradOp::verify() {
+  if (getApproximate() != "tanh" && getApproximate() != "none")
+    return emitOpError() << "approximate must be \"tanh\" or \"none\", got \""
+                         << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult CrossEntropyGradOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  ArrayRef<int64_t> targets = shapeOf(getTargets());
+  if (logits.size() != targets.size() + 1 || logits.drop_back() != targets)
+    return emitOpError() << "logits " << shapeStr(logits)
+                         << " must be the target shape " << shapeStr(targets)
+                         << " followed by the vocabulary";
+  return success();
+}
 
 #define GET_OP_CLASSES
 #include "gptc/Dialect/GPT/GPTOps.cpp.inc"

@@ -322,7 +322,7 @@ func.func @unknown_arg_attr(%x: tensor<8xf32> {gpt.weight = "w"}) {
 
 // -----
 
-// expected-error @+1 {{'gpt.output' is "probs", expected one of: loss, logits}}
+// expected-error @+1 {{'gpt.output' is "probs", expected one of: loss, logits, grad_norm}}
 func.func @output_kind(%x: tensor<f32>) -> (tensor<f32> {gpt.output = "probs"}) {
   return %x : tensor<f32>
 }

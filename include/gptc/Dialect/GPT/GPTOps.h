@@ -8,6 +8,10 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include <limits>
+
+#include "gptc/Dialect/GPT/GPTInterfaces.h.inc"
+
 #define GET_OP_CLASSES
 #include "gptc/Dialect/GPT/GPTOps.h.inc"
 

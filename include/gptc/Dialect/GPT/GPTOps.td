@@ -11,12 +11,17 @@
 #define GPTC_DIALECT_GPT_GPTOPS_TD
 
 include "gptc/Dialect/GPT/GPTDialect.td"
+include "gptc/Dialect/GPT/GPTInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
 
 def GPT_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
 def GPT_IdTensor : RankedTensorOf<[I32]>;
 def GPT_ScalarF32 : 0DTensorOf<[F32]>;
+
+// An op with a vector-Jacobian product (lib/Dialect/GPT/GPTVJP.cpp).
+def Differentiable
+    : DeclareOpInterfaceMethods<GPT_DifferentiableOpInterface, ["buildVJP"]>;
 
 //===----------------------------------------------------------------------===//
 // Constants and index generation
@@ -47,7 +52,7 @@ def GPT_IotaOp : GPT_Op<"iota", [Pure]> {
 // Embedding, matmul, normalisation
 //===----------------------------------------------------------------------===//
 
-def GPT_EmbeddingOp : GPT_Op<"embedding", [Pure]> {
+def GPT_EmbeddingOp : GPT_Op<"embedding", [Pure, Differentiable]> {
   let summary = "Rows of a [V, C] table gathered by integer ids";
   let description = [{
     `result[i..., c] = table[ids[i...], c]`. The result shape is the id shape
@@ -66,7 +71,7 @@ def GPT_EmbeddingOp : GPT_Op<"embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
-def GPT_MatmulOp : GPT_Op<"matmul", [Pure]> {
+def GPT_MatmulOp : GPT_Op<"matmul", [Pure, Differentiable]> {
   let summary = "(Batched) matrix product with optional transposes";
   let description = [{
     `a` is `[batch..., M, K]` (`[batch..., K, M]` with `transpose_a`), `b` is
@@ -88,7 +93,7 @@ def GPT_MatmulOp : GPT_Op<"matmul", [Pure]> {
 }
 
 def GPT_LayerNormOp : GPT_Op<"layernorm",
-    [Pure, AllTypesMatch<["x", "result"]>]> {
+    [Pure, Differentiable, AllTypesMatch<["x", "result"]>]> {
   let summary = "Layer normalisation over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * gamma + beta`, with the biased
@@ -105,7 +110,7 @@ def GPT_LayerNormOp : GPT_Op<"layernorm",
   let hasVerifier = 1;
 }
 
-def GPT_SoftmaxOp : GPT_Op<"softmax", [Pure, AllTypesMatch<["x", "result"]>]> {
+def GPT_SoftmaxOp : GPT_Op<"softmax", [Pure, Differentiable, AllTypesMatch<["x", "result"]>]> {
   let summary = "Softmax over the last dimension";
   let arguments = (ins GPT_FloatTensor:$x);
   let results = (outs GPT_FloatTensor:$result);
@@ -113,19 +118,21 @@ def GPT_SoftmaxOp : GPT_Op<"softmax", [Pure, AllTypesMatch<["x", "result"]>]> {
 }
 
 def GPT_CausalMaskOp : GPT_Op<"causal_mask",
-    [Pure, AllTypesMatch<["x", "result"]>]> {
-  let summary = "Sets x[..., i, j] to -inf where j > i";
+    [Pure, Differentiable, AllTypesMatch<["x", "result"]>]> {
+  let summary = "Sets x[..., i, j] to `fill` (-inf by default) where j > i";
   let description = [{
     The attention mask of a decoder: a query at position i sees keys 0..i.
-    The last two dimensions (queries, keys) must be equal.
+    The last two dimensions (queries, keys) must be equal. Its gradient is
+    the same mask with `fill = 0.0`.
   }];
-  let arguments = (ins GPT_FloatTensor:$x);
+  let arguments = (ins GPT_FloatTensor:$x,
+      DefaultValuedAttr<F32Attr, "-std::numeric_limits<float>::infinity()">:$fill);
   let results = (outs GPT_FloatTensor:$result);
   let assemblyFormat = "$x attr-dict `:` type($x)";
   let hasVerifier = 1;
 }
 
-def GPT_GeluOp : GPT_Op<"gelu", [Pure, AllTypesMatch<["x", "result"]>]> {
+def GPT_GeluOp : GPT_Op<"gelu", [Pure, Differentiable, AllTypesMatch<["x", "result"]>]> {
   let summary = "GELU activation, tanh approximation by default (as GPT-2)";
   let description = [{
     `approximate = "tanh"`: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`;
@@ -142,7 +149,7 @@ def GPT_GeluOp : GPT_Op<"gelu", [Pure, AllTypesMatch<["x", "result"]>]> {
 // Shapes: reshape, transpose, split
 //===----------------------------------------------------------------------===//
 
-def GPT_ReshapeOp : GPT_Op<"reshape", [Pure]> {
+def GPT_ReshapeOp : GPT_Op<"reshape", [Pure, Differentiable]> {
   let summary = "Same elements, new shape (row-major order kept)";
   let arguments = (ins AnyRankedTensor:$x);
   let results = (outs AnyRankedTensor:$result);
@@ -151,7 +158,7 @@ def GPT_ReshapeOp : GPT_Op<"reshape", [Pure]> {
   let hasFolder = 1;
 }
 
-def GPT_TransposeOp : GPT_Op<"transpose", [Pure]> {
+def GPT_TransposeOp : GPT_Op<"transpose", [Pure, Differentiable]> {
   let summary = "Permutes dimensions: result dim i is input dim perm[i]";
   let description = [{
     ```mlir
@@ -167,7 +174,7 @@ def GPT_TransposeOp : GPT_Op<"transpose", [Pure]> {
   let hasVerifier = 1;
 }
 
-def GPT_SplitOp : GPT_Op<"split", [Pure]> {
+def GPT_SplitOp : GPT_Op<"split", [Pure, Differentiable]> {
   let summary = "Splits a tensor into consecutive pieces along one axis";
   let description = [{
     The results' sizes along `axis` add up to the input's; all other
@@ -189,7 +196,7 @@ def GPT_SplitOp : GPT_Op<"split", [Pure]> {
 // Loss
 //===----------------------------------------------------------------------===//
 
-def GPT_CrossEntropyOp : GPT_Op<"cross_entropy", [Pure]> {
+def GPT_CrossEntropyOp : GPT_Op<"cross_entropy", [Pure, Differentiable]> {
   let summary = "Mean softmax cross-entropy of logits against target ids";
   let description = [{
     `mean over positions p of (logsumexp(logits[p, :]) - logits[p, targets[p]])`.
@@ -216,7 +223,7 @@ def GPT_CrossEntropyOp : GPT_Op<"cross_entropy", [Pure]> {
 // Binary ops broadcast as numpy does: shapes are aligned at the trailing
 // dimension and a dimension of size 1 (or a missing one) stretches.
 class GPT_BinaryOp<string mnemonic, string formula>
-    : GPT_Op<mnemonic, [Pure]> {
+    : GPT_Op<mnemonic, [Pure, Differentiable]> {
   let summary = "Elementwise " # formula # " with numpy broadcasting";
   let arguments = (ins GPT_FloatTensor:$lhs, GPT_FloatTensor:$rhs);
   let results = (outs GPT_FloatTensor:$result);
@@ -230,9 +237,11 @@ def GPT_AddOp : GPT_BinaryOp<"add", "lhs + rhs">;
 def GPT_SubOp : GPT_BinaryOp<"sub", "lhs - rhs">;
 def GPT_MulOp : GPT_BinaryOp<"mul", "lhs * rhs">;
 def GPT_DivOp : GPT_BinaryOp<"div", "lhs / rhs">;
+def GPT_MaxOp : GPT_BinaryOp<"max", "max(lhs, rhs)">;
+def GPT_MinOp : GPT_BinaryOp<"min", "min(lhs, rhs)">;
 
 class GPT_UnaryOp<string mnemonic, string formula>
-    : GPT_Op<mnemonic, [Pure, AllTypesMatch<["x", "result"]>]> {
+    : GPT_Op<mnemonic, [Pure, Differentiable, AllTypesMatch<["x", "result"]>]> {
   let summary = "Elementwise " # formula;
   let arguments = (ins GPT_FloatTensor:$x);
   let results = (outs GPT_FloatTensor:$result);
@@ -245,5 +254,101 @@ def GPT_LogOp : GPT_UnaryOp<"log", "log(x)">;
 def GPT_TanhOp : GPT_UnaryOp<"tanh", "tanh(x)">;
 def GPT_SqrtOp : GPT_UnaryOp<"sqrt", "sqrt(x)">;
 def GPT_RsqrtOp : GPT_UnaryOp<"rsqrt", "1 / sqrt(x)">;
+
+//===----------------------------------------------------------------------===//
+// Reductions and joins (the adjoints of broadcasting and of split)
+//===----------------------------------------------------------------------===//
+
+def GPT_ReduceSumOp : GPT_Op<"reduce_sum", [Pure]> {
+  let summary = "Sums a tensor down to a shape it broadcasts from";
+  let description = [{
+    The result shape must broadcast (numpy rules) back to the input shape;
+    every dimension that the broadcast would stretch is summed. This is the
+    adjoint of broadcasting: the gradient of a bias `[C]` added to `[B, T, C]`
+    is `gpt.reduce_sum` of the output gradient to `[C]`. A rank-0 result sums
+    everything.
+  }];
+  let arguments = (ins GPT_FloatTensor:$x);
+  let results = (outs GPT_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def GPT_ConcatOp : GPT_Op<"concat", [Pure]> {
+  let summary = "Joins tensors along one axis (the adjoint of gpt.split)";
+  let arguments = (ins Variadic<GPT_FloatTensor>:$inputs, I64Attr:$axis);
+  let results = (outs GPT_FloatTensor:$result);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops: what gpt-autodiff emits for ops whose VJP is not a
+// composition of forward ops. Each recomputes the cheap statistics it needs
+// (layernorm's mean and rstd, the softmax of the logits) rather than keeping
+// them alive from the forward pass.
+//===----------------------------------------------------------------------===//
+
+def GPT_EmbeddingGradOp : GPT_Op<"embedding_grad", [Pure]> {
+  let summary = "Scatter-adds output-gradient rows into a [V, C] table";
+  let description = [{
+    `result[v, c] = sum over positions p with ids[p] == v of dy[p, c]`.
+  }];
+  let arguments = (ins GPT_FloatTensor:$dy, GPT_IdTensor:$ids);
+  let results = (outs GPT_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dy `,` $ids attr-dict `:` type($dy) `,` type($ids) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_LayerNormGradOp : GPT_Op<"layernorm_grad",
+    [Pure, AllTypesMatch<["x", "dx"]>, AllTypesMatch<["gamma", "dgamma", "dbeta"]>]> {
+  let summary = "Gradients of gpt.layernorm for x, gamma and beta";
+  let arguments = (ins GPT_FloatTensor:$x, GPT_FloatTensor:$gamma,
+                       GPT_FloatTensor:$dy,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs GPT_FloatTensor:$dx, GPT_FloatTensor:$dgamma,
+                      GPT_FloatTensor:$dbeta);
+  let assemblyFormat = [{
+    $x `,` $gamma `,` $dy attr-dict `:` type($x) `,` type($gamma) `,` type($dy)
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_SoftmaxGradOp : GPT_Op<"softmax_grad",
+    [Pure, AllTypesMatch<["y", "dy", "dx"]>]> {
+  let summary = "dx = y * (dy - sum(dy * y)) over the last dimension";
+  let arguments = (ins GPT_FloatTensor:$y, GPT_FloatTensor:$dy);
+  let results = (outs GPT_FloatTensor:$dx);
+  let assemblyFormat = "$y `,` $dy attr-dict `:` type($y)";
+}
+
+def GPT_GeluGradOp : GPT_Op<"gelu_grad", [Pure, AllTypesMatch<["x", "dy", "dx"]>]> {
+  let summary = "dx = gelu'(x) * dy";
+  let arguments = (ins GPT_FloatTensor:$x, GPT_FloatTensor:$dy,
+                       DefaultValuedAttr<StrAttr, "\"tanh\"">:$approximate);
+  let results = (outs GPT_FloatTensor:$dx);
+  let assemblyFormat = "$x `,` $dy attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
+def GPT_CrossEntropyGradOp : GPT_Op<"cross_entropy_grad",
+    [Pure, AllTypesMatch<["logits", "dlogits"]>]> {
+  let summary = "dlogits = (softmax(logits) - onehot(targets)) * dloss / N";
+  let description = [{
+    The gradient of the mean cross-entropy over the N target positions.
+  }];
+  let arguments = (ins GPT_FloatTensor:$logits, GPT_IdTensor:$targets,
+                       GPT_ScalarF32:$dloss);
+  let results = (outs GPT_FloatTensor:$dlogits);
+  let assemblyFormat = [{
+    $logits `,` $targets `,` $dloss attr-dict `:` type($logits) `,`
+    type($targets) `,` type($dloss)
+  }];
+  let hasVerifier = 1;
+}
 
 #endif // GPTC_DIALECT_GPT_GPTOPS_TD

@@ -1,0 +1,25 @@
+//===- Passes.h - gptc's passes ---------------------------------*- C++ -*-===//
+#ifndef GPTC_TRANSFORMS_PASSES_H
+#define GPTC_TRANSFORMS_PASSES_H
+
+#include "gptc/Dialect/GPT/GPTDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace gptc {
+
+#define GEN_PASS_DECL
+#include "gptc/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "gptc/Transforms/Passes.h.inc"
+
+/// The gradient function of `forward` (see gpt-autodiff), inserted after it.
+mlir::FailureOr<mlir::func::FuncOp>
+buildGradientFunction(mlir::func::FuncOp forward);
+
+} // namespace gptc
+
+#endif // GPTC_TRANSFORMS_PASSES_H

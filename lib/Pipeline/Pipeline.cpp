@@ -1,0 +1,59 @@
+//===- Pipeline.cpp - the pass pipeline, stage by stage -------------------===//
+
+#include "gptc/Pipeline/Pipeline.h"
+
+#include "gptc/Dialect/GPT/GPTDialect.h"
+#include "gptc/Transforms/Passes.h"
+
+#include "mlir/IR/Verifier.h"
+
+using namespace mlir;
+
+namespace gptc {
+
+void buildPipeline(OpPassManager &pm, StringRef stage,
+                   const OptimizerOptions &opts) {
+  if (stage == "graph")
+    return;
+  pm.addPass(createGPTAutodiff());
+  if (stage == "autodiff")
+    return;
+  GPTOptimizerOptions optimizer;
+  optimizer.beta1 = opts.beta1;
+  optimizer.beta2 = opts.beta2;
+  optimizer.eps = opts.eps;
+  optimizer.weightDecay = opts.weightDecay;
+  optimizer.clip = opts.clip;
+  pm.addPass(createGPTOptimizer(optimizer));
+}
+
+FailureOr<TrainingProgram>
+compileTrainingProgram(MLIRContext &ctx, const models::GPT2Config &cfg,
+                       int64_t batch, int64_t seq,
+                       const OptimizerOptions &opts) {
+  TrainingProgram program;
+  program.module = models::buildGPT2(ctx, cfg, batch, seq);
+  PassManager pm(&ctx);
+  buildPipeline(pm, "optimizer", opts);
+  if (failed(verify(*program.module)) || failed(pm.run(*program.module)))
+    return failure();
+  for (auto func : program.module->getOps<func::FuncOp>()) {
+    bool hasGrad = false, hasLoss = false;
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      hasGrad |= bool(func.getResultAttr(i, gpt::kGradAttr));
+      hasLoss |= bool(func.getResultAttr(i, gpt::kOutputAttr));
+    }
+    if (func.getSymName() == "adamw_update")
+      program.update = func;
+    else if (hasGrad)
+      program.grads = func;
+    else if (hasLoss)
+      program.forward = func;
+  }
+  if (!program.forward || !program.grads || !program.update)
+    return program.module->emitError(
+        "the pipeline did not produce forward, gradient and update functions");
+  return program;
+}
+
+} // namespace gptc
