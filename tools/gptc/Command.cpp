@@ -64,7 +64,8 @@ void parseCommandLine(int argc, char **argv, const char *overview,
   if (llvm::cl::ParseCommandLineOptions(argc, argv, overview, &os))
     return;
   // llvm::cl reports over several lines ("Unknown argument", "Did you
-  // mean"); the contract is one line.
+  // mean"); the contract is one line. A bad value it has already printed
+  // itself, as one line on stderr.
   llvm::SmallVector<llvm::StringRef> lines;
   llvm::StringRef(errors).trim().split(lines, '\n', -1, false);
   std::string line;
@@ -74,7 +75,8 @@ void parseCommandLine(int argc, char **argv, const char *overview,
       l = l.ltrim(": ");
     line += (line.empty() ? "" : " ") + l.str();
   }
-  llvm::errs() << "gptc: error: " << line << "\n";
+  if (!line.empty())
+    llvm::errs() << "gptc: error: " << line << "\n";
   std::exit(2);
 }
 
