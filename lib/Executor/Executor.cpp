@@ -6,7 +6,11 @@
 #include "gptc/Executor/Kernels.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <chrono>
+#include <cstdlib>
 
 using namespace mlir;
 
@@ -156,13 +160,21 @@ runFunction(func::FuncOp func, const std::vector<HostTensor> &args) {
     for (Value v : op.getOperands())
       lastUse[v] = &op;
 
+  // GPTC_EXECUTOR_PROFILE=1 prints the time spent in each kind of op.
+  static const bool profile = std::getenv("GPTC_EXECUTOR_PROFILE");
+  llvm::StringMap<double> seconds;
   for (Operation &op : func.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       std::vector<HostTensor> results;
       for (Value v : ret.getOperands())
         results.push_back(values.lookup(v));
+      if (profile)
+        for (const auto &entry : seconds)
+          llvm::errs() << "executor profile: " << func.getSymName() << " "
+                       << entry.getKey() << " " << entry.getValue() << " s\n";
       return results;
     }
+    auto start = std::chrono::steady_clock::now();
     std::vector<const HostTensor *> in;
     for (Value v : op.getOperands())
       in.push_back(&values.find(v)->second);
@@ -177,6 +189,11 @@ runFunction(func::FuncOp func, const std::vector<HostTensor> &args) {
     for (Value v : op.getOperands())
       if (lastUse.lookup(v) == &op && !llvm::is_contained(op.getResults(), v))
         values.erase(v);
+    if (profile)
+      seconds[op.getName().getStringRef()] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                        start)
+              .count();
   }
   return func.emitError("function has no return");
 }

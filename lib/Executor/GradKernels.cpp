@@ -184,10 +184,10 @@ HostTensor crossEntropyGrad(const HostTensor &logits,
       max = std::max(max, row[v]);
     double sum = 0.0;
     for (int64_t v = 0; v < V; ++v)
-      sum += std::exp(double(row[v]) - max);
+      sum += std::exp(row[v] - max);
     int32_t target = targets.i32[r];
     for (int64_t v = 0; v < V; ++v) {
-      double p = std::exp(double(row[v]) - max) / sum;
+      double p = std::exp(row[v] - max) / sum;
       out[v] = float((p - (v == target ? 1.0 : 0.0)) * scale);
     }
   }
