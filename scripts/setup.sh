@@ -15,7 +15,7 @@ cd "$repo"
 packages=(
   cmake ninja-build g++ pkg-config ccache
   libmlir-19-dev mlir-19-tools llvm-19-dev llvm-19-tools
-  libopenblas-dev nlohmann-json3-dev libpcre2-dev libgtest-dev
+  libopenblas-openmp-dev nlohmann-json3-dev libpcre2-dev libgtest-dev
   python3-torch python3-numpy
 )
 # The image ships Node.js and npm; Debian's are the fallback.

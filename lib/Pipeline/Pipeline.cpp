@@ -6,6 +6,7 @@
 #include "gptc/Transforms/Passes.h"
 
 #include "mlir/IR/Verifier.h"
+#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
@@ -25,6 +26,9 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   optimizer.weightDecay = opts.weightDecay;
   optimizer.clip = opts.clip;
   pm.addPass(createGPTOptimizer(optimizer));
+  // The update repeats its scalar constants per parameter; fold them once.
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
 }
 
 FailureOr<TrainingProgram>

@@ -59,9 +59,16 @@ void parseCommandLine(int argc, char **argv, const char *overview,
     mlir::registerPassManagerCLOptions();
     mlir::registerDefaultTimingManagerCLOptions();
   }
+  // libLLVM registers hundreds of codegen flags; --help shows gptc's own.
+  llvm::cl::HideUnrelatedOptions(gptcCategory);
+  std::string fullOverview = overview;
+  if (withMLIROptions)
+    fullOverview += "\nMLIR's flags work as in mlir-opt "
+                    "(--mlir-print-ir-after-all, --mlir-print-debuginfo, "
+                    "--mlir-timing, ...); --help-hidden lists them.\n";
   std::string errors;
   llvm::raw_string_ostream os(errors);
-  if (llvm::cl::ParseCommandLineOptions(argc, argv, overview, &os))
+  if (llvm::cl::ParseCommandLineOptions(argc, argv, fullOverview, &os))
     return;
   // llvm::cl reports over several lines ("Unknown argument", "Did you
   // mean"); the contract is one line. A bad value it has already printed
