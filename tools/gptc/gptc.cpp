@@ -2,6 +2,9 @@
 //
 //   gptc emit --model=gpt2 --stage=graph     print IR after a stage
 //   gptc eval --model=M --init-from=W --data=D --batch=B --seq=T
+//   gptc train --model=M --data=D --steps=N ...   train on the CPU
+//   gptc sample --init-from=CKPT --prompt=TEXT    generate text
+//   gptc tokenize IN.txt... -o OUT.bin            GPT-2 BPE token shards
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,15 +26,22 @@ using namespace gptc::cli;
 namespace {
 const char *kUsage = "usage: gptc <command> [options]\n"
                      "commands:\n"
-                     "  emit   print gptc's IR for a model after a stage\n"
-                     "  eval   loss of a model on a batch of a token file\n"
+                     "  emit      print gptc's IR for a model after a stage\n"
+                     "  eval      loss of a model on a batch of a token file\n"
+                     "  train     train a model on a token file (CPU)\n"
+                     "  sample    generate text from a checkpoint\n"
+                     "  tokenize  text files to GPT-2 token shards\n"
                      "run 'gptc <command> --help' for its options\n";
 
 struct CommandEntry {
   const char *name;
   int (*run)(int, char **);
 };
-const CommandEntry kCommands[] = {{"emit", runEmit}, {"eval", runEval}};
+const CommandEntry kCommands[] = {{"emit", runEmit},
+                                  {"eval", runEval},
+                                  {"train", runTrain},
+                                  {"sample", runSample},
+                                  {"tokenize", runTokenize}};
 } // namespace
 
 int main(int argc, char **argv) {
@@ -53,6 +63,6 @@ int main(int argc, char **argv) {
     return cmd.run(argc - 1, argv + 1);
   }
   llvm::errs() << "gptc: error: unknown command '" << argv[1]
-               << "' (commands: emit, eval)\n";
+               << "' (commands: emit, eval, train, sample, tokenize)\n";
   return 2;
 }

@@ -1,4 +1,4 @@
-//===- Checkpoint.h - training checkpoints on disk ---------------*- C++ -*-===//
+//===- Checkpoint.h - training checkpoints on disk --------------*- C++ -*-===//
 //
 // A checkpoint of step N is the folder <dir>/step_<NNNNNN>/ holding
 //

@@ -33,8 +33,8 @@ public:
   /// Reads `path` (an llm.c shard or nanoGPT .bin). Throws FormatError if it
   /// cannot be read, holds fewer than B*T+1 tokens, or holds an id outside
   /// [0, vocab) anywhere (checked up front, not when the batch comes up).
-  DataLoader(const std::string &path, int64_t batch, int64_t seq,
-             int64_t vocab, bool shuffle, uint64_t seed);
+  DataLoader(const std::string &path, int64_t batch, int64_t seq, int64_t vocab,
+             bool shuffle, uint64_t seed);
 
   /// The batch at the current position; advances to the next window.
   exec::Batch next();

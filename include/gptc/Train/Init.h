@@ -1,4 +1,4 @@
-//===- Init.h - parameters at the start of training --------------*- C++ -*-===//
+//===- Init.h - parameters at the start of training -------------*- C++ -*-===//
 //
 // Each gpt.param argument carries how it starts: gpt.init = "normal" (with
 // gpt.init_std), "zeros" or "ones". Normal parameters are drawn, in

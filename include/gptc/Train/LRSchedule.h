@@ -1,13 +1,14 @@
-//===- LRSchedule.h - the learning rate at each step -------------*- C++ -*-===//
+//===- LRSchedule.h - the learning rate at each step ------------*- C++ -*-===//
 //
 // llm.c's schedule, so other tools can reproduce it exactly. For the 0-based
 // step s of a run of N steps, with peak rate lr, floor min_lr and W warm-up
 // steps:
 //
-//   s < W:           lr_s = lr * (s + 1) / W
-//   cosine, s >= W:  ratio = (s - W) / (N - W)
-//                    lr_s  = min_lr + 0.5 * (1 + cos(pi * ratio)) * (lr - min_lr)
-//   constant, s >= W: lr_s = lr
+//   s < W:             lr_s = lr * (s + 1) / W
+//   cosine, s >= W:    ratio = (s - W) / (N - W)
+//                      lr_s = min_lr + (1 + cos(pi * ratio)) / 2 * (lr -
+//                      min_lr)
+//   constant, s >= W:  lr_s = lr
 //
 // computed in double precision. The cosine starts at lr right after the
 // warm-up and would reach min_lr at s = N (the last step, N - 1, stays just

@@ -1,4 +1,4 @@
-//===- Random.h - a portable, seedable random number generator -*- C++ -*-===//
+//===- Random.h - a portable, seedable random number generator --*- C++ -*-===//
 //
 // Training must reproduce bit for bit on any machine, so gptc does not use
 // <random>'s distributions (their algorithms are implementation-defined).

@@ -35,6 +35,7 @@ public:
   /// Fails with an error at `func` if an argument or result has no role.
   static mlir::FailureOr<StepFunction> get(mlir::func::FuncOp func);
 
+  mlir::func::FuncOp func() const { return func_; }
   const std::vector<Slot> &args() const { return args_; }
   const std::vector<Slot> &results() const { return results_; }
   /// The index of the result with this role and name, or -1.

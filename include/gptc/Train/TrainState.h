@@ -30,11 +30,11 @@ struct TrainOptions {
   uint64_t seed = 0;
   bool shuffle = false;
   std::string data, valData;
-  std::string ckptDir;    ///< "" for none
-  int64_t ckptEvery = 0;  ///< 0: only at the end
-  int64_t valEvery = 0;   ///< 0: only at the start and the end
+  std::string ckptDir;   ///< "" for none
+  int64_t ckptEvery = 0; ///< 0: only at the end
+  int64_t valEvery = 0;  ///< 0: only at the start and the end
   int64_t valBatches = 10;
-  int64_t maxSkips = 10;  ///< consecutive skipped steps before stopping
+  int64_t maxSkips = 10; ///< consecutive skipped steps before stopping
 };
 
 struct TrainState {
@@ -51,7 +51,9 @@ Checkpoint toCheckpoint(const TrainState &state,
 
 /// The state in `ckpt` (read from `folder`). Throws FormatError if its
 /// metadata is missing or malformed, or its model, --batch or --seq differ
-/// from `config` and `opts`.
+/// from `config` and `opts`. Everything else (steps, schedule, seed, ...)
+/// comes from the resuming command: the same command continues the run
+/// exactly; another one (a longer run, say) continues it differently.
 TrainState fromCheckpoint(Checkpoint ckpt, const std::string &folder,
                           const models::GPT2Config &config,
                           const TrainOptions &opts);

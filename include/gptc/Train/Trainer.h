@@ -8,7 +8,8 @@
 // reported on its line and counted, and max_skips such steps in a row stop
 // the run. Every step prints one line, llm.c style:
 //
-//   step 12/50 | loss 6.812345 | lr 3.00e-04 | norm 1.2345 | 93.1 ms | 176043 tok/s
+//   step 12/50 | loss 6.812345 | lr 3.00e-04 | norm 1.2345 | 93.1 ms | 176
+//   tok/s
 //
 // (a skipped step ends in "| skipped (N in a row)"), and validation prints
 // "val loss 6.123456": before the first step, every val_every steps and
@@ -40,8 +41,7 @@ public:
   /// function that lacks one the trainer needs.
   static mlir::FailureOr<Trainer> create(const TrainingProgram &program,
                                          const models::GPT2Config &config,
-                                         const TrainOptions &opts,
-                                         RunLog &log);
+                                         const TrainOptions &opts, RunLog &log);
 
   const std::vector<ParamSpec> &parameters() const { return specs_; }
 
