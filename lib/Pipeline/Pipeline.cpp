@@ -16,6 +16,10 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
                    const OptimizerOptions &opts) {
   if (stage == "graph")
     return;
+  // Before autodiff, so that the backward is flash_attention_grad.
+  pm.addPass(createGPTFuseAttention());
+  if (stage == "attention")
+    return;
   pm.addPass(createGPTAutodiff());
   if (stage == "autodiff")
     return;

@@ -75,6 +75,34 @@ func.func @attention(%s: tensor<2x4x4xf32> {gpt.param = "scores"},
 
 // -----
 
+// Fused attention: one flash_attention_grad takes the forward's out and lse
+// and gives all three input gradients.
+// CHECK-LABEL: func.func @flash_grad
+// CHECK: %[[O:.+]], %[[LSE:.+]] = gpt.flash_attention %[[Q:[^,]+]], %[[K:[^,]+]], %[[V:[^ ]+]] {causal, scale = 5.000000e-01 : f32}
+// CHECK: %[[DO:.+]] = gpt.cross_entropy_grad
+// CHECK: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = gpt.flash_attention_grad %[[Q]], %[[K]], %[[V]], %[[O]], %[[LSE]], %[[DO]] {causal, scale = 5.000000e-01 : f32}
+// CHECK: return %{{.+}}, %[[DQ]], %[[DK]], %[[DV]]
+func.func @flash(%q: tensor<1x2x4x4xf32> {gpt.param = "q"},
+                 %k: tensor<1x2x4x4xf32> {gpt.param = "k"},
+                 %v: tensor<1x2x4x4xf32> {gpt.param = "v"},
+                 %t: tensor<1x2x4xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}) {
+  %o, %lse = gpt.flash_attention %q, %k, %v {causal, scale = 0.5 : f32} : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32> -> tensor<1x2x4x4xf32>, tensor<1x2x4xf32>
+  %l = gpt.cross_entropy %o, %t : tensor<1x2x4x4xf32>, tensor<1x2x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// The logsumexp is an output for the backward pass, not a differentiable one.
+func.func @flash_lse_loss(%q: tensor<1x2x4x4xf32> {gpt.param = "q"}, %t: tensor<1x2xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}) {
+  // expected-error @+1 {{'gpt.flash_attention' op has no gradient rule for its lse result (the loss depends on the logsumexp); only out is differentiable}}
+  %o, %lse = gpt.flash_attention %q, %q, %q {causal, scale = 0.5 : f32} : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32> -> tensor<1x2x4x4xf32>, tensor<1x2x4xf32>
+  %l = gpt.cross_entropy %lse, %t : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // A function without a loss is not differentiated.
 // CHECK-LABEL: func.func @no_loss
 // CHECK-NOT: func.func @no_loss_grad

@@ -21,7 +21,7 @@ namespace gptc::cli {
 
 namespace {
 // Stages in pipeline order; each later issue appends its own.
-const char *const kStages[] = {"graph", "autodiff", "optimizer"};
+const char *const kStages[] = {"graph", "attention", "autodiff", "optimizer"};
 
 std::string withThousands(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -62,7 +62,8 @@ void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
 int runEmit(int argc, char **argv) {
   ModelOptions model;
   llvm::cl::opt<std::string> stage(
-      "stage", llvm::cl::desc("Print the IR after this stage: graph, autodiff, optimizer"),
+      "stage", llvm::cl::desc("Print the IR after this stage: graph, attention, "
+                              "autodiff, optimizer"),
       llvm::cl::init("graph"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<bool> stats(
       "stats", llvm::cl::desc("Print parameter and op counts, not the IR"),
@@ -77,7 +78,7 @@ int runEmit(int argc, char **argv) {
 
   if (!llvm::is_contained(kStages, stage.getValue()))
     fail("unknown stage '" + stage +
-         "' (stages: graph, autodiff, optimizer)");
+         "' (stages: graph, attention, autodiff, optimizer)");
   models::GPT2Config config = model.config();
   int64_t B = model.batch, T = model.seqLength();
 

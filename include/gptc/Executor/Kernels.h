@@ -42,6 +42,25 @@ HostTensor unary(UnaryKind kind, const HostTensor &x);
 HostTensor reduceSum(const HostTensor &x, const std::vector<int64_t> &shape);
 HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis);
 
+/// Tile sizes of the blocked attention kernels: Br query rows by Bc keys.
+struct AttentionTiles {
+  int64_t queries = 64;
+  int64_t keys = 64;
+};
+/// gpt.flash_attention over q [..., T, D], k and v [..., S, D]: {out, lse},
+/// lse = logsumexp of each query row of the scaled (causal: masked) scores.
+/// Blocked as the GPU kernel: an online softmax over tiles of keys.
+std::vector<HostTensor> flashAttention(const HostTensor &q, const HostTensor &k,
+                                       const HostTensor &v, float scale,
+                                       bool causal, AttentionTiles tiles = {});
+/// gpt.flash_attention_grad: {dq, dk, dv}, recomputing the probabilities of
+/// each tile from q, k and lse.
+std::vector<HostTensor>
+flashAttentionGrad(const HostTensor &q, const HostTensor &k,
+                   const HostTensor &v, const HostTensor &out,
+                   const HostTensor &lse, const HostTensor &dout, float scale,
+                   bool causal, AttentionTiles tiles = {});
+
 // Gradients (the adjoints gpt-autodiff emits).
 HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
                          const std::vector<int64_t> &tableShape);

@@ -51,7 +51,7 @@ struct TrainingProgram {
 };
 
 /// Adds the passes that turn the forward graph into a training step, up to
-/// and including `stage` ("graph", "autodiff", "optimizer").
+/// and including `stage` ("graph", "attention", "autodiff", "optimizer").
 void buildPipeline(mlir::OpPassManager &pm, llvm::StringRef stage,
                    const OptimizerOptions &opts);
 

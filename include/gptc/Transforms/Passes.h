@@ -16,6 +16,9 @@ namespace gptc {
 #define GEN_PASS_REGISTRATION
 #include "gptc/Transforms/Passes.h.inc"
 
+/// gpt-fuse-attention's pattern, rooted at the matmul of probabilities by v.
+void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
+
 /// The gradient function of `forward` (see gpt-autodiff), inserted after it.
 mlir::FailureOr<mlir::func::FuncOp>
 buildGradientFunction(mlir::func::FuncOp forward);

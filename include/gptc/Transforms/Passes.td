@@ -2,8 +2,9 @@
 //
 // The pipeline, in order (lib/Pipeline/Pipeline.cpp strings them together):
 //
-//   gpt-autodiff     forward graph -> + gradient function
-//   gpt-optimizer    + AdamW update function
+//   gpt-fuse-attention  q·kᵀ, scale, mask, softmax, ·v -> gpt.flash_attention
+//   gpt-autodiff        forward graph -> + gradient function
+//   gpt-optimizer       + AdamW update function
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +12,58 @@
 #define GPTC_TRANSFORMS_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+
+def GPTFuseAttention : Pass<"gpt-fuse-attention", "mlir::ModuleOp"> {
+  let summary = "Replaces attention written as q·kᵀ, scale, mask, softmax, ·v "
+                "with gpt.flash_attention";
+  let description = [{
+    Finds scaled dot-product attention as a person writes it and replaces it
+    with one `gpt.flash_attention`, whose gradient (after gpt-autodiff) is
+    one `gpt.flash_attention_grad` that recomputes the probabilities instead
+    of keeping the [T, T] matrix alive. The search starts at each matmul
+    of a softmax by v, walks up, and accepts:
+
+    - the scores `q·kᵀ`: `gpt.matmul %q, %k {transpose_b}`, or a matmul with
+      an explicit `gpt.transpose` of k's last two dimensions;
+    - a scale of 1/√d (d the head size), as a multiplication by a splat
+      constant or a division by one, on the scores, on q or on k (several
+      factors multiply);
+    - an optional causal mask: `gpt.causal_mask` (fill -inf), or an added
+      constant with 0 on and below the diagonal and -inf above; no mask
+      makes `causal = false`;
+    - the probabilities multiplied by v, `gpt.matmul %p, %v`.
+
+    q, k and v already in [B, H, T, D] (GPT-2 splits heads with reshape and
+    transpose before q·kᵀ) are used as they are; heads folded into one batch
+    dimension ([B·H, T, D]) are unfolded by looking through the reshape that
+    folded them, or by a new reshape, and the output is reshaped back.
+
+    Anything that is not exactly attention stays as it is, with a remark
+    `did not fuse attention: <why>` at the softmax: a mask that is not
+    causal, a scale that is not 1/√d, probabilities or scores used by other
+    ops.
+
+    Example:
+
+    ```mlir
+    %scale = gpt.constant dense<0.176776692> : tensor<f32>
+    %s = gpt.matmul %q, %k {transpose_b} : tensor<2x4x8x32xf32>, tensor<2x4x8x32xf32> -> tensor<2x4x8x8xf32>
+    %c = gpt.mul %s, %scale : tensor<2x4x8x8xf32>, tensor<f32> -> tensor<2x4x8x8xf32>
+    %m = gpt.causal_mask %c : tensor<2x4x8x8xf32>
+    %p = gpt.softmax %m : tensor<2x4x8x8xf32>
+    %y = gpt.matmul %p, %v : tensor<2x4x8x8xf32>, tensor<2x4x8x32xf32> -> tensor<2x4x8x32xf32>
+    ```
+
+    becomes
+
+    ```mlir
+    %y, %lse = gpt.flash_attention %q, %k, %v {causal, scale = 0.176776692 : f32}
+        : tensor<2x4x8x32xf32>, tensor<2x4x8x32xf32>, tensor<2x4x8x32xf32>
+        -> tensor<2x4x8x32xf32>, tensor<2x4x8xf32>
+    ```
+  }];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
 
 def GPTAutodiff : Pass<"gpt-autodiff", "mlir::ModuleOp"> {
   let summary = "Derives the gradient of the loss with respect to every parameter";

@@ -151,6 +151,52 @@ LogicalResult GeluOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// FlashAttentionOp, FlashAttentionGradOp
+//===----------------------------------------------------------------------===//
+
+/// The checks both attention ops share: q [B, H, T, D], k and v [B, H, S, D]
+/// of one element type, lse [B, H, T], S = T when causal, a usable scale.
+static LogicalResult verifyAttention(Operation *op, Value q, Value k, Value v,
+                                     Value lse, APFloat scale, bool causal) {
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
+  if (qs.size() != 4)
+    return op->emitOpError() << "q must be [batch, heads, queries, head_dim], "
+                                "got "
+                             << shapeStr(qs);
+  if (ks.size() != 4 || ks[0] != qs[0] || ks[1] != qs[1] || ks[3] != qs[3])
+    return op->emitOpError() << "k has shape " << shapeStr(ks) << ", expected "
+                             << qs[0] << "x" << qs[1] << "xSx" << qs[3]
+                             << " (S keys)";
+  if (failed(expectShape(op, "v", shapeOf(v), ks)))
+    return failure();
+  if (elemOf(k) != elemOf(q) || elemOf(v) != elemOf(q))
+    return op->emitOpError("q, k and v must have the same element type");
+  if (failed(expectShape(op, "lse", shapeOf(lse), qs.drop_back())))
+    return failure();
+  if (causal && ks[2] != qs[2])
+    return op->emitOpError() << "causal attention needs as many keys as "
+                                "queries, got "
+                             << qs[2] << " queries and " << ks[2] << " keys";
+  if (!scale.isFiniteNonZero() || scale.isNegative())
+    return op->emitOpError("scale must be a positive finite number");
+  return success();
+}
+
+LogicalResult FlashAttentionOp::verify() {
+  if (failed(expectShape(*this, "out", shapeOf(getOut()), shapeOf(getQ()))))
+    return failure();
+  if (elemOf(getOut()) != elemOf(getQ()))
+    return emitOpError("out must have the element type of q");
+  return verifyAttention(*this, getQ(), getK(), getV(), getLse(), getScale(),
+                         getCausal());
+}
+
+LogicalResult FlashAttentionGradOp::verify() {
+  return verifyAttention(*this, getQ(), getK(), getV(), getLse(), getScale(),
+                         getCausal());
+}
+
+//===----------------------------------------------------------------------===//
 // ReshapeOp, TransposeOp, SplitOp
 //===----------------------------------------------------------------------===//
 

@@ -143,6 +143,22 @@ LogicalResult CausalMaskOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
   return success();
 }
 
+// The backward recomputes the probabilities from q, k and the forward's lse
+// (flash_attention_grad). lse itself only ever feeds that op, so it has no
+// gradient rule: a graph whose loss depends on lse is refused.
+LogicalResult FlashAttentionOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
+                                         SmallVectorImpl<Value> &dxs) {
+  if (dys[1])
+    return emitOpError("has no gradient rule for its lse result (the loss "
+                       "depends on the logsumexp); only out is differentiable");
+  auto grad = b.create<FlashAttentionGradOp>(
+      getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
+      getK(), getV(), getOut(), getLse(), dys[0], getScaleAttr(),
+      getCausalAttr());
+  dxs.append({grad.getDq(), grad.getDk(), grad.getDv()});
+  return success();
+}
+
 LogicalResult GeluOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
                                SmallVectorImpl<Value> &dxs) {
   dxs.push_back(b.create<GeluGradOp>(getLoc(), getType(), getX(), dys[0],

@@ -129,6 +129,78 @@ func.func @causal_mask_square(%x: tensor<2x8x4xf32>) {
 
 // -----
 
+func.func @attention_q_rank(%q: tensor<8x16xf32>, %k: tensor<8x16xf32>) {
+  // expected-error @+1 {{q must be [batch, heads, queries, head_dim], got 8x16}}
+  %o, %l = gpt.flash_attention %q, %k, %k {scale = 0.25 : f32} : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32> -> tensor<8x16xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_k_head_dim(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x8xf32>) {
+  // expected-error @+1 {{k has shape 2x4x8x8, expected 2x4xSx16 (S keys)}}
+  %o, %l = gpt.flash_attention %q, %k, %k {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_v_shape(%q: tensor<2x4x8x16xf32>, %v: tensor<2x4x6x16xf32>) {
+  // expected-error @+1 {{v has shape 2x4x6x16, expected 2x4x8x16}}
+  %o, %l = gpt.flash_attention %q, %q, %v {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x6x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_element_types(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xbf16>) {
+  // expected-error @+1 {{q, k and v must have the same element type}}
+  %o, %l = gpt.flash_attention %q, %k, %k {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_out_shape(%q: tensor<2x4x8x16xf32>) {
+  // expected-error @+1 {{out has shape 2x4x8x8, expected 2x4x8x16}}
+  %o, %l = gpt.flash_attention %q, %q, %q {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x8xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_lse_shape(%q: tensor<2x4x8x16xf32>) {
+  // expected-error @+1 {{lse has shape 2x4x16, expected 2x4x8}}
+  %o, %l = gpt.flash_attention %q, %q, %q {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_causal_square(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x5x16xf32>) {
+  // expected-error @+1 {{causal attention needs as many keys as queries, got 8 queries and 5 keys}}
+  %o, %l = gpt.flash_attention %q, %k, %k {causal, scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x5x16xf32>, tensor<2x4x5x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<2x4x8x16xf32>) {
+  // expected-error @+1 {{scale must be a positive finite number}}
+  %o, %l = gpt.flash_attention %q, %q, %q {scale = 0.0 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_lse_shape(%q: tensor<2x4x8x16xf32>, %lse: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{lse has shape 2x4x16, expected 2x4x8}}
+  %dq, %dk, %dv = gpt.flash_attention_grad %q, %q, %q, %q, %lse, %q {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
 func.func @gelu_approximation(%x: tensor<8xf32>) {
   // expected-error @+1 {{approximate must be "tanh" or "none", got "sigmoid"}}
   %y = gpt.gelu %x {approximate = "sigmoid"} : tensor<8xf32>

@@ -45,6 +45,18 @@ func.func @norms(%x: tensor<2x8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>,
   return %ln, %ln2, %p : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x4x8x8xf32>
 }
 
+// CHECK-LABEL: func.func @attention
+func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tensor<2x4x8x16xf32>, %do: tensor<2x4x8x16xf32>, %kx: tensor<2x4x5x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>) {
+  // CHECK: %[[O:.+]], %[[L:.+]] = gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 2.500000e-01 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  %o, %lse = gpt.flash_attention %q, %k, %v {causal, scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  // CHECK: gpt.flash_attention_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[O]], %[[L]], %{{.+}} {causal, scale = 2.500000e-01 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  %dq, %dk, %dv = gpt.flash_attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  // Without causal, keys and queries may differ in number.
+  // CHECK: gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {scale = 2.500000e-01 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x5x16xf32>, tensor<2x4x5x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  %x, %xlse = gpt.flash_attention %q, %kx, %kx {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x5x16xf32>, tensor<2x4x5x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  return %o, %dq, %dk, %dv, %x : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>
+}
+
 // CHECK-LABEL: func.func @gelu
 func.func @gelu(%x: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
   // The tanh form is the default and is not printed.

@@ -2,8 +2,9 @@
 //
 // The ops a person needs to write GPT-2: embeddings, matmul, layernorm,
 // softmax, causal masking, GELU, head reshapes, cross-entropy and elementwise
-// arithmetic. All shapes are static; every op verifies its shapes with a
-// message that names the offending dimension.
+// arithmetic; the ops passes make of them (flash attention); and the
+// gradient ops gpt-autodiff emits. All shapes are static; every op verifies
+// its shapes with a message that names the offending dimension.
 //
 //===----------------------------------------------------------------------===//
 
@@ -142,6 +143,41 @@ def GPT_GeluOp : GPT_Op<"gelu", [Pure, Differentiable, AllTypesMatch<["x", "resu
                        DefaultValuedAttr<StrAttr, "\"tanh\"">:$approximate);
   let results = (outs GPT_FloatTensor:$result);
   let assemblyFormat = "$x attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention (what gpt-fuse-attention makes of q·kᵀ, scale, mask, softmax, ·v)
+//===----------------------------------------------------------------------===//
+
+def GPT_FlashAttentionOp : GPT_Op<"flash_attention", [Pure, Differentiable]> {
+  let summary = "Scaled dot-product attention in one kernel, with its logsumexp";
+  let description = [{
+    `q` is `[B, H, T, D]`, `k` and `v` are `[B, H, S, D]`. With the scores
+    `s = scale · q·kᵀ` (`[B, H, T, S]`), where `causal` sets `s[..., i, j]`
+    to -inf for `j > i` (then `S` must equal `T`):
+
+      out = softmax(s) · v                 [B, H, T, D]
+      lse = logsumexp(s) over the keys     [B, H, T], always f32
+
+    The probabilities are never materialised: the kernel walks tiles of
+    keys with an online softmax (FlashAttention-2). `lse` is what the
+    backward pass needs to recompute them (`gpt.flash_attention_grad`); it
+    is not differentiable.
+
+    ```mlir
+    %out, %lse = gpt.flash_attention %q, %k, %v {causal, scale = 0.176776692 : f32}
+        : tensor<4x12x64x32xf32>, tensor<4x12x64x32xf32>, tensor<4x12x64x32xf32>
+        -> tensor<4x12x64x32xf32>, tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$q, GPT_FloatTensor:$k,
+                       GPT_FloatTensor:$v, F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs GPT_FloatTensor:$out, RankedTensorOf<[F32]>:$lse);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v attr-dict `:` type($q) `,` type($k) `,` type($v) `->`
+    type($out) `,` type($lse)
+  }];
   let hasVerifier = 1;
 }
 
@@ -347,6 +383,43 @@ def GPT_CrossEntropyGradOp : GPT_Op<"cross_entropy_grad",
   let assemblyFormat = [{
     $logits `,` $targets `,` $dloss attr-dict `:` type($logits) `,`
     type($targets) `,` type($dloss)
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_FlashAttentionGradOp : GPT_Op<"flash_attention_grad",
+    [Pure, AllTypesMatch<["q", "out", "dout", "dq"]>,
+     AllTypesMatch<["k", "dk"]>, AllTypesMatch<["v", "dv"]>]> {
+  let summary = "Gradients of gpt.flash_attention for q, k and v";
+  let description = [{
+    FlashAttention-2's backward pass. It takes the forward's inputs, its
+    output `out` and logsumexp `lse`, and the output gradient `dout`, and
+    recomputes the probabilities tile by tile instead of storing them:
+
+      P  = exp(scale · q·kᵀ − lse)  (0 where `causal` masks)
+      D  = rowsum(dout ∘ out)
+      dv = Pᵀ · dout
+      dS = P ∘ (dout · vᵀ − D)
+      dq = scale · dS · k,   dk = scale · dSᵀ · q
+
+    `scale` and `causal` are the forward op's.
+
+    ```mlir
+    %dq, %dk, %dv = gpt.flash_attention_grad %q, %k, %v, %out, %lse, %dout
+        {causal, scale = 0.176776692 : f32}
+        : tensor<4x12x64x32xf32>, tensor<4x12x64x32xf32>,
+          tensor<4x12x64x32xf32>, tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$q, GPT_FloatTensor:$k,
+                       GPT_FloatTensor:$v, GPT_FloatTensor:$out,
+                       RankedTensorOf<[F32]>:$lse, GPT_FloatTensor:$dout,
+                       F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs GPT_FloatTensor:$dq, GPT_FloatTensor:$dk,
+                      GPT_FloatTensor:$dv);
+  let assemblyFormat = [{
+    $q `,` $k `,` $v `,` $out `,` $lse `,` $dout attr-dict `:` type($q) `,`
+    type($k) `,` type($v) `,` type($lse)
   }];
   let hasVerifier = 1;
 }
