@@ -3,7 +3,9 @@
 #include "gptc/Executor/Executor.h"
 
 #include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Executor/FusedKernels.h"
 #include "gptc/Executor/Kernels.h"
+#include "gptc/Executor/Precision.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/StringMap.h"
@@ -42,6 +44,17 @@ HostTensor constantTensor(gpt::ConstantOp op) {
   return t;
 }
 
+/// gpt-pad-dims' attributes of cross_entropy and its gradient.
+template <typename OpTy> int64_t numClasses(OpTy op) {
+  std::optional<uint64_t> n = op.getNumClasses();
+  return n ? int64_t(*n) : -1;
+}
+template <typename OpTy> std::optional<int32_t> ignoreIndex(OpTy op) {
+  if (IntegerAttr attr = op.getIgnoreIndexAttr())
+    return int32_t(attr.getInt());
+  return std::nullopt;
+}
+
 /// Evaluates one op; `in` holds its operands' values in order.
 std::vector<HostTensor> evaluate(Operation *op,
                                  const std::vector<const HostTensor *> &in) {
@@ -50,7 +63,13 @@ std::vector<HostTensor> evaluate(Operation *op,
   return llvm::TypeSwitch<Operation *, R>(op)
       .Case([&](gpt::ConstantOp c) { return one(constantTensor(c)); })
       .Case([&](gpt::IotaOp c) { return one(iota(shapeOf(c.getResult())[0])); })
+      // The rounding to the result's type happens on write (runFunction).
+      .Case([&](gpt::CastOp) { return one(*in[0]); })
       .Case([&](gpt::EmbeddingOp) { return one(embedding(*in[0], *in[1])); })
+      .Case([&](gpt::FusedElementwiseOp f) { return fusedElementwise(f, in); })
+      .Case([&](gpt::MultiTensorElementwiseOp f) {
+        return multiTensorElementwise(f, in);
+      })
       .Case([&](gpt::MatmulOp m) {
         return one(matmul(*in[0], *in[1], m.getTransposeA(),
                           m.getTransposeB()));
@@ -83,8 +102,15 @@ std::vector<HostTensor> evaluate(Operation *op,
           sizes.push_back(shapeOf(r)[s.getAxis()]);
         return split(*in[0], s.getAxis(), sizes);
       })
-      .Case([&](gpt::CrossEntropyOp) {
-        return one(crossEntropy(*in[0], *in[1]));
+      .Case([&](gpt::CrossEntropyOp c) {
+        return one(crossEntropy(*in[0], *in[1], numClasses(c),
+                                ignoreIndex(c)));
+      })
+      .Case([&](gpt::PadOp p) {
+        return one(pad(*in[0], shapeOf(p.getResult()), p.getValue()));
+      })
+      .Case([&](gpt::SliceOp s) {
+        return one(slice(*in[0], shapeOf(s.getResult())));
       })
       .Case([&](gpt::AddOp o) {
         return one(binary(BinaryKind::Add, *in[0], *in[1], shapeOf(o)));
@@ -121,8 +147,15 @@ std::vector<HostTensor> evaluate(Operation *op,
       .Case([&](gpt::GeluGradOp g) {
         return one(geluGrad(*in[0], *in[1], g.getApproximate() == "tanh"));
       })
-      .Case([&](gpt::CrossEntropyGradOp) {
-        return one(crossEntropyGrad(*in[0], *in[1], *in[2]));
+      .Case([&](gpt::CrossEntropyGradOp c) {
+        return one(crossEntropyGrad(*in[0], *in[1], *in[2], numClasses(c),
+                                    ignoreIndex(c)));
+      })
+      // One pass over the logits on a GPU; two kernels here, same values.
+      .Case([&](gpt::CrossEntropyWithGradOp c) {
+        return R{crossEntropy(*in[0], *in[1], numClasses(c), ignoreIndex(c)),
+                 crossEntropyGrad(*in[0], *in[1], *in[2], numClasses(c),
+                                  ignoreIndex(c))};
       })
       .Case([&](gpt::FlashAttentionGradOp a) {
         return flashAttentionGrad(*in[0], *in[1], *in[2], *in[3], *in[4],
@@ -139,6 +172,17 @@ std::vector<HostTensor> evaluate(Operation *op,
         throw KernelError("the CPU executor cannot run '" +
                           op->getName().getStringRef().str() + "'");
       });
+}
+
+/// How a value of this type is stored: bf16 and f16 tensors hold only values
+/// of their type (see gptc/Executor/Precision.h).
+StorageKind storageOf(Type type) {
+  Type elem = cast<RankedTensorType>(type).getElementType();
+  if (elem.isBF16())
+    return StorageKind::BF16;
+  if (elem.isF16())
+    return StorageKind::F16;
+  return StorageKind::F32;
 }
 
 bool matchesType(const HostTensor &t, Type type) {
@@ -177,6 +221,7 @@ runFunction(func::FuncOp func, const std::vector<HostTensor> &args) {
                               << shapeString(args[i].shape)
                               << ", expected " << arg.getType();
     values[arg] = args[i];
+    roundTo(values[arg], storageOf(arg.getType()));
   }
 
   // Free each value after its last use: a gpt2 step keeps only what it must.
@@ -209,8 +254,10 @@ runFunction(func::FuncOp func, const std::vector<HostTensor> &args) {
     } catch (const KernelError &e) {
       return op.emitError() << e.what();
     }
-    for (auto [result, tensor] : llvm::zip(op.getResults(), out))
+    for (auto [result, tensor] : llvm::zip(op.getResults(), out)) {
+      roundTo(tensor, storageOf(result.getType()));
       values[result] = std::move(tensor);
+    }
     for (Value v : op.getOperands())
       if (lastUse.lookup(v) == &op && !llvm::is_contained(op.getResults(), v))
         values.erase(v);

@@ -171,22 +171,31 @@ HostTensor geluGrad(const HostTensor &x, const HostTensor &dy,
 
 HostTensor crossEntropyGrad(const HostTensor &logits,
                             const HostTensor &targets,
-                            const HostTensor &dloss) {
+                            const HostTensor &dloss, int64_t numClasses,
+                            std::optional<int32_t> ignoreIndex) {
   int64_t V = logits.shape.back(), rows = targets.numel();
+  int64_t classes = numClasses < 0 ? V : numClasses;
+  auto ignored = [&](int64_t r) { return ignoreIndex && targets.i32[r] == *ignoreIndex; };
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    counted += !ignored(r);
+  // Padded columns and ignored rows stay exactly 0.
   HostTensor dlogits = HostTensor::floats(logits.shape);
-  double scale = double(dloss.f32[0]) / double(rows);
+  double scale = double(dloss.f32[0]) / double(counted);
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
+    if (ignored(r))
+      continue;
     const float *row = logits.data() + r * V;
     float *out = dlogits.data() + r * V;
     float max = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < V; ++v)
+    for (int64_t v = 0; v < classes; ++v)
       max = std::max(max, row[v]);
     double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v)
+    for (int64_t v = 0; v < classes; ++v)
       sum += std::exp(row[v] - max);
     int32_t target = targets.i32[r];
-    for (int64_t v = 0; v < V; ++v) {
+    for (int64_t v = 0; v < classes; ++v) {
       double p = std::exp(row[v] - max) / sum;
       out[v] = float((p - (v == target ? 1.0 : 0.0)) * scale);
     }

@@ -83,31 +83,43 @@ HostTensor gelu(const HostTensor &x, bool tanhApproximation) {
   return out;
 }
 
-HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets) {
+HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets,
+                        int64_t numClasses,
+                        std::optional<int32_t> ignoreIndex) {
   int64_t V = logits.shape.back(), rows = targets.numel();
-  for (int64_t r = 0; r < rows; ++r)
-    if (targets.i32[r] < 0 || targets.i32[r] >= V)
+  int64_t classes = numClasses < 0 ? V : numClasses;
+  auto ignored = [&](int64_t r) { return ignoreIndex && targets.i32[r] == *ignoreIndex; };
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (ignored(r))
+      continue;
+    ++counted;
+    if (targets.i32[r] < 0 || targets.i32[r] >= classes)
       throw KernelError("target id " + std::to_string(targets.i32[r]) +
                         " at position " + std::to_string(r) +
-                        " is outside the vocabulary of " + std::to_string(V));
+                        " is outside the vocabulary of " +
+                        std::to_string(classes));
+  }
   // Per-row losses summed in order afterwards: the result does not depend
   // on how OpenMP split the rows, which exact --resume relies on.
-  std::vector<double> losses(rows);
+  std::vector<double> losses(rows, 0.0);
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
+    if (ignored(r))
+      continue;
     const float *row = logits.data() + r * V;
     float max = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < V; ++v)
+    for (int64_t v = 0; v < classes; ++v)
       max = std::max(max, row[v]);
     double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v)
+    for (int64_t v = 0; v < classes; ++v)
       sum += std::exp(row[v] - max);
     losses[r] = std::log(sum) + max - row[targets.i32[r]];
   }
   double total = 0.0;
   for (double l : losses)
     total += l;
-  return HostTensor::floats({}, float(total / double(rows)));
+  return HostTensor::floats({}, float(total / double(counted)));
 }
 
 } // namespace gptc::exec

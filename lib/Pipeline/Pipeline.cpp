@@ -13,12 +13,28 @@ using namespace mlir;
 namespace gptc {
 
 void buildPipeline(OpPassManager &pm, StringRef stage,
-                   const OptimizerOptions &opts) {
+                   const OptimizerOptions &opts, int64_t padMultiple) {
   if (stage == "graph")
+    return;
+  // First, on the forward graph as written: attention is still spelled out,
+  // and the padded shapes flow through every later pass.
+  if (padMultiple > 0) {
+    GPTPadDimsOptions pad;
+    pad.multiple = padMultiple;
+    pm.addPass(createGPTPadDims(pad));
+  }
+  if (stage == "padded")
     return;
   // Before autodiff, so that the backward is flash_attention_grad.
   pm.addPass(createGPTFuseAttention());
   if (stage == "attention")
+    return;
+  // Before autodiff, so the backward GEMMs read the same low-precision copies
+  // and the casts' VJPs hand float32 gradients to the master weights.
+  GPTMixedPrecisionOptions precision;
+  precision.policy = opts.precision;
+  pm.addPass(createGPTMixedPrecision(precision));
+  if (stage == "precision")
     return;
   pm.addPass(createGPTAutodiff());
   if (stage == "autodiff")
@@ -33,16 +49,21 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   // The update repeats its scalar constants per parameter; fold them once.
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  if (stage == "optimizer")
+    return;
+  // Last, over the whole step: the backward's and the update's chains
+  // exist only now (docs/pipeline.md, "Where the fusion passes sit").
+  pm.addPass(createGPTFuseElementwise());
 }
 
 FailureOr<TrainingProgram>
 compileTrainingProgram(MLIRContext &ctx, const models::GPT2Config &cfg,
                        int64_t batch, int64_t seq,
-                       const OptimizerOptions &opts) {
+                       const OptimizerOptions &opts, int64_t padMultiple) {
   TrainingProgram program;
   program.module = models::buildGPT2(ctx, cfg, batch, seq);
   PassManager pm(&ctx);
-  buildPipeline(pm, "optimizer", opts);
+  buildPipeline(pm, "fused", opts, padMultiple);
   if (failed(verify(*program.module)) || failed(pm.run(*program.module)))
     return failure();
   for (auto func : program.module->getOps<func::FuncOp>()) {

@@ -5,7 +5,9 @@
 #include "gptc/Formats/Error.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace gptc::train {
 
@@ -59,6 +61,10 @@ Checkpoint toCheckpoint(const TrainState &state,
   m["step"] = std::to_string(state.step);
   m["adam_updates"] = std::to_string(state.updates);
   m["consecutive_skips"] = std::to_string(state.skips);
+  char scale[32];
+  std::snprintf(scale, sizeof(scale), "%.17g", state.lossScale);
+  m["loss_scale"] = scale;
+  m["loss_scale_good_steps"] = std::to_string(state.goodSteps);
   m["data_epoch"] = std::to_string(state.data.epoch);
   m["data_window"] = std::to_string(state.data.window);
   m["seed"] = std::to_string(opts.seed);
@@ -126,6 +132,13 @@ TrainState fromCheckpoint(Checkpoint ckpt, const std::string &folder,
   state.step = r.integer("step");
   state.updates = r.integer("adam_updates");
   state.skips = r.integer("consecutive_skips");
+  // Absent from checkpoints written before fp16 loss scaling: scale 1.
+  if (ckpt.metadata.count("loss_scale")) {
+    state.lossScale = std::strtod(ckpt.metadata["loss_scale"].c_str(), nullptr);
+    state.goodSteps = r.integer("loss_scale_good_steps");
+    if (!(state.lossScale > 0.0) || !std::isfinite(state.lossScale))
+      throw FormatError(folder + ": loss_scale must be a positive number");
+  }
   state.data = {r.integer("data_epoch"), r.integer("data_window")};
   state.params = std::move(ckpt.params);
   state.adamM = std::move(ckpt.adamM);

@@ -110,6 +110,8 @@ FailureOr<Trainer> Trainer::create(const TrainingProgram &program,
     if (n.f->resultIndex(n.role, n.name) < 0)
       return n.f->func().emitError()
              << "returns no " << roleName(n.role) << " = \"" << n.name << "\"";
+  for (const Slot &s : grads->args())
+    t.lossScaling_ |= s.role == Role::Hyper && s.name == "loss_scale";
   t.specs_ = std::move(*specs);
   t.forward_ = std::move(*forward);
   t.grads_ = std::move(*grads);
@@ -147,6 +149,7 @@ void Trainer::start(std::map<std::string, HostTensor> params,
     state_.adamV.emplace(spec.name, HostTensor::floats(spec.shape));
   }
   state_.params = std::move(params);
+  state_.lossScale = lossScaling_ ? opts_.initLossScale : 1.0;
 }
 
 void Trainer::resume(const std::string &folder) {
@@ -154,6 +157,8 @@ void Trainer::resume(const std::string &folder) {
       fromCheckpoint(loadCheckpoint(folder), folder, config_, opts_);
   checkParameters(state.params, folder + "/model.safetensors");
   state_ = std::move(state);
+  if (!lossScaling_)
+    state_.lossScale = 1.0; // an fp16 checkpoint resumed in another policy
   lastCheckpoint_ = folder;
 }
 
@@ -164,8 +169,11 @@ LogicalResult Trainer::step(DataLoader &train) {
   double lossSum = 0.0;
   for (int64_t k = 0; k < K; ++k) {
     exec::Batch batch = train.next();
+    HostTensor lossScale = HostTensor::floats({}, float(state_.lossScale));
     FailureOr<std::vector<HostTensor>> out =
         grads_->run([&](const Slot &s) -> const HostTensor & {
+          if (lossScaling_ && s.role == Role::Hyper && s.name == "loss_scale")
+            return lossScale;
           return modelArgument(state_.params, batch, s, "grads");
         });
     if (failed(out))
@@ -186,7 +194,9 @@ LogicalResult Trainer::step(DataLoader &train) {
   std::map<std::string, HostTensor> hyper = {
       {"lr", HostTensor::floats({}, float(lr))},
       {"step", HostTensor::floats({}, float(state_.updates + 1))},
-      {"grad_scale", HostTensor::floats({}, float(1.0 / double(K)))}};
+      // Unscales fp16's scaled gradients along with averaging the K sums.
+      {"grad_scale",
+       HostTensor::floats({}, float(1.0 / (double(K) * state_.lossScale)))}};
   FailureOr<std::vector<HostTensor>> out =
       update_->run([&](const Slot &s) -> const HostTensor & {
         switch (s.role) {
@@ -224,6 +234,15 @@ LogicalResult Trainer::step(DataLoader &train) {
   } else {
     ++state_.skips;
   }
+  // GradScaler: back off on an overflow, grow after a run of good steps.
+  double scaleUsed = state_.lossScale;
+  if (lossScaling_ && !finite) {
+    state_.lossScale *= 0.5;
+    state_.goodSteps = 0;
+  } else if (lossScaling_ && ++state_.goodSteps >= opts_.lossScaleWindow) {
+    state_.lossScale *= 2.0;
+    state_.goodSteps = 0;
+  }
   ++state_.step;
   state_.data = train.position();
 
@@ -235,6 +254,8 @@ LogicalResult Trainer::step(DataLoader &train) {
       "step %lld/%lld | loss %s | lr %.2e | norm %s | %.1f ms | %.0f tok/s",
       (long long)state_.step, (long long)opts_.steps, fixed(loss, 6).c_str(),
       lr, fixed(norm, 4).c_str(), seconds * 1e3, tokens / seconds);
+  if (lossScaling_)
+    line += format(" | loss scale %g", scaleUsed);
   if (!finite)
     line += format(" | skipped (%lld in a row)", (long long)state_.skips);
   log_.line(line);

@@ -108,11 +108,24 @@ FailureOr<func::FuncOp> buildGradientFunction(func::FuncOp forward) {
   };
 
   // Seed d loss / d loss = 1, then sweep the active ops in reverse order.
+  // Under fp16 (gpt-mixed-precision) the seed is a run-time loss scale, so
+  // the gradients come out scaled; the update's grad_scale unscales them.
   b.setInsertionPoint(ret);
   DenseMap<Value, Value> grads;
-  grads[loss] = b.create<ConstantOp>(
-      loss.getLoc(), lossType,
-      DenseElementsAttr::get(lossType, b.getF32FloatAttr(1.0f)));
+  if (grad->hasAttr(kLossScalingAttr)) {
+    grad->removeAttr(kLossScalingAttr);
+    unsigned index = grad.getNumArguments();
+    grad.insertArgument(
+        index, lossType,
+        b.getDictionaryAttr(
+            b.getNamedAttr(kHyperAttr, b.getStringAttr("loss_scale"))),
+        loss.getLoc());
+    grads[loss] = grad.getArgument(index);
+  } else {
+    grads[loss] = b.create<ConstantOp>(
+        loss.getLoc(), lossType,
+        DenseElementsAttr::get(lossType, b.getF32FloatAttr(1.0f)));
+  }
 
   SmallVector<Operation *> forwardOps;
   for (Operation &op : body.without_terminator())

@@ -43,10 +43,23 @@ models::GPT2Config ModelOptions::config() const {
   if (vocabSize.getNumOccurrences())
     c.vocabSize = vocabSize;
   int64_t t = seq.getNumOccurrences() ? int64_t(seq) : c.blockSize;
+  if (padMultiple < 0)
+    fail("--pad-multiple must be 0 (off) or positive, got " +
+         std::to_string(padMultiple));
+  (void)compileOptions(); // validates --precision
   std::string problem = models::validateGPT2(c, batch, t);
   if (!problem.empty())
     fail(problem);
   return c;
+}
+
+OptimizerOptions ModelOptions::compileOptions() const {
+  if (!llvm::is_contained({"fp32", "tf32", "bf16", "fp16"}, precision))
+    fail("unknown precision '" + precision +
+         "' (expected fp32, tf32, bf16 or fp16)");
+  OptimizerOptions opts;
+  opts.precision = precision;
+  return opts;
 }
 
 int64_t ModelOptions::seqLength() const {

@@ -9,6 +9,8 @@
 #define GPTC_TOOLS_GPTC_COMMAND_H
 
 #include "gptc/Models/GPT2.h"
+#include "gptc/Pipeline/MemoryReport.h"
+#include "gptc/Pipeline/Pipeline.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
@@ -45,11 +47,23 @@ struct ModelOptions {
                              llvm::cl::desc("Sequence length T (default: the "
                                             "block size)"),
                              llvm::cl::init(0), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<int64_t> padMultiple{
+      "pad-multiple",
+      llvm::cl::desc("Pad matmul and attention dimensions to a multiple of "
+                     "this (gpt-pad-dims); 0 turns padding off"),
+      llvm::cl::init(64), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<std::string> precision{
+      "precision",
+      llvm::cl::desc("Precision policy (gpt-mixed-precision): fp32, tf32, "
+                     "bf16 or fp16"),
+      llvm::cl::init("fp32"), llvm::cl::cat(gptcCategory)};
 
   /// The preset with overrides applied, validated with batch() and seq();
   /// exits with one error line if the combination is invalid.
   models::GPT2Config config() const;
   int64_t seqLength() const;
+  /// The default optimizer options with --precision (validated).
+  OptimizerOptions compileOptions() const;
 };
 
 /// Parses this subcommand's flags; on a bad flag prints one error line and
@@ -68,6 +82,11 @@ std::string tokenizerDir();
 /// line on stderr.
 std::unique_ptr<mlir::MLIRContext> makeContext();
 
+/// The memory report of the model's training step (gptc/Pipeline/MemoryReport.h).
+mlir::FailureOr<MemoryReport> memoryReportFor(mlir::MLIRContext &ctx,
+                                              const ModelOptions &model);
+
+int runCompile(int argc, char **argv);
 int runEmit(int argc, char **argv);
 int runEval(int argc, char **argv);
 int runTrain(int argc, char **argv);

@@ -1,6 +1,7 @@
 //===- EmitCommand.cpp - gptc emit: the IR of a model after a stage -------===//
 
 #include "Command.h"
+#include "LaunchStats.h"
 
 #include "gptc/Executor/Bindings.h"
 #include "gptc/Pipeline/Pipeline.h"
@@ -21,7 +22,9 @@ namespace gptc::cli {
 
 namespace {
 // Stages in pipeline order; each later issue appends its own.
-const char *const kStages[] = {"graph", "attention", "autodiff", "optimizer"};
+const char *const kStages[] = {"graph",     "padded",   "attention",
+                                "precision", "autodiff", "optimizer",
+                                "fused"};
 
 std::string withThousands(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -48,7 +51,9 @@ void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
   std::map<std::string, int64_t> counts;
   int64_t total = 0;
   func.walk([&](Operation *op) {
-    if (op->getDialect() && op->getDialect()->getNamespace() == "gpt") {
+    // Top-level ops only: a fused op's body is part of its kernel.
+    if (op->getParentOp() == func && op->getDialect() &&
+        op->getDialect()->getNamespace() == "gpt") {
       ++counts[op->getName().getStringRef().str()];
       ++total;
     }
@@ -62,8 +67,9 @@ void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
 int runEmit(int argc, char **argv) {
   ModelOptions model;
   llvm::cl::opt<std::string> stage(
-      "stage", llvm::cl::desc("Print the IR after this stage: graph, attention, "
-                              "autodiff, optimizer"),
+      "stage", llvm::cl::desc("Print the IR after this stage: graph, padded, "
+                              "attention, precision, autodiff, optimizer, "
+                              "fused"),
       llvm::cl::init("graph"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<bool> stats(
       "stats", llvm::cl::desc("Print parameter and op counts, not the IR"),
@@ -78,14 +84,15 @@ int runEmit(int argc, char **argv) {
 
   if (!llvm::is_contained(kStages, stage.getValue()))
     fail("unknown stage '" + stage +
-         "' (stages: graph, attention, autodiff, optimizer)");
+         "' (stages: graph, padded, attention, precision, autodiff, "
+         "optimizer, fused)");
   models::GPT2Config config = model.config();
   int64_t B = model.batch, T = model.seqLength();
 
   std::unique_ptr<MLIRContext> ctx = makeContext();
   OwningOpRef<ModuleOp> module = models::buildGPT2(*ctx, config, B, T);
   PassManager pm(ctx.get());
-  buildPipeline(pm, stage, OptimizerOptions());
+  buildPipeline(pm, stage, model.compileOptions(), model.padMultiple);
   if (failed(applyPassManagerCLOptions(pm)))
     fail("bad pass-manager options");
   applyDefaultTimingPassManagerCLOptions(pm);
@@ -97,9 +104,21 @@ int runEmit(int argc, char **argv) {
   if (!out)
     fail(error);
   auto func = *module->getOps<func::FuncOp>().begin();
-  if (stats)
+  if (stats) {
     printStats(config, B, T, func, out->os());
-  else
+    // At the fused stage, beside the same step before gpt-fuse-elementwise.
+    std::vector<LaunchStats> before;
+    if (stage == "fused") {
+      OwningOpRef<ModuleOp> unfused = models::buildGPT2(*ctx, config, B, T);
+      PassManager unfusedPm(ctx.get());
+      buildPipeline(unfusedPm, "optimizer", model.compileOptions(),
+                    model.padMultiple);
+      if (failed(unfusedPm.run(*unfused)))
+        return 1;
+      before = countLaunches(*unfused);
+    }
+    printLaunchStats(before, countLaunches(*module), out->os());
+  } else
     module->print(out->os());
   out->keep();
   return 0;

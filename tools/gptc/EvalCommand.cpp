@@ -49,7 +49,8 @@ int runEval(int argc, char **argv) {
 
   std::unique_ptr<MLIRContext> ctx = makeContext();
   FailureOr<TrainingProgram> program =
-      compileTrainingProgram(*ctx, config, B, T, OptimizerOptions());
+      compileTrainingProgram(*ctx, config, B, T, model.compileOptions(),
+                             model.padMultiple);
   if (failed(program))
     return 1;
   func::FuncOp func = program->forward;

@@ -7,6 +7,7 @@
 #include "gptc/Pipeline/Pipeline.h"
 #include "gptc/Train/Trainer.h"
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 
@@ -102,6 +103,16 @@ int runTrain(int argc, char **argv) {
       desc("Stop after this many steps in a row with a non-finite loss or "
            "gradient norm (0: never)"),
       init(10), cat(gptcCategory));
+  llvm::cl::opt<double> lossScale(
+      "loss-scale",
+      desc("--precision=fp16: the initial dynamic loss scale (GradScaler's "
+           "init_scale)"),
+      init(65536.0), cat(gptcCategory));
+  llvm::cl::opt<int64_t> lossScaleWindow(
+      "loss-scale-window",
+      desc("--precision=fp16: finite steps in a row that double the loss "
+           "scale (GradScaler's growth_interval)"),
+      init(2000), cat(gptcCategory));
   parseCommandLine(argc, argv, "gptc train: train a model on token data\n",
                    /*withMLIROptions=*/true);
 
@@ -122,6 +133,9 @@ int runTrain(int argc, char **argv) {
   atLeast(valEvery, 0);
   atLeast(valBatches, 1);
   atLeast(maxSkips, 0);
+  atLeast(lossScaleWindow, 1);
+  if (!(lossScale > 0) || !std::isfinite(lossScale))
+    fail("--loss-scale must be a positive number");
   if (!(lr >= 0) || !(minLr >= 0) || !(weightDecay >= 0) || !(clip >= 0))
     fail("--lr, --min-lr, --weight-decay and --clip must be non-negative");
   if (ckptEvery.getNumOccurrences() && ckptDir.empty())
@@ -141,6 +155,7 @@ int runTrain(int argc, char **argv) {
   opts.steps = steps;
   opts.gradAccum = gradAccum;
   opts.schedule = {*kind, lr, minLr, warmup, steps};
+  opts.optimizer = model.compileOptions();
   opts.optimizer.weightDecay = weightDecay;
   opts.optimizer.clip = clip;
   opts.seed = seed;
@@ -152,6 +167,8 @@ int runTrain(int argc, char **argv) {
   opts.valEvery = valEvery;
   opts.valBatches = valBatches;
   opts.maxSkips = maxSkips;
+  opts.initLossScale = lossScale;
+  opts.lossScaleWindow = lossScaleWindow;
 
   // A file-size limit should fail a write with EFBIG, which is reported
   // like a full disk, rather than kill the process.
@@ -180,7 +197,7 @@ int runTrain(int argc, char **argv) {
 
     std::unique_ptr<MLIRContext> ctx = makeContext();
     FailureOr<TrainingProgram> program = compileTrainingProgram(
-        *ctx, config, opts.batch, opts.seq, opts.optimizer);
+        *ctx, config, opts.batch, opts.seq, opts.optimizer, model.padMultiple);
     if (failed(program))
       return 1;
     FailureOr<Trainer> trainer = Trainer::create(*program, config, opts, log);
@@ -200,6 +217,10 @@ int runTrain(int argc, char **argv) {
 
     log.line(describe(config, exec::parameterCount(
                                   exec::describeArguments(program->forward))));
+    FailureOr<MemoryReport> memory = memoryReportFor(*ctx, model);
+    if (failed(memory))
+      return 1;
+    log.line(memoryReportLine(*memory));
     log.line(describe("train", data, train));
     if (val)
       log.line(describe("val", valData, *val));

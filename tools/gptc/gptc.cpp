@@ -26,6 +26,8 @@ using namespace gptc::cli;
 namespace {
 const char *kUsage = "usage: gptc <command> [options]\n"
                      "commands:\n"
+                     "  compile   the training program (for now: "
+                     "--memory-report)\n"
                      "  emit      print gptc's IR for a model after a stage\n"
                      "  eval      loss of a model on a batch of a token file\n"
                      "  train     train a model on a token file (CPU)\n"
@@ -37,7 +39,8 @@ struct CommandEntry {
   const char *name;
   int (*run)(int, char **);
 };
-const CommandEntry kCommands[] = {{"emit", runEmit},
+const CommandEntry kCommands[] = {{"compile", runCompile},
+                                  {"emit", runEmit},
                                   {"eval", runEval},
                                   {"train", runTrain},
                                   {"sample", runSample},
@@ -63,6 +66,7 @@ int main(int argc, char **argv) {
     return cmd.run(argc - 1, argv + 1);
   }
   llvm::errs() << "gptc: error: unknown command '" << argv[1]
-               << "' (commands: emit, eval, train, sample, tokenize)\n";
+               << "' (commands: compile, emit, eval, train, "
+               << "sample, tokenize)\n";
   return 2;
 }

@@ -12,6 +12,8 @@
 
 #include "gptc/Executor/HostTensor.h"
 
+#include <optional>
+
 namespace gptc::exec {
 
 HostTensor embedding(const HostTensor &table, const HostTensor &ids);
@@ -29,7 +31,17 @@ HostTensor transpose(const HostTensor &x,
                      const std::vector<int64_t> &permutation);
 std::vector<HostTensor> split(const HostTensor &x, int64_t axis,
                               const std::vector<int64_t> &sizes);
-HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets);
+/// `numClasses` (< 0: all) columns take part in the softmax; positions whose
+/// target is `ignoreIndex` (if set) add nothing and are not counted in the
+/// mean (gpt-pad-dims' padded vocabulary and positions).
+HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets,
+                        int64_t numClasses = -1,
+                        std::optional<int32_t> ignoreIndex = std::nullopt);
+/// gpt.pad: `x` in the leading corner of `shape`, `value` elsewhere.
+HostTensor pad(const HostTensor &x, const std::vector<int64_t> &shape,
+               int64_t value);
+/// gpt.slice: the leading corner of `x` of `shape`.
+HostTensor slice(const HostTensor &x, const std::vector<int64_t> &shape);
 
 enum class BinaryKind { Add, Sub, Mul, Div, Max, Min };
 HostTensor binary(BinaryKind kind, const HostTensor &a, const HostTensor &b,
@@ -71,8 +83,11 @@ std::vector<HostTensor> layernormGrad(const HostTensor &x,
 HostTensor softmaxGrad(const HostTensor &y, const HostTensor &dy);
 HostTensor geluGrad(const HostTensor &x, const HostTensor &dy,
                     bool tanhApproximation);
+/// Padded columns and ignored positions get exactly zero.
 HostTensor crossEntropyGrad(const HostTensor &logits,
-                            const HostTensor &targets, const HostTensor &dloss);
+                            const HostTensor &targets, const HostTensor &dloss,
+                            int64_t numClasses = -1,
+                            std::optional<int32_t> ignoreIndex = std::nullopt);
 
 } // namespace gptc::exec
 

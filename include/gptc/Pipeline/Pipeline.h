@@ -41,6 +41,9 @@ struct OptimizerOptions {
   double eps = 1e-8;
   double weightDecay = 0.1; ///< on 2-D parameters only
   double clip = 1.0;        ///< global-norm clipping; 0 turns it off
+  /// gpt-mixed-precision's policy: fp32, tf32, bf16 or fp16 (fp16 adds a
+  /// run-time loss scale to the gradient function; the trainer drives it).
+  std::string precision = "fp32";
 };
 
 struct TrainingProgram {
@@ -50,17 +53,24 @@ struct TrainingProgram {
   mlir::func::FuncOp update;
 };
 
+/// gpt-pad-dims pads matmul and attention dimensions to a multiple of this
+/// (docs/pipeline.md, stage "padded"); 0 leaves them as they are.
+inline constexpr int64_t kDefaultPadMultiple = 64;
+
 /// Adds the passes that turn the forward graph into a training step, up to
-/// and including `stage` ("graph", "attention", "autodiff", "optimizer").
+/// and including `stage` ("graph", "padded", "attention", "autodiff",
+/// "optimizer", "fused").
 void buildPipeline(mlir::OpPassManager &pm, llvm::StringRef stage,
-                   const OptimizerOptions &opts);
+                   const OptimizerOptions &opts,
+                   int64_t padMultiple = kDefaultPadMultiple);
 
 /// Builds GPT-2 for a [B, T] batch and runs the whole training pipeline.
 /// Fails (with diagnostics already reported) if a pass fails.
 mlir::FailureOr<TrainingProgram>
 compileTrainingProgram(mlir::MLIRContext &ctx, const models::GPT2Config &cfg,
                        int64_t batch, int64_t seq,
-                       const OptimizerOptions &opts);
+                       const OptimizerOptions &opts,
+                       int64_t padMultiple = kDefaultPadMultiple);
 
 } // namespace gptc
 

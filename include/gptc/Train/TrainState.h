@@ -35,6 +35,11 @@ struct TrainOptions {
   int64_t valEvery = 0;  ///< 0: only at the start and the end
   int64_t valBatches = 10;
   int64_t maxSkips = 10; ///< consecutive skipped steps before stopping
+  /// fp16 dynamic loss scaling (torch.cuda.amp.GradScaler's defaults): the
+  /// first scale, and how many finite steps in a row double it. A step with
+  /// non-finite gradients is skipped and halves it.
+  double initLossScale = 65536.0;
+  int64_t lossScaleWindow = 2000;
 };
 
 struct TrainState {
@@ -42,6 +47,8 @@ struct TrainState {
   int64_t step = 0;    ///< steps completed
   int64_t updates = 0; ///< AdamW updates applied
   int64_t skips = 0;   ///< consecutive skipped steps up to `step`
+  double lossScale = 1.0; ///< fp16: the seed of the backward pass
+  int64_t goodSteps = 0;  ///< fp16: finite steps since the scale changed
   DataPosition data;
 };
 

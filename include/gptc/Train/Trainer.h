@@ -74,6 +74,7 @@ private:
   RunLog &log_;
   std::vector<ParamSpec> specs_;
   std::optional<StepFunction> forward_, grads_, update_;
+  bool lossScaling_ = false; ///< grads takes gpt.hyper = "loss_scale" (fp16)
   TrainState state_;
   std::string lastCheckpoint_;
 };

@@ -19,6 +19,14 @@ namespace gptc {
 /// gpt-fuse-attention's pattern, rooted at the matmul of probabilities by v.
 void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
 
+/// gpt-fuse-elementwise on one function: elementwise chains into
+/// gpt.fused_elementwise, same-bodied ones into gpt.multi_tensor_elementwise.
+void fuseElementwise(mlir::func::FuncOp func);
+
+/// gpt-fuse-elementwise's loss pattern: a cross_entropy and a
+/// cross_entropy_grad of the same logits into gpt.cross_entropy_with_grad.
+void fuseCrossEntropyWithGrad(mlir::func::FuncOp func);
+
 /// The gradient function of `forward` (see gpt-autodiff), inserted after it.
 mlir::FailureOr<mlir::func::FuncOp>
 buildGradientFunction(mlir::func::FuncOp forward);

@@ -2,7 +2,9 @@
 //
 // The pipeline, in order (lib/Pipeline/Pipeline.cpp strings them together):
 //
+//   gpt-pad-dims        matmul and attention dimensions -> multiples of 64
 //   gpt-fuse-attention  q·kᵀ, scale, mask, softmax, ·v -> gpt.flash_attention
+//   gpt-mixed-precision bf16/fp16 casts around matmuls and attention (autocast)
 //   gpt-autodiff        forward graph -> + gradient function
 //   gpt-optimizer       + AdamW update function
 //
@@ -12,6 +14,68 @@
 #define GPTC_TRANSFORMS_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+
+def GPTPadDims : Pass<"gpt-pad-dims", "mlir::ModuleOp"> {
+  let summary = "Pads the dimensions of matmuls and attention to a multiple "
+                "(64), exactly";
+  let description = [{
+    Runs on forward functions (a `gpt.output = "loss"` result), before
+    gpt-fuse-attention and gpt-autodiff. Arguments and results keep their
+    real shapes: `gpt.pad` (zeros) and `gpt.slice` at the edges of the padded
+    region make the function compute exactly what it did, so checkpoints,
+    the trainer and AdamW see real shapes only, and a checkpoint is loadable
+    whatever the padding. Padded weights exist only inside the step, as
+    zeros; their gradients are sliced back by the pads' adjoints.
+
+    1. The sequence. When the token ids' last dimension T is not a multiple,
+       every value that carries T is re-typed with T padded: tokens padded
+       with id 0, targets with -1 (`cross_entropy` gets `ignore_index = -1`
+       and averages over the real positions only), positions (`gpt.iota`)
+       padded with 0, and results such as the logits sliced back. T is both
+       attention's query/key length and, as B·T, the row count of every
+       GEMM; the batch B is never padded (B·T is a multiple once T is, and
+       attention's batch B·H needs no alignment). Padded keys never reach a
+       real query: every reduction over T must be causal (`gpt.softmax` of
+       a `gpt.causal_mask`, the matmul of those probabilities by v, a causal
+       `gpt.flash_attention`); layernorm over T, a non-causal softmax or a
+       broadcast of an unpadded operand against T declines with a remark,
+       and the sequence stays as it is.
+    2. The projections. Every `gpt.matmul` by a 2-D weight pads its
+       contraction K (both operands, zeros) and its output N (the weight):
+       n_embd 100 → 128, 4·n_embd 400 → 448, the vocabulary 50257 → 50304
+       (wte's rows, for the tied lm_head). The result is sliced back to N,
+       except for `gpt.cross_entropy`, which takes the padded logits and
+       `num_classes = N`, so padded columns take no part in its softmax.
+
+    The head size of attention (batched matmuls, `gpt.flash_attention`) is
+    left to the attention kernel, which tiles it in registers; padding it in
+    the IR would also change what 1/√d means to gpt-fuse-attention.
+
+    Example (`multiple=64`):
+
+    ```mlir
+    %logits = gpt.matmul %x, %wte {transpose_b}
+        : tensor<4x64x768xf32>, tensor<50257x768xf32> -> tensor<4x64x50257xf32>
+    %loss = gpt.cross_entropy %logits, %targets
+        : tensor<4x64x50257xf32>, tensor<4x64xi32> -> tensor<f32>
+    ```
+
+    becomes
+
+    ```mlir
+    %wte_p = gpt.pad %wte : tensor<50257x768xf32> -> tensor<50304x768xf32>
+    %logits_p = gpt.matmul %x, %wte_p {transpose_b}
+        : tensor<4x64x768xf32>, tensor<50304x768xf32> -> tensor<4x64x50304xf32>
+    %loss = gpt.cross_entropy %logits_p, %targets {num_classes = 50257 : i64}
+        : tensor<4x64x50304xf32>, tensor<4x64xi32> -> tensor<f32>
+    ```
+  }];
+  let options = [
+    Option<"multiple", "multiple", "int64_t", "64",
+           "Pad every matmul and attention dimension to a multiple of this">,
+  ];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
 
 def GPTFuseAttention : Pass<"gpt-fuse-attention", "mlir::ModuleOp"> {
   let summary = "Replaces attention written as q·kᵀ, scale, mask, softmax, ·v "
@@ -65,6 +129,53 @@ def GPTFuseAttention : Pass<"gpt-fuse-attention", "mlir::ModuleOp"> {
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }
 
+def GPTMixedPrecision : Pass<"gpt-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "Casts matmul and attention operands to bf16 or fp16 "
+                "(autocast), or records TF32";
+  let description = [{
+    Policies (`policy=`):
+
+    - `fp32`: nothing changes.
+    - `tf32`: types stay float32; the module gets `gpt.precision = "tf32"`,
+      telling the runtime that its GEMMs may round inputs to TF32 (the CPU
+      executor computes in float32 regardless).
+    - `bf16`: autocast. Every `gpt.matmul` and `gpt.flash_attention` of a
+      function with a loss gets `gpt.cast` copies of its float32 operands in
+      bf16, computes in bf16 with float32 accumulation, writes a bf16
+      result, and one `gpt.cast` widens that result back to float32 for the
+      ops that follow. Layernorm, GELU, residual adds, the loss and the
+      optimizer stay float32; parameters stay float32 (master weights) and
+      their bf16 copies are casts. The module gets `gpt.precision = "bf16"`.
+    - `fp16`: as bf16 with f16; the forward function also gets
+      `gpt.loss_scaling`, so gpt-autodiff seeds the backward pass with a
+      run-time `gpt.hyper = "loss_scale"` argument (dynamic loss scaling).
+
+    Runs after gpt-fuse-attention and before gpt-autodiff, so the backward
+    GEMMs and `flash_attention_grad` read the same low-precision copies and
+    the casts' VJPs return float32 gradients.
+
+    Example (bf16):
+
+    ```mlir
+    %y = gpt.matmul %x, %w : tensor<8x16xf32>, tensor<16x32xf32> -> tensor<8x32xf32>
+    ```
+
+    becomes
+
+    ```mlir
+    %xl = gpt.cast %x : tensor<8x16xf32> -> tensor<8x16xbf16>
+    %wl = gpt.cast %w : tensor<16x32xf32> -> tensor<16x32xbf16>
+    %yl = gpt.matmul %xl, %wl : tensor<8x16xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+    %y = gpt.cast %yl : tensor<8x32xbf16> -> tensor<8x32xf32>
+    ```
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"fp32\"",
+           "fp32, tf32, bf16 or fp16">,
+  ];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
+
 def GPTAutodiff : Pass<"gpt-autodiff", "mlir::ModuleOp"> {
   let summary = "Derives the gradient of the loss with respect to every parameter";
   let description = [{
@@ -105,6 +216,64 @@ def GPTOptimizer : Pass<"gpt-optimizer", "mlir::ModuleOp"> {
            "Clip gradients to this global L2 norm; 0 turns clipping off">,
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
+
+def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
+  let summary = "Fuses chains of elementwise ops into gpt.fused_elementwise "
+                "kernels, and same-bodied kernels into multi-tensor ones";
+  let description = [{
+    Runs over every function of the training step (forward, gradient,
+    AdamW update), in three steps:
+
+    1. A `gpt.cross_entropy` and a `gpt.cross_entropy_grad` of the same
+       logits and targets become one `gpt.cross_entropy_with_grad`, which
+       reads the logits once (lib/Transforms/FuseLoss.cpp).
+    2. Producer→consumer chains of float32 elementwise ops (`gpt.add`,
+       `sub`, `mul`, `div`, `max`, `min`, `neg`, `exp`, `log`, `tanh`,
+       `sqrt`, `rsqrt`, `gelu`, `gelu_grad`) of one shape become one
+       `gpt.fused_elementwise` whose body is `arith`/`math` scalar code.
+       Splat constants move into the body; smaller operands (a bias, a
+       scalar) are broadcast inputs. Groups grow from the last op upwards.
+       A producer joins when every other user runs after the group (it
+       becomes an extra result: a multi-output group); a single `add`,
+       `sub`, `mul`, `max`, `min` or `neg` of values computed outside any
+       group, with at most one non-scalar operand, is instead recomputed in
+       each group that needs it (it costs no extra reads); nothing else is
+       ever computed twice. Reductions, matmuls, layernorm, softmax,
+       attention and the loss are boundaries.
+    3. `gpt.fused_elementwise` ops with identical bodies over full-shape
+       tensors and shared scalars (the per-parameter AdamW updates) merge
+       into one `gpt.multi_tensor_elementwise`, when one place in the
+       function sees all their inputs and precedes all their users.
+
+    A producer left out of its elementwise consumer's group gets a remark
+    when the reason is not plain (it is broadcast, or it is an expensive op
+    needed elsewhere first): `did not fuse 'gpt.exp' into its consumer
+    'gpt.add': ...`. Cheap shared values (the residual stream) and scalar
+    chains stay quiet, so GPT-2 compiles without remarks.
+
+    Example:
+
+    ```mlir
+    %b = gpt.add %mm, %bias : tensor<8x512xf32>, tensor<512xf32> -> tensor<8x512xf32>
+    %g = gpt.gelu %b : tensor<8x512xf32>
+    ```
+
+    becomes (%b is also kept for gelu_grad, so the group returns it)
+
+    ```mlir
+    %r:2 = gpt.fused_elementwise(%mm, %bias : tensor<8x512xf32>, tensor<512xf32>)
+        -> tensor<8x512xf32>, tensor<8x512xf32> {
+    ^bb0(%x: f32, %c: f32):
+      %0 = arith.addf %x, %c : f32
+      ...
+      gpt.yield %0, %9 : f32, f32
+    }
+    ```
+  }];
+  let dependentDialects = ["::gptc::gpt::GPTDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
 }
 
 #endif // GPTC_TRANSFORMS_PASSES_TD

@@ -3,6 +3,8 @@
 #include "gptc/Dialect/GPT/GPTDialect.h"
 #include "gptc/Dialect/GPT/GPTOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -64,7 +66,7 @@ LogicalResult GPTDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   if (name == kGradAttr || name == kAdamMAttr || name == kAdamVAttr)
     return expectString(op, attr);
   if (name == kHyperAttr)
-    return expectString(op, attr, {"lr", "step", "grad_scale"});
+    return expectString(op, attr, {"lr", "step", "grad_scale", "loss_scale"});
   if (name == kInputAttr) {
     if (failed(expectString(op, attr, {"tokens", "targets"})))
       return failure();

@@ -63,6 +63,14 @@ gptc::gpt::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 
 //===----------------------------------------------------------------------===//
+// CastOp
+//===----------------------------------------------------------------------===//
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  return getX().getType() == getType() ? getX() : Value();
+}
+
+//===----------------------------------------------------------------------===//
 // EmbeddingOp
 //===----------------------------------------------------------------------===//
 
@@ -269,6 +277,20 @@ LogicalResult SplitOp::verify() {
 // CrossEntropyOp
 //===----------------------------------------------------------------------===//
 
+/// num_classes, where set, is a real vocabulary inside the logits' last
+/// dimension.
+static LogicalResult verifyNumClasses(Operation *op, Value logits,
+                                      std::optional<uint64_t> numClasses) {
+  if (!numClasses)
+    return success();
+  int64_t v = shapeOf(logits).back(), n = int64_t(*numClasses);
+  if (n < 1 || n > v)
+    return op->emitOpError() << "num_classes " << n
+                             << " must be in [1, " << v
+                             << "] (the logits' last dimension)";
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
   ArrayRef<int64_t> logits = shapeOf(getLogits());
   ArrayRef<int64_t> targets = shapeOf(getTargets());
@@ -277,7 +299,7 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError() << "logits " << shapeStr(logits)
                          << " must be the target shape " << shapeStr(targets)
                          << " followed by the vocabulary";
-  return success();
+  return verifyNumClasses(*this, getLogits(), getNumClasses());
 }
 
 //===----------------------------------------------------------------------===//
@@ -388,7 +410,43 @@ LogicalResult CrossEntropyGradOp::verify() {
     return emitOpError() << "logits " << shapeStr(logits)
                          << " must be the target shape " << shapeStr(targets)
                          << " followed by the vocabulary";
+  return verifyNumClasses(*this, getLogits(), getNumClasses());
+}
+
+//===----------------------------------------------------------------------===//
+// PadOp, SliceOp
+//===----------------------------------------------------------------------===//
+
+/// `small` fits inside `large`: same rank and element type, no dimension
+/// larger.
+static LogicalResult verifyCorner(Operation *op, Value small, Value large,
+                                  StringRef relation) {
+  ArrayRef<int64_t> s = shapeOf(small), l = shapeOf(large);
+  if (elemOf(small) != elemOf(large))
+    return op->emitOpError("cannot change the element type");
+  if (s.size() != l.size())
+    return op->emitOpError() << "cannot change the rank (" << shapeStr(shapeOf(
+                                    op->getOperand(0)))
+                             << " to " << shapeStr(shapeOf(op->getResult(0)))
+                             << ")";
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] > l[i])
+      return op->emitOpError()
+             << "result dimension " << i << " is " << shapeOf(op->getResult(0))[i]
+             << ", " << relation << " the input's " << shapeOf(op->getOperand(0))[i];
   return success();
+}
+
+LogicalResult PadOp::verify() {
+  if (failed(verifyCorner(*this, getX(), getResult(), "smaller than")))
+    return failure();
+  if (getValue() != 0 && !isa<IntegerType>(elemOf(getX())))
+    return emitOpError("pads a float tensor with 0 only");
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifyCorner(*this, getResult(), getX(), "larger than");
 }
 
 #define GET_OP_CLASSES

@@ -168,10 +168,32 @@ LogicalResult GeluOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
 
 LogicalResult CrossEntropyOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
                                        SmallVectorImpl<Value> &dxs) {
-  dxs.push_back(b.create<CrossEntropyGradOp>(getLoc(), getLogits().getType(),
-                                             getLogits(), getTargets(),
-                                             dys[0]));
+  dxs.push_back(b.create<CrossEntropyGradOp>(
+      getLoc(), getLogits().getType(), getLogits(), getTargets(), dys[0],
+      getNumClassesAttr(), getIgnoreIndexAttr()));
   dxs.push_back(nullptr);
+  return success();
+}
+
+// Padding and slicing are each other's adjoints. Integer tensors (padded
+// token ids) have no gradient.
+LogicalResult PadOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
+                              SmallVectorImpl<Value> &dxs) {
+  dxs.push_back(b.create<SliceOp>(getLoc(), getX().getType(), dys[0]));
+  return success();
+}
+
+LogicalResult SliceOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
+                                SmallVectorImpl<Value> &dxs) {
+  dxs.push_back(b.create<PadOp>(getLoc(), getX().getType(), dys[0]));
+  return success();
+}
+
+// The gradient goes back in the input's precision: under bf16 autocast the
+// float32 master weights receive float32 gradients.
+LogicalResult CastOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
+                               SmallVectorImpl<Value> &dxs) {
+  dxs.push_back(b.create<CastOp>(getLoc(), getX().getType(), dys[0]));
   return success();
 }
 

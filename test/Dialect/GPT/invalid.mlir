@@ -405,3 +405,106 @@ func.func @output_kind(%x: tensor<f32>) -> (tensor<f32> {gpt.output = "probs"}) 
 func.func @unknown_result_attr(%x: tensor<f32>) -> (tensor<f32> {gpt.result = "loss"}) {
   return %x : tensor<f32>
 }
+
+// -----
+
+func.func @cast_shape(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{requires the same shape for all operands and results}}
+  %y = gpt.cast %x : tensor<4x8xf32> -> tensor<8x4xbf16>
+  return
+}
+
+// -----
+
+func.func @cast_to_int(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %y = gpt.cast %x : tensor<4x8xf32> -> tensor<4x8xi32>
+  return
+}
+
+// -----
+
+func.func @pad_smaller(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result dimension 1 is 4, smaller than the input's 8}}
+  %y = gpt.pad %x : tensor<4x8xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @pad_float_value(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{pads a float tensor with 0 only}}
+  %y = gpt.pad %x {value = -1 : i64} : tensor<4x8xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @slice_rank(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{cannot change the rank (4x8 to 32)}}
+  %y = gpt.slice %x : tensor<4x8xf32> -> tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @slice_larger(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result dimension 0 is 5, larger than the input's 4}}
+  %y = gpt.slice %x : tensor<4x8xf32> -> tensor<5x8xf32>
+  return
+}
+
+// -----
+
+func.func @num_classes_too_large(%l: tensor<2x64xf32>, %t: tensor<2xi32>) {
+  // expected-error @+1 {{num_classes 65 must be in [1, 64] (the logits' last dimension)}}
+  %loss = gpt.cross_entropy %l, %t {num_classes = 65 : i64} : tensor<2x64xf32>, tensor<2xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @fused_input_does_not_broadcast(%a: tensor<4x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{input #1 of shape 4 does not broadcast to the result shape 4x8}}
+  %r = gpt.fused_elementwise(%a, %b : tensor<4x8xf32>, tensor<4xf32>) -> tensor<4x8xf32> {
+  ^bb0(%x: f32, %y: f32):
+    %s = arith.addf %x, %y : f32
+    gpt.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+func.func @fused_yield_types(%a: tensor<4xf32>) {
+  // expected-error @+1 {{body yields 2 values of types 'f32', 'f32', expected the result element types 'f32'}}
+  %r = gpt.fused_elementwise(%a : tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: f32):
+    gpt.yield %x, %x : f32, f32
+  }
+  return
+}
+
+// -----
+
+func.func @fused_body_not_scalar(%a: tensor<4xf32>) {
+  // expected-error @+1 {{body may hold only arith and math ops, found 'gpt.constant'}}
+  %r = gpt.fused_elementwise(%a : tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: f32):
+    %c = gpt.constant dense<1.0> : tensor<f32>
+    gpt.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @multi_tensor_shapes(%a: tensor<4xf32>, %b: tensor<8xf32>, %c: tensor<8xf32>) {
+  // expected-error @+1 {{operand #2 has shape 8, expected tensor 0's shape 4}}
+  %r:2 = gpt.multi_tensor_elementwise(%a, %b, %c, %c : tensor<4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {num_tensors = 2 : i64} -> tensor<4xf32>, tensor<8xf32> {
+  ^bb0(%x: f32, %y: f32):
+    %s = arith.addf %x, %y : f32
+    gpt.yield %s : f32
+  }
+  return
+}

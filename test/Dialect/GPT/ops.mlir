@@ -119,3 +119,28 @@ func.func @model_attributes(%wte: tensor<64x16xf32> {gpt.param = "wte.weight", g
   %c = gpt.constant dense<0.0> : tensor<f32>
   return %c : tensor<f32>
 }
+
+// CHECK-LABEL: func.func @casts
+// CHECK: gpt.cast %{{.*}} : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK: gpt.cast %{{.*}} : tensor<4x8xbf16> -> tensor<4x8xf16>
+// CHECK: gpt.cast %{{.*}} : tensor<4x8xf16> -> tensor<4x8xf32>
+func.func @casts(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %b = gpt.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %h = gpt.cast %b : tensor<4x8xbf16> -> tensor<4x8xf16>
+  %y = gpt.cast %h : tensor<4x8xf16> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// gpt-pad-dims' ops and the loss's padding attributes.
+// CHECK-LABEL: func.func @padding
+// CHECK: gpt.pad %{{.*}} : tensor<50257x768xf32> -> tensor<50304x768xf32>
+// CHECK: gpt.pad %{{.*}} {value = -1 : i64} : tensor<2x100xi32> -> tensor<2x128xi32>
+// CHECK: gpt.cross_entropy %{{.*}}, %{{.*}} {ignore_index = -1 : i64, num_classes = 50257 : i64}
+// CHECK: gpt.slice %{{.*}} : tensor<2x128x50304xf32> -> tensor<2x100x50257xf32>
+func.func @padding(%w: tensor<50257x768xf32>, %t: tensor<2x100xi32>, %l: tensor<2x128x50304xf32>) -> tensor<2x100x50257xf32> {
+  %wp = gpt.pad %w : tensor<50257x768xf32> -> tensor<50304x768xf32>
+  %tp = gpt.pad %t {value = -1 : i64} : tensor<2x100xi32> -> tensor<2x128xi32>
+  %loss = gpt.cross_entropy %l, %tp {ignore_index = -1 : i64, num_classes = 50257 : i64} : tensor<2x128x50304xf32>, tensor<2x128xi32> -> tensor<f32>
+  %s = gpt.slice %l : tensor<2x128x50304xf32> -> tensor<2x100x50257xf32>
+  return %s : tensor<2x100x50257xf32>
+}

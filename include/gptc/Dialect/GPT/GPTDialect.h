@@ -19,6 +19,12 @@ inline constexpr llvm::StringLiteral kGradAttr = "gpt.grad";
 inline constexpr llvm::StringLiteral kAdamMAttr = "gpt.adam_m";
 inline constexpr llvm::StringLiteral kAdamVAttr = "gpt.adam_v";
 inline constexpr llvm::StringLiteral kHyperAttr = "gpt.hyper";
+// gpt-mixed-precision: the policy, on the module ("tf32", "bf16", "fp16"),
+// and, under fp16, a unit attribute on the forward function that asks
+// gpt-autodiff for a run-time loss scale (gpt.hyper = "loss_scale") as the
+// seed of the backward pass.
+inline constexpr llvm::StringLiteral kPrecisionAttr = "gpt.precision";
+inline constexpr llvm::StringLiteral kLossScalingAttr = "gpt.loss_scaling";
 } // namespace gptc::gpt
 
 #endif

@@ -26,6 +26,9 @@ def GPT_Dialect : Dialect {
 
     Results may carry `gpt.output = "loss" | "logits"`.
   }];
+  // The bodies of fused ops (gpt.fused_elementwise) are scalar arith/math.
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
   let hasConstantMaterializer = 0;

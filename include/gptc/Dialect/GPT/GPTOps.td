@@ -229,6 +229,48 @@ def GPT_SplitOp : GPT_Op<"split", [Pure, Differentiable]> {
 }
 
 //===----------------------------------------------------------------------===//
+// Padding (what gpt-pad-dims inserts at the edges of the padded region)
+//===----------------------------------------------------------------------===//
+
+def GPT_PadOp : GPT_Op<"pad", [Pure, Differentiable]> {
+  let summary = "Extends a tensor at the high end of each dimension with `value`";
+  let description = [{
+    The result has the input's rank and element type and is at least as
+    large in every dimension; `result[i...] = x[i...]` inside the input's
+    shape and `value` (0 unless set; integer tensors only may use another
+    value) outside it. Its gradient is `gpt.slice` of the output gradient.
+
+    ```mlir
+    %wte_p = gpt.pad %wte : tensor<50257x768xf32> -> tensor<50304x768xf32>
+    %targets_p = gpt.pad %targets {value = -1 : i64}
+        : tensor<4x100xi32> -> tensor<4x128xi32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x,
+                       DefaultValuedAttr<I64Attr, "0">:$value);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def GPT_SliceOp : GPT_Op<"slice", [Pure, Differentiable]> {
+  let summary = "The leading corner of a tensor (the inverse of gpt.pad)";
+  let description = [{
+    `result[i...] = x[i...]` for every index of the result's shape, which is
+    at most the input's in every dimension. Its gradient is `gpt.pad` of the
+    output gradient with zeros.
+
+    ```mlir
+    %logits = gpt.slice %logits_p : tensor<4x128x50304xf32> -> tensor<4x100x50257xf32>
+    ```
+  }];
+  let arguments = (ins AnyRankedTensor:$x);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Loss
 //===----------------------------------------------------------------------===//
 
@@ -238,13 +280,26 @@ def GPT_CrossEntropyOp : GPT_Op<"cross_entropy", [Pure, Differentiable]> {
     `mean over positions p of (logsumexp(logits[p, :]) - logits[p, targets[p]])`.
     `logits` is the target shape followed by the vocabulary V.
 
+    gpt-pad-dims sets two optional attributes: `num_classes` (the real
+    vocabulary; logits columns from it on are padding and take no part in
+    the softmax) and `ignore_index` (positions whose target equals it are
+    padding: they add nothing, and the mean divides by the other positions
+    only, as PyTorch's `ignore_index` does).
+
     ```mlir
     %loss = gpt.cross_entropy %logits, %targets
         : tensor<4x64x512xf32>, tensor<4x64xi32> -> tensor<f32>
     ```
   }];
-  let arguments = (ins GPT_FloatTensor:$logits, GPT_IdTensor:$targets);
+  let arguments = (ins GPT_FloatTensor:$logits, GPT_IdTensor:$targets,
+                       OptionalAttr<I64Attr>:$num_classes,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs GPT_ScalarF32:$loss);
+  let builders = [OpBuilder<(ins "::mlir::Type":$loss, "::mlir::Value":$logits,
+                                 "::mlir::Value":$targets), [{
+    build($_builder, $_state, loss, logits, targets, ::mlir::IntegerAttr(),
+          ::mlir::IntegerAttr());
+  }]>];
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets) `->`
     type($loss)
@@ -290,6 +345,26 @@ def GPT_LogOp : GPT_UnaryOp<"log", "log(x)">;
 def GPT_TanhOp : GPT_UnaryOp<"tanh", "tanh(x)">;
 def GPT_SqrtOp : GPT_UnaryOp<"sqrt", "sqrt(x)">;
 def GPT_RsqrtOp : GPT_UnaryOp<"rsqrt", "1 / sqrt(x)">;
+
+def GPT_CastOp : GPT_Op<"cast",
+    [Pure, Differentiable, SameOperandsAndResultShape]> {
+  let summary = "Converts a float tensor to another float element type";
+  let description = [{
+    Rounds to nearest, ties to even, when narrowing (f32 to bf16 or f16;
+    values beyond f16's range become ±inf); widening is exact. Its gradient
+    is the output gradient cast back to the input's type. gpt-mixed-precision
+    inserts these around matmuls and attention; the fusion passes fold them
+    into the kernels that produce or consume the values.
+
+    ```mlir
+    %wb = gpt.cast %w : tensor<768x2304xf32> -> tensor<768x2304xbf16>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$x);
+  let results = (outs GPT_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasFolder = 1;
+}
 
 //===----------------------------------------------------------------------===//
 // Reductions and joins (the adjoints of broadcasting and of split)
@@ -378,8 +453,15 @@ def GPT_CrossEntropyGradOp : GPT_Op<"cross_entropy_grad",
     The gradient of the mean cross-entropy over the N target positions.
   }];
   let arguments = (ins GPT_FloatTensor:$logits, GPT_IdTensor:$targets,
-                       GPT_ScalarF32:$dloss);
+                       GPT_ScalarF32:$dloss,
+                       OptionalAttr<I64Attr>:$num_classes,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs GPT_FloatTensor:$dlogits);
+  let builders = [OpBuilder<(ins "::mlir::Type":$dlogits, "::mlir::Value":$logits,
+                                 "::mlir::Value":$targets, "::mlir::Value":$dloss), [{
+    build($_builder, $_state, dlogits, logits, targets, dloss, ::mlir::IntegerAttr(),
+          ::mlir::IntegerAttr());
+  }]>];
   let assemblyFormat = [{
     $logits `,` $targets `,` $dloss attr-dict `:` type($logits) `,`
     type($targets) `,` type($dloss)
@@ -423,5 +505,8 @@ def GPT_FlashAttentionGradOp : GPT_Op<"flash_attention_grad",
   }];
   let hasVerifier = 1;
 }
+
+// What gpt-fuse-elementwise makes: one kernel over scalar code.
+include "gptc/Dialect/GPT/GPTFusedOps.td"
 
 #endif // GPTC_DIALECT_GPT_GPTOPS_TD

@@ -1,0 +1,35 @@
+//===- Precision.h - bf16 and fp16 values in float storage ------*- C++ -*-===//
+//
+// The CPU executor keeps every float tensor in float32 storage. A tensor
+// whose IR type is bf16 or f16 holds only values that type can represent:
+// each op's result is rounded when it is written (round to nearest, ties to
+// even, as a GPU's conversion instructions do), and every kernel computes
+// in float32 from those values. A matmul of bf16 operands is therefore a
+// float32-accumulated product of bf16 inputs, rounded once to bf16: what
+// cuBLAS does with bf16 A, B and D and a float32 compute type.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_EXECUTOR_PRECISION_H
+#define GPTC_EXECUTOR_PRECISION_H
+
+#include "gptc/Executor/HostTensor.h"
+
+namespace gptc::exec {
+
+enum class StorageKind { F32, BF16, F16 };
+
+/// The nearest bfloat16 (8-bit significand), ties to even; NaN stays NaN,
+/// values past bf16's range become ±inf.
+float roundToBF16(float x);
+
+/// The nearest IEEE half (11-bit significand, subnormals from 2^-24), ties
+/// to even; |x| >= 65520 becomes ±inf, NaN stays NaN.
+float roundToF16(float x);
+
+/// Rounds every element of a float tensor to `kind` (F32: unchanged).
+void roundTo(HostTensor &t, StorageKind kind);
+
+} // namespace gptc::exec
+
+#endif // GPTC_EXECUTOR_PRECISION_H

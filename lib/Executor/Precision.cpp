@@ -1,0 +1,65 @@
+//===- Precision.cpp - rounding to bf16 and fp16 --------------------------===//
+
+#include "gptc/Executor/Precision.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace gptc::exec {
+
+namespace {
+uint32_t bitsOf(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+float fromBits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/// Rounds away the low `drop` bits of the significand, ties to even. A carry
+/// into the exponent is the correct next binade (or inf past the top).
+float roundSignificand(float x, int drop) {
+  uint32_t u = bitsOf(x);
+  uint32_t half = (1u << (drop - 1)) - 1;
+  u += half + ((u >> drop) & 1u);
+  return fromBits(u & ~((1u << drop) - 1u));
+}
+} // namespace
+
+float roundToBF16(float x) {
+  if (std::isnan(x))
+    return x;
+  return roundSignificand(x, 16);
+}
+
+float roundToF16(float x) {
+  if (std::isnan(x) || std::isinf(x))
+    return x;
+  float a = std::fabs(x);
+  if (a >= 65520.0f) // halfway past the largest half (65504) rounds up: inf
+    return std::copysign(INFINITY, x);
+  if (a < 0x1p-14f) // subnormal halves: multiples of 2^-24
+    return std::copysign(std::nearbyint(a * 0x1p24f) * 0x1p-24f, x);
+  return roundSignificand(x, 13);
+}
+
+void roundTo(HostTensor &t, StorageKind kind) {
+  if (kind == StorageKind::F32 || t.kind != ElementKind::F32)
+    return;
+  float *p = t.data();
+  int64_t n = static_cast<int64_t>(t.f32.size());
+  if (kind == StorageKind::BF16) {
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = roundToBF16(p[i]);
+  } else {
+#pragma omp parallel for if (n > 65536)
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = roundToF16(p[i]);
+  }
+}
+
+} // namespace gptc::exec

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""`gptc eval --precision=bf16` against PyTorch in bf16.
+
+Two references on the same weights and tokens (gpt2_torch.py's model):
+
+  emulated  gptc's bf16 policy spelled out with explicit casts: every matmul
+            and the attention read bf16 copies of their operands (x.to(bf16)),
+            multiply with float32 accumulation, and round the result once to
+            bf16; the attention's softmax and P·V run in float32 on those
+            inputs (as a flash-attention kernel does); layernorm, GELU, bias
+            and residual adds and the loss stay float32.
+  autocast  torch.autocast("cpu", dtype=torch.bfloat16) around the same
+            model (torch 1.13: matmul runs in bf16; the bias add promotes the
+            result back to float32; the loss is taken in float32 from the
+            logits, as autocast does for cross_entropy). Autocast also rounds
+            the attention scores and probabilities to bf16, which gptc's
+            flash attention does not: a looser tolerance.
+
+Metrics as eval_matches_torch.py: logits max|Δ| / max|ref|, loss |Δ|/|ref|.
+
+Tolerances. bf16 keeps 8 significant bits: one rounding is within 2^-9
+(2.0e-3) relative, one unit in the last place is 2^-8 (3.9e-3).
+- emulated, logits 2^-8: gptc and the emulation round the same values, but
+  their float32 sums differ in the last bits, so now and then a value near a
+  rounding tie lands one bf16 ulp apart; at the final lm_head rounding that
+  moves one logit by up to 2^-8 of its size, hence at most 2^-8 of the
+  largest logit. Upstream flips are diluted by the following matmuls.
+  loss 1e-4: the loss averages B*T positions, so a few flipped logits move
+  it by far less than one ulp.
+- autocast, logits 2^-5 (3.1e-2), loss 5e-3: autocast adds two bf16 roundings
+  per attention (scores, probabilities; each 2^-9 relative) and a bf16
+  P·V in every layer; their errors add over the layers (about 2L+1 more
+  roundings of 2^-9 each on the path to the logits, ~1e-2 for L = 2, times
+  a margin of 3).
+The test is not vacuous: the float32 model (no casts) must be farther from
+the emulation than the emulated tolerance, or a policy that did nothing
+would pass.
+"""
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch as ref  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+def rnd(x):
+    """Round a float32 tensor to bf16 (nearest, ties to even), keep float32."""
+    return x.to(BF16).to(torch.float32)
+
+
+def mm(a, b):
+    """bf16 operands, float32 accumulation, one rounding of the result."""
+    return rnd(rnd(a) @ rnd(b))
+
+
+def emulated_forward(p, cfg, idx, tgt):
+    B, T = idx.shape
+    C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
+    x = p["wte.weight"][idx] + p["wpe.weight"][torch.arange(T)]
+    allowed = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(cfg.n_layer):
+        pre = "h.%d." % i
+        a = ref.layer_norm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
+        qkv = mm(a, p[pre + "attn.c_attn.weight"]) + p[pre + "attn.c_attn.bias"]
+
+        def heads(t):
+            return rnd(t.reshape(B, T, H, D).permute(0, 2, 1, 3))
+        q, k, v = (heads(qkv[..., j * C:(j + 1) * C]) for j in range(3))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        s = s.masked_fill(~allowed, float("-inf"))
+        y = rnd(torch.softmax(s, dim=-1) @ v)
+        y = y.permute(0, 2, 1, 3).reshape(B, T, C)
+        x = x + mm(y, p[pre + "attn.c_proj.weight"]) + p[pre + "attn.c_proj.bias"]
+        m = ref.layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
+        h = ref.gelu_tanh(mm(m, p[pre + "mlp.c_fc.weight"]) + p[pre + "mlp.c_fc.bias"])
+        x = x + mm(h, p[pre + "mlp.c_proj.weight"]) + p[pre + "mlp.c_proj.bias"]
+    x = ref.layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
+    logits = mm(x, p["wte.weight"].t())
+    return logits, loss_of(logits, tgt)
+
+
+def loss_of(logits, tgt):
+    logp = ref.log_softmax(logits.to(torch.float32))
+    return -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1).mean()
+
+
+def inf_rel(got, want):
+    return float((got - want).abs().max() / want.abs().max())
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gptc", required=True)
+    ap.add_argument("--tmp", required=True)
+    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-embd", type=int, default=64)
+    ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--vocab-size", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--weight-std", type=float, default=0.1,
+                    help="large enough that bf16 rounding shows in the logits")
+    args = ap.parse_args(argv)
+    cfg = ref.GPT2Config(args.n_layer, args.n_head, args.n_embd,
+                         args.block_size, args.vocab_size)
+    B, T = args.batch, args.seq
+    os.makedirs(args.tmp, exist_ok=True)
+    weights = os.path.join(args.tmp, "bf16_weights.safetensors")
+    data = os.path.join(args.tmp, "bf16_tokens.bin")
+    logits_path = os.path.join(args.tmp, "bf16_logits.safetensors")
+
+    params = ref.init_params(cfg, seed=args.seed, weight_std=args.weight_std)
+    ref.write_safetensors(weights, params)
+    tokens = ref.random_tokens(B * T + 1, cfg.vocab_size, seed=args.seed)
+    ref.write_llmc_shard(data, tokens)
+    idx, tgt = ref.batch_from_tokens(tokens, B, T)
+
+    with torch.no_grad():
+        emu_logits, emu_loss = emulated_forward(params, cfg, idx, tgt)
+        f32_logits, f32_loss = ref.forward(params, cfg, idx, tgt)
+        with torch.autocast("cpu", dtype=BF16):
+            ac_logits, _ = ref.forward(params, cfg, idx)
+        ac_logits = ac_logits.to(torch.float32)
+        ac_loss = loss_of(ac_logits, tgt)
+
+    cmd = [args.gptc, "eval", "--precision=bf16"] + cfg.cli_args() + [
+        "--init-from=" + weights, "--data=" + data, "--batch=%d" % B,
+        "--seq=%d" % T, "--logits-out=" + logits_path]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print("FAIL: gptc eval exited %d: %s" % (proc.returncode, proc.stderr))
+        return 1
+    loss = float(proc.stdout.strip().splitlines()[-1].split()[1])
+    logits = ref.read_safetensors(logits_path)["logits"].to(torch.float32)
+
+    tol_emu_logits, tol_emu_loss = 2.0 ** -8, 1e-4
+    tol_ac_logits, tol_ac_loss = 2.0 ** -5, 5e-3
+    rows = [
+        ("emulated", inf_rel(logits, emu_logits),
+         abs(loss - float(emu_loss)) / abs(float(emu_loss)),
+         tol_emu_logits, tol_emu_loss),
+        ("autocast", inf_rel(logits, ac_logits),
+         abs(loss - float(ac_loss)) / abs(float(ac_loss)),
+         tol_ac_logits, tol_ac_loss),
+    ]
+    failures = 0
+    for name, dl, dloss, tl, tloss in rows:
+        ok = dl <= tl and dloss <= tloss
+        failures += not ok
+        print("%s: gptc bf16 vs %s: logits %.3e (tol %.3e), loss %.3e "
+              "(tol %.1e)" % ("PASS" if ok else "FAIL", name, dl, tl, dloss,
+                              tloss))
+    f32_gap = inf_rel(f32_logits, emu_logits)
+    ok = f32_gap > tol_emu_logits
+    failures += not ok
+    print("%s: float32 model vs emulated bf16: logits %.3e (must exceed %.3e)"
+          % ("PASS" if ok else "FAIL", f32_gap, tol_emu_logits))
+    print("info: autocast vs emulated: logits %.3e; losses gptc %.6f "
+          "emulated %.6f autocast %.6f float32 %.6f"
+          % (inf_rel(ac_logits, emu_logits), loss, float(emu_loss),
+             float(ac_loss), float(f32_loss)))
+    print("%d failure(s)" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,147 @@
+//===- FuseElementwiseStepTest.cpp - the training step before and after ---===//
+//
+// gpt2-tiny's whole training step on the CPU executor, compiled through
+// gpt-optimizer with and without gpt-fuse-elementwise (elementwise chains,
+// multi-tensor AdamW, the loss with its gradient): the gradient function
+// (loss and every gradient) on random weights and tokens, then one
+// adamw_update (every updated parameter, both moments and the gradient
+// norm) on random gradients and moments, with a fixed lr and step.
+//
+// Tolerance 1e-5, relative, in the infinity norm of each tensor (as in
+// FuseAttentionStepTest). Fused chains compute in float32 per element in the
+// same order as the unfused kernels, so the update (every parameter, moment
+// and the norm) and the loss agree bit for bit; GELU and its gradient differ
+// in the last bits (the unfused kernels evaluate them in double, the fused
+// bodies in float32), which reaches the gradients as about 4e-7. A fused op
+// that reads the wrong operand or broadcasts wrongly is off by far more.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Executor/Bindings.h"
+#include "gptc/Executor/Executor.h"
+#include "gptc/Models/GPT2.h"
+#include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+using namespace gptc;
+using namespace mlir;
+
+namespace {
+
+constexpr int64_t kBatch = 2, kSeq = 16;
+constexpr double kTolerance = 1e-5;
+
+/// gpt2-tiny (two layers) through the optimizer stage, then optionally fused.
+OwningOpRef<ModuleOp> compile(MLIRContext &ctx, bool fuse) {
+  models::GPT2Config config = *models::gpt2Preset("gpt2-tiny");
+  config.nLayer = 2;
+  OwningOpRef<ModuleOp> module = models::buildGPT2(ctx, config, kBatch, kSeq);
+  PassManager pm(&ctx);
+  buildPipeline(pm, "optimizer", OptimizerOptions());
+  if (fuse)
+    pm.addPass(createGPTFuseElementwise());
+  if (failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
+int64_t count(func::FuncOp func, StringRef opName) {
+  int64_t n = 0;
+  for (Operation &op : func.getBody().front())
+    n += op.getName().getStringRef() == opName;
+  return n;
+}
+
+double infNormRelativeError(const exec::HostTensor &got,
+                            const exec::HostTensor &want) {
+  double maxDiff = 0.0, maxWant = 0.0;
+  for (size_t i = 0; i < want.f32.size(); ++i) {
+    maxDiff = std::max(maxDiff, std::abs(double(got.f32[i]) - want.f32[i]));
+    maxWant = std::max(maxWant, std::abs(double(want.f32[i])));
+  }
+  return maxWant == 0.0 ? maxDiff : maxDiff / maxWant;
+}
+
+/// Random values for every argument of `func`: floats uniform in
+/// [-0.3, 0.3] (second moments in [0, 0.01]), token ids, and the fixed
+/// scalars lr = 3e-4, step = 3, grad_scale = 0.5.
+std::vector<exec::HostTensor> randomArguments(func::FuncOp func) {
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> weight(-0.3f, 0.3f), second(0, 0.01f);
+  std::uniform_int_distribution<int32_t> token(0, 50256);
+  std::vector<exec::HostTensor> args;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
+    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+    if (type.getElementType().isInteger(32)) {
+      args.push_back(exec::HostTensor::ids(shape));
+      for (int32_t &t : args.back().i32)
+        t = token(gen);
+      continue;
+    }
+    args.push_back(exec::HostTensor::floats(shape));
+    if (auto hyper = func.getArgAttrOfType<StringAttr>(i, gpt::kHyperAttr)) {
+      args.back().f32[0] = hyper.getValue() == "lr"     ? 3e-4f
+                           : hyper.getValue() == "step" ? 3.0f
+                                                        : 0.5f;
+      continue;
+    }
+    bool isV = bool(func.getArgAttr(i, gpt::kAdamVAttr));
+    for (float &w : args.back().f32)
+      w = isV ? second(gen) : weight(gen);
+  }
+  return args;
+}
+
+void expectSameResults(func::FuncOp unfused, func::FuncOp fused) {
+  std::vector<exec::HostTensor> args = randomArguments(unfused);
+  FailureOr<std::vector<exec::HostTensor>> want =
+      exec::runFunction(unfused, args);
+  FailureOr<std::vector<exec::HostTensor>> got = exec::runFunction(fused, args);
+  ASSERT_TRUE(succeeded(want) && succeeded(got));
+  ASSERT_EQ(got->size(), want->size());
+  for (unsigned i = 0; i < want->size(); ++i) {
+    std::string what;
+    llvm::raw_string_ostream(what) << unfused.getSymName() << " result " << i
+                                   << " " << unfused.getResultAttrDict(i);
+    EXPECT_LE(infNormRelativeError((*got)[i], (*want)[i]), kTolerance)
+        << what;
+  }
+}
+
+TEST(FuseElementwise, TrainingStepMatchesTheUnfusedStep) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> unfused = compile(ctx, false);
+  OwningOpRef<ModuleOp> fused = compile(ctx, true);
+  ASSERT_TRUE(unfused && fused);
+  for (StringRef name : {"gpt2_forward_grad", "adamw_update"}) {
+    auto before = unfused->lookupSymbol<func::FuncOp>(name);
+    auto after = fused->lookupSymbol<func::FuncOp>(name);
+    ASSERT_TRUE(before && after) << name.str();
+    // Every elementwise op went into a fused kernel.
+    for (StringRef op : {"gpt.add", "gpt.mul", "gpt.sub", "gpt.div",
+                         "gpt.sqrt", "gpt.gelu", "gpt.gelu_grad"})
+      EXPECT_EQ(count(after, op), 0) << name.str() << " " << op.str();
+    expectSameResults(before, after);
+  }
+  // The loss and its gradient read the logits once.
+  auto grads = fused->lookupSymbol<func::FuncOp>("gpt2_forward_grad");
+  EXPECT_EQ(count(grads, "gpt.cross_entropy_with_grad"), 1);
+  EXPECT_EQ(count(grads, "gpt.cross_entropy_grad"), 0);
+  // The per-parameter AdamW chains are multi-tensor kernels.
+  auto update = fused->lookupSymbol<func::FuncOp>("adamw_update");
+  EXPECT_GE(count(update, "gpt.multi_tensor_elementwise"), 1);
+}
+
+} // namespace
