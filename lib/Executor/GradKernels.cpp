@@ -7,6 +7,8 @@
 
 #include "gptc/Executor/Kernels.h"
 
+#include "RowExpSum.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -188,12 +190,7 @@ HostTensor crossEntropyGrad(const HostTensor &logits,
       continue;
     const float *row = logits.data() + r * V;
     float *out = dlogits.data() + r * V;
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < classes; ++v)
-      max = std::max(max, row[v]);
-    double sum = 0.0;
-    for (int64_t v = 0; v < classes; ++v)
-      sum += std::exp(row[v] - max);
+    auto [max, sum] = rowExpSum(row, classes);
     int32_t target = targets.i32[r];
     for (int64_t v = 0; v < classes; ++v) {
       double p = std::exp(row[v] - max) / sum;

@@ -10,6 +10,8 @@
 
 #include "gptc/Executor/Kernels.h"
 
+#include "RowExpSum.h"
+
 #include <cmath>
 #include <limits>
 
@@ -45,12 +47,7 @@ HostTensor softmax(const HostTensor &x) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *in = x.data() + r * C;
     float *o = out.data() + r * C;
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < C; ++c)
-      max = std::max(max, in[c]);
-    double sum = 0.0;
-    for (int64_t c = 0; c < C; ++c)
-      sum += std::exp(in[c] - max);
+    auto [max, sum] = rowExpSum(in, C);
     for (int64_t c = 0; c < C; ++c)
       o[c] = float(std::exp(in[c] - max) / sum);
   }
@@ -108,12 +105,7 @@ HostTensor crossEntropy(const HostTensor &logits, const HostTensor &targets,
     if (ignored(r))
       continue;
     const float *row = logits.data() + r * V;
-    float max = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < classes; ++v)
-      max = std::max(max, row[v]);
-    double sum = 0.0;
-    for (int64_t v = 0; v < classes; ++v)
-      sum += std::exp(row[v] - max);
+    auto [max, sum] = rowExpSum(row, classes);
     losses[r] = std::log(sum) + max - row[targets.i32[r]];
   }
   double total = 0.0;

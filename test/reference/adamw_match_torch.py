@@ -131,21 +131,7 @@ BETAS = (0.9, 0.95)
 EPS = 1e-8
 
 
-class Report:
-    def __init__(self):
-        self.lines = []
-        self.failed = False
-
-    def info(self, msg):
-        self.lines.append(msg)
-
-    def fail(self, msg):
-        self.failed = True
-        self.lines.append("FAIL: " + msg)
-
-    def dump(self, stream):
-        for line in self.lines:
-            print(line, file=stream)
+Report = ref.Report
 
 
 def parse_args(argv):

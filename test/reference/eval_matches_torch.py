@@ -106,21 +106,7 @@ def fmt_shape(shape):
     return "[" + ", ".join(str(int(s)) for s in shape) + "]"
 
 
-class Report:
-    def __init__(self):
-        self.lines = []
-        self.failed = False
-
-    def info(self, msg):
-        self.lines.append(msg)
-
-    def fail(self, msg):
-        self.failed = True
-        self.lines.append("FAIL: " + msg)
-
-    def dump(self, stream):
-        for line in self.lines:
-            print(line, file=stream)
+Report = ref.Report
 
 
 def parse_loss(stdout):

@@ -301,6 +301,25 @@ def forward_functional(params, cfg, idx, targets=None):
 # Error metric
 # --------------------------------------------------------------------------
 
+class Report:
+    """What a comparison script found: info lines, failures, a verdict."""
+
+    def __init__(self):
+        self.lines = []
+        self.failed = False
+
+    def info(self, msg):
+        self.lines.append(msg)
+
+    def fail(self, msg):
+        self.failed = True
+        self.lines.append("FAIL: " + msg)
+
+    def dump(self, stream):
+        for line in self.lines:
+            print(line, file=stream)
+
+
 def max_rel_error(actual, expected):
     """max|a - e| / max|e| over all elements (norm-wise, infinity norm).
 

@@ -158,21 +158,7 @@ FD_SELF_TOL = 1e-3      # gptc vs differences of gptc's own printed loss
 INIT_LOSS_RTOL = 0.02   # |loss - ln V| / ln V at GPT-2's initialisation
 
 
-class Report:
-    def __init__(self):
-        self.lines = []
-        self.failed = False
-
-    def info(self, msg):
-        self.lines.append(msg)
-
-    def fail(self, msg):
-        self.failed = True
-        self.lines.append("FAIL: " + msg)
-
-    def dump(self, stream):
-        for line in self.lines:
-            print(line, file=stream)
+Report = ref.Report
 
 
 def parse_args(argv):
