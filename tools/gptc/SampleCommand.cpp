@@ -13,13 +13,13 @@
 #include "gptc/Executor/Bindings.h"
 #include "gptc/Executor/Executor.h"
 #include "gptc/Formats/Error.h"
+#include "gptc/Pipeline/Pipeline.h"
 #include "gptc/Tokenizer/Tokenizer.h"
 #include "gptc/Train/Checkpoint.h"
 #include "gptc/Train/Sampling.h"
 #include "gptc/Train/StepFunction.h"
 #include "gptc/Train/TrainState.h"
 
-#include "mlir/IR/Verifier.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -105,11 +105,17 @@ int runSample(int argc, char **argv) {
 
     int64_t T = std::min<int64_t>(config.blockSize,
                                   int64_t(ids.size()) + int64_t(maxNew));
+    // The forward function as training compiles it, so --precision and
+    // --pad-multiple mean here what they mean for train and eval.
+    if (model.padMultiple < 0)
+      fail("--pad-multiple must be 0 (off) or positive, got " +
+           llvm::Twine(int64_t(model.padMultiple)));
     std::unique_ptr<MLIRContext> ctx = makeContext();
-    OwningOpRef<ModuleOp> module = models::buildGPT2(*ctx, config, 1, T);
-    if (failed(verify(*module)))
+    FailureOr<TrainingProgram> program = compileTrainingProgram(
+        *ctx, config, 1, T, model.compileOptions(), model.padMultiple);
+    if (failed(program))
       return 1;
-    auto forward = *module->getOps<func::FuncOp>().begin();
+    func::FuncOp forward = program->forward;
     std::vector<exec::ArgumentInfo> argInfo = exec::describeArguments(forward);
     if (!folder)
       params = exec::loadParameters(argInfo, SafetensorsFile::open(initFrom));
