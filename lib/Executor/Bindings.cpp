@@ -4,6 +4,7 @@
 
 #include "gptc/Dialect/GPT/GPTDialect.h"
 #include "gptc/Formats/Error.h"
+#include "gptc/Formats/LlmcModel.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -84,6 +85,38 @@ loadParameters(const std::vector<ArgumentInfo> &args,
     if (!used.count(t.name) && !isIgnoredCheckpointTensor(t.name))
       throw FormatError(path + ": unexpected tensor '" + t.name +
                         "' (not a parameter of this model)");
+  return params;
+}
+
+std::map<std::string, HostTensor>
+loadParametersFromFile(const std::vector<ArgumentInfo> &args,
+                       const std::string &path) {
+  if (!isLlmcModelFile(path))
+    return loadParameters(args, SafetensorsFile::open(path));
+  LlmcModel model = readLlmcModel(path);
+  std::map<std::string, HostTensor> params;
+  for (const ArgumentInfo &a : args) {
+    if (a.kind != ArgumentInfo::Kind::Param)
+      continue;
+    auto it = model.tensors.find(a.name);
+    if (it == model.tensors.end())
+      throw FormatError(path + ": missing tensor '" + a.name +
+                        "' (the llm.c header says " +
+                        std::to_string(model.numLayers) + " layers)");
+    if (it->second.shape != a.shape)
+      throw FormatError(path + ": tensor '" + a.name + "' has shape " +
+                        shapeString(it->second.shape) + ", expected " +
+                        shapeString(a.shape));
+    HostTensor h;
+    h.shape = a.shape;
+    h.f32 = std::move(it->second.data);
+    params.emplace(a.name, std::move(h));
+    model.tensors.erase(it);
+  }
+  if (!model.tensors.empty())
+    throw FormatError(path + ": unexpected tensor '" +
+                      model.tensors.begin()->first +
+                      "' (not a parameter of this model)");
   return params;
 }
 

@@ -19,7 +19,9 @@ namespace gptc::cli {
 int runEval(int argc, char **argv) {
   ModelOptions model;
   llvm::cl::opt<std::string> initFrom(
-      "init-from", llvm::cl::desc("Weights (safetensors, Hugging Face names)"),
+      "init-from",
+      llvm::cl::desc("Weights: safetensors (Hugging Face names) or an llm.c "
+                     "model_*.bin"),
       llvm::cl::Required, llvm::cl::cat(gptcCategory));
   llvm::cl::opt<std::string> data(
       "data", llvm::cl::desc("Tokens: an llm.c shard or a nanoGPT .bin"),
@@ -61,9 +63,8 @@ int runEval(int argc, char **argv) {
     TokenFile tokens = readTokenFile(data);
     exec::Batch batch =
         exec::batchAt(tokens.tokens, 0, B, T, config.vocabSize, data);
-    SafetensorsFile weights = SafetensorsFile::open(initFrom);
-    args = exec::bindArguments(argInfo, exec::loadParameters(argInfo, weights),
-                               batch);
+    args = exec::bindArguments(
+        argInfo, exec::loadParametersFromFile(argInfo, initFrom), batch);
   } catch (const FormatError &e) {
     fail(e.what());
   }

@@ -118,7 +118,7 @@ int runSample(int argc, char **argv) {
     func::FuncOp forward = program->forward;
     std::vector<exec::ArgumentInfo> argInfo = exec::describeArguments(forward);
     if (!folder)
-      params = exec::loadParameters(argInfo, SafetensorsFile::open(initFrom));
+      params = exec::loadParametersFromFile(argInfo, initFrom);
     FailureOr<StepFunction> fn = StepFunction::get(forward);
     if (failed(fn))
       return 1;

@@ -76,7 +76,9 @@ int runTrain(int argc, char **argv) {
       "shuffle", desc("Visit the batches of each epoch in a seeded order"),
       cat(gptcCategory));
   llvm::cl::opt<std::string> initFrom(
-      "init-from", desc("Start from these weights (safetensors, HF names)"),
+      "init-from",
+      desc("Start from these weights: safetensors (HF names) or an llm.c "
+           "model_*.bin"),
       cat(gptcCategory));
   llvm::cl::opt<std::string> ckptDir(
       "ckpt-dir", desc("Run folder: checkpoints step_<N>/ and log.txt"),
@@ -209,7 +211,7 @@ int runTrain(int argc, char **argv) {
       std::vector<exec::ArgumentInfo> args =
           exec::describeArguments(program->forward);
       trainer->start(
-          exec::loadParameters(args, SafetensorsFile::open(initFrom)),
+          exec::loadParametersFromFile(args, initFrom),
           initFrom);
     } else {
       trainer->start(initParameters(trainer->parameters(), seed), "init");

@@ -38,6 +38,12 @@ std::map<std::string, HostTensor>
 loadParameters(const std::vector<ArgumentInfo> &args,
                const SafetensorsFile &file);
 
+/// The same from a file of either format: a safetensors file, or an llm.c
+/// model_*.bin (told apart by llm.c's magic 20240326).
+std::map<std::string, HostTensor>
+loadParametersFromFile(const std::vector<ArgumentInfo> &args,
+                       const std::string &path);
+
 /// Inputs and next-token targets of the [B, T] window starting at `start`.
 struct Batch {
   HostTensor tokens;
