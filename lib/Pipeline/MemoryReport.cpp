@@ -55,6 +55,14 @@ Value storageOf(Value v) {
   return v;
 }
 
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
+} // namespace
+
 std::string withThousands(int64_t n) {
   std::string digits = std::to_string(n), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -64,14 +72,6 @@ std::string withThousands(int64_t n) {
   }
   return out;
 }
-
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
-  return buf;
-}
-
-} // namespace
 
 FailureOr<MemoryReport> computeMemoryReport(ModuleOp module) {
   MemoryReport r;

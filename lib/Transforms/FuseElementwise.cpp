@@ -76,15 +76,6 @@ std::optional<APFloat> splatOf(Value v) {
   return dense.getSplatValue<APFloat>();
 }
 
-std::string shapeStr(ArrayRef<int64_t> shape) {
-  if (shape.empty())
-    return "scalar";
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  llvm::interleave(shape, os, "x");
-  return s;
-}
-
 //===----------------------------------------------------------------------===//
 // Scalar code of each elementwise op
 //===----------------------------------------------------------------------===//

@@ -4,6 +4,7 @@
 #include "LaunchStats.h"
 
 #include "gptc/Executor/Bindings.h"
+#include "gptc/Pipeline/MemoryReport.h"
 #include "gptc/Pipeline/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,16 +26,6 @@ namespace {
 const char *const kStages[] = {"graph",     "padded",   "attention",
                                 "precision", "autodiff", "optimizer",
                                 "fused"};
-
-std::string withThousands(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0)
-      out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
                 func::FuncOp func, llvm::raw_ostream &os) {

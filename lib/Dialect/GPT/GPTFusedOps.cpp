@@ -15,15 +15,6 @@ using namespace mlir;
 using namespace gptc::gpt;
 
 namespace {
-std::string shapeStr(ArrayRef<int64_t> shape) {
-  if (shape.empty())
-    return "scalar";
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  llvm::interleave(shape, os, "x");
-  return s;
-}
-
 RankedTensorType tensorOf(Value v) {
   return cast<RankedTensorType>(v.getType());
 }

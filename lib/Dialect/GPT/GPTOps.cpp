@@ -15,8 +15,7 @@
 using namespace mlir;
 using namespace gptc::gpt;
 
-namespace {
-std::string shapeStr(ArrayRef<int64_t> shape) {
+std::string gptc::gpt::shapeStr(ArrayRef<int64_t> shape) {
   if (shape.empty())
     return "scalar";
   std::string s;
@@ -24,6 +23,8 @@ std::string shapeStr(ArrayRef<int64_t> shape) {
   llvm::interleave(shape, os, "x");
   return s;
 }
+
+namespace {
 
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();

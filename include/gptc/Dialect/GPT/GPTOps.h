@@ -17,6 +17,9 @@
 #include "gptc/Dialect/GPT/GPTOps.h.inc"
 
 namespace gptc::gpt {
+/// "4x64x128" (or "scalar"), as verifiers and remarks print shapes.
+std::string shapeStr(llvm::ArrayRef<int64_t> shape);
+
 /// The numpy broadcast of two shapes, or failure if they are incompatible.
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
