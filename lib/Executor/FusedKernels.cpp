@@ -1,16 +1,14 @@
 //===- FusedKernels.cpp - fused elementwise bodies as register programs ---===//
 //
-// The body of a fused op becomes a ScalarProgram: register r holds a chunk
-// of kChunk elements of one scalar SSA value. Arguments point straight into
-// their tensor where it has the iteration shape, or are gathered (broadcast)
-// into their register; each instruction is one loop over the chunk. The
-// arithmetic is float32 and per element, as in the unfused kernels
+// The body of a fused op becomes a ScalarProgram (ScalarProgram.h), which
+// runs as float32 per element, as the unfused kernels do
 // (ElementwiseKernels.cpp), so a fused chain gives the same bits as the ops
 // it replaced.
 //
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Executor/FusedKernels.h"
+#include "gptc/Executor/ScalarProgram.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -24,28 +22,7 @@ using namespace mlir;
 
 namespace gptc::exec {
 
-namespace {
-
-constexpr int64_t kChunk = 2048;
-constexpr int64_t kParallelElements = int64_t(1) << 18;
-
-enum class Opcode {
-  Add, Sub, Mul, Div, Max, Min, Neg, Exp, Log, Tanh, Sqrt, Rsqrt, Erf, Const
-};
-
-struct Instruction {
-  Opcode op;
-  int dst, a = 0, b = 0;
-  float value = 0.0f; // Const
-};
-
-struct ScalarProgram {
-  int numArgs = 0, numRegisters = 0;
-  std::vector<Instruction> code;
-  std::vector<int> results; // the register of each yielded value
-};
-
-ScalarProgram compile(Block &body) {
+ScalarProgram compileBody(Block &body) {
   ScalarProgram p;
   DenseMap<Value, int> reg;
   for (BlockArgument arg : body.getArguments())
@@ -99,142 +76,11 @@ ScalarProgram compile(Block &body) {
   return p;
 }
 
-/// Runs the code over `len` elements; `src[r]` points at register r's chunk
-/// (arguments already loaded); computed registers live in `scratch`.
-void runChunk(const ScalarProgram &p, std::vector<const float *> &src,
-              float *scratch, int64_t len) {
-  for (const Instruction &in : p.code) {
-    float *d = scratch + int64_t(in.dst) * kChunk;
-    const float *a = src[in.a], *b = src[in.b];
-    switch (in.op) {
-#define GPTC_LOOP(expr)                                                        \
-  for (int64_t i = 0; i < len; ++i)                                            \
-    d[i] = (expr);                                                             \
-  break;
-    case Opcode::Add: GPTC_LOOP(a[i] + b[i])
-    case Opcode::Sub: GPTC_LOOP(a[i] - b[i])
-    case Opcode::Mul: GPTC_LOOP(a[i] * b[i])
-    case Opcode::Div: GPTC_LOOP(a[i] / b[i])
-    case Opcode::Max: GPTC_LOOP(std::max(a[i], b[i]))
-    case Opcode::Min: GPTC_LOOP(std::min(a[i], b[i]))
-    case Opcode::Neg: GPTC_LOOP(-a[i])
-    case Opcode::Exp: GPTC_LOOP(std::exp(a[i]))
-    case Opcode::Log: GPTC_LOOP(std::log(a[i]))
-    case Opcode::Tanh: GPTC_LOOP(std::tanh(a[i]))
-    case Opcode::Sqrt: GPTC_LOOP(std::sqrt(a[i]))
-    case Opcode::Rsqrt: GPTC_LOOP(1.0f / std::sqrt(a[i]))
-    case Opcode::Erf: GPTC_LOOP(std::erf(a[i]))
-    case Opcode::Const: GPTC_LOOP(in.value)
-#undef GPTC_LOOP
-    }
-    src[in.dst] = d;
-  }
-}
-
-/// Where an argument's elements come from, seen from the iteration shape.
-struct ArgumentSource {
-  const float *data;
-  bool contiguous;              // same shape: point into it
-  std::vector<int64_t> strides; // otherwise: 0 on broadcast dimensions
-};
-
-ArgumentSource sourceOf(const HostTensor &t,
-                        const std::vector<int64_t> &shape) {
-  if (t.kind != ElementKind::F32)
-    throw KernelError("fused ops take float tensors only");
-  ArgumentSource s{t.data(), t.shape == shape, {}};
-  if (s.contiguous)
-    return s;
-  s.strides.assign(shape.size(), 0);
-  int64_t stride = 1;
-  size_t offset = shape.size() - t.shape.size();
-  for (size_t i = t.shape.size(); i-- > 0;) {
-    s.strides[offset + i] = t.shape[i] == 1 ? 0 : stride;
-    stride *= t.shape[i];
-  }
-  return s;
-}
-
-/// Copies elements [start, start + len) of the broadcast view into `dst`.
-void gather(const ArgumentSource &s, const std::vector<int64_t> &shape,
-            int64_t start, int64_t len, float *dst) {
-  size_t rank = shape.size();
-  if (rank == 0 || std::all_of(s.strides.begin(), s.strides.end(),
-                               [](int64_t x) { return x == 0; })) {
-    std::fill(dst, dst + len, s.data[0]);
-    return;
-  }
-  std::vector<int64_t> index(rank);
-  int64_t rest = start, offset = 0;
-  for (size_t d = rank; d-- > 0;) {
-    index[d] = rest % shape[d];
-    rest /= shape[d];
-    offset += index[d] * s.strides[d];
-  }
-  for (int64_t i = 0; i < len; ++i) {
-    dst[i] = s.data[offset];
-    for (size_t d = rank; d-- > 0;) {
-      offset += s.strides[d];
-      if (++index[d] < shape[d])
-        break;
-      offset -= index[d] * s.strides[d];
-      index[d] = 0;
-    }
-  }
-}
+namespace {
 
 std::vector<int64_t> shapeOf(Value v) {
   auto shape = cast<RankedTensorType>(v.getType()).getShape();
   return {shape.begin(), shape.end()};
-}
-
-/// One unit of work: elements [start, start + len) of tensor `tensor`.
-struct Chunk {
-  int64_t tensor, start, len;
-};
-
-/// Runs `p` over every chunk. Per tensor t, `args[t]` are the sources of
-/// the body arguments and `outs[t]` the result buffers, all of `shapes[t]`.
-void runProgram(const ScalarProgram &p,
-                const std::vector<std::vector<ArgumentSource>> &args,
-                const std::vector<std::vector<float *>> &outs,
-                const std::vector<std::vector<int64_t>> &shapes) {
-  std::vector<Chunk> chunks;
-  for (size_t t = 0; t < shapes.size(); ++t) {
-    int64_t n = numElements(shapes[t]);
-    for (int64_t start = 0; start < n; start += kChunk)
-      chunks.push_back({int64_t(t), start, std::min(kChunk, n - start)});
-  }
-  // Registers live in per-thread buffers kept across calls: no allocation
-  // inside the parallel loop. Small ops stay on one thread: waking the team
-  // costs more than they do.
-  int64_t total = 0;
-  for (const Chunk &chunk : chunks)
-    total += chunk.len;
-#pragma omp parallel for schedule(static) if (total >= kParallelElements)
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    thread_local std::vector<float> scratchBuffer;
-    thread_local std::vector<const float *> src;
-    scratchBuffer.resize(std::max(scratchBuffer.size(),
-                                  size_t(p.numRegisters) * kChunk));
-    src.resize(std::max(src.size(), size_t(p.numRegisters)));
-    float *scratch = scratchBuffer.data();
-    const Chunk &chunk = chunks[c];
-    for (int a = 0; a < p.numArgs; ++a) {
-      const ArgumentSource &s = args[chunk.tensor][a];
-      if (s.contiguous) {
-        src[a] = s.data + chunk.start;
-        continue;
-      }
-      float *reg = scratch + int64_t(a) * kChunk;
-      gather(s, shapes[chunk.tensor], chunk.start, chunk.len, reg);
-      src[a] = reg;
-    }
-    runChunk(p, src, scratch, chunk.len);
-    for (size_t r = 0; r < p.results.size(); ++r)
-      std::memcpy(outs[chunk.tensor][r] + chunk.start, src[p.results[r]],
-                  chunk.len * sizeof(float));
-  }
 }
 
 } // namespace
@@ -242,44 +88,41 @@ void runProgram(const ScalarProgram &p,
 std::vector<HostTensor>
 fusedElementwise(gpt::FusedElementwiseOp op,
                  const std::vector<const HostTensor *> &in) {
-  ScalarProgram p = compile(op.getBody().front());
+  ScalarProgram p = compileBody(op.getBody().front());
   std::vector<int64_t> shape = shapeOf(op.getResult(0));
-  std::vector<ArgumentSource> sources;
-  for (const HostTensor *t : in)
-    sources.push_back(sourceOf(*t, shape));
   std::vector<HostTensor> results;
   std::vector<float *> outs;
   for (size_t r = 0; r < op.getNumResults(); ++r)
     results.push_back(HostTensor::floats(shape));
   for (HostTensor &r : results)
     outs.push_back(r.data());
-  runProgram(p, {sources}, {outs}, {shape});
+  runScalarProgram(p, {in}, {outs}, {shape});
   return results;
 }
 
 std::vector<HostTensor>
 multiTensorElementwise(gpt::MultiTensorElementwiseOp op,
                        const std::vector<const HostTensor *> &in) {
-  ScalarProgram p = compile(op.getBody().front());
+  ScalarProgram p = compileBody(op.getBody().front());
   size_t n = op.getNumTensors();
   size_t perTensor = op.getTensors().size() / n;
   size_t perResult = op.getNumResults() / n;
   std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::vector<ArgumentSource>> sources(n);
+  std::vector<std::vector<const HostTensor *>> sources(n);
   std::vector<HostTensor> results(op.getNumResults());
   std::vector<std::vector<float *>> outs(n);
   for (size_t t = 0; t < n; ++t) {
     shapes.push_back(shapeOf(op.getResult(t)));
     for (size_t j = 0; j < perTensor; ++j)
-      sources[t].push_back(sourceOf(*in[j * n + t], shapes[t]));
+      sources[t].push_back(in[j * n + t]);
     for (size_t s = op.getTensors().size(); s < in.size(); ++s)
-      sources[t].push_back(sourceOf(*in[s], shapes[t]));
+      sources[t].push_back(in[s]);
     for (size_t r = 0; r < perResult; ++r) {
       results[r * n + t] = HostTensor::floats(shapes[t]);
       outs[t].push_back(results[r * n + t].data());
     }
   }
-  runProgram(p, sources, outs, shapes);
+  runScalarProgram(p, sources, outs, shapes);
   return results;
 }
 

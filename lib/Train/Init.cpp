@@ -3,7 +3,6 @@
 #include "gptc/Train/Init.h"
 
 #include "gptc/Dialect/GPT/GPTDialect.h"
-#include "gptc/Train/Random.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -36,30 +35,6 @@ FailureOr<std::vector<ParamSpec>> parameterSpecs(func::FuncOp func) {
     specs.push_back(std::move(spec));
   }
   return specs;
-}
-
-exec::HostTensor initParameter(const ParamSpec &spec, uint64_t seed) {
-  switch (spec.init) {
-  case ParamSpec::Init::Zeros:
-    return exec::HostTensor::floats(spec.shape, 0.0f);
-  case ParamSpec::Init::Ones:
-    return exec::HostTensor::floats(spec.shape, 1.0f);
-  case ParamSpec::Init::Normal:
-    break;
-  }
-  exec::HostTensor t = exec::HostTensor::floats(spec.shape);
-  Rng rng(seed, streamOf(spec.name));
-  for (float &x : t.f32)
-    x = float(rng.normal() * spec.std);
-  return t;
-}
-
-std::map<std::string, exec::HostTensor>
-initParameters(const std::vector<ParamSpec> &specs, uint64_t seed) {
-  std::map<std::string, exec::HostTensor> params;
-  for (const ParamSpec &spec : specs)
-    params.emplace(spec.name, initParameter(spec, seed));
-  return params;
 }
 
 } // namespace gptc::train

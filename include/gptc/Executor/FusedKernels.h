@@ -13,8 +13,13 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 #include "gptc/Executor/HostTensor.h"
+#include "gptc/Executor/ScalarProgram.h"
 
 namespace gptc::exec {
+
+/// The body of a fused op as a ScalarProgram; throws KernelError for an op
+/// the scalar code has no instruction for.
+ScalarProgram compileBody(mlir::Block &body);
 
 /// gpt.fused_elementwise: `in` are its operands in order.
 std::vector<HostTensor>

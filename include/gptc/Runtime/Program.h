@@ -1,0 +1,129 @@
+//===- Program.h - the kernel-level training program ------------*- C++ -*-===//
+//
+// The fused training step after lowering: one Launch is one kernel launch on
+// the GPU (a cuBLASLt GEMM or a generated kernel), every value is a Buffer at
+// a planned offset in one arena. This is what `gptc emit --stage=kernels`
+// prints, what `gptc compile` writes into the training program, and what the
+// runtime executes. No MLIR here: the training program reads it alone.
+//
+// Conventions (the contract between the lowering, the CUDA emitter, the CPU
+// replay and the runtime):
+// - A launch performs one gpt op: `kernel` is the op's name without "gpt."
+//   ("matmul", "layernorm", "fused_elementwise", ...), `inputs` are the op's
+//   operands in order and `outputs` its results in order. The op's
+//   attributes keep their names: integer and bool attributes in `ints` (a
+//   unit attribute is 1), float attributes in `floats`, integer arrays in
+//   `lists`. Shapes and dtypes are the buffers'.
+// - gpt.reshape is no launch: its result is a view (`viewOf`) of its operand.
+// - gpt.constant is no launch: its result is a Constant buffer with `init`.
+// - Buffers are shared across functions by role and binding: the parameter
+//   "wte.weight" is one buffer that forward, grads and update all read; the
+//   gradient the grads function returns is the buffer update reads.
+// - update writes parameters and moments in place: its results with role
+//   Param/AdamM/AdamV are the buffers of its matching arguments.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_RUNTIME_PROGRAM_H
+#define GPTC_RUNTIME_PROGRAM_H
+
+#include "gptc/Executor/ScalarProgram.h"
+#include "gptc/Train/ParamSpec.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gptc::rt {
+
+enum class DType : uint8_t { F32, BF16, F16, I32 };
+/// "f32", "bf16", "f16", "i32".
+const char *dtypeName(DType t);
+int64_t dtypeBytes(DType t);
+
+/// What a buffer holds and who binds it.
+enum class Role : uint8_t {
+  Temp,     ///< lives inside one run of one function; planned by liveness
+  Param,    ///< float32 master weights, bound by parameter name
+  Grad,     ///< a parameter's gradient: grads writes it, update reads it
+  AdamM,    ///< first moment, bound by parameter name
+  AdamV,    ///< second moment
+  Input,    ///< "tokens" / "targets": the host uploads them per micro-batch
+  Hyper,    ///< f32 scalar the host sets per run: "lr", "step", "grad_scale",
+            ///< "loss_scale"
+  Output,   ///< "loss", "logits", "grad_norm": the host reads them back
+  Constant, ///< the bytes in `init`, uploaded once
+};
+const char *roleName(Role r);
+
+struct Buffer {
+  std::string name; ///< for dumps: the binding, or the SSA value's name
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  Role role = Role::Temp;
+  std::string binding; ///< parameter, input, hyper or output name
+  int viewOf = -1;     ///< a reshape: same storage as this buffer
+  int64_t offset = -1; ///< byte offset in the arena (planMemory)
+  std::vector<uint8_t> init; ///< Constant: its bytes, row-major
+
+  int64_t numel() const;
+  int64_t bytes() const;
+};
+
+/// A generated CUDA kernel (the CUDA emitter fills these).
+struct DeviceKernel {
+  std::string name;   ///< extern "C" entry point
+  std::string source; ///< self-contained CUDA C++ (templates inlined)
+  std::vector<std::string> fuses; ///< "gpt.layernorm at models/gpt2.cpp:57"
+  std::string arch;   ///< arch of `cubin` ("sm_90a"), "" if none
+  std::vector<uint8_t> cubin; ///< empty: NVRTC compiles at run time
+};
+
+struct Launch {
+  std::string kernel; ///< the op: "matmul", "fused_elementwise", ...
+  std::vector<int> inputs, outputs; ///< buffer ids
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, double> floats;
+  std::map<std::string, std::vector<int64_t>> lists;
+  exec::ScalarProgram body; ///< fused_elementwise, multi_tensor_elementwise
+  std::string loc;          ///< the op's source location, "file:line:col"
+
+  // Filled by the CUDA emitter. A generated kernel takes the device
+  // pointers of `inputs` then `outputs`, in order, and nothing else: shapes
+  // and attributes are constants in its source.
+  int deviceKernel = -1; ///< into Program::kernels; -1: cuBLASLt (matmul)
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  uint32_t sharedBytes = 0;
+};
+
+struct Function {
+  std::string name; ///< "forward", "grads", "update"
+  std::vector<Launch> launches;
+  std::vector<int> arguments, results; ///< buffer ids, bound by role/binding
+  /// update: launches [0, normLaunches) compute "grad_norm", the rest apply
+  /// the step, so the host can skip a non-finite step before anything is
+  /// written in place. -1 elsewhere.
+  int normLaunches = -1;
+};
+
+struct Program {
+  /// "model", "precision", "batch", "seq", "pad_multiple", "n_layer",
+  /// "n_head", "n_embd", "block_size", "vocab_size", "weight_decay", ...
+  std::map<std::string, std::string> meta;
+  std::vector<train::ParamSpec> params;
+  std::vector<Buffer> buffers;
+  std::vector<Function> functions;
+  std::vector<DeviceKernel> kernels;
+  int64_t arenaBytes = 0; ///< planMemory: the one allocation
+
+  /// nullptr if there is none.
+  const Function *function(std::string_view name) const;
+  /// The buffer of this role and binding, or -1.
+  int find(Role role, std::string_view binding) const;
+};
+
+} // namespace gptc::rt
+
+#endif // GPTC_RUNTIME_PROGRAM_H
