@@ -124,6 +124,25 @@ struct Program {
   int find(Role role, std::string_view binding) const;
 };
 
+/// The text form `gptc emit --stage=kernels` prints: the buffers with their
+/// offsets, then each function's launches, one per line.
+std::string printProgram(const Program &p);
+
+/// The binary form the training program carries (CBOR of the structure,
+/// behind a magic and a version); readProgram throws FormatError naming
+/// `source` for anything it cannot read.
+std::vector<uint8_t> writeProgram(const Program &p);
+Program readProgram(const uint8_t *data, size_t size,
+                    const std::string &source);
+
+/// gpt-plan-memory: gives every buffer its offset in one arena and sets
+/// arenaBytes. Parameters, gradients, moments, inputs, hypers, outputs and
+/// constants live for the whole run; a Temp lives from the launch that
+/// writes it to the last launch that reads it (or a view of it) within its
+/// function, and functions never run at once, so their temps share space.
+/// Offsets are 256-byte aligned.
+void planMemory(Program &p);
+
 } // namespace gptc::rt
 
 #endif // GPTC_RUNTIME_PROGRAM_H
