@@ -43,6 +43,13 @@ public:
   virtual void synchronize() = 0;
 };
 
+/// The executor's kernels over a host arena (lib/Runtime/CpuBackend.cpp).
+std::unique_ptr<Backend> makeCpuBackend();
+
+/// The first CUDA device (lib/Runtime/CudaBackend.cpp). Throws DeviceError
+/// with one line when there is no driver or no device.
+std::unique_ptr<Backend> makeCudaBackend();
+
 } // namespace gptc::rt
 
 #endif // GPTC_RUNTIME_BACKEND_H
