@@ -1,0 +1,82 @@
+//===- LowerToKernels.h - the fused step as a kernel-level Program -*- C++ -*-===//
+//
+// Lowers the functions of the fused training step (gptc/Pipeline/Pipeline.h,
+// stage "fused") to a gptc::rt::Program: one Launch per op, every value a
+// Buffer (gptc/Runtime/Program.h states the conventions). Beyond those:
+//
+// - Functions are "forward", "grads" and "update", in that order; any of
+//   them may be absent (gptc-opt's --gpt-print-kernels lowers what a test
+//   module holds).
+// - Arguments and results are bound buffers, shared by (role, binding)
+//   across the functions: gpt.param -> Param, gpt.grad -> Grad, gpt.adam_m,
+//   gpt.adam_v, gpt.input, gpt.hyper, gpt.output -> Output.
+// - A result computed by a launch of its function is written straight into
+//   its bound buffer (the launch's output is that buffer). A result that is
+//   an argument, a view (gpt.reshape), a constant, or a value already bound
+//   to another result is copied into its bound buffer by an identity
+//   fused_elementwise launch at the end of the function (float dtypes only;
+//   the fused step never needs one).
+// - In place: a result bound to the buffer of one of the function's
+//   arguments (update's params and moments) is written over it. The
+//   lowering checks that this is safe: the launch is fused_elementwise or
+//   multi_tensor_elementwise, it reads that buffer only at the element it
+//   writes (same shape, same tensor of a multi-tensor launch), and no later
+//   launch reads the old value. Anything else is an error.
+// - The function with a gpt.output = "grad_norm" result runs first the
+//   launches that value depends on (normLaunches), then the rest; none of
+//   the first may write in place.
+// - Attributes: the op's own (IntegerAttr, BoolAttr, UnitAttr -> ints,
+//   FloatAttr -> floats, integer arrays -> lists); defaulted ones are always
+//   present (layernorm/layernorm_grad "epsilon", pad "value").
+//   operandSegmentSizes is structure, not an attribute, and is dropped.
+// - Every op outside the fused stage's kernel set, and every value that is
+//   not a static tensor of f32, bf16, f16 or i32, is an error at its
+//   location.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_CONVERSION_LOWERTOKERNELS_H
+#define GPTC_CONVERSION_LOWERTOKERNELS_H
+
+#include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Runtime/Program.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace gptc {
+
+/// The step's functions, found by their attributes (any may be null):
+/// update has gpt.adam_m arguments, grads has gpt.grad results, forward is
+/// the remaining function with a gpt.output result.
+struct StepFunctions {
+  mlir::func::FuncOp forward, grads, update;
+};
+StepFunctions findStepFunctions(mlir::ModuleOp module);
+
+/// The launches and buffers of the given functions (meta: only "precision",
+/// from the module's gpt.precision; no params); not planned.
+mlir::FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns);
+
+/// The whole step, with meta (model, precision, batch, seq, pad_multiple,
+/// n_layer, n_head, n_embd, block_size, vocab_size, beta1, beta2, eps,
+/// weight_decay, clip) and params (parameterSpecs of forward); not planned.
+mlir::FailureOr<rt::Program>
+lowerToKernels(const TrainingProgram &program, const models::GPT2Config &cfg,
+               int64_t batch, int64_t seq, const OptimizerOptions &opts,
+               int64_t padMultiple);
+
+/// compileTrainingProgram, lowerToKernels and planMemory: what `gptc emit
+/// --stage=kernels` prints and `gptc compile` builds on.
+mlir::FailureOr<rt::Program>
+compileKernelProgram(mlir::MLIRContext &ctx, const models::GPT2Config &cfg,
+                     int64_t batch, int64_t seq, const OptimizerOptions &opts,
+                     int64_t padMultiple = kDefaultPadMultiple);
+
+/// gptc-opt's --gpt-print-kernels: lowers the module's step functions,
+/// plans the memory and prints the Program's text to llvm::outs().
+void registerPrintKernelsPass();
+
+} // namespace gptc
+
+#endif // GPTC_CONVERSION_LOWERTOKERNELS_H

@@ -1,0 +1,613 @@
+//===- LowerToKernels.cpp - the fused step as a kernel-level Program ------===//
+//
+// One pass over each function: arguments and results become bound buffers
+// (shared across functions by role and binding), each op one launch (or a
+// view, or a constant), then results that no launch wrote are copied, the
+// grad_norm launches move to the front, and in-place writes are checked.
+// The rules are in gptc/Conversion/LowerToKernels.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Conversion/LowerToKernels.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Executor/FusedKernels.h"
+#include "gptc/Train/Init.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <charconv>
+#include <optional>
+#include <set>
+
+using namespace mlir;
+
+namespace gptc {
+
+namespace {
+
+/// The ops of the fused stage that are launches (gpt.reshape is a view,
+/// gpt.constant data).
+const char *const kKernels[] = {
+    "cast",       "concat",          "cross_entropy",
+    "cross_entropy_with_grad",       "embedding",
+    "embedding_grad",                "flash_attention",
+    "flash_attention_grad",          "fused_elementwise",
+    "iota",       "layernorm",       "layernorm_grad",
+    "matmul",     "multi_tensor_elementwise",
+    "pad",        "reduce_sum",      "slice",
+    "split",      "transpose"};
+
+/// "file:line:col" of the first file location inside `loc`, or "".
+std::string locString(Location loc) {
+  if (auto file = dyn_cast<FileLineColLoc>(loc))
+    return file.getFilename().str() + ":" + std::to_string(file.getLine()) +
+           ":" + std::to_string(file.getColumn());
+  if (auto name = dyn_cast<NameLoc>(loc))
+    return locString(name.getChildLoc());
+  if (auto call = dyn_cast<CallSiteLoc>(loc)) {
+    std::string s = locString(call.getCallee());
+    return s.empty() ? locString(call.getCaller()) : s;
+  }
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location l : fused.getLocations())
+      if (std::string s = locString(l); !s.empty())
+        return s;
+  if (auto opaque = dyn_cast<OpaqueLoc>(loc))
+    return locString(opaque.getFallbackLocation());
+  return "";
+}
+
+std::string number(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+/// The binding attributes, in the order they are looked for.
+const std::pair<llvm::StringLiteral, rt::Role> kBindings[] = {
+    {gpt::kParamAttr, rt::Role::Param},   {gpt::kGradAttr, rt::Role::Grad},
+    {gpt::kAdamMAttr, rt::Role::AdamM},   {gpt::kAdamVAttr, rt::Role::AdamV},
+    {gpt::kInputAttr, rt::Role::Input},   {gpt::kHyperAttr, rt::Role::Hyper},
+    {gpt::kOutputAttr, rt::Role::Output}};
+
+std::optional<std::pair<rt::Role, std::string>> bindingOf(DictionaryAttr d) {
+  if (!d)
+    return std::nullopt;
+  for (const auto &[name, role] : kBindings)
+    if (auto s = d.getAs<StringAttr>(name))
+      return std::make_pair(role, s.str());
+  return std::nullopt;
+}
+
+std::string describeBinding(rt::Role role, const std::string &binding) {
+  return std::string(rt::roleName(role)) + " '" + binding + "'";
+}
+
+/// What the checks need to know about a launch beyond the Launch.
+struct LaunchInfo {
+  Operation *op = nullptr; ///< null for a copy of a result
+  /// Per input: it is the function's argument (or a view of it), i.e. the
+  /// value the buffer held before this function wrote anything.
+  std::vector<bool> readsArgument;
+};
+
+/// The value whose storage `v` is (through reshapes) is a block argument.
+bool isArgumentStorage(Value v) {
+  while (auto reshape = v.getDefiningOp<gpt::ReshapeOp>())
+    v = reshape.getX();
+  return isa<BlockArgument>(v);
+}
+
+class Lowering {
+public:
+  rt::Program program;
+
+  LogicalResult lowerFunction(func::FuncOp func, const char *name);
+
+private:
+  /// dtype and shape of a value's type; an error through `emit` otherwise.
+  LogicalResult describe(Type type, rt::Buffer &b,
+                         llvm::function_ref<InFlightDiagnostic()> emit);
+  int add(rt::Buffer b) {
+    program.buffers.push_back(std::move(b));
+    return int(program.buffers.size() - 1);
+  }
+  int rootOf(int id) const {
+    while (program.buffers[id].viewOf >= 0)
+      id = program.buffers[id].viewOf;
+    return id;
+  }
+  FailureOr<int> boundBuffer(rt::Role role, const std::string &binding,
+                             Type type,
+                             llvm::function_ref<InFlightDiagnostic()> emit);
+  LogicalResult attributes(Operation *op, rt::Launch &l);
+  LogicalResult orderNorm(func::FuncOp func, rt::Function &out,
+                          std::vector<LaunchInfo> &info, int gradNorm);
+  LogicalResult checkInPlace(func::FuncOp func, const rt::Function &out,
+                             const std::vector<LaunchInfo> &info);
+
+  std::map<std::pair<rt::Role, std::string>, int> bound;
+};
+
+LogicalResult
+Lowering::describe(Type type, rt::Buffer &b,
+                   llvm::function_ref<InFlightDiagnostic()> emit) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || !tensor.hasStaticShape())
+    return emit() << "a value of type " << type
+                  << " has no buffer (static tensors only)";
+  Type elem = tensor.getElementType();
+  if (elem.isF32())
+    b.dtype = rt::DType::F32;
+  else if (elem.isBF16())
+    b.dtype = rt::DType::BF16;
+  else if (elem.isF16())
+    b.dtype = rt::DType::F16;
+  else if (elem.isInteger(32))
+    b.dtype = rt::DType::I32;
+  else
+    return emit() << "element type " << elem
+                  << " has no kernel dtype (f32, bf16, f16, i32)";
+  b.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
+  return success();
+}
+
+FailureOr<int>
+Lowering::boundBuffer(rt::Role role, const std::string &binding, Type type,
+                      llvm::function_ref<InFlightDiagnostic()> emit) {
+  rt::Buffer b;
+  if (failed(describe(type, b, emit)))
+    return failure();
+  auto [it, inserted] = bound.try_emplace({role, binding}, -1);
+  if (!inserted) {
+    const rt::Buffer &old = program.buffers[it->second];
+    if (old.dtype != b.dtype || old.shape != b.shape)
+      return emit() << describeBinding(role, binding) << " is " << type
+                    << " here but " << rt::dtypeName(old.dtype)
+                    << " of another shape in another function";
+    return it->second;
+  }
+  b.role = role;
+  b.name = b.binding = binding;
+  return it->second = add(std::move(b));
+}
+
+LogicalResult Lowering::attributes(Operation *op, rt::Launch &l) {
+  for (NamedAttribute a : op->getAttrDictionary()) {
+    std::string name = a.getName().str();
+    Attribute v = a.getValue();
+    // Structure of the operand list, not a property of the kernel.
+    if (name == "operandSegmentSizes" || name == "resultSegmentSizes")
+      continue;
+    if (auto b = dyn_cast<BoolAttr>(v))
+      l.ints[name] = b.getValue();
+    else if (auto i = dyn_cast<IntegerAttr>(v))
+      l.ints[name] = i.getValue().getSExtValue();
+    else if (isa<UnitAttr>(v))
+      l.ints[name] = 1;
+    else if (auto f = dyn_cast<FloatAttr>(v))
+      l.floats[name] = f.getValueAsDouble();
+    else if (auto arr = dyn_cast<DenseI64ArrayAttr>(v))
+      l.lists[name].assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+    else if (auto arr = dyn_cast<DenseI32ArrayAttr>(v))
+      l.lists[name].assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+    else if (auto arr = dyn_cast<ArrayAttr>(v)) {
+      std::vector<int64_t> list;
+      for (Attribute e : arr) {
+        auto i = dyn_cast<IntegerAttr>(e);
+        if (!i)
+          return op->emitError() << "attribute '" << name << "' of '"
+                                 << op->getName()
+                                 << "' is an array of non-integers, which "
+                                    "a launch cannot carry";
+        list.push_back(i.getValue().getSExtValue());
+      }
+      l.lists[name] = std::move(list);
+    } else
+      return op->emitError() << "attribute '" << name << "' of '"
+                             << op->getName() << "' (" << v
+                             << ") has no launch form (integers, floats "
+                                "and integer arrays only)";
+  }
+  // Defaulted attributes are absent from the IR when they have their
+  // default; the kernels should not need to know the defaults.
+  if (auto ln = dyn_cast<gpt::LayerNormOp>(op))
+    l.floats["epsilon"] = ln.getEpsilon().convertToDouble();
+  if (auto ln = dyn_cast<gpt::LayerNormGradOp>(op))
+    l.floats["epsilon"] = ln.getEpsilon().convertToDouble();
+  if (auto pad = dyn_cast<gpt::PadOp>(op))
+    l.ints["value"] = pad.getValue();
+  return success();
+}
+
+LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
+  rt::Function out;
+  out.name = name;
+  AsmState asmState(func);
+  auto ssaName = [&](Value v) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    v.printAsOperand(os, asmState);
+    return os.str();
+  };
+  DenseMap<Value, int> buf;
+  if (!func.getBody().hasOneBlock())
+    return func.emitError() << "@" << func.getSymName()
+                            << " has more than one block; a step function "
+                               "is straight-line code";
+  Block &body = func.front();
+
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto emit = [&] { return func.emitError(); };
+    auto binding = bindingOf(func.getArgAttrDict(i));
+    if (!binding)
+      return func.emitError() << "argument #" << i << " of @"
+                              << func.getSymName()
+                              << " has no binding (gpt.param, gpt.grad, "
+                                 "gpt.adam_m, gpt.adam_v, gpt.input or "
+                                 "gpt.hyper)";
+    FailureOr<int> id =
+        boundBuffer(binding->first, binding->second, arg.getType(), emit);
+    if (failed(id))
+      return failure();
+    buf[arg] = *id;
+    out.arguments.push_back(*id);
+  }
+
+  // Results: a value its function computes is written into its bound
+  // buffer directly; anything else is copied there at the end.
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  struct Copy {
+    Value value;
+    int target;
+    unsigned index;
+  };
+  std::vector<Copy> copies;
+  int gradNorm = -1;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    auto emit = [&] { return ret.emitError(); };
+    auto binding = bindingOf(func.getResultAttrDict(i));
+    if (!binding)
+      return ret.emitError() << "result #" << i << " of @"
+                             << func.getSymName()
+                             << " has no binding (gpt.param, gpt.grad, "
+                                "gpt.adam_m, gpt.adam_v or gpt.output)";
+    Value v = ret.getOperand(i);
+    FailureOr<int> id =
+        boundBuffer(binding->first, binding->second, v.getType(), emit);
+    if (failed(id))
+      return failure();
+    out.results.push_back(*id);
+    if (binding->first == rt::Role::Output && binding->second == "grad_norm")
+      gradNorm = *id;
+    auto known = buf.find(v);
+    if (known != buf.end() && known->second == *id)
+      continue; // an argument returned as itself: nothing to write
+    Operation *def = v.getDefiningOp();
+    if (def && !isa<gpt::ReshapeOp, gpt::ConstantOp>(def) &&
+        known == buf.end())
+      buf[v] = *id;
+    else
+      copies.push_back({v, *id, i});
+  }
+
+  std::vector<LaunchInfo> info; // beside out.launches
+  for (Operation &op : body.without_terminator()) {
+    StringRef full = op.getName().getStringRef();
+    if (auto reshape = dyn_cast<gpt::ReshapeOp>(op)) {
+      rt::Buffer b;
+      if (failed(describe(reshape.getType(), b,
+                          [&] { return op.emitError(); })))
+        return failure();
+      b.name = ssaName(reshape.getResult());
+      b.viewOf = rootOf(buf.lookup(reshape.getX()));
+      buf[reshape.getResult()] = add(std::move(b));
+      continue;
+    }
+    if (auto constant = dyn_cast<gpt::ConstantOp>(op)) {
+      rt::Buffer b;
+      if (failed(describe(constant.getType(), b,
+                          [&] { return op.emitError(); })))
+        return failure();
+      auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+      if (!dense)
+        return op.emitError("a constant that is not dense elements has no "
+                            "buffer form");
+      int64_t size = rt::dtypeBytes(b.dtype);
+      auto append = [&](uint64_t bits) {
+        for (int64_t k = 0; k < size; ++k)
+          b.init.push_back(uint8_t(bits >> (8 * k)));
+      };
+      if (b.dtype == rt::DType::I32)
+        for (const APInt &v : dense.getValues<APInt>())
+          append(v.getZExtValue());
+      else
+        for (const APFloat &v : dense.getValues<APFloat>())
+          append(v.bitcastToAPInt().getZExtValue());
+      b.role = rt::Role::Constant;
+      b.name = ssaName(constant.getResult());
+      buf[constant.getResult()] = add(std::move(b));
+      continue;
+    }
+    if (!full.starts_with("gpt.") ||
+        !llvm::is_contained(kKernels, full.drop_front(4)))
+      return op.emitError() << "'" << full
+                            << "' has no kernel; lower the step from "
+                               "--stage=fused";
+    rt::Launch l;
+    l.kernel = full.drop_front(4).str();
+    l.loc = locString(op.getLoc());
+    for (Value v : op.getOperands()) {
+      auto it = buf.find(v);
+      if (it == buf.end())
+        return op.emitError("an operand is not a value of this function");
+      l.inputs.push_back(it->second);
+    }
+    for (Value v : op.getResults()) {
+      if (auto it = buf.find(v); it != buf.end()) {
+        l.outputs.push_back(it->second);
+        continue;
+      }
+      rt::Buffer b;
+      if (failed(describe(v.getType(), b, [&] { return op.emitError(); })))
+        return failure();
+      b.name = ssaName(v);
+      int id = add(std::move(b));
+      buf[v] = id;
+      l.outputs.push_back(id);
+    }
+    if (failed(attributes(&op, l)))
+      return failure();
+    if (isa<gpt::FusedElementwiseOp, gpt::MultiTensorElementwiseOp>(op)) {
+      try {
+        l.body = exec::compileBody(op.getRegion(0).front());
+      } catch (const exec::KernelError &e) {
+        return op.emitError() << e.what();
+      }
+    }
+    LaunchInfo li{&op, {}};
+    for (Value v : op.getOperands())
+      li.readsArgument.push_back(isArgumentStorage(v));
+    out.launches.push_back(std::move(l));
+    info.push_back(std::move(li));
+  }
+
+  for (const Copy &c : copies) {
+    if (program.buffers[c.target].dtype == rt::DType::I32)
+      return ret.emitError() << "result #" << c.index
+                             << " is an i32 value that no launch of @"
+                             << func.getSymName()
+                             << " writes; copying it is not supported";
+    rt::Launch l;
+    l.kernel = "fused_elementwise";
+    l.inputs = {buf.lookup(c.value)};
+    l.outputs = {c.target};
+    l.body.numArgs = l.body.numRegisters = 1;
+    l.body.results = {0};
+    l.loc = locString(ret.getLoc());
+    out.launches.push_back(std::move(l));
+    info.push_back({nullptr, {isArgumentStorage(c.value)}});
+  }
+
+  if (gradNorm >= 0) {
+    if (failed(orderNorm(func, out, info, gradNorm)))
+      return failure();
+  } else if (out.name == "update") {
+    out.normLaunches = 0; // no norm to compute before writing in place
+  }
+  if (failed(checkInPlace(func, out, info)))
+    return failure();
+  program.functions.push_back(std::move(out));
+  return success();
+}
+
+/// Moves the launches that grad_norm depends on to the front, in their
+/// order; the rest keep theirs. Safe: the moved launches write only temps
+/// of their own (SSA) and grad_norm, which nothing before them reads.
+LogicalResult Lowering::orderNorm(func::FuncOp func, rt::Function &out,
+                                  std::vector<LaunchInfo> &info,
+                                  int gradNorm) {
+  size_t n = out.launches.size();
+  std::vector<bool> needed(n, false);
+  auto lastWriterBefore = [&](int root, size_t end) -> int {
+    for (size_t k = end; k-- > 0;)
+      for (int o : out.launches[k].outputs)
+        if (rootOf(o) == root)
+          return int(k);
+    return -1;
+  };
+  if (int w = lastWriterBefore(rootOf(gradNorm), n); w >= 0)
+    needed[w] = true;
+  for (size_t j = n; j-- > 0;) {
+    if (!needed[j])
+      continue;
+    for (int in : out.launches[j].inputs)
+      if (int w = lastWriterBefore(rootOf(in), j); w >= 0)
+        needed[w] = true;
+  }
+  std::set<int> arguments(out.arguments.begin(), out.arguments.end());
+  std::vector<rt::Launch> launches;
+  std::vector<LaunchInfo> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t j = 0; j < n; ++j) {
+      if (needed[j] != (pass == 0))
+        continue;
+      if (pass == 0)
+        for (int o : out.launches[j].outputs)
+          if (arguments.count(rootOf(o))) {
+            const rt::Buffer &b = program.buffers[rootOf(o)];
+            return (info[j].op ? info[j].op->emitError() : func.emitError())
+                   << "grad_norm depends on a launch that writes "
+                   << describeBinding(b.role, b.binding)
+                   << " in place (the step could not be skipped)";
+          }
+      launches.push_back(std::move(out.launches[j]));
+      order.push_back(std::move(info[j]));
+    }
+  out.normLaunches = int(std::count(needed.begin(), needed.end(), true));
+  out.launches = std::move(launches);
+  info = std::move(order);
+  return success();
+}
+
+/// A launch that writes one of its function's argument buffers writes it in
+/// place: only elementwise kernels reading it at the element they write,
+/// and nothing after them may read the old value.
+LogicalResult Lowering::checkInPlace(func::FuncOp func,
+                                     const rt::Function &out,
+                                     const std::vector<LaunchInfo> &info) {
+  std::set<int> arguments;
+  for (int a : out.arguments)
+    arguments.insert(rootOf(a));
+  for (size_t j = 0; j < out.launches.size(); ++j) {
+    const rt::Launch &l = out.launches[j];
+    Operation *op = info[j].op;
+    auto emit = [&] { return op ? op->emitError() : func.emitError(); };
+    for (size_t k = 0; k < l.outputs.size(); ++k) {
+      int target = rootOf(l.outputs[k]);
+      if (!arguments.count(target))
+        continue;
+      const rt::Buffer &b = program.buffers[target];
+      std::string what = describeBinding(b.role, b.binding);
+      bool multi = l.kernel == "multi_tensor_elementwise";
+      if (!multi && l.kernel != "fused_elementwise")
+        return emit() << "'gpt." << l.kernel << "' writes " << what
+                      << " in place, which only elementwise kernels may";
+      auto multiOp = op ? dyn_cast<gpt::MultiTensorElementwiseOp>(op)
+                        : gpt::MultiTensorElementwiseOp();
+      size_t numTensors = multiOp ? size_t(multiOp.getNumTensors()) : 1;
+      size_t perTensorInputs = multiOp ? multiOp.getTensors().size() : 0;
+      for (size_t i = 0; i < l.inputs.size(); ++i) {
+        if (rootOf(l.inputs[i]) != target)
+          continue;
+        bool sameElement =
+            program.buffers[l.inputs[i]].shape == b.shape &&
+            (!multi ||
+             (i < perTensorInputs && i % numTensors == k % numTensors));
+        if (!sameElement)
+          return emit() << "writes " << what
+                        << " in place but reads it at other elements "
+                           "(operand #"
+                        << i << ")";
+      }
+      for (size_t later = j + 1; later < out.launches.size(); ++later) {
+        // Reading the new value (this launch's result) is fine; reading
+        // the argument is reading bytes that are gone.
+        const rt::Launch &m = out.launches[later];
+        bool reads = false;
+        for (size_t i = 0; i < m.inputs.size(); ++i)
+          reads |= rootOf(m.inputs[i]) == target &&
+                   info[later].readsArgument[i];
+        bool writes = llvm::any_of(
+            m.outputs, [&](int id) { return rootOf(id) == target; });
+        if (reads || writes)
+          return emit() << "writes " << what << " in place, but a later launch "
+                        << (reads ? "reads its old value" : "writes it too")
+                        << " ('gpt." << m.kernel << "'"
+                        << (m.loc.empty() ? "" : " at " + m.loc) << ")";
+      }
+    }
+  }
+  return success();
+}
+
+} // namespace
+
+StepFunctions findStepFunctions(ModuleOp module) {
+  StepFunctions fns;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    bool adam = false, grad = false, output = false;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      adam |= bool(func.getArgAttr(i, gpt::kAdamMAttr));
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      grad |= bool(func.getResultAttr(i, gpt::kGradAttr));
+      output |= bool(func.getResultAttr(i, gpt::kOutputAttr));
+    }
+    if (adam && !fns.update)
+      fns.update = func;
+    else if (grad && !fns.grads)
+      fns.grads = func;
+    else if (output && !fns.forward)
+      fns.forward = func;
+  }
+  return fns;
+}
+
+FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns) {
+  Lowering lowering;
+  std::pair<func::FuncOp, const char *> order[] = {
+      {fns.forward, "forward"}, {fns.grads, "grads"}, {fns.update, "update"}};
+  for (auto [func, name] : order) {
+    if (!func)
+      continue;
+    if (lowering.program.meta.count("precision") == 0)
+      if (auto module = func->getParentOfType<ModuleOp>()) {
+        auto policy = module->getAttrOfType<StringAttr>(gpt::kPrecisionAttr);
+        lowering.program.meta["precision"] =
+            policy ? policy.getValue().str() : "fp32";
+      }
+    if (failed(lowering.lowerFunction(func, name)))
+      return failure();
+  }
+  return std::move(lowering.program);
+}
+
+FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
+                                      const models::GPT2Config &cfg,
+                                      int64_t batch, int64_t seq,
+                                      const OptimizerOptions &opts,
+                                      int64_t padMultiple) {
+  FailureOr<rt::Program> p = lowerFunctionsToKernels(
+      {program.forward, program.grads, program.update});
+  if (failed(p))
+    return failure();
+  FailureOr<std::vector<train::ParamSpec>> specs =
+      train::parameterSpecs(program.forward);
+  if (failed(specs))
+    return failure();
+  p->params = std::move(*specs);
+  auto &m = p->meta;
+  m["model"] = cfg.name;
+  m["precision"] = opts.precision;
+  m["batch"] = std::to_string(batch);
+  m["seq"] = std::to_string(seq);
+  m["pad_multiple"] = std::to_string(padMultiple);
+  m["n_layer"] = std::to_string(cfg.nLayer);
+  m["n_head"] = std::to_string(cfg.nHead);
+  m["n_embd"] = std::to_string(cfg.nEmbd);
+  m["block_size"] = std::to_string(cfg.blockSize);
+  m["vocab_size"] = std::to_string(cfg.vocabSize);
+  m["beta1"] = number(opts.beta1);
+  m["beta2"] = number(opts.beta2);
+  m["eps"] = number(opts.eps);
+  m["weight_decay"] = number(opts.weightDecay);
+  m["clip"] = number(opts.clip);
+  return p;
+}
+
+FailureOr<rt::Program> compileKernelProgram(MLIRContext &ctx,
+                                            const models::GPT2Config &cfg,
+                                            int64_t batch, int64_t seq,
+                                            const OptimizerOptions &opts,
+                                            int64_t padMultiple) {
+  FailureOr<TrainingProgram> step =
+      compileTrainingProgram(ctx, cfg, batch, seq, opts, padMultiple);
+  if (failed(step))
+    return failure();
+  FailureOr<rt::Program> p =
+      lowerToKernels(*step, cfg, batch, seq, opts, padMultiple);
+  if (failed(p))
+    return failure();
+  rt::planMemory(*p);
+  return p;
+}
+
+} // namespace gptc

@@ -1,0 +1,95 @@
+//===- MemoryPlan.cpp - what a planned Program allocates ------------------===//
+
+#include "gptc/Runtime/MemoryPlan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace gptc::rt {
+
+namespace {
+
+int64_t alignUp(int64_t n) { return (n + 255) / 256 * 256; }
+
+// As gptc/Pipeline/MemoryReport.h prints counts (that one links MLIR).
+std::string withThousands(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string row(const std::string &name, int64_t bytes) {
+  char mib[32];
+  std::snprintf(mib, sizeof(mib), "%.1f MiB", double(bytes) / (1 << 20));
+  return "  " + name +
+         std::string(name.size() < 32 ? 32 - name.size() : 1, ' ') +
+         withThousands(bytes) + " bytes  " + mib;
+}
+
+} // namespace
+
+MemoryPlanSummary summarizePlan(const Program &p) {
+  MemoryPlanSummary s;
+  s.arena = p.arenaBytes;
+  int64_t bound = 0;
+  for (const Buffer &b : p.buffers)
+    if (b.viewOf < 0 && b.role != Role::Temp) {
+      s.bound[b.role] += alignUp(b.bytes());
+      bound += alignUp(b.bytes());
+    }
+  s.temps = std::max<int64_t>(0, p.arenaBytes - bound);
+
+  auto root = [&](int id) {
+    for (size_t steps = 0; p.buffers[id].viewOf >= 0 && steps < p.buffers.size();
+         ++steps)
+      id = p.buffers[id].viewOf;
+    return id;
+  };
+  for (const Function &f : p.functions) {
+    size_t n = f.launches.size();
+    std::vector<int> first(p.buffers.size(), -1), last(p.buffers.size(), -1);
+    for (size_t l = 0; l < n; ++l)
+      for (const std::vector<int> *ids :
+           {&f.launches[l].inputs, &f.launches[l].outputs})
+        for (int id : *ids) {
+          int r = root(id);
+          if (p.buffers[r].role != Role::Temp)
+            continue;
+          if (first[r] < 0)
+            first[r] = int(l);
+          last[r] = int(l);
+        }
+    std::vector<int64_t> delta(n + 1, 0);
+    for (size_t b = 0; b < p.buffers.size(); ++b)
+      if (first[b] >= 0) {
+        delta[first[b]] += p.buffers[b].bytes();
+        delta[last[b] + 1] -= p.buffers[b].bytes();
+      }
+    int64_t live = 0;
+    for (size_t l = 0; l < n; ++l)
+      s.tempsLive = std::max(s.tempsLive, live += delta[l]);
+  }
+  return s;
+}
+
+std::string printMemoryPlan(const MemoryPlanSummary &s) {
+  static const std::pair<Role, const char *> kRows[] = {
+      {Role::Param, "params (fp32)"},   {Role::Grad, "gradients (fp32)"},
+      {Role::AdamM, "AdamW m (fp32)"},  {Role::AdamV, "AdamW v (fp32)"},
+      {Role::Input, "inputs"},          {Role::Hyper, "hyper-parameters"},
+      {Role::Output, "outputs"},        {Role::Constant, "constants"}};
+  std::string out = "planned arena (what the runtime allocates):\n";
+  for (const auto &[role, name] : kRows)
+    if (auto it = s.bound.find(role); it != s.bound.end())
+      out += row(name, it->second) + "\n";
+  out += row("temps (planned, peak)", s.temps) + "  (alive at once " +
+         withThousands(s.tempsLive) + ")\n";
+  out += row("arena total", s.arena) + "\n";
+  return out;
+}
+
+} // namespace gptc::rt

@@ -1,0 +1,293 @@
+// RUN: gptc-opt %s -split-input-file -verify-diagnostics --gpt-print-kernels -o /dev/null | FileCheck %s
+
+// The lowering to a kernel-level Program (gptc/Conversion/LowerToKernels.h):
+// one launch per op, views for reshapes, constants as data, attributes by
+// name, results written straight into their bound buffers (or copied when
+// no launch of the function writes them), update in place.
+
+// A forward-like function alone. Bound buffers come first (arguments, then
+// results), then one buffer per value. The layernorm's default epsilon is
+// spelled out; unit attributes are 1; the reshape is no launch but a view
+// of its operand; "logits" is that view, so a copy launch (an identity
+// fused_elementwise) writes it, while "loss" is written by the launch that
+// computes it. Locations look through names and fusions.
+// The plan: bound buffers at 0..1280, 256 bytes each; temps above by
+// liveness: %10 (launches 3-4) and %6 (0-1) share 1536, %7 (1-5, its view
+// is read last) takes 1792, %8 (2-3) 2048.
+// CHECK-LABEL: // gptc kernel program
+// CHECK-NEXT: meta: precision=fp32
+// CHECK-NEXT: arena: 2304 bytes (0.00 MiB) = persistent 1536 + temps 768
+// CHECK-NEXT: buffers: 11
+// CHECK-NEXT: id  role     dtype[shape]  offset  bytes  name
+// CHECK-NEXT: %0  param    f32[2x4]           0     32  x
+// CHECK-NEXT: %1  param    f32[4]           256     16  w
+// CHECK-NEXT: %2  param    f32[4]           512     16  b
+// CHECK-NEXT: %3  output   f32[]            768      4  loss
+// CHECK-NEXT: %4  output   f32[8]          1024     32  logits
+// CHECK-NEXT: %5  constant f32[]           1280      4  %0 = 2
+// CHECK-NEXT: %6  temp     f32[2x4]        1536     32  %1
+// CHECK-NEXT: %7  temp     f32[2x4]        1792     32  %2
+// CHECK-NEXT: %8  temp     f32[4x2]        2048     32  %3
+// CHECK-NEXT: %9  temp     f32[8]          1792     32  %4 (view of %7)
+// CHECK-NEXT: %10  temp    f32[4x4]        1536     64  %5
+// CHECK-NEXT: func forward: 6 launches, 3 arguments, 2 results
+// CHECK-NEXT:   arguments: %0 %1 %2
+// CHECK-NEXT:   results: %3 %4
+// CHECK-NEXT:     %6 = layernorm(%0, %1, %2) {epsilon=1e-05} : f32[2x4] @ model.py:3:7
+// CHECK-NEXT:     %7 = fused_elementwise(%6, %5) : f32[2x4] @ a.cpp:1:2
+// CHECK-NEXT:         body(r0, r1) { r2 = mul r0, r1; yield r2 }
+// CHECK-NEXT:     %8 = transpose(%7) {permutation=[1,0]} : f32[4x2] @ b.cpp:5:6
+// CHECK-NEXT:     %10 = matmul(%8, %8) {transpose_b=1} : f32[4x4] @ {{.*}}lower-to-kernels.mlir{{.*}}:{{[0-9]+}}:{{[0-9]+}}
+// CHECK-NEXT:     %3 = reduce_sum(%10) : f32[] @
+// CHECK-NEXT:     // %9 = view of %7 : f32[8]
+// CHECK-NEXT:     %4 = fused_elementwise(%9) : f32[8] @ {{.*}}lower-to-kernels.mlir{{.*}}:{{[0-9]+}}:{{[0-9]+}}
+// CHECK-NEXT:         body(r0) { yield r0 }
+// CHECK-NOT: func
+func.func @fwd(%x: tensor<2x4xf32> {gpt.param = "x"}, %w: tensor<4xf32> {gpt.param = "w"},
+               %b: tensor<4xf32> {gpt.param = "b"})
+    -> (tensor<f32> {gpt.output = "loss"}, tensor<8xf32> {gpt.output = "logits"}) {
+  %c = gpt.constant dense<2.0> : tensor<f32>
+  %n = gpt.layernorm %x, %w, %b : tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32> loc("model.py":3:7)
+  %s = gpt.fused_elementwise(%n, %c : tensor<2x4xf32>, tensor<f32>) -> tensor<2x4xf32> {
+  ^bb0(%a: f32, %k: f32):
+    %m = arith.mulf %a, %k : f32
+    gpt.yield %m : f32
+  } loc(fused<"vjp">["a.cpp":1:2])
+  %t = gpt.transpose %s [1, 0] : tensor<2x4xf32> -> tensor<4x2xf32> loc("name"("b.cpp":5:6))
+  %r = gpt.reshape %s : tensor<2x4xf32> -> tensor<8xf32>
+  %mm = gpt.matmul %t, %t {transpose_b} : tensor<4x2xf32>, tensor<4x2xf32> -> tensor<4x4xf32>
+  %l = gpt.reduce_sum %mm : tensor<4x4xf32> -> tensor<f32>
+  return %l, %r : tensor<f32>, tensor<8xf32>
+}
+
+// -----
+
+// The three functions of a step share buffers by role and binding: the
+// gradient that grads returns is the one update reads, the parameter is
+// one buffer. Update writes the parameter and moment in place (its results
+// are its arguments' buffers), and the launches grad_norm depends on come
+// first, before the unrelated bias correction that precedes them in the IR.
+// CHECK-LABEL: // gptc kernel program
+// CHECK: %0  param    f32[4]
+// CHECK-SAME: w
+// CHECK-NEXT: %1  param    f32[4]
+// CHECK-SAME: x
+// CHECK-NEXT: %2  output   f32[]
+// CHECK-SAME: loss
+// CHECK: %[[G:[0-9]+]]  grad     f32[4]
+// CHECK-SAME: w
+// CHECK: func forward: 2 launches
+// CHECK-NEXT: arguments: %0 %1
+// CHECK-NEXT: results: %2
+// CHECK: %2 = reduce_sum(
+// CHECK: func grads: 3 launches, 2 arguments, 2 results
+// CHECK-NEXT: arguments: %0 %1
+// CHECK-NEXT: results: %2 %[[G]]
+// CHECK: %[[G]] = fused_elementwise(%1) : f32[4]
+// CHECK: func update: 6 launches, 4 arguments, 3 results, norm launches [0, 3)
+// CHECK-NEXT: arguments: %0 %[[G]] %[[M:[0-9]+]] %[[LR:[0-9]+]]
+// CHECK-NEXT: results: %0 %[[M]] %[[NORM:[0-9]+]]
+// CHECK-NEXT: %[[SQ:[0-9]+]] = fused_elementwise(%[[G]], %[[G]])
+// CHECK-NEXT: body
+// CHECK-NEXT: %[[SUM:[0-9]+]] = reduce_sum(%[[SQ]]) : f32[]
+// CHECK-NEXT: %[[NORM]] = fused_elementwise(%[[SUM]]) : f32[]
+// CHECK-NEXT: body(r0) { r1 = sqrt r0; yield r1 }
+// CHECK-NEXT: %[[BC:[0-9]+]] = fused_elementwise(%[[LR]]) : f32[]
+// CHECK-NEXT: body(r0) { r1 = neg r0; yield r1 }
+// CHECK-NEXT: %[[M]] = fused_elementwise(%[[M]], %[[G]]) : f32[4]
+// CHECK-NEXT: body
+// CHECK-NEXT: %0 = fused_elementwise(%0, %[[M]], %[[BC]]) : f32[4]
+func.func @forward(%w: tensor<4xf32> {gpt.param = "w"}, %x: tensor<4xf32> {gpt.param = "x"})
+    -> (tensor<f32> {gpt.output = "loss"}) {
+  %y = gpt.fused_elementwise(%w, %x : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %m = arith.mulf %a, %b : f32
+    gpt.yield %m : f32
+  }
+  %l = gpt.reduce_sum %y : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+func.func @grads(%w: tensor<4xf32> {gpt.param = "w"}, %x: tensor<4xf32> {gpt.param = "x"})
+    -> (tensor<f32> {gpt.output = "loss"}, tensor<4xf32> {gpt.grad = "w"}) {
+  %y = gpt.fused_elementwise(%w, %x : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %m = arith.mulf %a, %b : f32
+    gpt.yield %m : f32
+  }
+  %l = gpt.reduce_sum %y : tensor<4xf32> -> tensor<f32>
+  %g = gpt.fused_elementwise(%x : tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32):
+    gpt.yield %a : f32
+  }
+  return %l, %g : tensor<f32>, tensor<4xf32>
+}
+func.func @update(%p: tensor<4xf32> {gpt.param = "w"}, %g: tensor<4xf32> {gpt.grad = "w"},
+                  %m: tensor<4xf32> {gpt.adam_m = "w"}, %lr: tensor<f32> {gpt.hyper = "lr"})
+    -> (tensor<4xf32> {gpt.param = "w"}, tensor<4xf32> {gpt.adam_m = "w"},
+        tensor<f32> {gpt.output = "grad_norm"}) {
+  %bc = gpt.fused_elementwise(%lr : tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: f32):
+    %n = arith.negf %a : f32
+    gpt.yield %n : f32
+  }
+  %sq = gpt.fused_elementwise(%g, %g : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.mulf %a, %b : f32
+    gpt.yield %s : f32
+  }
+  %sum = gpt.reduce_sum %sq : tensor<4xf32> -> tensor<f32>
+  %norm = gpt.fused_elementwise(%sum : tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: f32):
+    %r = math.sqrt %a : f32
+    gpt.yield %r : f32
+  }
+  %m2 = gpt.fused_elementwise(%m, %g : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %b : f32
+    gpt.yield %s : f32
+  }
+  %p2 = gpt.fused_elementwise(%p, %m2, %bc : tensor<4xf32>, tensor<4xf32>, tensor<f32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32, %c: f32):
+    %s = arith.mulf %b, %c : f32
+    %t = arith.addf %a, %s : f32
+    gpt.yield %t : f32
+  }
+  return %p2, %m2, %norm : tensor<4xf32>, tensor<4xf32>, tensor<f32>
+}
+
+// -----
+
+// A multi-tensor update in place: result r of tensor t overwrites the
+// buffer that tensor t reads, element by element. Integer arrays, floats
+// and ints keep their names; constants carry their bytes.
+// CHECK-LABEL: // gptc kernel program
+// CHECK: %0  param    f32[4]
+// CHECK-NEXT: %1  param    f32[8]
+// CHECK-NEXT: %2  adam_m   f32[4]
+// CHECK-NEXT: %3  adam_m   f32[8]
+// CHECK-NEXT: %4  grad     f32[4]
+// CHECK-NEXT: %5  grad     f32[8]
+// CHECK-NEXT: %6  hyper    f32[]
+// CHECK: %7  constant i32[3]
+// CHECK-SAME: %0 = [1, 2, 3]
+// CHECK: func update: 1 launches, 7 arguments, 4 results, norm launches [0, 0)
+// CHECK: %0, %1, %2, %3 = multi_tensor_elementwise(%0, %1, %2, %3, %4, %5, %6) {num_tensors=2} : f32[4], f32[8], f32[4], f32[8]
+// CHECK-NEXT: body(r0, r1, r2, r3) { r4 = add r1, r2; r5 = mul r4, r3; r6 = sub r0, r5; yield r6, r4 }
+func.func @update(%p0: tensor<4xf32> {gpt.param = "a"}, %p1: tensor<8xf32> {gpt.param = "b"},
+                  %m0: tensor<4xf32> {gpt.adam_m = "a"}, %m1: tensor<8xf32> {gpt.adam_m = "b"},
+                  %g0: tensor<4xf32> {gpt.grad = "a"}, %g1: tensor<8xf32> {gpt.grad = "b"},
+                  %lr: tensor<f32> {gpt.hyper = "lr"})
+    -> (tensor<4xf32> {gpt.param = "a"}, tensor<8xf32> {gpt.param = "b"},
+        tensor<4xf32> {gpt.adam_m = "a"}, tensor<8xf32> {gpt.adam_m = "b"}) {
+  %ids = gpt.constant dense<[1, 2, 3]> : tensor<3xi32>
+  %r:4 = gpt.multi_tensor_elementwise(%p0, %p1, %m0, %m1, %g0, %g1 : tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>) scalars(%lr : tensor<f32>) {num_tensors = 2 : i64} -> tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32> {
+  ^bb0(%p: f32, %m: f32, %g: f32, %l: f32):
+    %m2 = arith.addf %m, %g : f32
+    %s = arith.mulf %m2, %l : f32
+    %p2 = arith.subf %p, %s : f32
+    gpt.yield %p2, %m2 : f32, f32
+  }
+  return %r#0, %r#1, %r#2, %r#3 : tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Negative cases: one error at the op (or function) that causes it.
+
+func.func @unfused(%x: tensor<4xf32> {gpt.param = "x"}) -> (tensor<4xf32> {gpt.output = "logits"}) {
+  // expected-error @+1 {{'gpt.softmax' has no kernel; lower the step from --stage=fused}}
+  %y = gpt.softmax %x : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{argument #1 of @unbound has no binding}}
+func.func @unbound(%x: tensor<4xf32> {gpt.param = "x"}, %w: tensor<4xf32>) -> (tensor<f32> {gpt.output = "loss"}) {
+  %l = gpt.reduce_sum %x : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{element type 'f64' has no kernel dtype (f32, bf16, f16, i32)}}
+func.func @f64(%x: tensor<4xf64> {gpt.param = "x"}) -> (tensor<4xf64> {gpt.output = "logits"}) {
+  return %x : tensor<4xf64>
+}
+
+// -----
+
+func.func @odd_attribute(%x: tensor<4x4xf32> {gpt.param = "x"}) -> (tensor<4x4xf32> {gpt.output = "logits"}) {
+  // expected-error @+1 {{attribute 'note' of 'gpt.matmul' ("hi") has no launch form}}
+  %y = gpt.matmul %x, %x {note = "hi"} : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<4x4xf32>
+  return %y : tensor<4x4xf32>
+}
+
+// -----
+
+// Only elementwise kernels may write a parameter in place.
+func.func @update(%p: tensor<4xf32> {gpt.param = "w"}, %m: tensor<4xf32> {gpt.adam_m = "w"},
+                  %g: tensor<4xf32> {gpt.grad = "w"}, %b: tensor<4xf32> {gpt.grad = "b"})
+    -> (tensor<4xf32> {gpt.param = "w"}) {
+  // expected-error @+1 {{'gpt.layernorm' writes param 'w' in place, which only elementwise kernels may}}
+  %n = gpt.layernorm %g, %m, %b : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  return %n : tensor<4xf32>
+}
+
+// -----
+
+// Writing in place, then reading the old value.
+func.func @update(%p: tensor<4xf32> {gpt.param = "w"}, %m: tensor<4xf32> {gpt.adam_m = "w"})
+    -> (tensor<4xf32> {gpt.param = "w"}, tensor<4xf32> {gpt.adam_m = "w"}) {
+  // expected-error @+1 {{writes param 'w' in place, but a later launch reads its old value ('gpt.fused_elementwise' at}}
+  %p2 = gpt.fused_elementwise(%p, %m : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %b : f32
+    gpt.yield %s : f32
+  }
+  %m2 = gpt.fused_elementwise(%m, %p : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.mulf %a, %b : f32
+    gpt.yield %s : f32
+  }
+  return %p2, %m2 : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Tensor 0's result written over tensor 1's parameter: not elementwise.
+func.func @update(%p0: tensor<4xf32> {gpt.param = "a"}, %p1: tensor<4xf32> {gpt.param = "b"},
+                  %m0: tensor<4xf32> {gpt.adam_m = "a"})
+    -> (tensor<4xf32> {gpt.param = "b"}) {
+  // expected-error @+1 {{writes param 'b' in place but reads it at other elements (operand #1)}}
+  %r:2 = gpt.multi_tensor_elementwise(%p0, %p1 : tensor<4xf32>, tensor<4xf32>) {num_tensors = 2 : i64} -> tensor<4xf32>, tensor<4xf32> {
+  ^bb0(%p: f32):
+    %d = arith.addf %p, %p : f32
+    gpt.yield %d : f32
+  }
+  return %r#0 : tensor<4xf32>
+}
+
+// -----
+
+// grad_norm must be computable before anything is written in place.
+func.func @update(%p: tensor<4xf32> {gpt.param = "w"}, %m: tensor<4xf32> {gpt.adam_m = "w"})
+    -> (tensor<4xf32> {gpt.param = "w"}, tensor<f32> {gpt.output = "grad_norm"}) {
+  // expected-error @+1 {{grad_norm depends on a launch that writes param 'w' in place}}
+  %p2 = gpt.fused_elementwise(%p, %m : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %b : f32
+    gpt.yield %s : f32
+  }
+  %n = gpt.reduce_sum %p2 : tensor<4xf32> -> tensor<f32>
+  return %p2, %n : tensor<4xf32>, tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{no step function to lower}}
+module {
+  func.func @plain(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+}

@@ -1,0 +1,332 @@
+//===- ProgramTest.cpp - Program's binary form and memory plan ------------===//
+//
+// writeProgram/readProgram round-trip the gpt2-tiny kernel program exactly
+// and turn damaged bytes into one FormatError line; planMemory never lets
+// two buffers that are alive at once share a byte (checked by brute force
+// over every pair), views share their base's offset, offsets are aligned.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Conversion/LowerToKernels.h"
+#include "gptc/Dialect/GPT/GPTDialect.h"
+#include "gptc/Formats/Error.h"
+#include "gptc/Runtime/Program.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using namespace gptc;
+using namespace gptc::rt;
+
+namespace {
+
+/// gpt2-tiny with one block, B=2, T=8, bf16: every op kind of the step.
+const Program &tinyProgram() {
+  static Program program = [] {
+    mlir::MLIRContext ctx;
+    ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect,
+                    mlir::arith::ArithDialect, mlir::math::MathDialect>();
+    models::GPT2Config cfg = *models::gpt2Preset("gpt2-tiny");
+    cfg.nLayer = 1;
+    OptimizerOptions opts;
+    opts.precision = "bf16";
+    mlir::FailureOr<Program> p = compileKernelProgram(ctx, cfg, 2, 8, opts);
+    if (mlir::failed(p))
+      throw std::runtime_error("compileKernelProgram failed");
+    return std::move(*p);
+  }();
+  return program;
+}
+
+std::string formatErrorOf(const std::vector<uint8_t> &bytes) {
+  try {
+    readProgram(bytes.data(), bytes.size(), "prog.bin");
+  } catch (const FormatError &e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ProgramTest, TinyProgramHasTheThreeFunctions) {
+  const Program &p = tinyProgram();
+  ASSERT_NE(p.function("forward"), nullptr);
+  ASSERT_NE(p.function("grads"), nullptr);
+  ASSERT_NE(p.function("update"), nullptr);
+  EXPECT_EQ(p.function("nothing"), nullptr);
+  EXPECT_GT(p.function("update")->normLaunches, 0);
+  EXPECT_EQ(p.function("forward")->normLaunches, -1);
+  EXPECT_EQ(p.meta.at("precision"), "bf16");
+  EXPECT_EQ(p.meta.at("n_layer"), "1");
+  EXPECT_EQ(p.params.size(), 16u);
+  int wte = p.find(Role::Param, "wte.weight");
+  ASSERT_GE(wte, 0);
+  EXPECT_EQ(p.buffers[wte].shape, (std::vector<int64_t>{50257, 128}));
+  EXPECT_EQ(p.buffers[wte].bytes(), 50257 * 128 * 4);
+  // Update writes the parameters in place: its results are its arguments'.
+  const Function &update = *p.function("update");
+  EXPECT_TRUE(std::find(update.results.begin(), update.results.end(), wte) !=
+              update.results.end());
+  EXPECT_GE(p.find(Role::Grad, "wte.weight"), 0);
+  EXPECT_GE(p.find(Role::Output, "grad_norm"), 0);
+  EXPECT_EQ(p.find(Role::Grad, "no.such"), -1);
+}
+
+TEST(ProgramTest, RoundTripIsExact) {
+  Program p = tinyProgram();
+  // Fields the lowering leaves empty, as the CUDA emitter fills them.
+  p.kernels.push_back({"k0", "extern \"C\" __global__ void k0() {}",
+                       {"gpt.layernorm at models/gpt2.cpp:40"}, "sm_90a",
+                       {0, 1, 2, 255, 7}});
+  Launch &l = p.functions[0].launches[0];
+  l.deviceKernel = 0;
+  l.grid[0] = 12;
+  l.block[1] = 256;
+  l.sharedBytes = 4096;
+
+  std::vector<uint8_t> bytes = writeProgram(p);
+  ASSERT_GT(bytes.size(), 12u);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "GPTCPROG");
+  Program q = readProgram(bytes.data(), bytes.size(), "prog.bin");
+  EXPECT_EQ(printProgram(p), printProgram(q));
+  EXPECT_EQ(writeProgram(q), bytes);
+
+  EXPECT_EQ(q.arenaBytes, p.arenaBytes);
+  EXPECT_EQ(q.meta, p.meta);
+  ASSERT_EQ(q.params.size(), p.params.size());
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    EXPECT_EQ(q.params[i].name, p.params[i].name);
+    EXPECT_EQ(q.params[i].shape, p.params[i].shape);
+    EXPECT_EQ(q.params[i].init, p.params[i].init);
+    EXPECT_EQ(q.params[i].std, p.params[i].std);
+  }
+  ASSERT_EQ(q.buffers.size(), p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    EXPECT_EQ(q.buffers[i].init, p.buffers[i].init) << i;
+    EXPECT_EQ(q.buffers[i].viewOf, p.buffers[i].viewOf) << i;
+    EXPECT_EQ(q.buffers[i].offset, p.buffers[i].offset) << i;
+  }
+  ASSERT_EQ(q.functions.size(), p.functions.size());
+  for (size_t f = 0; f < p.functions.size(); ++f) {
+    const Function &a = p.functions[f], &b = q.functions[f];
+    EXPECT_EQ(a.arguments, b.arguments);
+    EXPECT_EQ(a.results, b.results);
+    EXPECT_EQ(a.normLaunches, b.normLaunches);
+    ASSERT_EQ(a.launches.size(), b.launches.size());
+    for (size_t k = 0; k < a.launches.size(); ++k) {
+      const Launch &x = a.launches[k], &y = b.launches[k];
+      EXPECT_EQ(x.floats, y.floats); // exact doubles, not their text
+      EXPECT_EQ(x.lists, y.lists);
+      ASSERT_EQ(x.body.code.size(), y.body.code.size());
+      for (size_t c = 0; c < x.body.code.size(); ++c)
+        EXPECT_EQ(x.body.code[c].value, y.body.code[c].value);
+    }
+  }
+  EXPECT_EQ(q.kernels[0].cubin, p.kernels[0].cubin);
+  EXPECT_EQ(q.functions[0].launches[0].block[1], 256u);
+  EXPECT_EQ(q.functions[0].launches[0].sharedBytes, 4096u);
+  // A constant carries its bytes: grads' seed 1.0f.
+  bool sawConstant = false;
+  for (const Buffer &b : q.buffers)
+    if (b.role == Role::Constant) {
+      sawConstant = true;
+      EXPECT_EQ(int64_t(b.init.size()), b.bytes());
+    }
+  EXPECT_TRUE(sawConstant);
+}
+
+TEST(ProgramTest, DamagedBytesAreOneFormatError) {
+  std::vector<uint8_t> bytes = writeProgram(tinyProgram());
+  for (size_t cut : {size_t(0), size_t(5), size_t(8), size_t(11), size_t(12),
+                     size_t(40), bytes.size() / 2, bytes.size() - 1}) {
+    std::vector<uint8_t> truncated(bytes.begin(), bytes.begin() + cut);
+    std::string msg = formatErrorOf(truncated);
+    EXPECT_EQ(msg.rfind("prog.bin: ", 0), 0u) << "cut at " << cut << ": " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos);
+  }
+  std::vector<uint8_t> magic = bytes;
+  magic[0] = 'X';
+  EXPECT_NE(formatErrorOf(magic).find("bad magic"), std::string::npos);
+  std::vector<uint8_t> version = bytes;
+  version[8] = 99;
+  EXPECT_NE(formatErrorOf(version).find("version 99"), std::string::npos);
+  std::vector<uint8_t> garbage = bytes;
+  garbage[12] = 0xff; // a CBOR "break" where the document should start
+  EXPECT_NE(formatErrorOf(garbage).find("corrupt"), std::string::npos);
+  std::vector<uint8_t> trailing = bytes;
+  trailing.push_back(0);
+  EXPECT_NE(formatErrorOf(trailing), "");
+}
+
+/// The CBOR document of a valid program, to damage field by field.
+nlohmann::json documentOf(const Program &p) {
+  std::vector<uint8_t> bytes = writeProgram(p);
+  return nlohmann::json::from_cbor(bytes.begin() + 12, bytes.end());
+}
+
+std::string formatErrorOf(const nlohmann::json &doc) {
+  std::vector<uint8_t> bytes = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G',
+                                1,   0,   0,   0};
+  nlohmann::json::to_cbor(doc, bytes);
+  return formatErrorOf(bytes);
+}
+
+TEST(ProgramTest, MissingOrBadFieldsAreNamed) {
+  const Program &p = tinyProgram();
+  EXPECT_EQ(formatErrorOf(documentOf(p)), "");
+
+  nlohmann::json doc = documentOf(p);
+  doc.erase("buffers");
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: missing field 'program.buffers'");
+
+  doc = documentOf(p);
+  doc["buffers"][3].erase("dtype");
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: missing field 'buffers[3].dtype'");
+
+  doc = documentOf(p);
+  doc["buffers"][3]["role"] = 42;
+  EXPECT_NE(formatErrorOf(doc).find("'buffers[3].role' is out of range"),
+            std::string::npos);
+
+  doc = documentOf(p);
+  doc["functions"][1]["launches"][0]["inputs"][0] = 100000;
+  EXPECT_NE(formatErrorOf(doc).find("functions[1].launches[0].inputs"),
+            std::string::npos);
+
+  doc = documentOf(p);
+  doc["buffers"][3]["view_of"] = 5;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'buffers[3].view_of' names no earlier buffer");
+
+  doc = documentOf(p);
+  doc["functions"][0]["name"] = 7;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'functions[0].name' has the wrong type");
+}
+
+/// Brute force over every pair of buffers: storage alive at the same time
+/// never overlaps.
+void expectPlanIsSound(const Program &p) {
+  auto root = [&](int id) {
+    while (p.buffers[id].viewOf >= 0)
+      id = p.buffers[id].viewOf;
+    return id;
+  };
+  size_t n = p.buffers.size();
+  // Per function, the launches during which each root buffer is alive.
+  std::vector<std::vector<std::pair<int, int>>> live(
+      p.functions.size(), std::vector<std::pair<int, int>>(n, {1 << 30, -1}));
+  for (size_t f = 0; f < p.functions.size(); ++f)
+    for (size_t l = 0; l < p.functions[f].launches.size(); ++l) {
+      const Launch &launch = p.functions[f].launches[l];
+      for (const std::vector<int> *ids : {&launch.inputs, &launch.outputs})
+        for (int id : *ids) {
+          auto &iv = live[f][root(id)];
+          iv.first = std::min(iv.first, int(l));
+          iv.second = std::max(iv.second, int(l));
+        }
+    }
+  auto alive = [&](int a, int b) {
+    if (p.buffers[a].role != Role::Temp || p.buffers[b].role != Role::Temp)
+      return true; // bound buffers live for the whole run
+    for (size_t f = 0; f < p.functions.size(); ++f) {
+      auto x = live[f][a], y = live[f][b];
+      if (x.second >= 0 && y.second >= 0 && x.first <= y.second &&
+          y.first <= x.second)
+        return true;
+    }
+    return false;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Buffer &b = p.buffers[i];
+    EXPECT_EQ(b.offset % 256, 0) << "buffer " << i;
+    EXPECT_GE(b.offset, 0) << "buffer " << i;
+    EXPECT_LE(b.offset + b.bytes(), p.arenaBytes) << "buffer " << i;
+    if (b.viewOf >= 0)
+      EXPECT_EQ(b.offset, p.buffers[root(int(i))].offset) << "view " << i;
+  }
+  int overlaps = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (p.buffers[i].viewOf >= 0)
+      continue;
+    for (size_t j = i + 1; j < n; ++j) {
+      if (p.buffers[j].viewOf >= 0 || !alive(int(i), int(j)))
+        continue;
+      const Buffer &a = p.buffers[i], &b = p.buffers[j];
+      bool disjoint = a.offset + a.bytes() <= b.offset ||
+                      b.offset + b.bytes() <= a.offset;
+      if (!disjoint && ++overlaps < 10)
+        ADD_FAILURE() << "buffers " << i << " (" << a.name << ") and " << j
+                      << " (" << b.name << ") are alive together and overlap";
+    }
+  }
+  EXPECT_EQ(overlaps, 0);
+}
+
+TEST(ProgramTest, PlanOfTinyStepIsSound) {
+  const Program &p = tinyProgram();
+  expectPlanIsSound(p);
+  // Reuse happened: the temps need less than their sum.
+  int64_t persistent = 0, temps = 0;
+  for (const Buffer &b : p.buffers)
+    if (b.viewOf < 0)
+      (b.role == Role::Temp ? temps : persistent) += (b.bytes() + 255) / 256 * 256;
+  EXPECT_LT(p.arenaBytes, persistent + temps);
+  EXPECT_GE(p.arenaBytes, persistent);
+}
+
+Buffer temp(int64_t floats) {
+  Buffer b;
+  b.shape = {floats};
+  return b;
+}
+
+TEST(ProgramTest, PlanReusesDeadTempsAndKeepsViewsBasesAlive) {
+  Program p;
+  Buffer param = temp(10);
+  param.role = Role::Param;
+  param.binding = "w";
+  p.buffers = {param,     temp(64), temp(64), temp(64),
+               temp(64),  temp(64)};
+  Buffer view = temp(64);
+  view.viewOf = 1;
+  p.buffers.push_back(view); // %6 views %1
+  Function f;
+  f.name = "forward";
+  auto launch = [](std::vector<int> in, std::vector<int> out) {
+    Launch l;
+    l.kernel = "k";
+    l.inputs = std::move(in);
+    l.outputs = std::move(out);
+    return l;
+  };
+  // %1 lives 0..4 through its view; %2 1..2; %3 2..3; %4 3..4; %5 4.
+  f.launches = {launch({0}, {1}), launch({0}, {2}), launch({2}, {3}),
+                launch({3}, {4}), launch({6, 4}, {5})};
+  p.functions = {f};
+  planMemory(p);
+  expectPlanIsSound(p);
+  EXPECT_EQ(p.buffers[0].offset, 0);
+  EXPECT_EQ(p.buffers[6].offset, p.buffers[1].offset);
+  // At most three temps of 256 bytes are alive at once (%1 and two more).
+  EXPECT_EQ(p.arenaBytes, 256 + 3 * 256);
+
+  // A second function's temps may share the first one's bytes.
+  Program q = p;
+  Function g = f;
+  g.name = "grads";
+  q.buffers.push_back(temp(64)); // %7
+  g.launches = {launch({0}, {7})};
+  q.functions.push_back(g);
+  planMemory(q);
+  expectPlanIsSound(q);
+  EXPECT_EQ(q.arenaBytes, p.arenaBytes);
+}
+
+} // namespace
