@@ -1,0 +1,56 @@
+//===- CompileKernels.h - NVRTC for every kernel of a Program ---*- C++ -*-===//
+//
+// What `gptc compile` does after lowering: emit the CUDA kernels
+// (EmitCUDA.h), compile each unique one with NVRTC for the target arch (in
+// parallel, through the disk cache of gptc/Runtime/NVRTC.h), store the
+// cubins in the Program, and optionally dump the sources and print the
+// resource report. No MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_TARGET_CUDA_COMPILEKERNELS_H
+#define GPTC_TARGET_CUDA_COMPILEKERNELS_H
+
+#include "gptc/Runtime/Program.h"
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace gptc::cuda {
+
+/// What ptxas said about one kernel.
+struct KernelResources {
+  std::string name;
+  int launches = 0;
+  int registers = -1, sharedBytes = -1, localBytes = -1;
+  int spillStores = -1, spillLoads = -1;
+  size_t cubinBytes = 0;
+};
+
+struct CompileKernelsOptions {
+  /// Non-empty: write NAME.cu and NAME.log per kernel, nvrtc-options.txt
+  /// and manifest.json (each kernel's launches: function, index, op, loc)
+  /// here, once everything compiled.
+  std::string dumpDir;
+  /// Non-null: the resource table, one line per kernel.
+  std::ostream *report = nullptr;
+  /// Compiler threads; 0: one per core.
+  unsigned threads = 0;
+};
+
+/// Emits p's kernels for `arch` (rt::isSupportedArch, else EmitError with
+/// one line before anything is written) and compiles them, filling each
+/// DeviceKernel's cubin and arch. Throws EmitError, rt::DeviceError (NVRTC
+/// missing, a kernel that does not compile) or FormatError (the dump).
+std::vector<KernelResources> compileKernels(rt::Program &p,
+                                            const std::string &arch,
+                                            const CompileKernelsOptions &opts);
+
+/// The report's text for `resources`.
+void printKernelReport(const std::vector<KernelResources> &resources,
+                       const std::string &arch, std::ostream &os);
+
+} // namespace gptc::cuda
+
+#endif // GPTC_TARGET_CUDA_COMPILEKERNELS_H

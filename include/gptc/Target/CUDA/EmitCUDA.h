@@ -1,0 +1,50 @@
+//===- EmitCUDA.h - CUDA C++ for a Program's launches -----------*- C++ -*-===//
+//
+// Every launch except "matmul" (cuBLASLt) becomes one self-contained CUDA
+// C++ kernel: the templates of lib/Target/CUDA/kernels/*.cuh (embedded at
+// build time) instantiated by a generated `extern "C" __global__` wrapper
+// whose shapes and attributes are constants. Launches with identical
+// sources share one DeviceKernel. No MLIR: this works on rt::Program.
+//
+// The kernel ABI is Program.h's: the device pointers of the launch's inputs
+// then its outputs, nothing else. Kernels that reduce across blocks keep
+// their partial sums in module-scope __device__ scratch (named in their
+// source), so launches of one kernel must not run concurrently — the
+// runtime runs a function's launches in order on one stream.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_TARGET_CUDA_EMITCUDA_H
+#define GPTC_TARGET_CUDA_EMITCUDA_H
+
+#include "gptc/Runtime/Program.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace gptc::cuda {
+
+/// A launch the emitter cannot generate a kernel for; one line naming the
+/// launch and its source location.
+struct EmitError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Fills p.kernels (replacing what was there) and, for every launch but
+/// matmul, its deviceKernel, grid, block and sharedBytes (dynamic shared
+/// memory: always 0, the kernels use static shared memory only). `arch` is
+/// checked (rt::isSupportedArch) and recorded in no kernel: the sources are
+/// the same for every sm_80+ target.
+void emitCUDA(rt::Program &p, const std::string &arch);
+
+/// The source of one launch's kernel with entry point `name` (tests, dumps).
+/// Sets grid/block of `launch`.
+std::string emitLaunch(const rt::Program &p, rt::Launch &launch,
+                       const std::string &name);
+
+/// The text of an embedded template ("types.cuh", "layernorm.cuh", ...).
+std::string kernelTemplate(const std::string &name);
+
+} // namespace gptc::cuda
+
+#endif // GPTC_TARGET_CUDA_EMITCUDA_H

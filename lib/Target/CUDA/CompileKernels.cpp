@@ -1,0 +1,160 @@
+//===- CompileKernels.cpp - NVRTC for every kernel of a Program -----------===//
+//
+// Kernels compile on a small thread pool (NVRTC is thread-safe for distinct
+// programs); the dump is written only after every kernel compiled, each
+// file atomically.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Target/CUDA/CompileKernels.h"
+#include "gptc/Formats/AtomicFile.h"
+#include "gptc/Formats/Error.h"
+#include "gptc/Runtime/NVRTC.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+namespace gptc::cuda {
+
+namespace {
+
+void writeText(const std::string &path, const std::string &text) {
+  writeFileAtomically(path, text.data(), text.size());
+}
+
+void dump(const rt::Program &p, const std::string &arch,
+          const std::string &dir,
+          const std::vector<rt::CompiledKernel> &compiled) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw FormatError(dir + ": cannot create the directory: " + ec.message());
+
+  std::string options;
+  for (const std::string &o : rt::nvrtcOptions(arch))
+    options += o + "\n";
+  writeText(dir + "/nvrtc-options.txt", options);
+
+  nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    const rt::DeviceKernel &dk = p.kernels[k];
+    writeText(dir + "/" + dk.name + ".cu", dk.source);
+    writeText(dir + "/" + dk.name + ".log", compiled[k].log);
+    nlohmann::ordered_json launches = nlohmann::ordered_json::array();
+    for (const rt::Function &f : p.functions)
+      for (size_t i = 0; i < f.launches.size(); ++i)
+        if (f.launches[i].deviceKernel == int(k))
+          launches.push_back({{"function", f.name},
+                              {"index", i},
+                              {"op", "gpt." + f.launches[i].kernel},
+                              {"loc", f.launches[i].loc}});
+    const rt::CompiledKernel &c = compiled[k];
+    kernels.push_back({{"name", dk.name},
+                       {"source", dk.name + ".cu"},
+                       {"log", dk.name + ".log"},
+                       {"registers", c.registers},
+                       {"shared_bytes", c.sharedBytes},
+                       {"stack_bytes", c.localBytes},
+                       {"spill_stores", c.spillStores},
+                       {"spill_loads", c.spillLoads},
+                       {"cubin_bytes", c.cubin.size()},
+                       {"launches", std::move(launches)}});
+  }
+  nlohmann::ordered_json manifest = {{"arch", arch},
+                                     {"nvrtc", rt::nvrtcVersion()},
+                                     {"options", rt::nvrtcOptions(arch)},
+                                     {"kernels", std::move(kernels)}};
+  writeText(dir + "/manifest.json", manifest.dump(2) + "\n");
+}
+
+} // namespace
+
+std::vector<KernelResources> compileKernels(rt::Program &p,
+                                            const std::string &arch,
+                                            const CompileKernelsOptions &opts) {
+  emitCUDA(p, arch); // checks the arch first
+  const size_t n = p.kernels.size();
+  std::vector<rt::CompiledKernel> compiled(n);
+
+  unsigned threads = opts.threads ? opts.threads
+                                  : std::max(1u, std::thread::hardware_concurrency());
+  threads = unsigned(std::min<size_t>(threads, n));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex errorMutex;
+  auto worker = [&] {
+    for (size_t k; (k = next++) < n;) {
+      try {
+        compiled[k] = rt::compileCachedKernel(p.kernels[k].source,
+                                              p.kernels[k].name, arch);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (!error)
+          error = std::current_exception();
+        next = n; // stop the others early
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &t : pool)
+    t.join();
+  if (error)
+    std::rethrow_exception(error);
+
+  std::vector<KernelResources> resources(n);
+  for (size_t k = 0; k < n; ++k) {
+    p.kernels[k].cubin = compiled[k].cubin;
+    p.kernels[k].arch = arch;
+    KernelResources &r = resources[k];
+    r.name = p.kernels[k].name;
+    r.launches = int(p.kernels[k].fuses.size());
+    r.registers = compiled[k].registers;
+    r.sharedBytes = compiled[k].sharedBytes;
+    r.localBytes = compiled[k].localBytes;
+    r.spillStores = compiled[k].spillStores;
+    r.spillLoads = compiled[k].spillLoads;
+    r.cubinBytes = compiled[k].cubin.size();
+  }
+  if (!opts.dumpDir.empty())
+    dump(p, arch, opts.dumpDir, compiled);
+  if (opts.report)
+    printKernelReport(resources, arch, *opts.report);
+  return resources;
+}
+
+void printKernelReport(const std::vector<KernelResources> &resources,
+                       const std::string &arch, std::ostream &os) {
+  size_t width = 6;
+  for (const KernelResources &r : resources)
+    width = std::max(width, r.name.size());
+  int launches = 0;
+  for (const KernelResources &r : resources)
+    launches += r.launches;
+  os << "kernel report for " << arch << " (NVRTC " << rt::nvrtcVersion()
+     << "): " << resources.size() << " kernels, " << launches
+     << " launches\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-*s %8s %9s %12s %11s %12s %11s\n",
+                int(width), "kernel", "launches", "registers", "shared bytes",
+                "stack bytes", "spill stores", "spill loads");
+  os << line;
+  for (const KernelResources &r : resources) {
+    std::snprintf(line, sizeof line, "%-*s %8d %9d %12d %11d %12d %11d\n",
+                  int(width), r.name.c_str(), r.launches, r.registers,
+                  r.sharedBytes, r.localBytes, r.spillStores, r.spillLoads);
+    os << line;
+  }
+}
+
+} // namespace gptc::cuda

@@ -1,0 +1,225 @@
+//===- EmitCUDA.cpp - CUDA C++ for a Program's launches -------------------===//
+//
+// The driver: one source per launch (Emitter::run picks the kind's emitter in
+// EmitGlue.cpp or EmitTemplates.cpp and prepends the templates it needs),
+// identical sources merged into one DeviceKernel.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emitter.h"
+#include "gptc/Runtime/NVRTC.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace gptc::cuda {
+
+namespace detail {
+
+namespace {
+struct EmbeddedHeader {
+  const char *name, *text;
+};
+#include "KernelSources.inc" // kKernelHeaders[], from kernels/*.cuh
+} // namespace
+
+const char *embedded(const std::string &name) {
+  for (const EmbeddedHeader &h : kKernelHeaders)
+    if (name == h.name)
+      return h.text;
+  throw EmitError("internal error: no embedded kernel header " + name);
+}
+
+std::string Emitter::parameters() const {
+  std::set<int> storages;
+  bool aliased = false;
+  for (int id : l.inputs)
+    storages.insert(storageOf(p, id));
+  for (int id : l.outputs)
+    aliased |= !storages.insert(storageOf(p, id)).second;
+  const char *restrict = aliased ? "" : "__restrict__ ";
+  std::string s;
+  for (size_t i = 0; i < l.inputs.size(); ++i)
+    s += (s.empty() ? "" : ", ") + std::string("const ") + tin(i) + " *" +
+         restrict + "in" + std::to_string(i);
+  for (size_t i = 0; i < l.outputs.size(); ++i)
+    s += (s.empty() ? "" : ", ") + std::string(tout(i)) + " *" + restrict +
+         "out" + std::to_string(i);
+  return s;
+}
+
+void Emitter::begin(const std::string &name, int launchBounds,
+                    int minBlocks) {
+  os << "extern \"C\" __global__ void __launch_bounds__(" << launchBounds;
+  if (minBlocks)
+    os << ", " << minBlocks;
+  os << ")\n" << name << "(" << parameters() << ") {\n";
+}
+
+void Emitter::elementLoop(int64_t n) {
+  l.block[0] = 256;
+  l.grid[0] = toGrid(ceilDiv(n, 256));
+  os << "  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < "
+     << i64Literal(n) << "; i += i64(gridDim.x) * blockDim.x) {\n";
+}
+
+void Emitter::digits(const Shape &shape, const std::string &index,
+                     const std::string &prefix, const std::string &indent,
+                     const std::vector<bool> &needed) {
+  // Peel digits from the innermost dimension out to the outermost needed.
+  size_t outermost = shape.size();
+  for (size_t d = 0; d < shape.size() && outermost == shape.size(); ++d)
+    if (shape[d] > 1 && (needed.empty() || needed[d]))
+      outermost = d;
+  if (outermost == shape.size())
+    return;
+  os << indent << "i64 rest = " << index << ";\n";
+  for (size_t d = shape.size(); d-- > outermost;) {
+    if (shape[d] > 1 && (needed.empty() || needed[d]))
+      os << indent << "const i64 " << prefix << d << " = rest % " << shape[d]
+         << ";\n";
+    if (d > outermost)
+      os << indent << "rest /= " << shape[d] << ";\n";
+  }
+}
+
+std::string Emitter::offsetExpr(const Shape &shape, const Shape &strides,
+                                const std::string &prefix) {
+  std::string e;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1 || strides[d] == 0)
+      continue;
+    e += (e.empty() ? "" : " + ") + prefix + std::to_string(d);
+    if (strides[d] != 1)
+      e += " * " + i64Literal(strides[d]);
+  }
+  return e.empty() ? "0" : e;
+}
+
+std::string Emitter::broadcastOffset(const Shape &operand, const Shape &shape,
+                                     const std::string &prefix) {
+  Shape strides(shape.size(), 0), own = rowMajorStrides(operand);
+  size_t offset = shape.size() - operand.size();
+  for (size_t i = 0; i < operand.size(); ++i)
+    strides[offset + i] = operand[i] == 1 ? 0 : own[i];
+  return offsetExpr(shape, strides, prefix);
+}
+
+std::string Emitter::run(const std::string &name) {
+  entry = name;
+  l.grid[0] = l.grid[1] = l.grid[2] = 1;
+  l.block[0] = l.block[1] = l.block[2] = 1;
+  l.sharedBytes = 0;
+  const std::string &k = l.kernel;
+  if (k == "cast")
+    emitMap();
+  else if (k == "iota")
+    emitIota();
+  else if (k == "transpose")
+    emitTranspose();
+  else if (k == "pad")
+    emitPad();
+  else if (k == "slice")
+    emitSlice();
+  else if (k == "split")
+    emitSplit();
+  else if (k == "concat")
+    emitConcat();
+  else if (k == "embedding")
+    emitEmbedding();
+  else if (k == "embedding_grad")
+    emitEmbeddingGrad();
+  else if (k == "layernorm")
+    emitLayernorm();
+  else if (k == "layernorm_grad")
+    emitLayernormGrad();
+  else if (k == "reduce_sum")
+    emitReduceSum();
+  else if (k == "cross_entropy")
+    emitCrossEntropy(false);
+  else if (k == "cross_entropy_with_grad")
+    emitCrossEntropy(true);
+  else if (k == "flash_attention")
+    emitFlashAttention(false);
+  else if (k == "flash_attention_grad")
+    emitFlashAttention(true);
+  else if (k == "fused_elementwise")
+    emitElementwise(l.body);
+  else if (k == "multi_tensor_elementwise")
+    emitMultiTensor();
+  else
+    unsupported("no kernel template for this op");
+
+  std::string src = "// gptc: gpt." + k + (l.loc.empty() ? "" : " at " + l.loc) +
+                    "\n";
+  src += embedded("types.cuh");
+  src += std::string("\n") + embedded("common.cuh");
+  for (const std::string &h : headers)
+    src += std::string("\n") + embedded(h);
+  src += "\n//===--- generated ---===//\n\n" + pre.str() + os.str();
+  return src;
+}
+
+} // namespace detail
+
+namespace {
+
+/// The name stem of a launch kind's kernels: "layernorm_grad".
+std::string stem(const std::string &kind) {
+  std::string s;
+  for (char c : kind)
+    s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return s;
+}
+
+} // namespace
+
+using namespace detail;
+
+std::string kernelTemplate(const std::string &name) { return embedded(name); }
+
+std::string emitLaunch(const rt::Program &p, Launch &launch,
+                       const std::string &name) {
+  return Emitter(p, launch).run(name);
+}
+
+void emitCUDA(rt::Program &p, const std::string &arch) {
+  if (!rt::isSupportedArch(arch))
+    throw EmitError("unknown GPU architecture '" + arch +
+                    "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
+  p.kernels.clear();
+  // Sources are generated under a placeholder name first, so launches that
+  // differ only in their source location share one kernel.
+  const std::string placeholder = "GPTC_KERNEL_NAME";
+  std::map<std::string, int> bySource;
+  std::map<std::string, int> perStem;
+  for (rt::Function &f : p.functions)
+    for (Launch &l : f.launches) {
+      l.deviceKernel = -1;
+      if (l.kernel == "matmul")
+        continue;
+      std::string src = emitLaunch(p, l, placeholder);
+      // The first line names the op and location; not part of the identity.
+      std::string key = src.substr(src.find('\n') + 1);
+      auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
+      if (added) {
+        rt::DeviceKernel k;
+        k.name = stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++);
+        k.source = src;
+        for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
+          k.source.replace(at, placeholder.size(), k.name);
+        p.kernels.push_back(std::move(k));
+      }
+      l.deviceKernel = it->second;
+      p.kernels[it->second].fuses.push_back(
+          "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+    }
+}
+
+} // namespace gptc::cuda

@@ -1,0 +1,172 @@
+//===- Emitter.h - one launch's kernel source (private) ---------*- C++ -*-===//
+//
+// Shared by the files of the CUDA emitter: EmitCUDA.cpp (the driver and the
+// source assembly), EmitGlue.cpp (kernels printed whole: shape glue and
+// fused elementwise bodies) and EmitTemplates.cpp (instantiations of the
+// kernels/*.cuh templates).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_LIB_TARGET_CUDA_EMITTER_H
+#define GPTC_LIB_TARGET_CUDA_EMITTER_H
+
+#include "gptc/Target/CUDA/EmitCUDA.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace gptc::cuda::detail {
+
+/// The text of kernels/NAME, embedded at build time.
+const char *embedded(const std::string &name);
+
+using rt::Buffer;
+using rt::DType;
+using rt::Launch;
+using Shape = std::vector<int64_t>;
+
+inline const char *ctype(DType t) {
+  switch (t) {
+  case DType::F32:
+    return "float";
+  case DType::BF16:
+    return "bf16";
+  case DType::F16:
+    return "f16";
+  case DType::I32:
+    return "int";
+  }
+  return "?";
+}
+
+inline int64_t numel(const Shape &s) {
+  int64_t n = 1;
+  for (int64_t d : s)
+    n *= d;
+  return n;
+}
+
+inline Shape rowMajorStrides(const Shape &s) {
+  Shape st(s.size(), 1);
+  for (size_t i = s.size(); i-- > 1;)
+    st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+/// A float constant as CUDA source that reads back to the same float.
+inline std::string floatLiteral(double value) {
+  float f = float(value);
+  if (std::isnan(f))
+    return "__int_as_float(0x7fc00000)";
+  if (std::isinf(f))
+    return f > 0 ? "__int_as_float(0x7f800000)" : "(-__int_as_float(0x7f800000))";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", double(f));
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return s + "f";
+}
+
+inline std::string i64Literal(int64_t v) { return std::to_string(v) + "ll"; }
+
+inline uint32_t toGrid(int64_t blocks) {
+  return uint32_t(std::clamp<int64_t>(blocks, 1, int64_t(INT32_MAX)));
+}
+
+inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The buffer whose storage `id` uses (a reshape's view is its base's).
+inline int storageOf(const rt::Program &p, int id) {
+  while (p.buffers[id].viewOf >= 0)
+    id = p.buffers[id].viewOf;
+  return id;
+}
+
+/// One launch being emitted.
+class Emitter {
+public:
+  Emitter(const rt::Program &p, Launch &l) : p(p), l(l) {}
+
+  std::string run(const std::string &name);
+
+private:
+  const Buffer &in(size_t i) const { return p.buffers[l.inputs.at(i)]; }
+  const Buffer &out(size_t i) const { return p.buffers[l.outputs.at(i)]; }
+  const char *tin(size_t i) const { return ctype(in(i).dtype); }
+  const char *tout(size_t i) const { return ctype(out(i).dtype); }
+  int64_t intAttr(const char *n, int64_t dflt) const {
+    auto it = l.ints.find(n);
+    return it == l.ints.end() ? dflt : it->second;
+  }
+  double floatAttr(const char *n, double dflt) const {
+    auto it = l.floats.find(n);
+    return it == l.floats.end() ? dflt : it->second;
+  }
+  [[noreturn]] void unsupported(const std::string &why) const {
+    throw EmitError("no CUDA kernel for gpt." + l.kernel +
+                    (l.loc.empty() ? "" : " at " + l.loc) + ": " + why);
+  }
+  void expectArity(size_t ins, size_t outs) const {
+    if (l.inputs.size() != ins || l.outputs.size() != outs)
+      unsupported("expected " + std::to_string(ins) + " inputs and " +
+                  std::to_string(outs) + " outputs");
+  }
+
+  /// The wrapper's parameter list; __restrict__ unless an output shares
+  /// storage with another operand (update writes parameters in place).
+  std::string parameters() const;
+  void begin(const std::string &name, int launchBounds, int minBlocks = 0);
+  /// Opens a grid-stride loop over `n` elements with index `i`.
+  void elementLoop(int64_t n);
+  /// Lines computing `prefix0..` = the row-major digits of `index` in
+  /// `shape`, for the dimensions > 1 that are `needed` (all if empty).
+  void digits(const Shape &shape, const std::string &index,
+              const std::string &prefix, const std::string &indent,
+              const std::vector<bool> &needed = {});
+  /// sum of digit_d · stride_d, for digits named `prefix` of `shape`.
+  static std::string offsetExpr(const Shape &shape, const Shape &strides,
+                                const std::string &prefix);
+  /// The offset into a tensor of shape `operand` that broadcasts (numpy,
+  /// from the right) to `shape`, for digits `prefix` of `shape`.
+  static std::string broadcastOffset(const Shape &operand, const Shape &shape,
+                                     const std::string &prefix);
+
+  // EmitGlue.cpp
+  void emitMap(); // cast
+  void emitIota();
+  void emitTranspose();
+  void emitPad();
+  void emitSlice();
+  void emitSplit();
+  void emitConcat();
+  /// fused_elementwise, and cast as the identity body.
+  void emitElementwise(const exec::ScalarProgram &body);
+  void emitMultiTensor();
+  /// The body's instructions as `float rN = ...;` lines.
+  void scalarCode(const exec::ScalarProgram &body, const std::string &indent);
+  // EmitTemplates.cpp
+  void emitEmbedding();
+  void emitEmbeddingGrad();
+  void emitLayernorm();
+  void emitLayernormGrad();
+  void emitReduceSum();
+  void emitCrossEntropy(bool withGrad);
+  void emitFlashAttention(bool grad);
+
+  const rt::Program &p;
+  Launch &l;
+  std::set<std::string> headers;
+  std::ostringstream pre, os;
+  std::string entry;
+};
+
+} // namespace gptc::cuda::detail
+
+#endif // GPTC_LIB_TARGET_CUDA_EMITTER_H

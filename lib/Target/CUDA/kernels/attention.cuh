@@ -1,0 +1,547 @@
+//===- attention.cuh - flash attention forward and backward ---------------===//
+//
+// q is [heads, T, D], k and v [heads, S, D] (the leading dimensions
+// flattened), lse [heads, T] float32; blockIdx.y is the head.
+//
+// Two implementations of the same definitions as lib/Executor/
+// AttentionKernels.cpp:
+// - attention*Mma: bf16 q/k/v, T and S multiples of 64, D a multiple of 16
+//   up to 64 (GPT-2's 64). FlashAttention-2 on mma.sync.m16n8k16 tensor
+//   cores: a block of 4 warps takes 64 rows, a warp 16; tiles of 64 keys
+//   (or queries) go through shared memory; scores, probabilities and
+//   accumulators stay in registers (float32), and a tile's probabilities are
+//   rounded to bf16 to feed the next product, as FlashAttention does.
+// - attention*Simple: any dtype and shape, one thread per row, float32 on
+//   CUDA cores. Correct, not fast: the fp32 and fp16 paths.
+// The backward is deterministic without atomics: a grid of T/64 "dq" blocks
+// (one query tile each, walking the key tiles) and S/64 "dk/dv" blocks (one
+// key tile each, walking the query tiles); both recompute the
+// probabilities from lse.
+//
+//===----------------------------------------------------------------------===//
+
+#define GPTC_NEG_INF (-__int_as_float(0x7f800000))
+
+//===----------------------------------------------------------------------===//
+// Simple kernels
+//===----------------------------------------------------------------------===//
+
+/// blockDim.x threads, one query row each; grid (ceil(T / blockDim.x), heads).
+template <int D, int T, int S, bool kCausal, typename TQ, typename TK,
+          typename TV, typename TO>
+__device__ void attentionForwardSimple(const TQ *q, const TK *k, const TV *v,
+                                       TO *out, float *lse, float scale) {
+  const i64 h = blockIdx.y;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= T)
+    return;
+  float qr[D], acc[D];
+  for (int d = 0; d < D; ++d) {
+    qr[d] = toFloat(q[(h * T + i) * D + d]);
+    acc[d] = 0.0f;
+  }
+  float m = GPTC_NEG_INF, l = 0.0f;
+  const int end = kCausal ? i + 1 : S;
+  for (int j = 0; j < end; ++j) {
+    const TK *kr = k + (h * S + j) * D;
+    const TV *vr = v + (h * S + j) * D;
+    float s = 0.0f;
+    for (int d = 0; d < D; ++d)
+      s += qr[d] * toFloat(kr[d]);
+    s *= scale;
+    float mNew = fmaxf(m, s);
+    float correction = expf(m - mNew), p = expf(s - mNew);
+    l = l * correction + p;
+    for (int d = 0; d < D; ++d)
+      acc[d] = acc[d] * correction + p * toFloat(vr[d]);
+    m = mNew;
+  }
+  for (int d = 0; d < D; ++d)
+    out[(h * T + i) * D + d] = fromFloat<TO>(acc[d] / l);
+  lse[h * T + i] = m + logf(l);
+}
+
+/// Blocks [0, ceil(T/64)) compute dq rows, the rest dk/dv rows; 64 threads,
+/// one row each.
+template <int D, int T, int S, bool kCausal, typename TQ, typename TK,
+          typename TV, typename TO, typename TDO, typename TDQ, typename TDK,
+          typename TDV>
+__device__ void attentionBackwardSimple(const TQ *q, const TK *k, const TV *v,
+                                        const TO *o, const float *lse,
+                                        const TDO *dout, TDQ *dq, TDK *dk,
+                                        TDV *dv, float scale) {
+  const i64 h = blockIdx.y;
+  constexpr int kQueryBlocks = (T + 63) / 64;
+  auto rowDot = [&](int i) { // Σ_d dout·out of query row i
+    float s = 0.0f;
+    for (int d = 0; d < D; ++d)
+      s += toFloat(dout[(h * T + i) * D + d]) * toFloat(o[(h * T + i) * D + d]);
+    return s;
+  };
+  if (blockIdx.x < kQueryBlocks) {
+    const int i = blockIdx.x * 64 + threadIdx.x;
+    if (i >= T)
+      return;
+    const TQ *qr = q + (h * T + i) * D;
+    const TDO *dor = dout + (h * T + i) * D;
+    float acc[D];
+    for (int d = 0; d < D; ++d)
+      acc[d] = 0.0f;
+    const float rowLse = lse[h * T + i], di = rowDot(i);
+    const int end = kCausal ? i + 1 : S;
+    for (int j = 0; j < end; ++j) {
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        s += toFloat(qr[d]) * toFloat(k[(h * S + j) * D + d]);
+        dp += toFloat(dor[d]) * toFloat(v[(h * S + j) * D + d]);
+      }
+      float ds = expf(s * scale - rowLse) * (dp - di);
+      for (int d = 0; d < D; ++d)
+        acc[d] += ds * toFloat(k[(h * S + j) * D + d]);
+    }
+    for (int d = 0; d < D; ++d)
+      dq[(h * T + i) * D + d] = fromFloat<TDQ>(scale * acc[d]);
+    return;
+  }
+  const int j = (blockIdx.x - kQueryBlocks) * 64 + threadIdx.x;
+  if (j >= S)
+    return;
+  // Only the accumulators live in registers; the thread's own k and v rows
+  // are re-read from L1 (four rows of D would spill).
+  const TK *kr = k + (h * S + j) * D;
+  const TV *vr = v + (h * S + j) * D;
+  float accK[D], accV[D];
+  for (int d = 0; d < D; ++d)
+    accK[d] = accV[d] = 0.0f;
+  for (int i = kCausal ? j : 0; i < T; ++i) {
+    float s = 0.0f, dp = 0.0f;
+    for (int d = 0; d < D; ++d) {
+      s += toFloat(q[(h * T + i) * D + d]) * toFloat(kr[d]);
+      dp += toFloat(dout[(h * T + i) * D + d]) * toFloat(vr[d]);
+    }
+    float p = expf(s * scale - lse[h * T + i]);
+    float ds = p * (dp - rowDot(i));
+    for (int d = 0; d < D; ++d) {
+      accV[d] += p * toFloat(dout[(h * T + i) * D + d]);
+      accK[d] += ds * toFloat(q[(h * T + i) * D + d]);
+    }
+  }
+  for (int d = 0; d < D; ++d) {
+    dk[(h * S + j) * D + d] = fromFloat<TDK>(scale * accK[d]);
+    dv[(h * S + j) * D + d] = fromFloat<TDV>(accV[d]);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor-core kernels (bf16, sm_80+)
+//===----------------------------------------------------------------------===//
+
+namespace mma {
+
+/// c += a · b for one m16n8k16 tile (types.cuh).
+__device__ __forceinline__ void mma16816(float (&c)[4], const u32 (&a)[4],
+                                         u32 b0, u32 b1) {
+  mmaBf16m16n8k16(c, a, b0, b1);
+}
+
+/// A 64 x D bf16 tile in shared memory; rows padded by 8 elements so the
+/// fragment loads below hit 32 different banks.
+template <int D> struct Tile {
+  static constexpr int kStride = D + 8;
+  unsigned short data[64 * kStride];
+
+  /// Rows [row0, row0 + 64) of a [rows, D] bf16 matrix, 16 bytes a thread.
+  __device__ __forceinline__ void load(const bf16 *src, i64 row0) {
+    constexpr int kChunks = 64 * D / 8;
+    const u32 base = sharedAddress(data);
+    for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
+      int r = c / (D / 8), col = c % (D / 8) * 8;
+      storeShared128(base + 2 * (r * kStride + col),
+                     *reinterpret_cast<const uint4 *>(src + (row0 + r) * D + col));
+    }
+  }
+  /// Elements (r, c) and (r, c + 1) packed, the first in the low half.
+  /// load() through cp.async: in flight until the caller waits for it.
+  __device__ __forceinline__ void loadAsync(const bf16 *src, i64 row0) {
+    constexpr int kChunks = 64 * D / 8;
+    const u32 base = sharedAddress(data);
+    for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
+      int r = c / (D / 8), col = c % (D / 8) * 8;
+      copyAsync16(base + 2 * (r * kStride + col), src + (row0 + r) * D + col);
+    }
+  }
+  __device__ __forceinline__ u32 pair(int r, int c) const {
+    return loadShared32(sharedAddress(data) + 2 * (r * kStride + c));
+  }
+  /// Elements (r, c) and (r + 1, c) packed, the first in the low half.
+  __device__ __forceinline__ u32 column(int r, int c) const {
+    u32 at = sharedAddress(data) + 2 * (r * kStride + c);
+    return loadShared16(at) | loadShared16(at + 2 * kStride) << 16;
+  }
+};
+
+// Fragment layouts of mma.m16n8k16 (PTX ISA), with g = lane / 4 and
+// t = lane % 4: A (16x16) a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g,
+// 2t+8..), a3 = (g+8, 2t+8..); B (16x8) b0 = (k 2t..2t+1, n g), b1 = (k
+// 2t+8.., n g); C (16x8) c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..).
+
+/// A fragment of rows [r0, r0+16) x columns [k0, k0+16) of a tile.
+template <int D>
+__device__ __forceinline__ void loadA(u32 (&a)[4], const Tile<D> &t, int r0,
+                                      int k0) {
+  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  a[0] = t.pair(r0 + g, k0 + 2 * tq);
+  a[1] = t.pair(r0 + g + 8, k0 + 2 * tq);
+  a[2] = t.pair(r0 + g, k0 + 2 * tq + 8);
+  a[3] = t.pair(r0 + g + 8, k0 + 2 * tq + 8);
+}
+
+/// B[k][n] = tile[n0 + n][k0 + k]: the tile's rows are B's columns (k·qᵀ).
+template <int D>
+__device__ __forceinline__ void loadBRows(u32 &b0, u32 &b1, const Tile<D> &t,
+                                          int n0, int k0) {
+  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  b0 = t.pair(n0 + g, k0 + 2 * tq);
+  b1 = t.pair(n0 + g, k0 + 2 * tq + 8);
+}
+
+/// B[k][n] = tile[k0 + k][n0 + n]: the tile's rows are B's rows (p·v).
+template <int D>
+__device__ __forceinline__ void loadBCols(u32 &b0, u32 &b1, const Tile<D> &t,
+                                          int k0, int n0) {
+  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  b0 = t.column(k0 + 2 * tq, n0 + g);
+  b1 = t.column(k0 + 2 * tq + 8, n0 + g);
+}
+
+/// The A fragment of columns [16kc, 16kc+16) of a 16x64 accumulator held
+/// as 8 C fragments: the C layout of two n-tiles is the A layout.
+__device__ __forceinline__ void accToA(u32 (&a)[4], const float (&c)[8][4],
+                                       int kc) {
+  a[0] = packBf16(c[2 * kc][0], c[2 * kc][1]);
+  a[1] = packBf16(c[2 * kc][2], c[2 * kc][3]);
+  a[2] = packBf16(c[2 * kc + 1][0], c[2 * kc + 1][1]);
+  a[3] = packBf16(c[2 * kc + 1][2], c[2 * kc + 1][3]);
+}
+
+/// c[8][4] = rows [r0, r0+16) of `a` times the 64 rows of `b`, transposed:
+/// a 16 x 64 block of a·bᵀ over D.
+template <int D>
+__device__ __forceinline__ void productABt(float (&c)[8][4],
+                                           const u32 (&a)[D / 16][4],
+                                           const Tile<D> &b) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      u32 b0, b1;
+      loadBRows(b0, b1, b, nt * 8, kc * 16);
+      mma16816(c[nt], a[kc], b0, b1);
+    }
+  }
+}
+
+/// acc[D/8][4] += p (16 x 64, as C fragments) times the 64 x D tile.
+template <int D>
+__device__ __forceinline__ void accumulatePB(float (&acc)[D / 8][4],
+                                             const float (&p)[8][4],
+                                             const Tile<D> &b) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    u32 a[4];
+    accToA(a, p, kc);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      u32 b0, b1;
+      loadBCols(b0, b1, b, kc * 16, nt * 8);
+      mma16816(acc[nt], a, b0, b1);
+    }
+  }
+}
+
+/// Writes a 16 x D accumulator (rows row0.., scaled) to a [rows, D] matrix.
+template <int D, typename T>
+__device__ __forceinline__ void storeAcc(T *dst, i64 row0,
+                                         const float (&acc)[D / 8][4],
+                                         float scaleLo, float scaleHi) {
+  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+    int c = nt * 8 + 2 * tq;
+    dst[(row0 + g) * D + c] = fromFloat<T>(acc[nt][0] * scaleLo);
+    dst[(row0 + g) * D + c + 1] = fromFloat<T>(acc[nt][1] * scaleLo);
+    dst[(row0 + g + 8) * D + c] = fromFloat<T>(acc[nt][2] * scaleHi);
+    dst[(row0 + g + 8) * D + c + 1] = fromFloat<T>(acc[nt][3] * scaleHi);
+  }
+}
+
+template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+}
+
+} // namespace mma
+
+/// grid (T/64, heads), 128 threads. K and V tiles are double-buffered: the
+/// next tile's cp.async copies run while this one is multiplied.
+template <int D, int T, int S, bool kCausal, typename TO>
+__device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
+                                    const bf16 *v, TO *out, float *lse,
+                                    float scale) {
+  using namespace mma;
+  __shared__ Tile<D> sK[2], sV[2]; // q is staged in sK[1] first
+  const i64 h = blockIdx.y;
+  // Causal: the last query tiles see the most keys; start them first.
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  const int rowLo = i0 + warp * 16 + g, rowHi = rowLo + 8;
+
+  sK[1].load(q + h * T * D, i0);
+  __syncthreads();
+  u32 qa[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    loadA(qa[kc], sK[1], warp * 16, kc * 16);
+  __syncthreads(); // sK[1] is free for the second key tile
+
+  float acc[D / 8][4];
+  zero(acc);
+  float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
+  const int keyEnd = kCausal ? i0 + 64 : S;
+  sK[0].loadAsync(k + h * S * D, 0);
+  sV[0].loadAsync(v + h * S * D, 0);
+  commitCopies();
+  for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
+    if (j0 + 64 < keyEnd) {
+      sK[buf ^ 1].loadAsync(k + h * S * D, j0 + 64);
+      sV[buf ^ 1].loadAsync(v + h * S * D, j0 + 64);
+      commitCopies();
+      waitCopies<1>(); // this tile's copies, not the next one's
+    } else {
+      waitCopies<0>();
+    }
+    __syncthreads(); // every thread's copies of this tile have landed
+    float s[8][4];
+    productABt<D>(s, qa, sK[buf]);
+
+    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int col = j0 + nt * 8 + 2 * tq + (e & 1);
+        int row = e < 2 ? rowLo : rowHi;
+        float x = s[nt][e] * scale;
+        if (kCausal && col > row)
+          x = GPTC_NEG_INF;
+        s[nt][e] = x;
+        if (e < 2)
+          tileLo = fmaxf(tileLo, x);
+        else
+          tileHi = fmaxf(tileHi, x);
+      }
+    // The four lanes of a quad hold one row pair.
+    for (int o = 1; o <= 2; o <<= 1) {
+      tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
+      tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
+    }
+    // Every row sees key 0 in the first tile: the max is finite from then on.
+    float newLo = fmaxf(mLo, tileLo), newHi = fmaxf(mHi, tileHi);
+    float corrLo = expf(mLo - newLo), corrHi = expf(mHi - newHi);
+    mLo = newLo;
+    mHi = newHi;
+    float sumLo = 0.0f, sumHi = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = expf(s[nt][0] - mLo);
+      s[nt][1] = expf(s[nt][1] - mLo);
+      s[nt][2] = expf(s[nt][2] - mHi);
+      s[nt][3] = expf(s[nt][3] - mHi);
+      sumLo += s[nt][0] + s[nt][1];
+      sumHi += s[nt][2] + s[nt][3];
+    }
+    lLo = lLo * corrLo + sumLo;
+    lHi = lHi * corrHi + sumHi;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      acc[nt][0] *= corrLo;
+      acc[nt][1] *= corrLo;
+      acc[nt][2] *= corrHi;
+      acc[nt][3] *= corrHi;
+    }
+    accumulatePB<D>(acc, s, sV[buf]);
+    __syncthreads(); // done with this buffer before it is refilled
+  }
+  for (int o = 1; o <= 2; o <<= 1) {
+    lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
+    lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
+  }
+  storeAcc<D>(out + h * T * D, i0 + warp * 16, acc, 1.0f / lLo, 1.0f / lHi);
+  if (tq == 0) {
+    lse[h * T + rowLo] = mLo + logf(lLo);
+    lse[h * T + rowHi] = mHi + logf(lHi);
+  }
+}
+
+/// Per-row lse and Σ_d dout·out of queries [i0, i0 + 64) into shared memory:
+/// a warp per row at a time, lanes across d (coalesced), a shuffle sum.
+template <int D, int T, typename TO, typename TDO>
+__device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
+                                             const float *lse, const TO *o,
+                                             const TDO *dout, i64 h, int i0) {
+  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int r = threadIdx.x / 32; r < 64; r += warps) {
+    const i64 row = h * T + i0 + r;
+    float s = 0.0f;
+    for (int d = lane; d < D; d += 32)
+      s += toFloat(dout[row * D + d]) * toFloat(o[row * D + d]);
+    s = warpSum(s);
+    if (lane == 0) {
+      sDot[r] = s;
+      sLse[r] = lse[row];
+    }
+  }
+}
+
+/// grid (T/64 + S/64, heads), 128 threads. dout must be bf16 (it feeds the
+/// tensor cores); out may be any float type. The tiles a block walks are
+/// double-buffered with cp.async, as in the forward.
+template <int D, int T, int S, bool kCausal, typename TO, typename TDQ,
+          typename TDK, typename TDV>
+__device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
+                                     const bf16 *v, const TO *o,
+                                     const float *lse, const bf16 *dout,
+                                     TDQ *dq, TDK *dk, TDV *dv, float scale) {
+  using namespace mma;
+  // Double-buffered tiles the loop walks (dq: k and v; dk/dv: q and dout,
+  // with their rows' lse and rowDot), and sC to stage the fragments that
+  // stay in registers (dq: q, dout; dk/dv: k, v).
+  __shared__ Tile<D> sA[2], sB[2], sC;
+  __shared__ float sLse[2][64], sDot[2][64];
+  const i64 h = blockIdx.y;
+  const int warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  constexpr int kQueryBlocks = T / 64;
+
+  if (blockIdx.x < kQueryBlocks) {
+    // dq = scale · Σ_keys dS · k, dS = P ∘ (dout·vᵀ − rowDot). The last
+    // query tiles (the most keys when causal) first, as the dk/dv blocks
+    // start with the first key tiles.
+    const int i0 = (kQueryBlocks - 1 - blockIdx.x) * 64;
+    const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
+    u32 qa[D / 16][4], da[D / 16][4];
+    sC.load(q + h * T * D, i0);
+    loadRowTerms<D, T>(sLse[0], sDot[0], lse, o, dout, h, i0);
+    __syncthreads();
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      loadA(qa[kc], sC, warp * 16, kc * 16);
+    __syncthreads();
+    sC.load(dout + h * T * D, i0);
+    __syncthreads();
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      loadA(da[kc], sC, warp * 16, kc * 16);
+    const float lseLo = sLse[0][rLo], lseHi = sLse[0][rHi];
+    const float dotLo = sDot[0][rLo], dotHi = sDot[0][rHi];
+    float acc[D / 8][4];
+    zero(acc);
+    const int keyEnd = kCausal ? i0 + 64 : S;
+    sA[0].loadAsync(k + h * S * D, 0);
+    sB[0].loadAsync(v + h * S * D, 0);
+    commitCopies();
+    for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
+      if (j0 + 64 < keyEnd) {
+        sA[buf ^ 1].loadAsync(k + h * S * D, j0 + 64);
+        sB[buf ^ 1].loadAsync(v + h * S * D, j0 + 64);
+        commitCopies();
+        waitCopies<1>();
+      } else {
+        waitCopies<0>();
+      }
+      __syncthreads();
+      float s[8][4], dp[8][4];
+      productABt<D>(s, qa, sA[buf]);
+      productABt<D>(dp, da, sB[buf]);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int col = j0 + nt * 8 + 2 * tq + (e & 1);
+          int row = i0 + (e < 2 ? rLo : rHi);
+          float p = kCausal && col > row
+                        ? 0.0f
+                        : expf(s[nt][e] * scale - (e < 2 ? lseLo : lseHi));
+          s[nt][e] = p * (dp[nt][e] - (e < 2 ? dotLo : dotHi));
+        }
+      accumulatePB<D>(acc, s, sA[buf]);
+      __syncthreads(); // done with this buffer before it is refilled
+    }
+    storeAcc<D>(dq + h * T * D, i0 + warp * 16, acc, scale, scale);
+    return;
+  }
+
+  // dv = Σ_queries Pᵀ · dout, dk = scale · Σ_queries dSᵀ · q, computed as
+  // transposed products: rows are keys, columns queries.
+  const int j0 = (blockIdx.x - kQueryBlocks) * 64;
+  const int kLo = j0 + warp * 16 + g, kHi = kLo + 8;
+  u32 ka[D / 16][4], va[D / 16][4];
+  sC.load(k + h * S * D, j0);
+  __syncthreads();
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    loadA(ka[kc], sC, warp * 16, kc * 16);
+  __syncthreads();
+  sC.load(v + h * S * D, j0);
+  __syncthreads();
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    loadA(va[kc], sC, warp * 16, kc * 16);
+  float accK[D / 8][4], accV[D / 8][4];
+  zero(accK);
+  zero(accV);
+  const int first = kCausal ? j0 : 0;
+  sA[0].loadAsync(q + h * T * D, first);
+  sB[0].loadAsync(dout + h * T * D, first);
+  commitCopies();
+  loadRowTerms<D, T>(sLse[0], sDot[0], lse, o, dout, h, first);
+  for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
+    const bool more = i0 + 64 < T;
+    if (more) {
+      sA[buf ^ 1].loadAsync(q + h * T * D, i0 + 64);
+      sB[buf ^ 1].loadAsync(dout + h * T * D, i0 + 64);
+      commitCopies();
+      waitCopies<1>();
+    } else {
+      waitCopies<0>();
+    }
+    __syncthreads();
+    const float *tileLse = sLse[buf], *tileDot = sDot[buf];
+    float p[8][4], ds[8][4];
+    productABt<D>(p, ka, sA[buf]);
+    productABt<D>(ds, va, sB[buf]);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = nt * 8 + 2 * tq + (e & 1); // query within the tile
+        int key = e < 2 ? kLo : kHi;
+        float x = kCausal && i0 + c < key
+                      ? 0.0f
+                      : expf(p[nt][e] * scale - tileLse[c]);
+        p[nt][e] = x;
+        ds[nt][e] = x * (ds[nt][e] - tileDot[c]);
+      }
+    accumulatePB<D>(accV, p, sB[buf]);
+    accumulatePB<D>(accK, ds, sA[buf]);
+    // The next tile's row terms (plain loads) while its copies land.
+    if (more)
+      loadRowTerms<D, T>(sLse[buf ^ 1], sDot[buf ^ 1], lse, o, dout, h,
+                         i0 + 64);
+    __syncthreads(); // done with this buffer before it is refilled
+  }
+  storeAcc<D>(dk + h * S * D, j0 + warp * 16, accK, scale, scale);
+  storeAcc<D>(dv + h * S * D, j0 + warp * 16, accV, 1.0f, 1.0f);
+}

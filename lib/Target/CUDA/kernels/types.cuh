@@ -1,0 +1,133 @@
+//===- types.cuh - element types, conversions, vector and shared access --===//
+//
+// Generated kernels are self-contained (NVRTC gets no include path), so the
+// 16-bit float types are ours: a bf16 or f16 is its bit pattern, converted
+// with PTX cvt (round to nearest even, as the CPU executor's Precision.cpp).
+// All arithmetic is float32; a buffer's dtype only decides how it is loaded
+// and stored. Everything with inline PTX lives here (unittests replace this
+// file to run generated kernels on the host).
+//
+//===----------------------------------------------------------------------===//
+
+typedef long long i64;
+typedef unsigned int u32;
+
+struct bf16 { unsigned short bits; };
+struct f16 { unsigned short bits; };
+
+__device__ __forceinline__ float toFloat(float x) { return x; }
+__device__ __forceinline__ float toFloat(int x) { return float(x); }
+__device__ __forceinline__ float toFloat(bf16 x) {
+  return __uint_as_float(u32(x.bits) << 16);
+}
+__device__ __forceinline__ float toFloat(f16 x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+
+/// fromFloat<T>(x): x rounded to T (nearest even; f16 overflows to inf).
+template <typename T> __device__ __forceinline__ T fromFloat(float x);
+template <> __device__ __forceinline__ float fromFloat<float>(float x) {
+  return x;
+}
+template <> __device__ __forceinline__ int fromFloat<int>(float x) {
+  return int(x);
+}
+template <> __device__ __forceinline__ bf16 fromFloat<bf16>(float x) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+  return r;
+}
+template <> __device__ __forceinline__ f16 fromFloat<f16>(float x) {
+  f16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+  return r;
+}
+
+/// Two floats rounded to bf16 and packed, `lo` in the low half (the layout
+/// of an mma operand register).
+__device__ __forceinline__ u32 packBf16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Four consecutive elements as one 16-byte (f32, i32) or 8-byte (bf16,
+// f16) access; the address is aligned (arena offsets are 256-aligned and
+// the emitter only vectorises rows whose length is a multiple of 4).
+__device__ __forceinline__ void load4(const float *p, float (&x)[4]) {
+  float4 v = *reinterpret_cast<const float4 *>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ __forceinline__ void load4(const int *p, float (&x)[4]) {
+  int4 v = *reinterpret_cast<const int4 *>(p);
+  x[0] = float(v.x), x[1] = float(v.y), x[2] = float(v.z), x[3] = float(v.w);
+}
+template <typename T>
+__device__ __forceinline__ void load4(const T *p, float (&x)[4]) {
+  uint2 v = *reinterpret_cast<const uint2 *>(p);
+  T e[4];
+  e[0].bits = v.x & 0xffffu, e[1].bits = v.x >> 16;
+  e[2].bits = v.y & 0xffffu, e[3].bits = v.y >> 16;
+  for (int i = 0; i < 4; ++i)
+    x[i] = toFloat(e[i]);
+}
+__device__ __forceinline__ void store4(float *p, const float (&x)[4]) {
+  *reinterpret_cast<float4 *>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+template <typename T>
+__device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
+  uint2 v;
+  v.x = u32(fromFloat<T>(x[0]).bits) | u32(fromFloat<T>(x[1]).bits) << 16;
+  v.y = u32(fromFloat<T>(x[2]).bits) | u32(fromFloat<T>(x[3]).bits) << 16;
+  *reinterpret_cast<uint2 *>(p) = v;
+}
+
+/// c += a · b for one 16x8x16 tile on the tensor cores: bf16 operands, float32
+/// accumulators, fragments as PTX's mma.m16n8k16 lays them out.
+__device__ __forceinline__ void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
+                                                u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Shared memory through 32-bit addresses: NVRTC, unlike nvcc, addresses
+// shared memory with 64-bit generic pointers, which doubles the registers
+// of the tiled kernels.
+__device__ __forceinline__ u32 sharedAddress(const void *p) {
+  return u32(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ u32 loadShared32(u32 address) {
+  u32 v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address));
+  return v;
+}
+__device__ __forceinline__ u32 loadShared16(u32 address) {
+  unsigned short v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(address));
+  return v;
+}
+/// 16 bytes from global to shared memory without a register round trip
+/// (sm_80 cp.async); complete after commitCopies() and waitCopies<N>().
+__device__ __forceinline__ void copyAsync16(u32 address, const void *global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address),
+               "l"(global)
+               : "memory");
+}
+__device__ __forceinline__ void commitCopies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/// Waits until at most N committed groups are still in flight.
+template <int N> __device__ __forceinline__ void waitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void storeShared128(u32 address, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+

@@ -1,0 +1,281 @@
+//===- EmitCUDATest.cpp - every launch kind compiles with NVRTC -----------===//
+//
+// A hand-built Program with one launch of each kind at GPT-2 124M shapes
+// (T=1024, C=768, 12 heads of 64, the padded vocabulary), in bf16 and f32,
+// through the CUDA emitter and NVRTC for sm_90a: every kernel compiles and
+// the hot ones do not spill. No GPU needed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Runtime/Backend.h"
+#include "gptc/Runtime/NVRTC.h"
+#include "gptc/Target/CUDA/CompileKernels.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+using namespace gptc;
+using rt::DType;
+using Shape = std::vector<int64_t>;
+
+namespace {
+
+/// NVRTC compiles for real in every run: a fresh kernel cache, removed at
+/// exit (the default, ~/.cache/gptc, would turn the test into a lookup).
+struct FreshKernelCache {
+  FreshKernelCache() {
+    char dir[] = "/tmp/gptc-test-cache-XXXXXX";
+    if (mkdtemp(dir)) {
+      path = dir;
+      setenv("GPTC_CACHE_DIR", dir, 1);
+    }
+  }
+  ~FreshKernelCache() {
+    if (!path.empty())
+      std::filesystem::remove_all(path);
+  }
+  std::string path;
+} freshKernelCache;
+
+
+struct Builder {
+  rt::Program p;
+  rt::Function *f;
+  Builder() {
+    p.functions.push_back({"forward", {}, {}, {}, -1});
+    f = &p.functions.back();
+  }
+  int buf(DType t, Shape s) {
+    rt::Buffer b;
+    b.name = "v" + std::to_string(p.buffers.size());
+    b.dtype = t;
+    b.shape = std::move(s);
+    p.buffers.push_back(b);
+    return int(p.buffers.size()) - 1;
+  }
+  rt::Launch &launch(std::string kind, std::vector<int> ins,
+                     std::vector<int> outs) {
+    rt::Launch l;
+    l.kernel = std::move(kind);
+    l.inputs = std::move(ins);
+    l.outputs = std::move(outs);
+    l.loc = "test:" + std::to_string(f->launches.size() + 1) + ":1";
+    f->launches.push_back(std::move(l));
+    return f->launches.back();
+  }
+};
+
+/// GELU(x + b) as the fuser writes it: two arguments, one result.
+exec::ScalarProgram geluBias() {
+  using exec::Opcode;
+  exec::ScalarProgram s;
+  s.numArgs = 2;
+  auto emit = [&](Opcode op, int a, int b = 0, float v = 0) {
+    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, v});
+    return s.numArgs + int(s.code.size()) - 1;
+  };
+  int x = emit(Opcode::Add, 0, 1);
+  int x3 = emit(Opcode::Mul, emit(Opcode::Mul, x, x), x);
+  int inner = emit(Opcode::Add, x, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.044715f), x3));
+  int t = emit(Opcode::Tanh, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.7978845608f), inner));
+  int one = emit(Opcode::Add, emit(Opcode::Const, 0, 0, 1.0f), t);
+  int y = emit(Opcode::Mul, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.5f), x), one);
+  s.numRegisters = s.numArgs + int(s.code.size());
+  s.results = {y, x};
+  return s;
+}
+
+/// p' = p - lr · (m + p · wd): three per-tensor arguments, two scalars.
+exec::ScalarProgram adamLike() {
+  using exec::Opcode;
+  exec::ScalarProgram s;
+  s.numArgs = 4; // p, m, lr, wd
+  auto emit = [&](Opcode op, int a, int b = 0) {
+    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, 0});
+    return s.numArgs + int(s.code.size()) - 1;
+  };
+  int decay = emit(Opcode::Mul, 0, 3);
+  int step = emit(Opcode::Mul, 2, emit(Opcode::Add, 1, decay));
+  int p = emit(Opcode::Sub, 0, step);
+  int m = emit(Opcode::Mul, 1, 3);
+  s.numRegisters = s.numArgs + int(s.code.size());
+  s.results = {p, m};
+  return s;
+}
+
+/// One launch of every kind with activations, logits and attention
+/// operands of dtype `act`.
+rt::Program gpt2Launches(DType act) {
+  const int64_t B = 4, T = 1024, C = 768, H = 12, D = 64, V = 50304,
+                Vr = 50257;
+  Builder b;
+  DType f32 = DType::F32, i32 = DType::I32;
+  int x = b.buf(f32, {B, T, C}), xa = b.buf(act, {B, T, C});
+  b.launch("cast", {x}, {xa});
+  b.launch("iota", {}, {b.buf(i32, {T})});
+  b.launch("transpose", {b.buf(act, {B, T, H, D})}, {b.buf(act, {B, H, T, D})})
+      .lists["permutation"] = {0, 2, 1, 3};
+  int wte = b.buf(f32, {Vr, C});
+  b.launch("pad", {wte}, {b.buf(f32, {V, C})}).ints["value"] = 0;
+  int targets = b.buf(i32, {B, T});
+  b.launch("pad", {b.buf(i32, {B, 1000})}, {targets}).ints["value"] = -1;
+  int logits = b.buf(act, {B, T, V});
+  b.launch("slice", {logits}, {b.buf(f32, {B, T, Vr})});
+  int qkv = b.buf(f32, {B, T, 3 * C});
+  std::vector<int> parts = {b.buf(f32, {B, T, C}), b.buf(f32, {B, T, C}),
+                            b.buf(f32, {B, T, C})};
+  b.launch("split", {qkv}, parts).ints["axis"] = 2;
+  b.launch("concat", parts, {b.buf(f32, {B, T, 3 * C})}).ints["axis"] = 2;
+  b.launch("embedding", {wte, targets}, {b.buf(f32, {B, T, C})});
+  b.launch("embedding_grad", {x, targets}, {b.buf(f32, {Vr, C})});
+  int gamma = b.buf(f32, {C}), beta = b.buf(f32, {C});
+  b.launch("layernorm", {x, gamma, beta}, {xa}).floats["epsilon"] = 1e-5;
+  b.launch("layernorm_grad", {x, gamma, x},
+           {b.buf(f32, {B, T, C}), b.buf(f32, {C}), b.buf(f32, {C})})
+      .floats["epsilon"] = 1e-5;
+  b.launch("reduce_sum", {x}, {b.buf(f32, {C})});
+  b.launch("reduce_sum", {x}, {b.buf(f32, {T, C})});
+  b.launch("reduce_sum", {wte}, {b.buf(f32, {})});
+  int loss = b.buf(f32, {}), dloss = b.buf(f32, {});
+  auto &ce = b.launch("cross_entropy", {logits, targets}, {loss});
+  ce.ints["num_classes"] = Vr;
+  ce.ints["ignore_index"] = -1;
+  auto &ceg = b.launch("cross_entropy_with_grad", {logits, targets, dloss},
+                       {loss, b.buf(act, {B, T, V})});
+  ceg.ints["num_classes"] = Vr;
+  ceg.ints["ignore_index"] = -1;
+  int q = b.buf(act, {B, H, T, D}), k = b.buf(act, {B, H, T, D}),
+      v = b.buf(act, {B, H, T, D}), o = b.buf(act, {B, H, T, D}),
+      lse = b.buf(f32, {B, H, T});
+  auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
+  fa.ints["causal"] = 1;
+  fa.floats["scale"] = 0.125;
+  auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, o},
+                       {b.buf(act, {B, H, T, D}), b.buf(act, {B, H, T, D}),
+                        b.buf(act, {B, H, T, D})});
+  fag.ints["causal"] = 1;
+  fag.floats["scale"] = 0.125;
+  auto &fe = b.launch("fused_elementwise", {xa, gamma},
+                      {b.buf(act, {B, T, C}), b.buf(f32, {B, T, C})});
+  fe.body = geluBias();
+  // Two tensors updated in place, plus two shared scalars.
+  int p0 = b.buf(f32, {C, 3 * C}), p1 = b.buf(f32, {C});
+  int m0 = b.buf(f32, {C, 3 * C}), m1 = b.buf(f32, {C});
+  int lr = b.buf(f32, {}), wd = b.buf(f32, {});
+  auto &mt = b.launch("multi_tensor_elementwise", {p0, p1, m0, m1, lr, wd},
+                      {p0, p1, m0, m1});
+  mt.ints["num_tensors"] = 2;
+  mt.body = adamLike();
+  return b.p;
+}
+
+const cuda::KernelResources *find(const std::vector<cuda::KernelResources> &rs,
+                                  const std::string &name) {
+  for (const cuda::KernelResources &r : rs)
+    if (r.name == name)
+      return &r;
+  return nullptr;
+}
+
+void compileAll(DType act, const std::string &arch) {
+  rt::Program p = gpt2Launches(act);
+  std::ostringstream report;
+  cuda::CompileKernelsOptions opts;
+  opts.report = &report;
+  opts.threads = 2;
+  std::vector<cuda::KernelResources> rs;
+  try {
+    rs = cuda::compileKernels(p, arch, opts);
+  } catch (const rt::DeviceError &e) {
+    FAIL() << e.what();
+  }
+  SCOPED_TRACE(report.str());
+  for (const rt::Launch &l : p.functions[0].launches) {
+    ASSERT_GE(l.deviceKernel, 0) << l.kernel;
+    EXPECT_FALSE(p.kernels[l.deviceKernel].cubin.empty());
+    EXPECT_GE(l.block[0], 32u) << l.kernel;
+  }
+  for (const cuda::KernelResources &r : rs) {
+    EXPECT_GT(r.registers, 0) << r.name;
+    EXPECT_EQ(r.spillStores, 0) << r.name;
+    EXPECT_EQ(r.localBytes, 0) << r.name;
+  }
+  const cuda::KernelResources *fa = find(rs, "flash_attention_0");
+  ASSERT_TRUE(fa);
+  if (act == DType::BF16)
+    EXPECT_GT(fa->sharedBytes, 0); // the tensor-core path stages tiles
+}
+
+bool haveNvrtc() {
+  try {
+    rt::nvrtcVersion();
+    return true;
+  } catch (const rt::DeviceError &) {
+    return false;
+  }
+}
+
+} // namespace
+
+TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
+  rt::Program p = gpt2Launches(DType::BF16);
+  // A second identical layernorm at another location shares the kernel.
+  rt::Launch again = p.functions[0].launches[10];
+  ASSERT_EQ(again.kernel, "layernorm");
+  again.loc = "elsewhere:1:1";
+  p.functions[0].launches.push_back(again);
+  cuda::emitCUDA(p, "sm_90a");
+  const auto &ls = p.functions[0].launches;
+  EXPECT_EQ(ls[10].deviceKernel, ls.back().deviceKernel);
+  EXPECT_EQ(p.kernels[ls[10].deviceKernel].fuses.size(), 2u);
+  for (const rt::DeviceKernel &k : p.kernels)
+    EXPECT_NE(k.source.find("extern \"C\" __global__"), std::string::npos);
+  ASSERT_EQ(ls[17].kernel, "flash_attention");
+  EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find("attentionForwardMma"),
+            std::string::npos);
+}
+
+TEST(EmitCUDA, RejectsUnknownArchAndKinds) {
+  rt::Program p = gpt2Launches(DType::F32);
+  EXPECT_THROW(cuda::emitCUDA(p, "sm_75"), cuda::EmitError);
+  EXPECT_THROW(cuda::emitCUDA(p, "compute_90"), cuda::EmitError);
+  p.functions[0].launches[0].kernel = "softmax";
+  try {
+    cuda::emitCUDA(p, "sm_80");
+    FAIL();
+  } catch (const cuda::EmitError &e) {
+    EXPECT_STREQ(e.what(), "no CUDA kernel for gpt.softmax at test:1:1: no "
+                           "kernel template for this op");
+  }
+}
+
+TEST(EmitCUDA, Bf16KernelsCompileForSm90a) {
+  if (!haveNvrtc())
+    GTEST_SKIP() << "no NVRTC";
+  compileAll(DType::BF16, "sm_90a");
+}
+
+TEST(EmitCUDA, F32KernelsCompileForSm80) {
+  if (!haveNvrtc())
+    GTEST_SKIP() << "no NVRTC";
+  compileAll(DType::F32, "sm_80");
+}
+
+TEST(NVRTC, ParsesPtxasResourceLines) {
+  rt::CompiledKernel k;
+  rt::parsePtxasInfo(
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 "
+      "bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 8192 bytes smem\n",
+      k);
+  EXPECT_EQ(k.registers, 40);
+  EXPECT_EQ(k.sharedBytes, 8192);
+  EXPECT_EQ(k.localBytes, 16);
+  EXPECT_EQ(k.spillStores, 8);
+  EXPECT_EQ(k.spillLoads, 4);
+}

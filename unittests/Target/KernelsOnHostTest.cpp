@@ -1,0 +1,729 @@
+//===- KernelsOnHostTest.cpp - generated kernels run on the CPU -----------===//
+//
+// Every kernel but the tensor-core attention compiles as host C++ against a
+// small emulation of the CUDA built-ins (the shim below replaces types.cuh,
+// the only file with inline PTX): each block's threads run as coroutines,
+// so barriers, warp shuffles, ballots, shared memory and the module-scope
+// scratch of the last-block reductions behave as on a GPU. The test
+// compiles the emitted sources with the host compiler, runs every block,
+// and compares each result with the CPU executor's kernel: bit for bit for
+// the glue (index arithmetic, broadcasting, vector paths, the multi-tensor
+// block table), to float32 rounding for the reductions. No GPU needed; the
+// tensor-core attention is left to the runtime's kernel check on a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Executor/Kernels.h"
+#include "gptc/Executor/Precision.h"
+#include "gptc/Executor/ScalarProgram.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+using namespace gptc;
+using rt::DType;
+using Shape = std::vector<int64_t>;
+
+namespace {
+
+/// The CUDA built-ins the kernels use, on the host, and types.cuh's
+/// replacement. Each block runs its threads as coroutines (ucontext):
+/// __syncthreads and the warp operations switch to a scheduler that resumes
+/// the threads once all live threads of the block (or warp) arrived, so
+/// barriers, shuffles and shared memory behave as on a GPU.
+const char *kShim = R"(
+#include <algorithm>
+#include <cmath>
+#include <math.h>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ucontext.h>
+#include <vector>
+typedef long long i64;
+typedef unsigned int u32;
+struct Dim3 { unsigned x = 1, y = 1, z = 1; };
+static Dim3 blockIdx, gridDim, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __constant__ static
+#define __shared__ static
+#define __launch_bounds__(...)
+
+namespace emu {
+enum State { Running, AtBarrier, AtWarpBarrier, Done };
+struct Thread {
+  ucontext_t context;
+  std::vector<char> stack;
+  Dim3 index;
+  State state = Running;
+};
+static std::vector<Thread> threads;
+static int current;
+static ucontext_t scheduler;
+static void (*body)();
+static float floatSlots[1024];
+static int intSlots[1024];
+
+static void entry() {
+  body();
+  threads[current].state = Done;
+  swapcontext(&threads[current].context, &scheduler);
+}
+static void wait(State s) {
+  threads[current].state = s;
+  swapcontext(&threads[current].context, &scheduler);
+}
+/// Releases threads waiting at a barrier that every live thread reached.
+static bool release(int first, int count, State s) {
+  bool any = false;
+  for (int t = first; t < first + count; ++t) {
+    if (threads[t].state == Running) return false;
+    any |= threads[t].state == s;
+  }
+  if (!any) return false;
+  for (int t = first; t < first + count; ++t)
+    if (threads[t].state == s) threads[t].state = Running;
+  return true;
+}
+static void runBlock(int n) {
+  threads.assign(n, Thread());
+  for (int t = 0; t < n; ++t) {
+    Thread &th = threads[t];
+    th.index.x = t;
+    th.stack.resize(256 * 1024);
+    getcontext(&th.context);
+    th.context.uc_stack.ss_sp = th.stack.data();
+    th.context.uc_stack.ss_size = th.stack.size();
+    th.context.uc_link = nullptr;
+    makecontext(&th.context, entry, 0);
+  }
+  for (;;) {
+    for (int t = 0; t < n; ++t)
+      if (threads[t].state == Running) {
+        current = t;
+        swapcontext(&scheduler, &threads[t].context);
+      }
+    bool progress = false;
+    for (int w = 0; w < n; w += 32)
+      progress |= release(w, std::min(32, n - w), AtWarpBarrier);
+    progress |= release(0, n, AtBarrier);
+    if (progress) continue;
+    for (int t = 0; t < n; ++t)
+      if (threads[t].state != Done) {
+        std::fprintf(stderr, "emulated block deadlocked\n");
+        std::abort();
+      }
+    return;
+  }
+}
+} // namespace emu
+
+#define threadIdx (emu::threads[emu::current].index)
+inline void __syncthreads() { emu::wait(emu::AtBarrier); }
+inline void __threadfence() {}
+inline float __shfl_xor_sync(unsigned, float v, int mask) {
+  int me = emu::current;
+  emu::floatSlots[me] = v;
+  emu::wait(emu::AtWarpBarrier);
+  float r = emu::floatSlots[(me & ~31) | ((me & 31) ^ mask)];
+  emu::wait(emu::AtWarpBarrier);
+  return r;
+}
+inline unsigned __ballot_sync(unsigned, bool p) {
+  int me = emu::current, first = me & ~31;
+  emu::intSlots[me] = p;
+  emu::wait(emu::AtWarpBarrier);
+  unsigned r = 0;
+  for (int l = 0; l < 32 && first + l < int(emu::threads.size()); ++l)
+    if (emu::threads[first + l].state != emu::Done && emu::intSlots[first + l])
+      r |= 1u << l;
+  emu::wait(emu::AtWarpBarrier);
+  return r;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p += v; return o; }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+
+// types.cuh
+struct bf16 { unsigned short bits; };
+struct f16 { unsigned short bits; };
+inline float toFloat(float x) { return x; }
+inline float toFloat(int x) { return float(x); }
+inline float toFloat(bf16 x) { return __uint_as_float(u32(x.bits) << 16); }
+template <typename T> T fromFloat(float x);
+template <> inline float fromFloat<float>(float x) { return x; }
+template <> inline int fromFloat<int>(float x) { return int(x); }
+template <> inline bf16 fromFloat<bf16>(float x) {
+  u32 u; std::memcpy(&u, &x, 4);
+  if (std::isnan(x)) return bf16{(unsigned short)((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{(unsigned short)(u >> 16)};
+}
+template <typename T> inline void load4(const T *p, float (&x)[4]) {
+  for (int i = 0; i < 4; ++i) x[i] = toFloat(p[i]);
+}
+template <typename T> inline void store4(T *p, const float (&x)[4]) {
+  for (int i = 0; i < 4; ++i) p[i] = fromFloat<T>(x[i]);
+}
+
+struct uint4 { u32 x, y, z, w; };
+inline u32 packBf16(float lo, float hi) {
+  return u32(fromFloat<bf16>(lo).bits) | u32(fromFloat<bf16>(hi).bits) << 16;
+}
+// Shared memory: 32-bit offsets from a symbol of this library.
+static char sharedBase[16];
+inline u32 sharedAddress(const void *p) {
+  return u32(static_cast<const char *>(p) - sharedBase);
+}
+inline char *sharedPointer(u32 a) { return sharedBase + (long long)(int)a; }
+inline u32 loadShared32(u32 a) { u32 v; std::memcpy(&v, sharedPointer(a), 4); return v; }
+inline u32 loadShared16(u32 a) {
+  unsigned short v; std::memcpy(&v, sharedPointer(a), 2); return v;
+}
+inline void storeShared128(u32 a, uint4 v) { std::memcpy(sharedPointer(a), &v, 16); }
+// cp.async completes at once here.
+inline void copyAsync16(u32 a, const void *g) { std::memcpy(sharedPointer(a), g, 16); }
+inline void commitCopies() {}
+template <int N> inline void waitCopies() {}
+
+/// mma.m16n8k16 as the PTX ISA defines its fragments (g = lane / 4,
+/// t = lane % 4): A(r, k) is in lane (r % 8)·4 + (k % 8)/2, register
+/// (r / 8) + 2·(k / 8), half k % 2; B(k, n) in lane n·4 + (k % 8)/2,
+/// register k / 8, half k % 2; C(r, n) in lane (r % 8)·4 + n/2, register
+/// 2·(r / 8) + n % 2. A warp-wide collective: every lane deposits its
+/// fragments, then computes its own accumulators.
+static u32 fragA[1024][4], fragB[1024][2];
+inline float half(u32 reg, int h) {
+  return toFloat(bf16{(unsigned short)(h ? reg >> 16 : reg & 0xffffu)});
+}
+inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  int me = emu::current, first = me & ~31, lane = me & 31;
+  for (int i = 0; i < 4; ++i) fragA[me][i] = a[i];
+  fragB[me][0] = b0;
+  fragB[me][1] = b1;
+  emu::wait(emu::AtWarpBarrier);
+  for (int i = 0; i < 4; ++i) {
+    int r = lane / 4 + 8 * (i / 2), n = 2 * (lane % 4) + i % 2;
+    float sum = 0.0f;
+    for (int k = 0; k < 16; ++k) {
+      float av = half(fragA[first + (r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k % 2);
+      float bv = half(fragB[first + n * 4 + (k % 8) / 2][k / 8], k % 2);
+      sum += av * bv;
+    }
+    c[i] += sum;
+  }
+  emu::wait(emu::AtWarpBarrier);
+}
+
+/// Converts to whatever pointer type the kernel parameter has.
+struct AnyPointer {
+  void *p;
+  template <typename T> operator T *() const { return static_cast<T *>(p); }
+};
+)";
+
+struct Builder {
+  rt::Program p;
+  rt::Function *f;
+  Builder() {
+    p.functions.push_back({"forward", {}, {}, {}, -1});
+    f = &p.functions.back();
+  }
+  int buf(DType t, Shape s) {
+    rt::Buffer b;
+    b.name = "v" + std::to_string(p.buffers.size());
+    b.dtype = t;
+    b.shape = std::move(s);
+    p.buffers.push_back(b);
+    return int(p.buffers.size()) - 1;
+  }
+  rt::Launch &launch(std::string kind, std::vector<int> ins,
+                     std::vector<int> outs) {
+    rt::Launch l;
+    l.kernel = std::move(kind);
+    l.inputs = std::move(ins);
+    l.outputs = std::move(outs);
+    f->launches.push_back(std::move(l));
+    return f->launches.back();
+  }
+};
+
+/// The kernels of `p`, compiled for the host: run(launch, buffer data).
+class HostKernels {
+public:
+  explicit HostKernels(rt::Program &p) : p(p) {
+    cuda::emitCUDA(p, "sm_80");
+    std::string src = kShim;
+    const std::string types = cuda::kernelTemplate("types.cuh");
+    for (size_t k = 0; k < p.kernels.size(); ++k) {
+      std::string s = p.kernels[k].source;
+      s.replace(s.find(types), types.size(), "");
+      src += "namespace k" + std::to_string(k) + " {\n" + s + "}\n";
+    }
+    // Per launch: its body (the kernel call) and a runner over the blocks.
+    src += "static void **args;\n";
+    for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+      const rt::Launch &l = p.functions[0].launches[i];
+      size_t n = l.inputs.size() + l.outputs.size();
+      std::string id = std::to_string(i);
+      src += "static void body" + id + "() {\n  k" +
+             std::to_string(l.deviceKernel) + "::" +
+             p.kernels[l.deviceKernel].name + "(";
+      for (size_t j = 0; j < n; ++j)
+        src += (j ? ", " : "") + std::string("AnyPointer{args[") +
+               std::to_string(j) + "]}";
+      src += ");\n}\n";
+      src += "extern \"C\" void run" + id + "(void **a) {\n  args = a;\n"
+             "  emu::body = body" + id + ";\n"
+             "  gridDim = {" + dims(l.grid) + "};\n"
+             "  blockDim = {" + dims(l.block) + "};\n"
+             "  for (blockIdx.z = 0; blockIdx.z < gridDim.z; ++blockIdx.z)\n"
+             "  for (blockIdx.y = 0; blockIdx.y < gridDim.y; ++blockIdx.y)\n"
+             "  for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x)\n"
+             "    emu::runBlock(blockDim.x);\n}\n";
+    }
+    char tmpl[] = "/tmp/gptc-host-kernels-XXXXXX";
+    dir = mkdtemp(tmpl);
+    std::ofstream(dir + "/kernels.cpp") << src;
+    std::string cmd = std::string(GPTC_HOST_CXX) +
+                      " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -o " +
+                      dir + "/kernels.so " + dir + "/kernels.cpp 2> " + dir +
+                      "/errors.txt";
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream in(dir + "/errors.txt");
+      error = std::string(std::istreambuf_iterator<char>(in), {});
+      return;
+    }
+    handle = dlopen((dir + "/kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+  ~HostKernels() {
+    if (handle)
+      dlclose(handle);
+    std::filesystem::remove_all(dir);
+  }
+  bool ok() const { return handle != nullptr; }
+  void run(size_t launch, std::vector<void *> pointers) {
+    auto fn = reinterpret_cast<void (*)(void **)>(
+        dlsym(handle, ("run" + std::to_string(launch)).c_str()));
+    ASSERT_TRUE(fn);
+    fn(pointers.data());
+  }
+  std::string error;
+
+private:
+  static std::string dims(const uint32_t (&d)[3]) {
+    return std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " +
+           std::to_string(d[2]);
+  }
+  rt::Program &p;
+  std::string dir;
+  void *handle = nullptr;
+};
+
+exec::HostTensor randomFloats(Shape shape, uint32_t seed) {
+  exec::HostTensor t = exec::HostTensor::floats(std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (float &x : t.f32)
+    x = u(rng);
+  return t;
+}
+
+exec::HostTensor randomIds(Shape shape, uint32_t seed) {
+  exec::HostTensor t = exec::HostTensor::ids(std::move(shape));
+  std::mt19937 rng(seed);
+  for (int32_t &x : t.i32)
+    x = int32_t(rng() % 1000) - 500;
+  return t;
+}
+
+void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
+                const char *what) {
+  ASSERT_EQ(want.f32.size(), got.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(want.f32[i], got[i]) << what << " element " << i;
+}
+
+/// GELU(x + b) and x + b, the shape the fuser gives a bias and activation.
+exec::ScalarProgram geluBias() {
+  using exec::Opcode;
+  exec::ScalarProgram s;
+  s.numArgs = 2;
+  auto emit = [&](Opcode op, int a, int b = 0, float v = 0) {
+    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, v});
+    return s.numArgs + int(s.code.size()) - 1;
+  };
+  int x = emit(Opcode::Add, 0, 1);
+  int x3 = emit(Opcode::Mul, emit(Opcode::Mul, x, x), x);
+  int inner = emit(Opcode::Add, x,
+                   emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.044715f), x3));
+  int t = emit(Opcode::Tanh,
+               emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.7978845608f), inner));
+  int one = emit(Opcode::Add, emit(Opcode::Const, 0, 0, 1.0f), t);
+  int y = emit(Opcode::Mul, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.5f), x),
+               one);
+  int m = emit(Opcode::Max, y, emit(Opcode::Neg, x));
+  s.numRegisters = s.numArgs + int(s.code.size());
+  s.results = {m, x};
+  return s;
+}
+
+/// p - lr·(g + p·wd) and g·wd: two per-tensor arguments, two scalars.
+exec::ScalarProgram updateLike() {
+  using exec::Opcode;
+  exec::ScalarProgram s;
+  s.numArgs = 4;
+  auto emit = [&](Opcode op, int a, int b = 0) {
+    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, 0});
+    return s.numArgs + int(s.code.size()) - 1;
+  };
+  int step = emit(Opcode::Mul, 2, emit(Opcode::Add, 1, emit(Opcode::Mul, 0, 3)));
+  int p = emit(Opcode::Sub, 0, step);
+  int g = emit(Opcode::Div, emit(Opcode::Mul, 1, 3), emit(Opcode::Sqrt, 2));
+  s.numRegisters = s.numArgs + int(s.code.size());
+  s.results = {p, g};
+  return s;
+}
+
+} // namespace
+
+TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  Builder b;
+  // 0: transpose [2,3,4,8] -> [2,4,3,8]
+  int x4 = b.buf(f32, {2, 3, 4, 8}), xt = b.buf(f32, {2, 4, 3, 8});
+  b.launch("transpose", {x4}, {xt}).lists["permutation"] = {0, 2, 1, 3};
+  // 1: pad f32 [3,5] -> [4,8]; 2: pad i32 [2,5] -> [2,8] with -1
+  int small = b.buf(f32, {3, 5}), padded = b.buf(f32, {4, 8});
+  b.launch("pad", {small}, {padded}).ints["value"] = 0;
+  int ids = b.buf(i32, {2, 5}), idsPadded = b.buf(i32, {2, 8});
+  b.launch("pad", {ids}, {idsPadded}).ints["value"] = -1;
+  // 3: slice [4,8] -> [3,5]
+  int sliced = b.buf(f32, {3, 5});
+  b.launch("slice", {padded}, {sliced});
+  // 4: split [2,3,12] axis 2 -> 5, 4, 3; 5: concat them back
+  int whole = b.buf(f32, {2, 3, 12});
+  std::vector<int> parts = {b.buf(f32, {2, 3, 5}), b.buf(f32, {2, 3, 4}),
+                            b.buf(f32, {2, 3, 3})};
+  b.launch("split", {whole}, parts).ints["axis"] = 2;
+  int joined = b.buf(f32, {2, 3, 12});
+  b.launch("concat", parts, {joined}).ints["axis"] = 2;
+  // 6: iota
+  int positions = b.buf(i32, {37});
+  b.launch("iota", {}, {positions});
+  // 7: cast f32 -> bf16 (vectorised: rows of 8)
+  int castOut = b.buf(DType::BF16, {2, 3, 4, 8});
+  b.launch("cast", {x4}, {castOut});
+  // 8: fused, vectorised, a [8] bias; 9: fused, rows of 6, a [3,1] operand
+  int act = b.buf(f32, {2, 3, 8}), bias = b.buf(f32, {8});
+  int y0 = b.buf(f32, {2, 3, 8}), y1 = b.buf(f32, {2, 3, 8});
+  b.launch("fused_elementwise", {act, bias}, {y0, y1}).body = geluBias();
+  int act6 = b.buf(f32, {2, 3, 6}), col = b.buf(f32, {3, 1});
+  int z0 = b.buf(f32, {2, 3, 6}), z1 = b.buf(f32, {2, 3, 6});
+  b.launch("fused_elementwise", {act6, col}, {z0, z1}).body = geluBias();
+  // 10: multi-tensor over tensors of 1500 and 37 elements, in place
+  int p0 = b.buf(f32, {1500}), p1 = b.buf(f32, {37});
+  int g0 = b.buf(f32, {1500}), g1 = b.buf(f32, {37});
+  int lr = b.buf(f32, {}), wd = b.buf(f32, {});
+  auto &mt = b.launch("multi_tensor_elementwise", {p0, p1, g0, g1, lr, wd},
+                      {p0, p1, g0, g1});
+  mt.ints["num_tensors"] = 2;
+  mt.body = updateLike();
+
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+
+  // Host data per buffer (floats, ids or bf16 bits).
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  std::vector<std::vector<uint16_t>> half(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const rt::Buffer &buf = p.buffers[i];
+    if (buf.dtype == i32)
+      data[i] = randomIds(buf.shape, uint32_t(i));
+    else
+      data[i] = randomFloats(buf.shape, uint32_t(i));
+    if (buf.dtype == DType::BF16)
+      half[i].assign(buf.numel(), 0);
+  }
+  data[lr].f32[0] = 0.01f;
+  data[wd].f32[0] = 0.1f;
+  auto ptr = [&](int id) -> void * {
+    if (!half[id].empty())
+      return half[id].data();
+    return p.buffers[id].dtype == i32 ? static_cast<void *>(data[id].i32.data())
+                                      : static_cast<void *>(data[id].f32.data());
+  };
+  auto run = [&](size_t i) {
+    std::vector<void *> ptrs;
+    for (int id : p.functions[0].launches[i].inputs)
+      ptrs.push_back(ptr(id));
+    for (int id : p.functions[0].launches[i].outputs)
+      ptrs.push_back(ptr(id));
+    kernels.run(i, ptrs);
+  };
+  const exec::HostTensor before0 = data[p0], before1 = data[p1];
+  const exec::HostTensor grads0 = data[g0], grads1 = data[g1];
+  for (size_t i = 0; i < p.functions[0].launches.size(); ++i)
+    run(i);
+
+  expectSame(exec::transpose(data[x4], {0, 2, 1, 3}), data[xt].f32, "transpose");
+  expectSame(exec::pad(data[small], {4, 8}, 0), data[padded].f32, "pad");
+  EXPECT_EQ(exec::pad(data[ids], {2, 8}, -1).i32, data[idsPadded].i32);
+  expectSame(exec::slice(data[padded], {3, 5}), data[sliced].f32, "slice");
+  std::vector<exec::HostTensor> pieces = exec::split(data[whole], 2, {5, 4, 3});
+  for (size_t k = 0; k < 3; ++k)
+    expectSame(pieces[k], data[parts[k]].f32, "split");
+  expectSame(exec::concat({&data[parts[0]], &data[parts[1]], &data[parts[2]]}, 2),
+             data[joined].f32, "concat");
+  EXPECT_EQ(exec::iota(37).i32, data[positions].i32);
+  for (size_t k = 0; k < half[castOut].size(); ++k) {
+    float want = exec::roundToBF16(data[x4].f32[k]);
+    uint32_t bits;
+    std::memcpy(&bits, &want, 4);
+    ASSERT_EQ(bits >> 16, half[castOut][k]) << "cast element " << k;
+  }
+  for (auto [in, aux, o0, o1] : {std::tuple{act, bias, y0, y1},
+                                 std::tuple{act6, col, z0, z1}}) {
+    exec::HostTensor w0 = exec::HostTensor::floats(p.buffers[o0].shape);
+    exec::HostTensor w1 = exec::HostTensor::floats(p.buffers[o0].shape);
+    exec::runScalarProgram(geluBias(), {{&data[in], &data[aux]}},
+                           {{w0.data(), w1.data()}}, {p.buffers[o0].shape});
+    expectSame(w0, data[o0].f32, "fused result 0");
+    expectSame(w1, data[o1].f32, "fused result 1");
+  }
+  exec::HostTensor wp0 = exec::HostTensor::floats({1500}),
+                   wp1 = exec::HostTensor::floats({37}),
+                   wg0 = exec::HostTensor::floats({1500}),
+                   wg1 = exec::HostTensor::floats({37});
+  exec::runScalarProgram(updateLike(),
+                         {{&before0, &grads0, &data[lr], &data[wd]},
+                          {&before1, &grads1, &data[lr], &data[wd]}},
+                         {{wp0.data(), wg0.data()}, {wp1.data(), wg1.data()}},
+                         {{1500}, {37}});
+  expectSame(wp0, data[p0].f32, "multi-tensor p0");
+  expectSame(wp1, data[p1].f32, "multi-tensor p1");
+  expectSame(wg0, data[g0].f32, "multi-tensor g0");
+  expectSame(wg1, data[g1].f32, "multi-tensor g1");
+}
+
+namespace {
+
+void expectNear(const exec::HostTensor &want, const std::vector<float> &got,
+                float tolerance, const char *what) {
+  ASSERT_EQ(want.f32.size(), got.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(want.f32[i], got[i],
+                tolerance * std::max(1.0f, std::fabs(want.f32[i])))
+        << what << " element " << i;
+}
+
+} // namespace
+
+// The template kernels (barriers, warp shuffles, shared memory, the
+// last-block reductions) in float32 against the CPU executor, which sums in
+// double: agreement to float32 rounding.
+TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  Builder b;
+  // Rows of 40: not a multiple of the warp; 10 rows: two blocks of the
+  // backward, so its last-block reduction of dgamma/dbeta runs.
+  int x = b.buf(f32, {2, 5, 40}), gamma = b.buf(f32, {40}),
+      beta = b.buf(f32, {40}), dy = b.buf(f32, {2, 5, 40});
+  int ln = b.buf(f32, {2, 5, 40});
+  b.launch("layernorm", {x, gamma, beta}, {ln}).floats["epsilon"] = 1e-5;
+  int dx = b.buf(f32, {2, 5, 40}), dgamma = b.buf(f32, {40}),
+      dbeta = b.buf(f32, {40});
+  b.launch("layernorm_grad", {x, gamma, dy}, {dx, dgamma, dbeta})
+      .floats["epsilon"] = 1e-5;
+  // reduce_sum: to a bias, over a middle dimension, to a scalar in several
+  // slices (the last-block path), and over the innermost dimension.
+  int big = b.buf(f32, {64, 100});
+  std::vector<std::pair<int, Shape>> sums = {
+      {x, {40}}, {x, {2, 1, 40}}, {big, {}}, {big, {64, 1}}};
+  std::vector<int> sumOut;
+  for (auto &[in, shape] : sums) {
+    sumOut.push_back(b.buf(f32, shape));
+    b.launch("reduce_sum", {in}, {sumOut.back()});
+  }
+  // Cross-entropy over a padded vocabulary of 50 (45 real), -1 ignored.
+  int logits = b.buf(f32, {3, 7, 50}), targets = b.buf(i32, {3, 7});
+  int dloss = b.buf(f32, {}), loss = b.buf(f32, {}), loss2 = b.buf(f32, {});
+  int dlogits = b.buf(f32, {3, 7, 50});
+  auto &ce = b.launch("cross_entropy", {logits, targets}, {loss});
+  ce.ints = {{"num_classes", 45}, {"ignore_index", -1}};
+  auto &ceg = b.launch("cross_entropy_with_grad", {logits, targets, dloss},
+                       {loss2, dlogits});
+  ceg.ints = {{"num_classes", 45}, {"ignore_index", -1}};
+  // Embedding rows and their scatter-add, with repeated ids.
+  int table = b.buf(f32, {20, 12}), ids = b.buf(i32, {3, 5});
+  int rows = b.buf(f32, {3, 5, 12}), dyRows = b.buf(f32, {3, 5, 12});
+  int dtable = b.buf(f32, {20, 12});
+  b.launch("embedding", {table, ids}, {rows});
+  b.launch("embedding_grad", {dyRows, ids}, {dtable});
+  // Attention (float32: the simple kernels), causal and not.
+  Shape qs = {2, 2, 16, 8};
+  int q = b.buf(f32, qs), k = b.buf(f32, qs), v = b.buf(f32, qs),
+      dout = b.buf(f32, qs);
+  std::vector<int> attn;
+  for (int causal : {1, 0}) {
+    int o = b.buf(f32, qs), lse = b.buf(f32, {2, 2, 16});
+    auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
+    fa.ints["causal"] = causal;
+    fa.floats["scale"] = 0.35;
+    int dq = b.buf(f32, qs), dk = b.buf(f32, qs), dv = b.buf(f32, qs);
+    auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
+                         {dq, dk, dv});
+    fag.ints["causal"] = causal;
+    fag.floats["scale"] = 0.35;
+    attn.insert(attn.end(), {o, lse, dq, dk, dv});
+  }
+
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i)
+    data[i] = p.buffers[i].dtype == i32
+                  ? exec::HostTensor::ids(p.buffers[i].shape)
+                  : randomFloats(p.buffers[i].shape, uint32_t(100 + i));
+  data[targets].i32 = {3, 44, -1, 0, 7, 12, 12, -1, 30, 31, 1,
+                       2,  5,  9, 44, 0, 17, 23, -1, 8,  40};
+  data[ids].i32 = {3, 19, 3, 0, 7, 7, 7, 12, 3, 19, 1, 2, 0, 5, 3};
+  data[dloss].f32 = {1.5f};
+  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+    std::vector<void *> ptrs;
+    const rt::Launch &l = p.functions[0].launches[i];
+    for (int id : l.inputs)
+      ptrs.push_back(p.buffers[id].dtype == i32
+                         ? static_cast<void *>(data[id].i32.data())
+                         : static_cast<void *>(data[id].f32.data()));
+    for (int id : l.outputs)
+      ptrs.push_back(data[id].f32.data());
+    kernels.run(i, ptrs);
+  }
+
+  const float tol = 2e-5f;
+  expectNear(exec::layernorm(data[x], data[gamma], data[beta], 1e-5f),
+             data[ln].f32, tol, "layernorm");
+  std::vector<exec::HostTensor> lg =
+      exec::layernormGrad(data[x], data[gamma], data[dy], 1e-5f);
+  expectNear(lg[0], data[dx].f32, tol, "layernorm_grad dx");
+  expectNear(lg[1], data[dgamma].f32, tol, "layernorm_grad dgamma");
+  expectNear(lg[2], data[dbeta].f32, tol, "layernorm_grad dbeta");
+  for (size_t s = 0; s < sums.size(); ++s)
+    expectNear(exec::reduceSum(data[sums[s].first], sums[s].second),
+               data[sumOut[s]].f32, 1e-4f, "reduce_sum");
+  exec::HostTensor wantLoss =
+      exec::crossEntropy(data[logits], data[targets], 45, -1);
+  expectNear(wantLoss, data[loss].f32, tol, "cross_entropy");
+  expectNear(wantLoss, data[loss2].f32, tol, "cross_entropy_with_grad loss");
+  expectNear(exec::crossEntropyGrad(data[logits], data[targets], data[dloss],
+                                    45, -1),
+             data[dlogits].f32, tol, "cross_entropy_with_grad dlogits");
+  expectSame(exec::embedding(data[table], data[ids]), data[rows].f32,
+             "embedding");
+  expectNear(exec::embeddingGrad(data[dyRows], data[ids], {20, 12}),
+             data[dtable].f32, tol, "embedding_grad");
+  for (int c = 0; c < 2; ++c) {
+    bool causal = c == 0;
+    const int *a = attn.data() + 5 * c;
+    std::vector<exec::HostTensor> fw =
+        exec::flashAttention(data[q], data[k], data[v], 0.35f, causal);
+    expectNear(fw[0], data[a[0]].f32, tol, "flash_attention out");
+    expectNear(fw[1], data[a[1]].f32, tol, "flash_attention lse");
+    std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
+        data[q], data[k], data[v], data[a[0]], data[a[1]], data[dout], 0.35f,
+        causal);
+    expectNear(bw[0], data[a[2]].f32, 1e-4f, "flash_attention_grad dq");
+    expectNear(bw[1], data[a[3]].f32, 1e-4f, "flash_attention_grad dk");
+    expectNear(bw[2], data[a[4]].f32, 1e-4f, "flash_attention_grad dv");
+  }
+}
+
+// The tensor-core attention with bf16 q, k, v, dout: two query and two key
+// tiles of 64, head dim 64, the mma.m16n8k16 fragments emulated as PTX
+// defines them. Probabilities (and dS) are rounded to bf16 between the two
+// products, as FlashAttention does: agreement to bf16 precision.
+TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  Builder b;
+  Shape qs = {1, 2, 128, 64};
+  int q = b.buf(bf, qs), k = b.buf(bf, qs), v = b.buf(bf, qs),
+      dout = b.buf(bf, qs);
+  std::vector<int> attn;
+  for (int causal : {1, 0}) {
+    int o = b.buf(f32, qs), lse = b.buf(f32, {1, 2, 128});
+    auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
+    fa.ints["causal"] = causal;
+    fa.floats["scale"] = 0.125;
+    int dq = b.buf(f32, qs), dk = b.buf(f32, qs), dv = b.buf(f32, qs);
+    auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
+                         {dq, dk, dv});
+    fag.ints["causal"] = causal;
+    fag.floats["scale"] = 0.125;
+    attn.insert(attn.end(), {o, lse, dq, dk, dv});
+  }
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  for (const rt::DeviceKernel &dk : p.kernels)
+    ASSERT_NE(dk.source.find("Mma<"), std::string::npos) << dk.name;
+
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  std::vector<std::vector<uint16_t>> bits(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    data[i] = randomFloats(p.buffers[i].shape, uint32_t(200 + i));
+    if (p.buffers[i].dtype != bf)
+      continue;
+    for (float &x : data[i].f32) {
+      x = exec::roundToBF16(x);
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      bits[i].push_back(uint16_t(u >> 16));
+    }
+  }
+  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+    std::vector<void *> ptrs;
+    const rt::Launch &l = p.functions[0].launches[i];
+    for (int id : l.inputs)
+      ptrs.push_back(bits[id].empty() ? static_cast<void *>(data[id].f32.data())
+                                      : bits[id].data());
+    for (int id : l.outputs)
+      ptrs.push_back(data[id].f32.data());
+    kernels.run(i, ptrs);
+  }
+  for (int c = 0; c < 2; ++c) {
+    bool causal = c == 0;
+    const int *a = attn.data() + 5 * c;
+    std::vector<exec::HostTensor> fw =
+        exec::flashAttention(data[q], data[k], data[v], 0.125f, causal);
+    expectNear(fw[0], data[a[0]].f32, 1e-2f, "flash_attention out");
+    expectNear(fw[1], data[a[1]].f32, 1e-5f, "flash_attention lse");
+    std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
+        data[q], data[k], data[v], data[a[0]], data[a[1]], data[dout], 0.125f,
+        causal);
+    expectNear(bw[0], data[a[2]].f32, 2e-2f, "flash_attention_grad dq");
+    expectNear(bw[1], data[a[3]].f32, 2e-2f, "flash_attention_grad dk");
+    expectNear(bw[2], data[a[4]].f32, 2e-2f, "flash_attention_grad dv");
+  }
+}
