@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/gpu/prepare.sh — runs HERE, on the build machine (MLIR, no GPU).
+#
+# Builds gptc and gptc-runtime, compiles the benchmark training programs
+# (`gptc compile -o`: gptc-runtime with the Program appended) for the GPU's
+# arch, cubins included so the GPU machine needs no NVRTC for them; copies a token shard and the shared libraries a bare CUDA image
+# lacks (OpenBLAS, gfortran, ...) into bench/gpu/out/ (gitignored), and says
+# how large it is: the device tool carries it, 64 MiB with the repo at most.
+# Then, on the GPU machine, bench/gpu/run.sh does the rest (see README.md).
+#
+#   bench/gpu/prepare.sh                 # sm_90a (H100/H200), B=16, T=1024
+#   GPU_ARCH=sm_80 BENCH_BATCH=8 bench/gpu/prepare.sh
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bundle=$root/bench/gpu/out
+build=${BUILD_DIR:-$root/build}
+arch=${GPU_ARCH:-sm_90a}
+batch=${BENCH_BATCH:-16}      # GPT-2 124M: B x 1024 tokens per step
+seq=${BENCH_SEQ:-1024}
+tiny_batch=4 tiny_seq=64      # gpt2-tiny: the correctness runs
+jobs=${JOBS:-2}
+
+cd "$root"
+if [[ ! -f $build/build.ninja ]]; then
+  cmake -G Ninja -B "$build" -S "$root" -DCMAKE_BUILD_TYPE=Release
+fi
+ninja -C "$build" -j"$jobs" gptc gptc-runtime
+gptc=$build/bin/gptc
+
+rm -rf "$bundle"
+mkdir -p "$bundle"/{lib,programs,data}
+
+# The programs: tiny ones for the checks, GPT-2 124M for the benchmark. (No
+# strip: the Program is appended to the executable.)
+compile() { # name model precision batch seq
+  "$gptc" compile --model="$2" --precision="$3" --batch="$4" --seq="$5" \
+    --gpu-arch="$arch" -o "$bundle/programs/$1"
+}
+compile tiny-fp32 gpt2-tiny fp32 $tiny_batch $tiny_seq
+compile tiny-bf16 gpt2-tiny bf16 $tiny_batch $tiny_seq
+compile gpt2-bf16 gpt2 bf16 "$batch" "$seq"
+
+# Shared libraries beyond glibc, libstdc++ and libgcc: a CUDA image has no
+# OpenBLAS. (libcuda, cuBLASLt and NVRTC are opened with dlopen there.)
+ldd "$bundle/programs/tiny-fp32" | awk '/=>/ { print $1, $3 }' |
+  while read -r name path; do
+    case $name in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|\
+      libgcc_s.so*|libstdc++.so*) ;;
+      *) cp -L "$path" "$bundle/lib/$name" ;;
+    esac
+  done
+# glibc symbol versions the binary needs (the GPU image must have them).
+objdump -T "$bundle/programs/tiny-fp32" "$bundle"/lib/*.so* 2>/dev/null |
+  grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 > "$bundle/glibc-needed.txt"
+
+# Data: the Brown corpus shard scripts/setup.sh makes.
+shard=${BENCH_DATA:-$root/.deps/brown/brown_train.bin}
+if [[ ! -f $shard ]]; then
+  "$gptc" tokenize "$root/.deps/brown/brown.txt" \
+    -o "$root/.deps/brown/brown_train.bin" --val-fraction=0.05
+fi
+cp "$shard" "$bundle/data/train.bin"
+
+# The large libraries travel compressed (OpenBLAS alone is ~35 MB).
+tar -C "$bundle" -cJf "$bundle/lib.tar.xz" lib
+rm -rf "$bundle/lib"
+
+cat > "$bundle/config.sh" <<EOF
+# Written by prepare.sh on $(date -u +%FT%TZ) from $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')
+ARCH=$arch
+BATCH=$batch
+SEQ=$seq
+TINY_BATCH=$tiny_batch
+TINY_SEQ=$tiny_seq
+EOF
+
+size=$(du -sm "$bundle" | cut -f1)
+echo "bench/gpu/out: ${size} MiB (programs: $(du -sh "$bundle/programs" | cut -f1), needs $(cat "$bundle/glibc-needed.txt"))"
+if (( size > 48 )); then
+  echo "warning: bench/gpu/out is ${size} MiB; with the repo it must stay under 64 MiB" >&2
+fi
+echo "next: the device tool's run, in the repo root, carry [\"bench/gpu/out\"]: bash bench/gpu/run.sh"

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh — runs THERE, on the GPU machine, in the repo root, after
+# bench/gpu/prepare.sh ran HERE (the GPU machine has no MLIR and no network:
+# everything it runs comes prepared in bench/gpu/out/). One call of the
+# device tool does it all inside its 10-minute limit:
+#
+#   run(command="bash bench/gpu/run.sh", carry=["bench/gpu/out"], timeout_s=600)
+#
+# Steps (each under its own time limit; a failing step does not stop the
+# rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16
+# (every launch on the GPU against the CPU backend); 10 steps of gpt2-tiny
+# on cuda and on cpu with the same seed and data, losses compared; GPT-2
+# 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
+# bench/gpu/torch_gpt2.py with the same B and T. Peak memory for both comes
+# from nvidia-smi samples, so the two are measured alike. Prints one summary
+# table last; results go to $OUT (the device tool's) or bench/gpu/results.
+#
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch]   # a subset
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bundle=$root/bench/gpu/out
+res=${OUT:-$root/bench/gpu/results}
+logs=$res/logs
+mkdir -p "$logs"
+start=$SECONDS
+budget=${BENCH_BUDGET_S:-560} # leave the device tool time to copy results
+
+if [[ ! -f $bundle/config.sh ]]; then
+  echo "bench/gpu/out is missing: run bench/gpu/prepare.sh here first and carry bench/gpu/out" >&2
+  exit 2
+fi
+source "$bundle/config.sh"
+if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
+  tar -C "$bundle" -xJf "$bundle/lib.tar.xz" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$bundle/lib.tar.xz" "$bundle"
+fi
+steps_wanted=" ${*:-check tiny gpt2 torch} "
+want() { [[ $steps_wanted == *" $1 "* ]]; }
+
+# cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
+if ! ldconfig -p | grep -q 'libcublasLt.so.13' &&
+   [[ ! -f /usr/local/cuda/lib64/libcublasLt.so.13 && -z ${GPTC_CUBLASLT:-} ]]; then
+  lt=$(find /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)
+  [[ -n $lt ]] && export GPTC_CUBLASLT=$lt
+fi
+export GPTC_CACHE_DIR=${GPTC_CACHE_DIR:-/tmp/gptc-cache}
+
+# A compiled training program runs with the bundled libraries (a command,
+# not a function, so that timeout can run it).
+lib=(env "LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+# Runs "$@" with at most $1 seconds (and never past the budget), output to
+# $logs/$2.log; samples the GPU's memory use into $logs/$2.mem meanwhile.
+step() {
+  local limit=$1 name=$2
+  shift 2
+  local left=$((budget - (SECONDS - start)))
+  ((limit > left)) && limit=$left
+  if ((limit < 10)); then
+    echo "== $name: skipped, out of time" | tee "$logs/$name.log"
+    return 1
+  fi
+  echo "== $name (at most ${limit}s): $*"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+    > "$logs/$name.mem" 2>/dev/null &
+  local sampler=$!
+  timeout --kill-after=5 "$limit" "$@" > "$logs/$name.log" 2>&1
+  local rc=$?
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  tail -n 3 "$logs/$name.log" | sed 's/^/   /'
+  ((rc == 124)) && echo "   (timed out after ${limit}s)"
+  echo "   rc=$rc, $((SECONDS - start))s so far"
+  return $rc
+}
+
+P=$bundle/programs
+data=$bundle/data/train.bin
+
+nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
+head -n 12 "$logs/nvidia-smi.txt"
+echo "bundle: arch $ARCH, B=$BATCH T=$SEQ; needs $(cat "$bundle/glibc-needed.txt" 2>/dev/null), host has $(ldd --version | head -n 1)"
+
+if want check; then
+  for prec in fp32 bf16; do
+    step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
+      --device=cuda --check-kernels
+  done
+fi
+
+if want tiny; then
+  for prec in fp32 bf16; do
+    for device in cuda cpu; do
+      step 60 tiny-$prec-$device "${lib[@]}" "$P/tiny-$prec" \
+        --device=$device --data="$data" --steps=10 --seed=1
+    done
+  done
+fi
+
+if want gpt2; then
+  step 150 gpt2-bf16 "${lib[@]}" "$P/gpt2-bf16" --device=cuda \
+    --data="$data" --steps=30 --seed=1
+  GPTC_PROFILE=1 step 90 gpt2-bf16-profile "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=8 \
+    --seed=1
+fi
+
+if want torch; then
+  step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
+    --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --out="$logs/torch.json"
+fi
+
+# One table last; the logs travel back as one archive ($OUT keeps 8 files).
+BATCH=$BATCH SEQ=$SEQ python3 "$root/bench/gpu/summarize.py" "$logs"
+cp "$logs/summary.txt" "$logs/summary.json" "$res/" 2>/dev/null
+tar -C "$res" -czf "$res/logs.tar.gz" logs && rm -rf "$logs"
+echo "results: $res (summary.txt, summary.json, logs.tar.gz), $((SECONDS - start))s"

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Reads the logs bench/gpu/run.sh wrote and prints one summary table.
+
+Inputs, all in the results directory (missing ones show as "-"):
+  check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
+  tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
+  gpt2-bf16.log                              the timed GPT-2 124M run
+  gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
+  torch.json                                 bench/gpu/torch_gpt2.py --out
+  *.mem                                      peak MiB from nvidia-smi samples
+Writes summary.json beside them. Python 3 standard library only.
+"""
+
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+STEP = re.compile(r"^step\s+(\d+)(?:/\d+)?\s*\|\s*loss\s+([-+0-9.eEnaif]+)"
+                  r"(?:.*?\|\s*([0-9.]+)\s*ms)?")
+CHECK = re.compile(r"check-kernels: (\d+) launches, (\d+) failures?")
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def steps(text):
+    """[(step, loss, ms or None)] from llm.c-style step lines."""
+    out = []
+    for line in (text or "").splitlines():
+        m = STEP.match(line.strip())
+        if m:
+            out.append((int(m.group(1)), float(m.group(2)),
+                        float(m.group(3)) if m.group(3) else None))
+    return out
+
+
+def peak_mib(path):
+    text = read(path)
+    values = [float(v) for v in (text or "").split() if v.replace(".", "").isdigit()]
+    return max(values) if values else None
+
+
+def gpt2_flops_per_token(layers=12, embd=768, vocab=50304, block=1024, seq=1024):
+    params = (vocab * embd + block * embd + layers * (12 * embd * embd + 13 * embd)
+              + 2 * embd)
+    return params, 6 * params + 6 * layers * embd * seq
+
+
+def main():
+    res = sys.argv[1] if len(sys.argv) > 1 else "."
+    batch = int(os.environ.get("BATCH", "16"))
+    seq = int(os.environ.get("SEQ", "1024"))
+    peak = float(os.environ.get("PEAK_TFLOPS", "989")) * 1e12
+    summary = {"checks": {}, "tiny": {}, "bench": {}}
+    lines = []
+
+    # Kernel checks.
+    for prec in ("fp32", "bf16"):
+        text = read(os.path.join(res, f"check-tiny-{prec}.log"))
+        m = CHECK.search(text or "")
+        if m:
+            launches, failures = int(m.group(1)), int(m.group(2))
+            summary["checks"][prec] = {"launches": launches, "failures": failures}
+            verdict = "PASS" if failures == 0 else "FAIL"
+            lines.append(f"check-kernels tiny {prec:4}: {launches} launches, "
+                         f"{failures} failures  {verdict}")
+            fails = [l for l in text.splitlines() if "FAIL" in l and l.startswith("[")]
+            lines.extend("    " + l[:200] for l in fails[:8])
+            if len(fails) > 8:
+                lines.append(f"    ... {len(fails) - 8} more in check-tiny-{prec}.log")
+        else:
+            lines.append(f"check-kernels tiny {prec:4}: did not finish (see log)")
+
+    # Tiny training: CUDA against the CPU backend, step by step.
+    for prec, tol in (("fp32", 1e-3), ("bf16", 2e-2)):
+        gpu = steps(read(os.path.join(res, f"tiny-{prec}-cuda.log")))
+        cpu = steps(read(os.path.join(res, f"tiny-{prec}-cpu.log")))
+        n = min(len(gpu), len(cpu))
+        if n == 0:
+            lines.append(f"tiny {prec} cuda vs cpu: no steps to compare")
+            continue
+        rel = max(abs(g[1] - c[1]) / max(abs(c[1]), 1e-12)
+                  for g, c in zip(gpu[:n], cpu[:n]))
+        ok = rel <= tol and all(math.isfinite(g[1]) for g in gpu[:n])
+        summary["tiny"][prec] = {"steps": n, "max_rel_loss_diff": rel,
+                                 "cuda_last": gpu[n - 1][1], "cpu_last": cpu[n - 1][1]}
+        lines.append(f"tiny {prec} cuda vs cpu: {n} steps, loss {cpu[0][1]:.4f} -> "
+                     f"{cpu[n - 1][1]:.4f} (cpu) / {gpu[n - 1][1]:.4f} (cuda), max "
+                     f"rel diff {rel:.2e} (tol {tol:.0e})  {'PASS' if ok else 'FAIL'}")
+
+    # The benchmark table.
+    params, fpt = gpt2_flops_per_token(seq=seq)
+    rows = []
+    g = steps(read(os.path.join(res, "gpt2-bf16.log")))
+    timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
+    if timed:
+        ms = statistics.median(s[2] for s in timed)
+        tok = batch * seq / (ms / 1000)
+        rows.append({"impl": "gptc", "ms_per_step": ms, "tok_per_s": tok,
+                     "mfu": fpt * tok / peak,
+                     "peak_mib": peak_mib(os.path.join(res, "gpt2-bf16.mem")),
+                     "loss_first": g[0][1], "loss_last": g[-1][1]})
+    t = read(os.path.join(res, "torch.json"))
+    if t:
+        j = json.loads(t)
+        rows.append({"impl": j.get("impl", "pytorch"), "ms_per_step": j["ms_per_step"],
+                     "tok_per_s": j["tok_per_s"], "mfu": fpt * j["tok_per_s"] / peak,
+                     "peak_mib": peak_mib(os.path.join(res, "torch.mem")),
+                     "loss_first": j["loss_first"], "loss_last": j["loss_last"]})
+    summary["bench"] = {"batch": batch, "seq": seq, "params": params,
+                        "flops_per_token": fpt, "peak_flops": peak, "rows": rows}
+    lines.append("")
+    lines.append(f"GPT-2 124M bf16, B={batch} T={seq}, {fpt / 1e6:.1f} MFLOP/token, "
+                 f"MFU against {peak / 1e12:.0f} TFLOP/s")
+    lines.append(f"{'impl':18} {'ms/step':>9} {'tok/s':>10} {'MFU':>6} "
+                 f"{'peak MiB':>9}  loss")
+    for r in rows:
+        mem = f"{r['peak_mib']:.0f}" if r["peak_mib"] else "-"
+        lines.append(f"{r['impl']:18} {r['ms_per_step']:9.1f} {r['tok_per_s']:10,.0f} "
+                     f"{100 * r['mfu']:5.1f}% {mem:>9}  {r['loss_first']:.3f} -> "
+                     f"{r['loss_last']:.3f}")
+    if not rows:
+        lines.append("(no timings: see gpt2-bf16.log and torch.log)")
+
+    prof = read(os.path.join(res, "gpt2-bf16-profile.log"))
+    if prof and "total ms" in prof:
+        lines.append("")
+        lines.append("top kernels (GPTC_PROFILE=1):")
+        start = prof.index("total ms")
+        lines.extend(prof[start:].splitlines()[:16])
+
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(res, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(res, "summary.txt"), "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

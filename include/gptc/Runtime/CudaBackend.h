@@ -1,0 +1,94 @@
+//===- CudaBackend.h - the CUDA backend's extras ----------------*- C++ -*-===//
+//
+// makeCudaBackend() (Backend.h) runs a Program on the first CUDA device: one
+// device arena, generated kernels through the driver API, matmul through
+// cuBLASLt, both loaded with dlopen so the training program links neither.
+// This header adds what only a GPU has: the device's arch and peak rate for
+// MFU, its memory use, and a per-kernel time profile.
+//
+// Environment switches (read once, by the constructor):
+//   GPTC_PROFILE=1     time every launch with CUDA events, from the second
+//                      run of each launch range on (disables graphs); the
+//                      table goes to stderr at the end unless profileReport()
+//                      was called
+//   GPTC_CUDA_GRAPH=0  never capture a run into a CUDA graph
+//   GPTC_CUDA_SYNC=1   synchronise after every launch, so an asynchronous
+//                      fault names the exact launch (slow; for debugging)
+//   GPTC_CUBLASLT=PATH the cuBLASLt library to dlopen first
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_RUNTIME_CUDABACKEND_H
+#define GPTC_RUNTIME_CUDABACKEND_H
+
+#include "gptc/Runtime/Backend.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gptc::rt {
+
+class CudaBackend : public Backend {
+public:
+  /// The arch kernels are compiled for: "sm_90a" on compute capability 9.0,
+  /// "sm_80" on 8.0 (the "a" variants from 9.0 on).
+  virtual std::string arch() const = 0;
+  /// Dense bf16 tensor-core peak in FLOP/s where the device is known
+  /// (H100 SXM and H200: 989e12), else 0: MFU is printed only when known.
+  virtual double peakBf16Flops() const = 0;
+  /// Device memory in use on the whole device now (total - free), bytes.
+  virtual int64_t deviceMemoryUsed() const = 0;
+  /// What this backend allocated itself: arena + cuBLASLt workspace.
+  virtual int64_t bytesAllocated() const = 0;
+
+  /// Whether GPTC_PROFILE=1 made launches timed.
+  virtual bool profiling() const = 0;
+  /// Forgets the times so far (call after the warm-up steps).
+  virtual void resetProfile() = 0;
+  /// The `top` kernels by total time, one line each (total ms, calls,
+  /// mean us, share, kernel, op and location), then the total; waits for
+  /// the device first. "" when not profiling.
+  virtual std::string profileReport(size_t top = 25) = 0;
+};
+
+/// makeCudaBackend() with its extras; throws DeviceError (one line) when
+/// there is no driver or no device.
+std::unique_ptr<CudaBackend> createCudaBackend();
+
+/// `b` as a CudaBackend if it came from createCudaBackend/makeCudaBackend,
+/// else nullptr. (The tools build without RTTI, so no dynamic_cast.)
+CudaBackend *asCudaBackend(Backend *b);
+
+/// How a gpt.matmul maps onto column-major cuBLASLt (exposed so that the
+/// mapping is tested without a GPU). A row-major [r, c] matrix is the
+/// column-major [c, r] one, so the row-major C = op(a)·op(b) is computed as
+/// Cᵀ = op(b)ᵀ·op(a)ᵀ: cuBLASLt's left operand ("A") is gpt's b, its right
+/// operand ("B") is gpt's a, m = N, n = M, and the transposes carry over.
+struct GemmMapping {
+  bool transLeft = false, transRight = false; ///< TRANSA, TRANSB
+  int64_t m = 0, n = 0, k = 0;                ///< the result is m x n
+  int64_t leftRows = 0, leftCols = 0, leftLd = 0;    ///< gpt's b as stored
+  int64_t rightRows = 0, rightCols = 0, rightLd = 0; ///< gpt's a as stored
+  int64_t outLd = 0;
+  /// Strided batch inside one cuBLASLt call (a and b both batched); strides
+  /// in elements.
+  int64_t batch = 1, leftStride = 0, rightStride = 0, outStride = 0;
+  /// Separate calls (a batched a with transpose_a and a shared 2-D b, which
+  /// would need a zero stride); strides in elements.
+  int64_t loops = 1, rightLoopStride = 0, outLoopStride = 0;
+};
+
+/// The mapping of matmul(a, b) -> out; throws DeviceError naming `where`
+/// when the shapes disagree.
+GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
+                      bool transposeA, bool transposeB,
+                      const std::string &where);
+
+/// Dense bf16 peak for a device name and compute capability, 0 if unknown.
+double knownPeakBf16Flops(const std::string &deviceName, int ccMajor,
+                          int ccMinor);
+
+} // namespace gptc::rt
+
+#endif // GPTC_RUNTIME_CUDABACKEND_H

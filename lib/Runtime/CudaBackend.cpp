@@ -1,0 +1,1012 @@
+//===- CudaBackend.cpp - run a Program on a CUDA GPU ----------------------===//
+//
+// One device arena laid out by planMemory, one compute stream and one copy
+// stream on device 0's primary context (the one cuBLASLt's own runtime uses).
+// Generated kernels come from the Program's cubins when they match the
+// device, else from NVRTC; gpt.matmul goes to cuBLASLt. The driver and
+// cuBLASLt come through dlopen (CudaApi.h), so the training program links
+// neither and a machine without a GPU gets one DeviceError line instead of
+// a loader error. Without the CUDA headers at build time the factory only
+// throws.
+//
+// Ordering: uploads go through pinned staging memory on the copy stream,
+// which first waits for the compute stream (a buffer being overwritten may
+// still be read by earlier launches) and is then waited on by it. The first
+// run of each launch range is checked launch by launch, the second is
+// captured into a CUDA graph and later ones replay it (hyperparameters and
+// inputs are device buffers, so a replay sees the values uploaded since).
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Runtime/NVRTC.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <thread>
+#include <tuple>
+
+#if __has_include(<cuda.h>) && __has_include(<cublasLt.h>)
+#define GPTC_HAVE_CUDA_HEADERS 1
+#include "CudaApi.h"
+#endif
+
+namespace gptc::rt {
+
+double knownPeakBf16Flops(const std::string &deviceName, int ccMajor,
+                          int ccMinor) {
+  auto has = [&](const char *s) {
+    return deviceName.find(s) != std::string::npos;
+  };
+  // Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets.
+  if (ccMajor == 9 && ccMinor == 0) {
+    if (has("H100") && has("PCIe"))
+      return 756e12;
+    if (has("H100") && has("NVL"))
+      return 835e12;
+    if (has("H100") || has("H200") || has("GH200") || has("H800"))
+      return 989e12;
+  }
+  if (ccMajor == 8 && ccMinor == 0 && (has("A100") || has("A800")))
+    return 312e12;
+  if (ccMajor == 10 && ccMinor == 0 && has("B200"))
+    return 2250e12;
+  return 0;
+}
+
+GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
+                      bool ta, bool tb, const std::string &where) {
+  size_t ra = a.shape.size(), rb = b.shape.size();
+  if (ra < 2 || (rb != 2 && rb != ra))
+    throw DeviceError(where + ": matmul operand ranks " + std::to_string(ra) +
+                      " and " + std::to_string(rb));
+  int64_t M = ta ? a.shape[ra - 1] : a.shape[ra - 2];
+  int64_t K = ta ? a.shape[ra - 2] : a.shape[ra - 1];
+  int64_t kb = tb ? b.shape[rb - 1] : b.shape[rb - 2];
+  int64_t N = tb ? b.shape[rb - 2] : b.shape[rb - 1];
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < ra; ++i)
+    batch *= a.shape[i];
+  if (kb != K || out.numel() != batch * M * N ||
+      (rb == ra && b.numel() != batch * K * N))
+    throw DeviceError(where + ": matmul shapes do not agree");
+
+  GemmMapping g;
+  if (batch > 1 && rb == 2) {
+    if (!ta) {
+      M *= batch; // a's batch rows stack into one [batch*M, K] matrix
+    } else {
+      g.loops = batch;
+      g.rightLoopStride = M * K;
+      g.outLoopStride = M * N;
+    }
+  } else if (batch > 1) {
+    g.batch = batch;
+    g.leftStride = K * N;
+    g.rightStride = M * K;
+    g.outStride = M * N;
+  }
+  g.transLeft = tb;
+  g.transRight = ta;
+  g.m = N;
+  g.n = M;
+  g.k = K;
+  // Column-major views of the row-major buffers: stored [r, c] is rows = c,
+  // cols = r, ld = c.
+  g.leftRows = tb ? K : N;
+  g.leftCols = tb ? N : K;
+  g.leftLd = g.leftRows;
+  g.rightRows = ta ? M : K;
+  g.rightCols = ta ? K : M;
+  g.rightLd = g.rightRows;
+  g.outLd = N;
+  return g;
+}
+
+namespace {
+// The live CUDA backends, so asCudaBackend works without RTTI.
+std::mutex registryMutex;
+std::set<const Backend *> registry;
+} // namespace
+
+CudaBackend *asCudaBackend(Backend *b) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  return registry.count(b) ? static_cast<CudaBackend *>(b) : nullptr;
+}
+
+#ifndef GPTC_HAVE_CUDA_HEADERS
+
+std::unique_ptr<CudaBackend> createCudaBackend() {
+  throw DeviceError("this gptc was built without the CUDA headers (cuda.h, "
+                    "cublasLt.h); rebuild with the CUDA toolkit or use "
+                    "--device=cpu");
+}
+
+#else
+
+namespace {
+
+using namespace cudaapi;
+
+//===----------------------------------------------------------------------===//
+// The backend
+//===----------------------------------------------------------------------===//
+
+constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's, per GEMM
+constexpr size_t kStagingBytes = 64u << 20;   // pinned host ring
+constexpr size_t kChunkBytes = kStagingBytes / 4;
+
+bool envIs(const char *name, const char *value) {
+  const char *v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
+}
+
+cudaDataType_t cudaType(DType t) {
+  switch (t) {
+  case DType::F32:
+    return CUDA_R_32F;
+  case DType::BF16:
+    return CUDA_R_16BF;
+  case DType::F16:
+    return CUDA_R_16F;
+  case DType::I32:
+    break;
+  }
+  throw DeviceError("cuBLASLt matmul on i32 buffers");
+}
+
+/// The largest power of two dividing `x`, at most 256 (cuBLASLt's alignment
+/// preferences).
+uint32_t alignmentOf(uint64_t x) {
+  return x == 0 ? 256u : uint32_t(std::min<uint64_t>(x & (~x + 1), 256));
+}
+
+/// A gpt.matmul ready for cuBLASLt (the mapping: GemmMapping), with its
+/// algorithm chosen once at load.
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t left = nullptr, right = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  CUdeviceptr leftPtr = 0, rightPtr = 0, outPtr = 0; // gpt's b, a, result
+  int loops = 1; // GemmMapping::loops, with these byte strides
+  uint64_t leftStride = 0, rightStride = 0, outStride = 0;
+  std::string shape; // "MxNxK bf16" for the profile
+};
+
+struct Prepared {
+  CUfunction fn = nullptr;
+  std::vector<CUdeviceptr> args;
+  std::vector<void *> argPtrs; // cuLaunchKernel's kernelParams, into args
+  int gemm = -1;               // into gemms
+  int profileSlot = -1;
+  std::string label; // "forward launch 12: layernorm (k12) at loc"
+};
+
+class CudaBackendImpl final : public CudaBackend {
+public:
+  CudaBackendImpl() : cu(driver()) {
+    try {
+      start();
+    } catch (...) {
+      release();
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(registryMutex);
+    registry.insert(this);
+  }
+
+  ~CudaBackendImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(registryMutex);
+      registry.erase(this);
+    }
+    release();
+  }
+
+  void start() {
+    check(cu.cuDeviceGet(&dev, 0), "cuDeviceGet");
+    char name[256] = {};
+    check(cu.cuDeviceGetName(name, sizeof(name) - 1, dev), "cuDeviceGetName");
+    deviceName = name;
+    ccMajor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    ccMinor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    maxSharedOptin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    // The "a" targets (wgmma, setmaxnreg) exist from Hopper on; a cubin for
+    // them runs on exactly this compute capability.
+    deviceArch = "sm_" + std::to_string(ccMajor) + std::to_string(ccMinor) +
+                 (ccMajor >= 9 ? "a" : "");
+    check(cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    check(cu.cuStreamCreate(&compute, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    check(cu.cuStreamCreate(&copy, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    computeMark = newEvent(false);
+    copyMark = newEvent(false);
+    void *host = nullptr;
+    check(cu.cuMemHostAlloc(&host, kStagingBytes, 0), "cuMemHostAlloc");
+    staging = static_cast<uint8_t *>(host);
+    profile = envIs("GPTC_PROFILE", "1");
+    syncEach = envIs("GPTC_CUDA_SYNC", "1");
+    useGraphs = !envIs("GPTC_CUDA_GRAPH", "0") && !profile && !syncEach;
+  }
+
+  /// Frees whatever exists; ignores errors (it runs after failures too).
+  void release() noexcept {
+    if (!ctx)
+      return;
+    cu.cuCtxSetCurrent(ctx);
+    // GPTC_PROFILE=1 always shows its table, even where the caller did not
+    // ask for it.
+    if (profile && !reported)
+      try {
+        std::fputs(profileReport(25).c_str(), stderr);
+      } catch (const DeviceError &) {
+      }
+    if (compute)
+      cu.cuStreamSynchronize(compute);
+    if (copy)
+      cu.cuStreamSynchronize(copy);
+    for (auto &[key, g] : graphs)
+      if (g.exec)
+        cu.cuGraphExecDestroy(g.exec);
+    for (TimedLaunch &t : pendingTimes) {
+      cu.cuEventDestroy(t.start);
+      cu.cuEventDestroy(t.end);
+    }
+    for (InFlight &f : inflight)
+      cu.cuEventDestroy(f.done);
+    for (CUevent e : eventPool)
+      cu.cuEventDestroy(e);
+    for (CUevent e : timingPool)
+      cu.cuEventDestroy(e);
+    for (CUevent e : {computeMark, copyMark})
+      if (e)
+        cu.cuEventDestroy(e);
+    for (CUmodule m : modules)
+      if (m)
+        cu.cuModuleUnload(m);
+    if (ltHandle) {
+      const Lt &lt = cublasLt(); // loaded, since there is a handle
+      for (GemmPlan &g : gemms) {
+        for (cublasLtMatrixLayout_t l : {g.left, g.right, g.out})
+          if (l)
+            lt.cublasLtMatrixLayoutDestroy(l);
+        if (g.desc)
+          lt.cublasLtMatmulDescDestroy(g.desc);
+      }
+      if (ltHandle)
+        lt.cublasLtDestroy(ltHandle);
+    }
+    if (arena)
+      cu.cuMemFree(arena);
+    if (workspace)
+      cu.cuMemFree(workspace);
+    if (staging)
+      cu.cuMemFreeHost(staging);
+    for (CUstream s : {compute, copy})
+      if (s)
+        cu.cuStreamDestroy(s);
+    cu.cuDevicePrimaryCtxRelease(dev);
+    ctx = nullptr;
+  }
+
+  std::string name() const override { return deviceName; }
+  std::string arch() const override { return deviceArch; }
+  double peakBf16Flops() const override {
+    return knownPeakBf16Flops(deviceName, ccMajor, ccMinor);
+  }
+  int64_t deviceMemoryUsed() const override {
+    size_t freeBytes = 0, total = 0;
+    cu.cuCtxSetCurrent(ctx);
+    if (cu.cuMemGetInfo(&freeBytes, &total) != CUDA_SUCCESS)
+      return -1;
+    return int64_t(total - freeBytes);
+  }
+  int64_t bytesAllocated() const override {
+    return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0);
+  }
+  bool profiling() const override { return profile; }
+
+  void load(const Program &program) override;
+  void upload(int buffer, const void *host) override;
+  void download(int buffer, void *host) override;
+  void run(const Function &f, size_t begin, size_t end) override;
+  void synchronize() override;
+  void resetProfile() override;
+  std::string profileReport(size_t top) override;
+
+private:
+  struct InFlight {
+    size_t begin, end; // staging bytes a pending copy still reads
+    CUevent done;
+  };
+  struct TimedLaunch {
+    int slot;
+    CUevent start, end;
+  };
+  struct ProfileEntry {
+    std::string kernel, op, loc;
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  struct GraphState {
+    int calls = 0;
+    bool failed = false; // capture did not work: always run eagerly
+    CUgraphExec exec = nullptr;
+    std::string label; // for errors: "update (a CUDA graph of launches ...)"
+  };
+
+  void check(CUresult r, const char *what) const {
+    if (r != CUDA_SUCCESS)
+      throw DeviceError(std::string("CUDA error in ") + what + ": " +
+                        cuError(cu, r));
+  }
+  /// A stream synchronisation: an error here may come from any launch
+  /// queued before it, so it names the last one.
+  void checkSync(CUresult r) const {
+    if (r == CUDA_SUCCESS)
+      return;
+    std::string where = lastLaunch ? "at or before " + *lastLaunch
+                                   : std::string("before any launch");
+    throw DeviceError("CUDA error " + cuError(cu, r) + " " + where +
+                      (syncEach ? "" : "; rerun with GPTC_CUDA_SYNC=1 to name "
+                                       "the failing launch"));
+  }
+  int attribute(CUdevice_attribute a) const {
+    int v = 0;
+    check(cu.cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute");
+    return v;
+  }
+  void bind() const { check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent"); }
+  CUevent newEvent(bool timing) {
+    CUevent e = nullptr;
+    check(cu.cuEventCreate(&e, timing ? CU_EVENT_DEFAULT
+                                      : CU_EVENT_DISABLE_TIMING),
+          "cuEventCreate");
+    return e;
+  }
+  CUevent pooledEvent(std::vector<CUevent> &pool, bool timing) {
+    if (pool.empty())
+      return newEvent(timing);
+    CUevent e = pool.back();
+    pool.pop_back();
+    return e;
+  }
+
+  const Buffer &buffer(int id) const {
+    if (!prog)
+      throw DeviceError("CUDA backend: load() a program first");
+    if (id < 0 || size_t(id) >= prog->buffers.size())
+      throw DeviceError("CUDA backend: no buffer #" + std::to_string(id));
+    return prog->buffers[id];
+  }
+  /// The buffer's address: a view without an offset of its own uses its
+  /// base's.
+  CUdeviceptr address(int id) const {
+    const Buffer &b = buffer(id);
+    const Buffer *base = &b;
+    int64_t offset = b.offset;
+    for (int hops = 0; offset < 0 && base->viewOf >= 0 && hops < 64; ++hops) {
+      base = &prog->buffers[base->viewOf];
+      offset = base->offset;
+    }
+    if (offset < 0)
+      throw DeviceError("buffer '" + b.name + "' has no arena offset (run "
+                        "planMemory before loading)");
+    if (offset + b.bytes() > arenaBytes)
+      throw DeviceError("buffer '" + b.name + "' ends past the arena");
+    return arena + CUdeviceptr(offset);
+  }
+
+  uint8_t *reserveStaging(size_t bytes);
+  void releaseStaging(size_t begin, size_t end);
+  void loadKernels();
+  void prepare(const Function &f);
+  int planGemm(const Launch &l, const std::string &label);
+  const std::vector<Prepared> &prepared(const Function &f) const;
+  void enqueue(const Launch &l, const Prepared &pl, bool timed);
+  int profileSlot(const std::string &kernel, const Launch &l);
+  void collectTimes();
+
+  const Driver &cu;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUstream compute = nullptr, copy = nullptr;
+  CUevent computeMark = nullptr, copyMark = nullptr;
+  std::string deviceName, deviceArch;
+  int ccMajor = 0, ccMinor = 0, maxSharedOptin = 0;
+  bool profile = false, syncEach = false, useGraphs = true;
+  bool reported = false; // profileReport() was called
+
+  const Program *prog = nullptr;
+  CUdeviceptr arena = 0, workspace = 0;
+  int64_t arenaBytes = 0;
+  std::vector<CUmodule> modules;
+  std::vector<CUfunction> entries; // per Program::kernels
+  std::map<const Function *, std::vector<Prepared>> launches;
+  cublasLtHandle_t ltHandle = nullptr;
+  std::vector<GemmPlan> gemms;
+  const std::string *lastLaunch = nullptr; // the label of the last enqueued
+
+  uint8_t *staging = nullptr;
+  size_t stagingHead = 0;
+  std::vector<InFlight> inflight;
+  std::vector<CUevent> eventPool, timingPool;
+
+  std::map<std::tuple<const Function *, size_t, size_t>, GraphState> graphs;
+
+  std::vector<TimedLaunch> pendingTimes;
+  std::vector<ProfileEntry> profileEntries;
+  std::map<std::string, int> profileSlots;
+};
+
+//===----------------------------------------------------------------------===//
+// Loading
+//===----------------------------------------------------------------------===//
+
+void CudaBackendImpl::load(const Program &program) {
+  bind();
+  if (prog)
+    throw DeviceError("CUDA backend: load() called twice");
+  prog = &program;
+  arenaBytes = program.arenaBytes;
+  check(cu.cuMemAlloc(&arena, size_t(std::max<int64_t>(arenaBytes, 256))),
+        "cuMemAlloc (the arena)");
+  // Zeros, as the CPU backend's arena starts, so a padded region nothing
+  // writes reads the same on both.
+  check(cu.cuMemsetD8Async(arena, 0, size_t(std::max<int64_t>(arenaBytes, 256)),
+                           compute),
+        "cuMemsetD8Async");
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    const Buffer &b = program.buffers[i];
+    if (b.role != Role::Constant || b.viewOf >= 0)
+      continue;
+    if (int64_t(b.init.size()) != b.bytes())
+      throw DeviceError("constant '" + b.name + "' has " +
+                        std::to_string(b.init.size()) + " bytes of data for " +
+                        std::to_string(b.bytes()));
+    upload(int(i), b.init.data());
+  }
+  loadKernels();
+  for (const Function &f : program.functions)
+    prepare(f);
+}
+
+void CudaBackendImpl::loadKernels() {
+  const std::vector<DeviceKernel> &kernels = prog->kernels;
+  std::string plainArch = "sm_" + std::to_string(ccMajor) + std::to_string(ccMinor);
+  // Kernels without a cubin for this device are compiled by NVRTC, in
+  // parallel (the disk cache makes the second start fast).
+  // Each distinct source once: the cache's temporary file is named by the
+  // process, so two threads must not write one entry.
+  std::vector<std::vector<uint8_t>> compiled(kernels.size());
+  std::vector<size_t> todo;
+  std::map<std::string_view, size_t> firstWithSource;
+  std::vector<std::pair<size_t, size_t>> copies; // (kernel, same as kernel)
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (!kernels[i].cubin.empty() &&
+        (kernels[i].arch == deviceArch || kernels[i].arch == plainArch))
+      continue;
+    auto [it, added] = firstWithSource.try_emplace(kernels[i].source, i);
+    if (added)
+      todo.push_back(i);
+    else
+      copies.push_back({i, it->second});
+  }
+  if (!todo.empty()) {
+    std::vector<std::exception_ptr> errors(todo.size());
+    size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1,
+                                        16);
+    threads = std::min(threads, todo.size());
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        for (size_t j = t; j < todo.size(); j += threads) {
+          const DeviceKernel &k = kernels[todo[j]];
+          try {
+            compiled[todo[j]] = compileCached(k.source, k.name, deviceArch);
+          } catch (...) {
+            errors[j] = std::current_exception();
+          }
+        }
+      });
+    for (std::thread &t : pool)
+      t.join();
+    for (std::exception_ptr &e : errors)
+      if (e)
+        std::rethrow_exception(e);
+    for (auto [kernel, same] : copies)
+      compiled[kernel] = compiled[same];
+  }
+
+  modules.assign(kernels.size(), nullptr);
+  entries.assign(kernels.size(), nullptr);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const DeviceKernel &k = kernels[i];
+    const std::vector<uint8_t> &image =
+        compiled[i].empty() ? k.cubin : compiled[i];
+    if (CUresult r = cu.cuModuleLoadData(&modules[i], image.data());
+        r != CUDA_SUCCESS)
+      throw DeviceError("cannot load kernel " + k.name + " on " + deviceArch +
+                        ": " + cuError(cu, r));
+    if (CUresult r = cu.cuModuleGetFunction(&entries[i], modules[i],
+                                            k.name.c_str());
+        r != CUDA_SUCCESS)
+      throw DeviceError("kernel " + k.name + " is not in its module: " +
+                        cuError(cu, r));
+  }
+
+  // Dynamic shared memory above 48 KiB needs an opt-in per function.
+  std::vector<uint32_t> maxShared(kernels.size(), 0);
+  for (const Function &f : prog->functions)
+    for (const Launch &l : f.launches)
+      if (l.deviceKernel >= 0 && size_t(l.deviceKernel) < kernels.size())
+        maxShared[l.deviceKernel] =
+            std::max(maxShared[l.deviceKernel], l.sharedBytes);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (maxShared[i] <= 48u * 1024)
+      continue;
+    if (maxShared[i] > uint32_t(maxSharedOptin))
+      throw DeviceError("kernel " + kernels[i].name + " asks for " +
+                        std::to_string(maxShared[i]) +
+                        " bytes of shared memory; " + deviceName +
+                        " allows " + std::to_string(maxSharedOptin));
+    check(cu.cuFuncSetAttribute(entries[i],
+                                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                int(maxShared[i])),
+          "cuFuncSetAttribute");
+  }
+}
+
+void CudaBackendImpl::prepare(const Function &f) {
+  std::vector<Prepared> &out = launches[&f];
+  out.resize(f.launches.size());
+  for (size_t i = 0; i < f.launches.size(); ++i) {
+    const Launch &l = f.launches[i];
+    Prepared &pl = out[i];
+    std::string kernelName =
+        l.deviceKernel >= 0 && size_t(l.deviceKernel) < prog->kernels.size()
+            ? prog->kernels[l.deviceKernel].name
+            : "cuBLASLt";
+    pl.label = f.name + " launch " + std::to_string(i) + ": " + l.kernel +
+               " (" + kernelName + ") at " + (l.loc.empty() ? "?" : l.loc);
+    if (l.deviceKernel >= 0) {
+      if (size_t(l.deviceKernel) >= entries.size())
+        throw DeviceError(pl.label + " names kernel #" +
+                          std::to_string(l.deviceKernel) + " of " +
+                          std::to_string(entries.size()));
+      pl.fn = entries[l.deviceKernel];
+      for (int id : l.inputs)
+        pl.args.push_back(address(id));
+      for (int id : l.outputs)
+        pl.args.push_back(address(id));
+      for (CUdeviceptr &a : pl.args)
+        pl.argPtrs.push_back(&a);
+      if (profile)
+        pl.profileSlot = profileSlot(kernelName, l);
+    } else if (l.kernel == "matmul") {
+      pl.gemm = planGemm(l, pl.label);
+      if (profile)
+        pl.profileSlot = profileSlot("cuBLASLt " + gemms[pl.gemm].shape, l);
+    }
+    // Anything else has no CUDA implementation: run() says so by name, so a
+    // kernel check can still test every launch that has one.
+  }
+}
+
+int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
+  if (l.inputs.size() != 2 || l.outputs.size() != 1)
+    throw DeviceError(label + ": a matmul takes 2 operands and gives 1 result");
+  const Lt &lt = cublasLt();
+  if (!ltHandle) {
+    if (cublasStatus_t s = lt.cublasLtCreate(&ltHandle);
+        s != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError(std::string("cublasLtCreate failed: ") +
+                        lt.cublasLtGetStatusName(s));
+    check(cu.cuMemAlloc(&workspace, kWorkspaceBytes),
+          "cuMemAlloc (cuBLASLt workspace)");
+  }
+  const Buffer &a = buffer(l.inputs[0]), &b = buffer(l.inputs[1]),
+               &d = buffer(l.outputs[0]);
+  auto flag = [&](const char *name) {
+    auto it = l.ints.find(name);
+    return it != l.ints.end() && it->second != 0;
+  };
+  bool ta = flag("transpose_a"), tb = flag("transpose_b");
+  GemmMapping map = mapMatmul(a, b, d, ta, tb, label);
+  GemmPlan g;
+  g.loops = int(map.loops);
+  g.rightStride = uint64_t(map.rightLoopStride * dtypeBytes(a.dtype));
+  g.outStride = uint64_t(map.outLoopStride * dtypeBytes(d.dtype));
+  cudaDataType_t ab = cudaType(a.dtype), bb = cudaType(b.dtype),
+                 db = cudaType(d.dtype);
+  // 16-bit operands accumulate in fp32; fp32 uses the tensor cores' tf32
+  // only when the program was compiled for it.
+  cublasComputeType_t computeType = CUBLAS_COMPUTE_32F;
+  auto precision = prog->meta.find("precision");
+  if (a.dtype == DType::F32 && precision != prog->meta.end() &&
+      precision->second == "tf32")
+    computeType = CUBLAS_COMPUTE_32F_FAST_TF32;
+  g.shape = std::to_string(map.n) + "x" + std::to_string(map.m) + "x" +
+            std::to_string(map.k) +
+            (map.batch > 1 ? "x" + std::to_string(map.batch) : std::string()) +
+            (g.loops > 1 ? " (" + std::to_string(g.loops) + " GEMMs)" : "") +
+            " " + dtypeName(a.dtype) + (ta ? " tA" : "") + (tb ? " tB" : "");
+
+  auto ltCheck = [&](cublasStatus_t s, const char *what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError(label + ": " + what + " failed: " +
+                        lt.cublasLtGetStatusName(s));
+  };
+  ltCheck(lt.cublasLtMatmulDescCreate(&g.desc, computeType, CUDA_R_32F),
+          "cublasLtMatmulDescCreate");
+  cublasOperation_t opLeft = map.transLeft ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opRight = map.transRight ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                            &opLeft, sizeof(opLeft)),
+          "setting TRANSA");
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                            &opRight, sizeof(opRight)),
+          "setting TRANSB");
+  ltCheck(lt.cublasLtMatrixLayoutCreate(&g.left, bb, uint64_t(map.leftRows),
+                                        uint64_t(map.leftCols), map.leftLd),
+          "cublasLtMatrixLayoutCreate");
+  ltCheck(lt.cublasLtMatrixLayoutCreate(&g.right, ab, uint64_t(map.rightRows),
+                                        uint64_t(map.rightCols), map.rightLd),
+          "cublasLtMatrixLayoutCreate");
+  ltCheck(lt.cublasLtMatrixLayoutCreate(&g.out, db, uint64_t(map.m),
+                                        uint64_t(map.n), map.outLd),
+          "cublasLtMatrixLayoutCreate");
+  if (map.batch > 1) {
+    int32_t count = int32_t(map.batch);
+    int64_t strides[3] = {map.leftStride, map.rightStride, map.outStride};
+    cublasLtMatrixLayout_t layouts[3] = {g.left, g.right, g.out};
+    for (int i = 0; i < 3; ++i) {
+      ltCheck(lt.cublasLtMatrixLayoutSetAttribute(
+                  layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                  sizeof(count)),
+              "setting BATCH_COUNT");
+      ltCheck(lt.cublasLtMatrixLayoutSetAttribute(
+                  layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                  &strides[i], sizeof(strides[i])),
+              "setting STRIDED_BATCH_OFFSET");
+    }
+  }
+  g.leftPtr = address(l.inputs[1]);
+  g.rightPtr = address(l.inputs[0]);
+  g.outPtr = address(l.outputs[0]);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  ltCheck(lt.cublasLtMatmulPreferenceCreate(&pref),
+          "cublasLtMatmulPreferenceCreate");
+  uint64_t wsBytes = kWorkspaceBytes;
+  uint32_t align[3] = {alignmentOf(g.leftPtr | g.leftStride),
+                       alignmentOf(g.rightPtr | g.rightStride),
+                       alignmentOf(g.outPtr | g.outStride)};
+  cublasLtMatmulPreferenceAttributes_t alignAttr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t s = lt.cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes));
+  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i)
+    s = lt.cublasLtMatmulPreferenceSetAttribute(pref, alignAttr[i],
+                                                &align[std::min(i, 2)],
+                                                sizeof(uint32_t));
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = lt.cublasLtMatmulAlgoGetHeuristic(ltHandle, g.desc, g.left, g.right,
+                                          g.out, g.out, pref, 1, &result,
+                                          &found);
+  lt.cublasLtMatmulPreferenceDestroy(pref);
+  ltCheck(s, "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0)
+    throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape);
+  g.algo = result.algo;
+  gemms.push_back(std::move(g));
+  return int(gemms.size() - 1);
+}
+
+const std::vector<Prepared> &
+CudaBackendImpl::prepared(const Function &f) const {
+  if (auto it = launches.find(&f); it != launches.end())
+    return it->second;
+  // A copy of one of the program's functions: match it by name.
+  if (prog)
+    if (const Function *same = prog->function(f.name);
+        same && same->launches.size() == f.launches.size())
+      return launches.at(same);
+  throw DeviceError("CUDA backend: function '" + f.name +
+                    "' is not in the loaded program");
+}
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
+                              bool timed) {
+  lastLaunch = &pl.label;
+  CUevent start = nullptr;
+  if (timed && pl.profileSlot >= 0) {
+    start = pooledEvent(timingPool, true);
+    check(cu.cuEventRecord(start, compute), "cuEventRecord");
+  }
+  if (pl.fn) {
+    if (CUresult r = cu.cuLaunchKernel(pl.fn, l.grid[0], l.grid[1], l.grid[2],
+                                       l.block[0], l.block[1], l.block[2],
+                                       l.sharedBytes, compute,
+                                       const_cast<void **>(pl.argPtrs.data()),
+                                       nullptr);
+        r != CUDA_SUCCESS)
+      throw DeviceError("cannot launch " + pl.label + ": " + cuError(cu, r));
+  } else if (pl.gemm >= 0) {
+    const Lt &lt = cublasLt();
+    const GemmPlan &g = gemms[pl.gemm];
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int i = 0; i < g.loops; ++i) {
+      auto at = [&](CUdeviceptr p, uint64_t stride) {
+        return reinterpret_cast<void *>(p + stride * uint64_t(i));
+      };
+      void *out = at(g.outPtr, g.outStride);
+      if (cublasStatus_t s = lt.cublasLtMatmul(
+              ltHandle, g.desc, &alpha, at(g.leftPtr, g.leftStride), g.left,
+              at(g.rightPtr, g.rightStride), g.right, &beta, out, g.out, out,
+              g.out, &g.algo, reinterpret_cast<void *>(workspace),
+              kWorkspaceBytes, compute);
+          s != CUBLAS_STATUS_SUCCESS)
+        throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
+                          lt.cublasLtGetStatusName(s));
+    }
+  } else {
+    throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +
+                      (l.loc.empty() ? "?" : l.loc) + " (" + pl.label + ")");
+  }
+  if (start) {
+    CUevent end = pooledEvent(timingPool, true);
+    check(cu.cuEventRecord(end, compute), "cuEventRecord");
+    pendingTimes.push_back({pl.profileSlot, start, end});
+  }
+}
+
+void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
+  bind();
+  const std::vector<Prepared> &pls = prepared(f);
+  if (end > f.launches.size() || begin > end)
+    throw DeviceError("CUDA backend: launches [" + std::to_string(begin) +
+                      ", " + std::to_string(end) + ") of '" + f.name +
+                      "' out of range");
+  if (begin == end)
+    return;
+  GraphState &g = graphs[{&f, begin, end}];
+  ++g.calls;
+  if (useGraphs && !g.failed && g.exec) {
+    lastLaunch = &g.label;
+    check(cu.cuGraphLaunch(g.exec, compute), "cuGraphLaunch");
+    return;
+  }
+  if (useGraphs && !g.failed && g.calls == 2) {
+    // Capture the second run (the first ran checked, and loaded everything
+    // lazily loaded), launch it now, replay it from then on.
+    CUresult r = cu.cuStreamBeginCapture(compute,
+                                         CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r == CUDA_SUCCESS) {
+      CUgraph graph = nullptr;
+      try {
+        for (size_t i = begin; i < end; ++i)
+          enqueue(f.launches[i], pls[i], false);
+      } catch (...) {
+        cu.cuStreamEndCapture(compute, &graph);
+        if (graph)
+          cu.cuGraphDestroy(graph);
+        throw;
+      }
+      r = cu.cuStreamEndCapture(compute, &graph);
+      if (r == CUDA_SUCCESS)
+        r = cu.cuGraphInstantiate(&g.exec, graph, 0);
+      if (graph)
+        cu.cuGraphDestroy(graph);
+      if (r == CUDA_SUCCESS) {
+        g.label = f.name + " (a CUDA graph of launches " +
+                  std::to_string(begin) + " to " + std::to_string(end - 1) +
+                  ")";
+        lastLaunch = &g.label;
+        check(cu.cuGraphLaunch(g.exec, compute), "cuGraphLaunch");
+        return;
+      }
+    }
+    g.failed = true;
+    g.exec = nullptr;
+    std::fprintf(stderr,
+                 "gptc: CUDA graph capture of %s failed (%s); running its "
+                 "launches one by one\n",
+                 f.name.c_str(), cuError(cu, r).c_str());
+  }
+  // The first run of a range synchronises after each launch, so a fault
+  // names its launch; later eager runs only when GPTC_CUDA_SYNC=1.
+  // The profile leaves the first run out: it loads modules lazily and
+  // synchronises after every launch.
+  bool checked = syncEach || g.calls == 1;
+  bool timed = profile && g.calls > 1;
+  for (size_t i = begin; i < end; ++i) {
+    enqueue(f.launches[i], pls[i], timed);
+    if (checked)
+      if (CUresult r = cu.cuStreamSynchronize(compute); r != CUDA_SUCCESS)
+        throw DeviceError("CUDA error " + cuError(cu, r) + " in " +
+                          pls[i].label);
+  }
+}
+
+void CudaBackendImpl::synchronize() {
+  bind();
+  checkSync(cu.cuStreamSynchronize(copy));
+  checkSync(cu.cuStreamSynchronize(compute));
+  collectTimes();
+}
+
+//===----------------------------------------------------------------------===//
+// Host <-> device
+//===----------------------------------------------------------------------===//
+
+uint8_t *CudaBackendImpl::reserveStaging(size_t bytes) {
+  if (stagingHead + bytes > kStagingBytes)
+    stagingHead = 0;
+  size_t begin = stagingHead, end = begin + bytes;
+  // Wait for pending copies that still read this part of the ring, and
+  // recycle every finished one.
+  for (size_t i = 0; i < inflight.size();) {
+    InFlight &f = inflight[i];
+    bool overlaps = f.begin < end && begin < f.end;
+    CUresult r = overlaps ? cu.cuEventSynchronize(f.done)
+                          : cu.cuEventQuery(f.done);
+    if (r == CUDA_ERROR_NOT_READY) {
+      ++i;
+      continue;
+    }
+    checkSync(r);
+    eventPool.push_back(f.done);
+    inflight[i] = inflight.back();
+    inflight.pop_back();
+  }
+  stagingHead = end;
+  return staging + begin;
+}
+
+void CudaBackendImpl::releaseStaging(size_t begin, size_t end) {
+  CUevent done = pooledEvent(eventPool, false);
+  check(cu.cuEventRecord(done, copy), "cuEventRecord");
+  inflight.push_back({begin, end, done});
+}
+
+void CudaBackendImpl::upload(int id, const void *host) {
+  bind();
+  const Buffer &b = buffer(id);
+  CUdeviceptr dst = address(id);
+  size_t bytes = size_t(b.bytes());
+  // The copy must not overwrite what launches queued so far still read.
+  check(cu.cuEventRecord(computeMark, compute), "cuEventRecord");
+  check(cu.cuStreamWaitEvent(copy, computeMark, 0), "cuStreamWaitEvent");
+  const uint8_t *src = static_cast<const uint8_t *>(host);
+  for (size_t done = 0; done < bytes;) {
+    size_t n = std::min(bytes - done, kChunkBytes);
+    uint8_t *stage = reserveStaging(n);
+    std::memcpy(stage, src + done, n);
+    check(cu.cuMemcpyHtoDAsync(dst + done, stage, n, copy), "cuMemcpyHtoDAsync");
+    releaseStaging(size_t(stage - staging), size_t(stage - staging) + n);
+    done += n;
+  }
+  // Later launches read the new values.
+  check(cu.cuEventRecord(copyMark, copy), "cuEventRecord");
+  check(cu.cuStreamWaitEvent(compute, copyMark, 0), "cuStreamWaitEvent");
+}
+
+void CudaBackendImpl::download(int id, void *host) {
+  bind();
+  const Buffer &b = buffer(id);
+  CUdeviceptr src = address(id);
+  size_t bytes = size_t(b.bytes());
+  check(cu.cuEventRecord(computeMark, compute), "cuEventRecord");
+  check(cu.cuStreamWaitEvent(copy, computeMark, 0), "cuStreamWaitEvent");
+  uint8_t *dst = static_cast<uint8_t *>(host);
+  for (size_t done = 0; done < bytes;) {
+    size_t n = std::min(bytes - done, kChunkBytes);
+    uint8_t *stage = reserveStaging(n);
+    check(cu.cuMemcpyDtoHAsync(stage, src + done, n, copy), "cuMemcpyDtoHAsync");
+    // An error of any launch before this point surfaces here.
+    checkSync(cu.cuStreamSynchronize(copy));
+    std::memcpy(dst + done, stage, n);
+    done += n;
+  }
+  collectTimes();
+}
+
+//===----------------------------------------------------------------------===//
+// Profile
+//===----------------------------------------------------------------------===//
+
+int CudaBackendImpl::profileSlot(const std::string &kernel, const Launch &l) {
+  auto [it, added] = profileSlots.try_emplace(kernel, int(profileEntries.size()));
+  if (added)
+    profileEntries.push_back({kernel, l.kernel, l.loc, 0, 0});
+  return it->second;
+}
+
+void CudaBackendImpl::collectTimes() {
+  // Called after a synchronisation: every recorded event has completed.
+  for (TimedLaunch &t : pendingTimes) {
+    float ms = 0;
+    if (cu.cuEventElapsedTime(&ms, t.start, t.end) == CUDA_SUCCESS) {
+      profileEntries[t.slot].ms += ms;
+      profileEntries[t.slot].calls += 1;
+    }
+    timingPool.push_back(t.start);
+    timingPool.push_back(t.end);
+  }
+  pendingTimes.clear();
+}
+
+void CudaBackendImpl::resetProfile() {
+  synchronize();
+  for (ProfileEntry &e : profileEntries) {
+    e.calls = 0;
+    e.ms = 0;
+  }
+}
+
+std::string CudaBackendImpl::profileReport(size_t top) {
+  if (!profile)
+    return "";
+  reported = true;
+  synchronize();
+  std::vector<const ProfileEntry *> order;
+  double total = 0;
+  int64_t calls = 0;
+  for (const ProfileEntry &e : profileEntries)
+    if (e.calls > 0) {
+      order.push_back(&e);
+      total += e.ms;
+      calls += e.calls;
+    }
+  std::sort(order.begin(), order.end(),
+            [](const ProfileEntry *a, const ProfileEntry *b) {
+              return a->ms > b->ms;
+            });
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof(line), "%10s %8s %10s %6s  %s\n", "total ms",
+                "calls", "mean us", "share", "kernel (op at first location)");
+  os << line;
+  for (size_t i = 0; i < order.size() && i < top; ++i) {
+    const ProfileEntry &e = *order[i];
+    std::snprintf(line, sizeof(line), "%10.3f %8lld %10.2f %5.1f%%  %s (%s at %s)\n",
+                  e.ms, (long long)e.calls, 1000.0 * e.ms / double(e.calls),
+                  total > 0 ? 100.0 * e.ms / total : 0.0, e.kernel.c_str(),
+                  e.op.c_str(), e.loc.empty() ? "?" : e.loc.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof(line), "%10.3f %8lld %10s %5.1f%%  all %zu kernels\n",
+                total, (long long)calls, "", 100.0, order.size());
+  os << line;
+  return os.str();
+}
+
+} // namespace
+
+std::unique_ptr<CudaBackend> createCudaBackend() {
+  return std::make_unique<CudaBackendImpl>();
+}
+
+#endif // GPTC_HAVE_CUDA_HEADERS
+
+std::unique_ptr<Backend> makeCudaBackend() { return createCudaBackend(); }
+
+} // namespace gptc::rt

@@ -1,0 +1,330 @@
+//===- CudaBackendFakeTest.cpp - the CUDA backend on a fake driver --------===//
+//
+// The CUDA backend against FakeCuda.cpp, a host-memory libcuda.so.1 that
+// also answers for cuBLASLt (named in GPTC_CUBLASLT). Checks what needs no real GPU: buffer
+// addresses, chunked staging, the matmul mapping end to end, CUDA graph
+// capture and replay, launch parameters, error messages, the profile and
+// the kernel check against the CPU backend.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Executor/Kernels.h"
+#include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Runtime/KernelCheck.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <random>
+#include <sstream>
+
+using namespace gptc::rt;
+using gptc::exec::HostTensor;
+
+namespace {
+
+template <typename F> F hook(const char *name) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return lib ? reinterpret_cast<F>(dlsym(lib, name)) : nullptr;
+}
+
+/// A backend on the fake driver, or nullptr (the test then skips). Loaded
+/// first by its path, the fake is what the backend's dlopen("libcuda.so.1")
+/// finds (the loader matches the soname), GPU or not.
+std::unique_ptr<CudaBackend> fakeBackend() {
+  static bool loaded = [] {
+    setenv("GPTC_CUBLASLT", GPTC_FAKE_CUDA, 1);
+    return dlopen(GPTC_FAKE_CUDA, RTLD_NOW | RTLD_GLOBAL) != nullptr;
+  }();
+  if (!loaded)
+    return nullptr;
+  try {
+    auto b = createCudaBackend();
+    if (b->name().rfind("Fake", 0) == 0)
+      return b;
+  } catch (const DeviceError &) {
+  }
+  return nullptr;
+}
+
+#define REQUIRE_FAKE(b)                                                        \
+  auto b = fakeBackend();                                                      \
+  if (!b)                                                                      \
+    GTEST_SKIP() << "the fake driver did not load";              \
+  hook<void (*)(int)>("gptcFakeSetArgCount")(2);
+
+Buffer buffer(const char *name, DType t, std::vector<int64_t> shape, Role role) {
+  Buffer b;
+  b.name = b.binding = name;
+  b.dtype = t;
+  b.shape = std::move(shape);
+  b.role = role;
+  return b;
+}
+
+Launch launch(const char *kernel, std::vector<int> in, std::vector<int> out,
+              bool transposeB = false) {
+  Launch l;
+  l.kernel = kernel;
+  l.inputs = std::move(in);
+  l.outputs = std::move(out);
+  l.loc = std::string("fake.cpp:") + std::to_string(l.outputs[0]);
+  if (transposeB)
+    l.ints["transpose_b"] = 1;
+  return l;
+}
+
+enum : int { A, W, T, W2, Y, Q, K, S, G, BIG };
+
+/// Matmuls of each kind (3-D x shared 2-D, transpose_b, batched 4-D bf16 in
+/// and f32 out), then one generated kernel (withKernel), and a large
+/// parameter for the staging path.
+Program program(bool withKernel) {
+  Program p;
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("a", DType::F32, {2, 3, 4}, Role::Param),
+               buffer("w", DType::F32, {4, 5}, Role::Param),
+               buffer("t", DType::F32, {2, 3, 5}, Role::Temp),
+               buffer("w2", DType::F32, {6, 5}, Role::Param),
+               buffer("y", DType::F32, {2, 3, 6}, Role::Output),
+               buffer("q", DType::BF16, {2, 2, 3, 8}, Role::Param),
+               buffer("k", DType::BF16, {2, 2, 5, 8}, Role::Param),
+               buffer("s", DType::F32, {2, 2, 3, 5}, Role::Output),
+               buffer("g", DType::F32, {2, 3, 6}, Role::Output),
+               buffer("big", DType::F32, {10'000'000}, Role::Param)};
+  Function f;
+  f.name = "forward";
+  f.launches = {launch("matmul", {A, W}, {T}), launch("matmul", {T, W2}, {Y}, true),
+                launch("matmul", {Q, K}, {S}, true)};
+  if (withKernel) {
+    Launch gelu = launch("gelu", {Y}, {G});
+    gelu.deviceKernel = 0;
+    gelu.grid[0] = 1;
+    gelu.block[0] = 64;
+    f.launches.push_back(gelu);
+    DeviceKernel k;
+    k.name = "k_gelu";
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E', 'C', 'U', 'B', 'I', 'N'};
+    p.kernels.push_back(k);
+  }
+  p.functions.push_back(f);
+  planMemory(p);
+  return p;
+}
+
+std::vector<float> random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = d(rng);
+  return v;
+}
+
+std::vector<uint16_t> toBF16(const std::vector<float> &v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &v[i], 4);
+    out[i] = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  return out;
+}
+
+HostTensor tensor(std::vector<int64_t> shape, std::vector<float> v) {
+  HostTensor t = HostTensor::floats(std::move(shape));
+  t.f32 = std::move(v);
+  return t;
+}
+
+HostTensor widen(std::vector<int64_t> shape, const std::vector<uint16_t> &v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t u = uint32_t(v[i]) << 16;
+    std::memcpy(&f[i], &u, 4);
+  }
+  return tensor(std::move(shape), std::move(f));
+}
+
+void expectNear(const std::vector<float> &got, const std::vector<float> &want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4f * (1 + std::fabs(want[i]))) << i;
+}
+
+TEST(CudaBackendFake, Describes) {
+  REQUIRE_FAKE(b);
+  EXPECT_EQ(b->arch(), "sm_90a");
+  EXPECT_EQ(b->peakBf16Flops(), 989e12);
+  EXPECT_EQ(b->deviceMemoryUsed(), int64_t(20) << 30);
+  Program p = program(false);
+  b->load(p);
+  EXPECT_EQ(b->bytesAllocated(), p.arenaBytes + (32 << 20));
+  EXPECT_TRUE(asCudaBackend(b.get()) == b.get());
+}
+
+TEST(CudaBackendFake, MatmulsGraphsAndLaunches) {
+  REQUIRE_FAKE(b);
+  Program p = program(true);
+  const Function &f = p.functions[0];
+  b->load(p);
+  std::vector<float> a = random(24, 1), w = random(20, 2), w2 = random(30, 3);
+  std::vector<uint16_t> q = toBF16(random(96, 4)), k = toBF16(random(160, 5));
+  b->upload(A, a.data());
+  b->upload(W, w.data());
+  b->upload(W2, w2.data());
+  b->upload(Q, q.data());
+  b->upload(K, k.data());
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  auto arg = hook<uint64_t (*)(int, int)>("gptcFakeLaunchArg");
+  int before = launches();
+
+  // Eager (checked), captured, replayed: each sees the a uploaded before it.
+  for (int run = 0; run < 3; ++run) {
+    a = random(24, 10 + run);
+    b->upload(A, a.data());
+    b->run(f, 0, f.launches.size());
+    std::vector<float> t(30), y(36), s(60);
+    b->download(T, t.data());
+    b->download(Y, y.data());
+    b->download(S, s.data());
+    HostTensor tWant = gptc::exec::matmul(tensor({2, 3, 4}, a),
+                                          tensor({4, 5}, w), false, false);
+    expectNear(t, tWant.f32);
+    expectNear(y, gptc::exec::matmul(tWant, tensor({6, 5}, w2), false, true).f32);
+    expectNear(s, gptc::exec::matmul(widen({2, 2, 3, 8}, q),
+                                     widen({2, 2, 5, 8}, k), false, true)
+                      .f32);
+    // The generated kernel got y's then g's address, once per run.
+    ASSERT_EQ(launches(), before + run + 1);
+    int last = launches() - 1;
+    EXPECT_EQ(int64_t(arg(last, 1) - arg(last, 0)),
+              p.buffers[G].offset - p.buffers[Y].offset);
+  }
+  b->synchronize();
+}
+
+TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
+  REQUIRE_FAKE(b);
+  Program p = program(false);
+  b->load(p);
+  std::vector<float> big = random(10'000'000, 7), back(10'000'000);
+  b->upload(BIG, big.data());
+  b->download(BIG, back.data());
+  EXPECT_EQ(big, back);
+  for (int i = 0; i < 5; ++i) { // the ring wraps around
+    b->upload(BIG, big.data());
+    b->upload(A, random(24, 3).data());
+  }
+  b->download(BIG, back.data());
+  EXPECT_EQ(big, back);
+}
+
+TEST(CudaBackendFake, ErrorsNameTheLaunch) {
+  {
+    REQUIRE_FAKE(b);
+    Program p = program(true);
+    b->load(p);
+    hook<void (*)(int)>("gptcFakeFailSync")(1); // after launch 1
+    try {
+      b->run(p.functions[0], 0, 4);
+      FAIL() << "no error";
+    } catch (const DeviceError &e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << m;
+      EXPECT_NE(m.find("forward launch 1: matmul (cuBLASLt) at fake.cpp:4"),
+                std::string::npos)
+          << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos);
+    }
+  }
+  {
+    REQUIRE_FAKE(b);
+    Program p = program(true);
+    b->load(p);
+    hook<void (*)(int)>("gptcFakeFailLaunch")(0);
+    try {
+      b->run(p.functions[0], 0, 4);
+      FAIL() << "no error";
+    } catch (const DeviceError &e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "cannot launch forward launch 3: gelu (k_gelu) at fake.cpp:8"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    // A fault found later names the last work queued: here a graph.
+    REQUIRE_FAKE(b);
+    Program p = program(true);
+    b->load(p);
+    for (int i = 0; i < 3; ++i)
+      b->run(p.functions[0], 0, 4);
+    hook<void (*)(int)>("gptcFakeFailSync")(0);
+    try {
+      b->synchronize();
+      FAIL() << "no error";
+    } catch (const DeviceError &e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "at or before forward (a CUDA graph of launches 0 to 3); "
+                    "rerun with GPTC_CUDA_SYNC=1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    REQUIRE_FAKE(b);
+    Program p = program(false);
+    p.functions[0].launches.push_back(launch("softmax", {Y}, {G}));
+    b->load(p);
+    try {
+      b->run(p.functions[0], 3, 4);
+      FAIL() << "no error";
+    } catch (const DeviceError &e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA kernel for gpt.softmax at "
+                                           "fake.cpp:8"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(CudaBackendFake, Profile) {
+  setenv("GPTC_PROFILE", "1", 1);
+  auto b = fakeBackend();
+  unsetenv("GPTC_PROFILE");
+  if (!b)
+    GTEST_SKIP() << "the fake driver did not load";
+  hook<void (*)(int)>("gptcFakeSetArgCount")(2);
+  Program p = program(true);
+  b->load(p);
+  EXPECT_TRUE(b->profiling());
+  for (int i = 0; i < 3; ++i)
+    b->run(p.functions[0], 0, 4);
+  std::string report = b->profileReport();
+  // The first run is not timed, the other two take 0.5 ms a launch.
+  EXPECT_NE(report.find("1.000        2     500.00"), std::string::npos) << report;
+  EXPECT_NE(report.find("k_gelu (gelu at fake.cpp:8)"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("cuBLASLt 3x5x8x4 bf16 tB"), std::string::npos) << report;
+  EXPECT_NE(report.find("all 4 kernels"), std::string::npos) << report;
+  b->resetProfile();
+  EXPECT_EQ(b->profileReport().find("k_gelu"), std::string::npos);
+}
+
+TEST(CudaBackendFake, KernelCheckAgainstCpu) {
+  REQUIRE_FAKE(b);
+  Program p = program(false);
+  auto cpu = makeCpuBackend();
+  std::ostringstream out;
+  EXPECT_EQ(checkKernels(p, *b, *cpu, out), 0) << out.str();
+  EXPECT_NE(out.str().find("Fake NVIDIA H100 80GB HBM3 against cpu"),
+            std::string::npos)
+      << out.str();
+}
+
+} // namespace
