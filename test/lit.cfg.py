@@ -21,7 +21,13 @@ config.environment["GPTC_DEPS"] = config.gptc_deps_dir
 config.environment["OMP_NUM_THREADS"] = "1"
 config.environment["OPENBLAS_NUM_THREADS"] = "1"
 
+# A machine with an NVIDIA GPU: the checks of what happens without one say
+# UNSUPPORTED: cuda-device.
+if os.path.exists("/dev/nvidiactl"):
+    config.available_features.add("cuda-device")
+
 config.substitutions.append(("%gptc-opt", os.path.join(config.gptc_tools_dir, "gptc-opt")))
+config.substitutions.append(("%gptc-runtime", os.path.join(config.gptc_tools_dir, "gptc-runtime")))
 config.substitutions.append(("%gptc", os.path.join(config.gptc_tools_dir, "gptc")))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%src", config.gptc_src_root))

@@ -53,7 +53,8 @@ import subprocess
 import sys
 
 STEP = re.compile(r"^step (\d+)/(\d+) \| loss (\S+) \| lr (\S+) \| norm (\S+) "
-                  r"\| [0-9.]+ ms \| [0-9]+ tok/s( \| skipped .*)?$")
+                  r"\| [0-9.]+ ms \| [0-9]+ tok/s(?: \| MFU [0-9.]+%)?"
+                  r"( \| skipped .*)?$")
 
 
 def fail(message):

@@ -1,5 +1,6 @@
 //===- gptc-opt.cpp - mlir-opt for the gpt dialect and gptc's passes -------===//
 
+#include "gptc/Conversion/LowerToKernels.h"
 #include "gptc/Dialect/GPT/GPTDialect.h"
 #include "gptc/Transforms/Passes.h"
 
@@ -14,6 +15,7 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   gptc::registerGPTCPasses();
+  gptc::registerPrintKernelsPass();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "gptc optimizer driver\n", registry));
 }

@@ -3,9 +3,11 @@
 #include "Command.h"
 #include "LaunchStats.h"
 
+#include "gptc/Conversion/LowerToKernels.h"
 #include "gptc/Executor/Bindings.h"
 #include "gptc/Pipeline/MemoryReport.h"
 #include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Verifier.h"
@@ -25,7 +27,7 @@ namespace {
 // Stages in pipeline order; each later issue appends its own.
 const char *const kStages[] = {"graph",     "padded",   "attention",
                                 "precision", "autodiff", "optimizer",
-                                "fused"};
+                                "fused",     "kernels",  "cuda"};
 
 void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
                 func::FuncOp func, llvm::raw_ostream &os) {
@@ -60,7 +62,7 @@ int runEmit(int argc, char **argv) {
   llvm::cl::opt<std::string> stage(
       "stage", llvm::cl::desc("Print the IR after this stage: graph, padded, "
                               "attention, precision, autodiff, optimizer, "
-                              "fused"),
+                              "fused, kernels, cuda"),
       llvm::cl::init("graph"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<bool> stats(
       "stats", llvm::cl::desc("Print parameter and op counts, not the IR"),
@@ -76,11 +78,42 @@ int runEmit(int argc, char **argv) {
   if (!llvm::is_contained(kStages, stage.getValue()))
     fail("unknown stage '" + stage +
          "' (stages: graph, padded, attention, precision, autodiff, "
-         "optimizer, fused)");
+         "optimizer, fused, kernels, cuda)");
   models::GPT2Config config = model.config();
   int64_t B = model.batch, T = model.seqLength();
 
   std::unique_ptr<MLIRContext> ctx = makeContext();
+  // After the MLIR stages: the kernel-level Program, as text.
+  if (stage == "kernels" || stage == "cuda") {
+    if (stats)
+      fail("--stats is not available at --stage=" + stage);
+    FailureOr<rt::Program> program = compileKernelProgram(
+        *ctx, config, B, T, model.compileOptions(), model.padMultiple);
+    if (failed(program))
+      return 1;
+    std::string error;
+    std::unique_ptr<llvm::ToolOutputFile> out = openOutputFile(output, &error);
+    if (!out)
+      fail(error);
+    if (stage == "kernels") {
+      out->os() << rt::printProgram(*program);
+    } else {
+      // The CUDA C++ of every kernel (the same for every sm_80+ arch).
+      try {
+        cuda::emitCUDA(*program, "sm_90a");
+      } catch (const std::exception &e) {
+        fail(e.what());
+      }
+      for (const rt::DeviceKernel &k : program->kernels) {
+        out->os() << "//===--- kernel " << k.name << " ---===//\n";
+        for (const std::string &f : k.fuses)
+          out->os() << "// launch: " << f << "\n";
+        out->os() << k.source << "\n";
+      }
+    }
+    out->keep();
+    return 0;
+  }
   OwningOpRef<ModuleOp> module = models::buildGPT2(*ctx, config, B, T);
   PassManager pm(ctx.get());
   buildPipeline(pm, stage, model.compileOptions(), model.padMultiple);

@@ -1,10 +1,28 @@
-//===- TrainCommand.cpp - gptc train: train a model on the CPU ------------===//
+//===- TrainCommand.cpp - gptc train: train a model -----------------------===//
+//
+// Two ways to run the step (--runtime):
+//   executor  the CPU executor interprets the fused IR op by op (the
+//             reference; CPU only, the default there)
+//   program   the kernel-level Program that `gptc compile` puts into a
+//             training program, run in-process on --device's backend: the
+//             GPU's kernels (cuda), or each launch on the executor's kernels
+//             over the same memory plan (cpu, for CI)
+// --device defaults to cuda when a CUDA device answers, else cpu. The output
+// is the same either way.
+//
+//===----------------------------------------------------------------------===//
 
 #include "Command.h"
 
+#include "gptc/Conversion/LowerToKernels.h"
 #include "gptc/Executor/Bindings.h"
 #include "gptc/Formats/Error.h"
 #include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Target/CUDA/CompileKernels.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
+#include "gptc/Train/ExecutorEngine.h"
+#include "gptc/Train/ProgramEngine.h"
 #include "gptc/Train/Trainer.h"
 
 #include <cmath>
@@ -44,8 +62,16 @@ int runTrain(int argc, char **argv) {
       llvm::cl::Required, cat(gptcCategory));
   llvm::cl::opt<std::string> valData(
       "val-data", desc("Validation tokens (forward only)"), cat(gptcCategory));
-  llvm::cl::opt<std::string> device("device", desc("Where to run: cpu"),
-                                    init("cpu"), cat(gptcCategory));
+  llvm::cl::opt<std::string> device(
+      "device",
+      desc("Where to run: cuda (the default when a GPU is present) or cpu"),
+      cat(gptcCategory));
+  llvm::cl::opt<std::string> runtime(
+      "runtime",
+      desc("executor: the CPU executor runs the fused IR (cpu only; the "
+           "default there); program: the kernel-level Program that gptc "
+           "compile builds, on --device (cuda's default)"),
+      cat(gptcCategory));
   llvm::cl::opt<int64_t> steps("steps", desc("Optimizer steps"), init(50),
                                cat(gptcCategory));
   llvm::cl::opt<int64_t> gradAccum(
@@ -118,8 +144,12 @@ int runTrain(int argc, char **argv) {
   parseCommandLine(argc, argv, "gptc train: train a model on token data\n",
                    /*withMLIROptions=*/true);
 
-  if (device != "cpu")
-    fail("unknown device '" + device + "' (gptc train runs on: cpu)");
+  if (!device.empty() && device != "cpu" && device != "cuda")
+    fail("unknown device '" + device + "' (gptc train runs on: cpu, cuda)");
+  if (!runtime.empty() && runtime != "executor" && runtime != "program")
+    fail("unknown --runtime '" + runtime + "' (executor, program)");
+  if (device == "cuda" && runtime == "executor")
+    fail("--runtime=executor runs on the CPU only: use --device=cpu");
   std::optional<LRSchedule::Kind> kind = parseScheduleKind(schedule);
   if (!kind)
     fail("unknown --lr-schedule '" + schedule + "' (cosine, constant)");
@@ -193,32 +223,64 @@ int runTrain(int argc, char **argv) {
              "): pass --resume to continue, or use another --ckpt-dir");
       resumeFrom = latest;
     }
+    // The device next, still before anything is written: an explicit
+    // --device=cuda without one is an error, the default falls back.
+    std::unique_ptr<rt::Backend> backend;
+    if (device.empty() ? runtime != "executor" : device == "cuda") {
+      try {
+        backend = rt::makeCudaBackend();
+      } catch (const rt::DeviceError &e) {
+        if (!device.empty())
+          fail(e.what());
+      }
+    }
+    if (!backend && runtime == "program")
+      backend = rt::makeCpuBackend();
     if (!runDir.empty())
       std::filesystem::create_directories(runDir);
     RunLog log(runDir.empty() ? "" : runDir + "/log.txt");
 
     std::unique_ptr<MLIRContext> ctx = makeContext();
-    FailureOr<TrainingProgram> program = compileTrainingProgram(
-        *ctx, config, opts.batch, opts.seq, opts.optimizer, model.padMultiple);
-    if (failed(program))
-      return 1;
-    FailureOr<Trainer> trainer = Trainer::create(*program, config, opts, log);
-    if (failed(trainer))
-      return 1;
-    if (!resumeFrom.empty()) {
-      trainer->resume(resumeFrom);
-    } else if (!initFrom.empty()) {
-      std::vector<exec::ArgumentInfo> args =
-          exec::describeArguments(program->forward);
-      trainer->start(
-          exec::loadParametersFromFile(args, initFrom),
-          initFrom);
+    std::unique_ptr<Engine> engine;
+    std::vector<exec::ArgumentInfo> params;
+    std::optional<TrainingProgram> program; // the executor's
+    std::optional<rt::Program> kernels;     // the program runtime's
+    if (backend) {
+      FailureOr<rt::Program> lowered =
+          compileKernelProgram(*ctx, config, opts.batch, opts.seq,
+                               opts.optimizer, model.padMultiple);
+      if (failed(lowered))
+        return 1;
+      kernels = std::move(*lowered);
+      if (rt::CudaBackend *cuda = rt::asCudaBackend(backend.get()))
+        cuda::compileKernels(*kernels, cuda->arch(), {});
+      engine = makeProgramEngine(*kernels, *backend);
+      for (const ParamSpec &p : kernels->params)
+        params.push_back({exec::ArgumentInfo::Kind::Param, p.name, p.shape});
+      setMfu(opts, *backend, config, exec::parameterCount(params));
     } else {
-      trainer->start(initParameters(trainer->parameters(), seed), "init");
+      FailureOr<TrainingProgram> compiled =
+          compileTrainingProgram(*ctx, config, opts.batch, opts.seq,
+                                 opts.optimizer, model.padMultiple);
+      if (failed(compiled))
+        return 1;
+      program = std::move(*compiled);
+      FailureOr<std::unique_ptr<Engine>> made = makeExecutorEngine(*program);
+      if (failed(made))
+        return 1;
+      engine = std::move(*made);
+      params = exec::describeArguments(program->forward);
+    }
+    Trainer trainer(std::move(engine), config, opts, log);
+    if (!resumeFrom.empty()) {
+      trainer.resume(resumeFrom);
+    } else if (!initFrom.empty()) {
+      trainer.start(exec::loadParametersFromFile(params, initFrom), initFrom);
+    } else {
+      trainer.start(initParameters(trainer.parameters(), seed), "init");
     }
 
-    log.line(describe(config, exec::parameterCount(
-                                  exec::describeArguments(program->forward))));
+    log.line(describe(config, exec::parameterCount(params)));
     FailureOr<MemoryReport> memory = memoryReportFor(*ctx, model);
     if (failed(memory))
       return 1;
@@ -228,12 +290,16 @@ int runTrain(int argc, char **argv) {
       log.line(describe("val", valData, *val));
     if (!resumeFrom.empty())
       log.line("resuming from " + resumeFrom + " at step " +
-               std::to_string(trainer->state().step));
-    if (failed(trainer->run(train, val ? &*val : nullptr)))
+               std::to_string(trainer.state().step));
+    if (!trainer.run(train, val ? &*val : nullptr))
       return 1;
   } catch (const FormatError &e) {
     fail(e.what());
   } catch (const TrainError &e) {
+    fail(e.what());
+  } catch (const rt::DeviceError &e) {
+    fail(e.what());
+  } catch (const cuda::EmitError &e) {
     fail(e.what());
   } catch (const std::filesystem::filesystem_error &e) {
     fail(e.path1().string() + ": " + e.code().message());

@@ -2,7 +2,8 @@
 //
 //   gptc emit --model=gpt2 --stage=graph     print IR after a stage
 //   gptc eval --model=M --init-from=W --data=D --batch=B --seq=T
-//   gptc train --model=M --data=D --steps=N ...   train on the CPU
+//   gptc train --model=M --data=D --steps=N ...   train (CPU or GPU)
+//   gptc compile --model=M -o train               the training program
 //   gptc sample --init-from=CKPT --prompt=TEXT    generate text
 //   gptc tokenize IN.txt... -o OUT.bin            GPT-2 BPE token shards
 //
@@ -26,11 +27,11 @@ using namespace gptc::cli;
 namespace {
 const char *kUsage = "usage: gptc <command> [options]\n"
                      "commands:\n"
-                     "  compile   the training program (for now: "
-                     "--memory-report)\n"
+                     "  compile   the training program (-o FILE) or its "
+                     "memory report\n"
                      "  emit      print gptc's IR for a model after a stage\n"
                      "  eval      loss of a model on a batch of a token file\n"
-                     "  train     train a model on a token file (CPU)\n"
+                     "  train     train a model on a token file (CPU or GPU)\n"
                      "  sample    generate text from a checkpoint\n"
                      "  tokenize  text files to GPT-2 token shards\n"
                      "run 'gptc <command> --help' for its options\n";

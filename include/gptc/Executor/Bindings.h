@@ -1,64 +1,21 @@
 //===- Bindings.h - function arguments from checkpoints and data -*- C++ -*-===//
 //
 // A model function's arguments are its parameters (tagged gpt.param) and its
-// token batches (gpt.input). These helpers fill them from a safetensors file
-// and a token file, with one-line errors that name the file and the tensor.
+// token batches (gpt.input): describeArguments reads them off the function;
+// Arguments.h fills them from a checkpoint and a token file.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef GPTC_EXECUTOR_BINDINGS_H
 #define GPTC_EXECUTOR_BINDINGS_H
 
-#include "gptc/Executor/HostTensor.h"
-#include "gptc/Formats/Safetensors.h"
+#include "gptc/Executor/Arguments.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
-#include <map>
-
 namespace gptc::exec {
 
-struct ArgumentInfo {
-  enum class Kind { Param, Tokens, Targets };
-  Kind kind;
-  std::string name; ///< parameter name, or "tokens" / "targets"
-  std::vector<int64_t> shape;
-};
-
 std::vector<ArgumentInfo> describeArguments(mlir::func::FuncOp func);
-
-/// Total number of parameter elements.
-int64_t parameterCount(const std::vector<ArgumentInfo> &args);
-
-/// Reads every parameter from `file` (names as in Hugging Face GPT-2, with
-/// or without a "transformer." prefix; F32, F16 or BF16). Throws FormatError
-/// for a missing tensor, a wrong shape or dtype, or a tensor that belongs to
-/// no parameter.
-std::map<std::string, HostTensor>
-loadParameters(const std::vector<ArgumentInfo> &args,
-               const SafetensorsFile &file);
-
-/// The same from a file of either format: a safetensors file, or an llm.c
-/// model_*.bin (told apart by llm.c's magic 20240326).
-std::map<std::string, HostTensor>
-loadParametersFromFile(const std::vector<ArgumentInfo> &args,
-                       const std::string &path);
-
-/// Inputs and next-token targets of the [B, T] window starting at `start`.
-struct Batch {
-  HostTensor tokens;
-  HostTensor targets;
-};
-/// Throws FormatError (naming `source`) if the window runs past the end or
-/// holds an id outside [0, vocab).
-Batch batchAt(const std::vector<uint16_t> &tokens, size_t start, int64_t B,
-              int64_t T, int64_t vocab, const std::string &source);
-
-/// Arguments in function order.
-std::vector<HostTensor>
-bindArguments(const std::vector<ArgumentInfo> &args,
-              const std::map<std::string, HostTensor> &params,
-              const Batch &batch);
 
 } // namespace gptc::exec
 

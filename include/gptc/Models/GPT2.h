@@ -2,6 +2,8 @@
 #ifndef GPTC_MODELS_GPT2_H
 #define GPTC_MODELS_GPT2_H
 
+#include "gptc/Models/GPT2Config.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
@@ -10,15 +12,6 @@
 #include <vector>
 
 namespace gptc::models {
-
-struct GPT2Config {
-  std::string name;
-  int64_t nLayer = 0;
-  int64_t nHead = 0;
-  int64_t nEmbd = 0;
-  int64_t blockSize = 0;
-  int64_t vocabSize = 0;
-};
 
 /// gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl.
 std::optional<GPT2Config> gpt2Preset(const std::string &name);

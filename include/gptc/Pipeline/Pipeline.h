@@ -25,6 +25,7 @@
 #define GPTC_PIPELINE_PIPELINE_H
 
 #include "gptc/Models/GPT2.h"
+#include "gptc/Pipeline/OptimizerOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -32,19 +33,6 @@
 #include "mlir/Pass/PassManager.h"
 
 namespace gptc {
-
-/// Hyper-parameters fixed at compile time (the learning rate is not: the
-/// schedule feeds it to every update).
-struct OptimizerOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weightDecay = 0.1; ///< on 2-D parameters only
-  double clip = 1.0;        ///< global-norm clipping; 0 turns it off
-  /// gpt-mixed-precision's policy: fp32, tf32, bf16 or fp16 (fp16 adds a
-  /// run-time loss scale to the gradient function; the trainer drives it).
-  std::string precision = "fp32";
-};
 
 struct TrainingProgram {
   mlir::OwningOpRef<mlir::ModuleOp> module;

@@ -14,7 +14,7 @@
 #ifndef GPTC_TRAIN_DATALOADER_H
 #define GPTC_TRAIN_DATALOADER_H
 
-#include "gptc/Executor/Bindings.h"
+#include "gptc/Executor/Arguments.h"
 
 #include <cstdint>
 #include <string>

@@ -14,8 +14,8 @@
 #ifndef GPTC_TRAIN_TRAINSTATE_H
 #define GPTC_TRAIN_TRAINSTATE_H
 
-#include "gptc/Models/GPT2.h"
-#include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Models/GPT2Config.h"
+#include "gptc/Pipeline/OptimizerOptions.h"
 #include "gptc/Train/Checkpoint.h"
 #include "gptc/Train/DataLoader.h"
 #include "gptc/Train/LRSchedule.h"
@@ -40,6 +40,10 @@ struct TrainOptions {
   /// non-finite gradients is skipped and halves it.
   double initLossScale = 65536.0;
   int64_t lossScaleWindow = 2000;
+  /// The step line's MFU, printed only where both are known (> 0): the
+  /// model's FLOPs per trained token and the device's peak FLOP/s.
+  double flopsPerToken = 0.0;
+  double peakFlops = 0.0;
 };
 
 struct TrainState {

@@ -1,0 +1,30 @@
+//===- OptimizerOptions.h - AdamW's compile-time settings -------*- C++ -*-===//
+//
+// Plain data and no MLIR: the training program carries these (they are
+// constants in its update kernels) and records them in checkpoints.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_PIPELINE_OPTIMIZEROPTIONS_H
+#define GPTC_PIPELINE_OPTIMIZEROPTIONS_H
+
+#include <string>
+
+namespace gptc {
+
+/// Hyper-parameters fixed at compile time (the learning rate is not: the
+/// schedule feeds it to every update).
+struct OptimizerOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weightDecay = 0.1; ///< on 2-D parameters only
+  double clip = 1.0;        ///< global-norm clipping; 0 turns it off
+  /// gpt-mixed-precision's policy: fp32, tf32, bf16 or fp16 (fp16 adds a
+  /// run-time loss scale to the gradient function; the trainer drives it).
+  std::string precision = "fp32";
+};
+
+} // namespace gptc
+
+#endif // GPTC_PIPELINE_OPTIMIZEROPTIONS_H

@@ -1,0 +1,326 @@
+//===- ProgramEngine.cpp - the training step as a kernel schedule ---------===//
+
+#include "gptc/Train/ProgramEngine.h"
+
+#include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Train/Trainer.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+
+using gptc::exec::HostTensor;
+using gptc::rt::Role;
+
+namespace gptc::train {
+
+namespace {
+
+class ProgramEngine : public Engine {
+public:
+  ProgramEngine(const rt::Program &p, rt::Backend &backend)
+      : p_(p), backend_(backend) {
+    forward_ = function("forward");
+    grads_ = function("grads");
+    update_ = function("update");
+    if (update_->normLaunches < 0 ||
+        size_t(update_->normLaunches) > update_->launches.size())
+      fail("its update function does not say which launches compute "
+           "grad_norm (normLaunches)");
+    for (const ParamSpec &spec : p_.params) {
+      Slots s;
+      s.param = floatBuffer(Role::Param, spec);
+      s.grad = floatBuffer(Role::Grad, spec);
+      s.adamM = floatBuffer(Role::AdamM, spec);
+      s.adamV = floatBuffer(Role::AdamV, spec);
+      slots_.push_back(s);
+    }
+    tokens_ = buffer(Role::Input, "tokens", rt::DType::I32);
+    targets_ = buffer(Role::Input, "targets", rt::DType::I32);
+    lr_ = buffer(Role::Hyper, "lr", rt::DType::F32);
+    step_ = buffer(Role::Hyper, "step", rt::DType::F32);
+    gradScale_ = buffer(Role::Hyper, "grad_scale", rt::DType::F32);
+    lossScale_ = p_.find(Role::Hyper, "loss_scale");
+    if (lossScale_ >= 0)
+      buffer(Role::Hyper, "loss_scale", rt::DType::F32); // checks its type
+    for (const rt::Buffer &b : p_.buffers)
+      if (b.role == Role::Hyper && b.binding != "lr" && b.binding != "step" &&
+          b.binding != "grad_scale" && b.binding != "loss_scale")
+        fail("it takes the hyper-parameter '" + b.binding +
+             "', which the trainer does not know");
+    forwardLoss_ = result(*forward_, Role::Output, "loss");
+    gradsLoss_ = result(*grads_, Role::Output, "loss");
+    gradNorm_ = result(*update_, Role::Output, "grad_norm");
+    backend_.load(p_);
+  }
+
+  const std::vector<ParamSpec> &parameters() const override {
+    return p_.params;
+  }
+  bool lossScaling() const override { return lossScale_ >= 0; }
+
+  void setWeights(TensorMap params, TensorMap adamM, TensorMap adamV) override {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const std::string &name = p_.params[i].name;
+      backend_.upload(slots_[i].param, params.at(name).data());
+      backend_.upload(slots_[i].adamM, adamM.at(name).data());
+      backend_.upload(slots_[i].adamV, adamV.at(name).data());
+    }
+  }
+
+  void getWeights(TensorMap &params, TensorMap &adamM,
+                  TensorMap &adamV) override {
+    backend_.synchronize();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const ParamSpec &spec = p_.params[i];
+      params[spec.name] = download(slots_[i].param, spec.shape);
+      adamM[spec.name] = download(slots_[i].adamM, spec.shape);
+      adamV[spec.name] = download(slots_[i].adamV, spec.shape);
+    }
+  }
+
+  double accumulate(const exec::Batch &batch, float lossScale,
+                    bool first) override {
+    // The second micro-batch overwrites the first one's gradients: sum on
+    // the host from then on.
+    if (first) {
+      hostSum_ = false;
+    } else if (!hostSum_) {
+      backend_.synchronize();
+      for (size_t i = 0; i < slots_.size(); ++i)
+        gradSum_[i] = download(slots_[i].grad, p_.params[i].shape);
+      hostSum_ = true;
+    }
+    uploadBatch(batch);
+    if (lossScale_ >= 0)
+      backend_.upload(lossScale_, &lossScale);
+    backend_.run(*grads_, 0, grads_->launches.size());
+    backend_.synchronize();
+    if (hostSum_) {
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        HostTensor g = download(slots_[i].grad, p_.params[i].shape);
+        std::vector<float> &sum = gradSum_[i].f32;
+        for (size_t j = 0; j < sum.size(); ++j)
+          sum[j] += g.f32[j];
+      }
+    }
+    return scalar(gradsLoss_);
+  }
+
+  double prepareUpdate(const UpdateHypers &h) override {
+    if (hostSum_) {
+      for (size_t i = 0; i < slots_.size(); ++i)
+        backend_.upload(slots_[i].grad, gradSum_[i].data());
+      hostSum_ = false;
+    }
+    backend_.upload(lr_, &h.lr);
+    backend_.upload(step_, &h.step);
+    backend_.upload(gradScale_, &h.gradScale);
+    backend_.run(*update_, 0, size_t(update_->normLaunches));
+    backend_.synchronize();
+    return scalar(gradNorm_);
+  }
+
+  void applyUpdate() override {
+    backend_.run(*update_, size_t(update_->normLaunches),
+                 update_->launches.size());
+  }
+
+  double loss(const exec::Batch &batch) override {
+    uploadBatch(batch);
+    backend_.run(*forward_, 0, forward_->launches.size());
+    backend_.synchronize();
+    return scalar(forwardLoss_);
+  }
+
+private:
+  struct Slots {
+    int param, grad, adamM, adamV;
+  };
+
+  [[noreturn]] void fail(const std::string &why) const {
+    auto it = p_.meta.find("model");
+    throw TrainError("cannot train the program" +
+                     (it == p_.meta.end() ? "" : " of " + it->second) + ": " +
+                     why);
+  }
+
+  const rt::Function *function(const char *name) const {
+    const rt::Function *f = p_.function(name);
+    if (!f)
+      fail(std::string("it has no ") + name + " function");
+    return f;
+  }
+
+  int buffer(Role role, const std::string &binding, rt::DType dtype) const {
+    int id = p_.find(role, binding);
+    if (id < 0)
+      fail(std::string("it has no ") + rt::roleName(role) + " buffer '" +
+           binding + "'");
+    if (p_.buffers[id].dtype != dtype)
+      fail(std::string(rt::roleName(role)) + " buffer '" + binding + "' is " +
+           rt::dtypeName(p_.buffers[id].dtype) + ", expected " +
+           rt::dtypeName(dtype));
+    return id;
+  }
+
+  int floatBuffer(Role role, const ParamSpec &spec) const {
+    int id = buffer(role, spec.name, rt::DType::F32);
+    if (p_.buffers[id].shape != spec.shape)
+      fail(std::string(rt::roleName(role)) + " buffer '" + spec.name +
+           "' has shape " + exec::shapeString(p_.buffers[id].shape) +
+           ", the parameter " + exec::shapeString(spec.shape));
+    return id;
+  }
+
+  /// The f32 scalar that `f` returns with this role and binding.
+  int result(const rt::Function &f, Role role, const char *binding) const {
+    for (int id : f.results) {
+      const rt::Buffer &b = p_.buffers[id];
+      if (b.role == role && b.binding == binding) {
+        if (b.dtype != rt::DType::F32 || b.numel() != 1)
+          fail("its " + f.name + " function's " + binding +
+               " is not an f32 scalar");
+        return id;
+      }
+    }
+    fail("its " + f.name + " function returns no " + binding);
+  }
+
+  void uploadBatch(const exec::Batch &batch) {
+    for (auto [id, t] : {std::pair{tokens_, &batch.tokens},
+                         std::pair{targets_, &batch.targets}}) {
+      if (t->shape != p_.buffers[id].shape)
+        fail("its " + p_.buffers[id].binding + " are " +
+             exec::shapeString(p_.buffers[id].shape) + ", the batch " +
+             exec::shapeString(t->shape));
+      backend_.upload(id, t->i32.data());
+    }
+  }
+
+  HostTensor download(int id, const std::vector<int64_t> &shape) {
+    HostTensor t = HostTensor::floats(shape);
+    backend_.download(id, t.data());
+    return t;
+  }
+
+  double scalar(int id) {
+    float x = 0.0f;
+    backend_.download(id, &x);
+    return x;
+  }
+
+  const rt::Program &p_;
+  rt::Backend &backend_;
+  const rt::Function *forward_, *grads_, *update_;
+  std::vector<Slots> slots_; ///< per parameter, as p_.params
+  int tokens_, targets_, lr_, step_, gradScale_, lossScale_;
+  int forwardLoss_, gradsLoss_, gradNorm_;
+  bool hostSum_ = false; ///< grad accumulation: the sum is in gradSum_
+  std::map<size_t, HostTensor> gradSum_;
+};
+
+} // namespace
+
+std::unique_ptr<Engine> makeProgramEngine(const rt::Program &program,
+                                          rt::Backend &backend) {
+  return std::make_unique<ProgramEngine>(program, backend);
+}
+
+CompiledSettings compiledSettings(const rt::Program &program) {
+  auto text = [&](const char *key) -> const std::string & {
+    auto it = program.meta.find(key);
+    if (it == program.meta.end())
+      throw TrainError(std::string("the program records no '") + key +
+                       "' in its meta");
+    return it->second;
+  };
+  auto integer = [&](const char *key) {
+    const std::string &s = text(key);
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+    if (ec != std::errc() || end != s.data() + s.size())
+      throw TrainError(std::string("the program's meta '") + key + "' = '" + s +
+                       "' is not an integer");
+    return value;
+  };
+  auto real = [&](const char *key) {
+    const std::string &s = text(key);
+    char *end = nullptr;
+    double value = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end)
+      throw TrainError(std::string("the program's meta '") + key + "' = '" + s +
+                       "' is not a number");
+    return value;
+  };
+  CompiledSettings c;
+  c.model.name = text("model");
+  c.model.nLayer = integer("n_layer");
+  c.model.nHead = integer("n_head");
+  c.model.nEmbd = integer("n_embd");
+  c.model.blockSize = integer("block_size");
+  c.model.vocabSize = integer("vocab_size");
+  c.batch = integer("batch");
+  c.seq = integer("seq");
+  c.padMultiple = integer("pad_multiple");
+  c.optimizer.precision = text("precision");
+  c.optimizer.beta1 = real("beta1");
+  c.optimizer.beta2 = real("beta2");
+  c.optimizer.eps = real("eps");
+  c.optimizer.weightDecay = real("weight_decay");
+  c.optimizer.clip = real("clip");
+  return c;
+}
+
+double flopsPerToken(const models::GPT2Config &config, int64_t parameters,
+                     int64_t seq) {
+  return 6.0 * double(parameters) +
+         6.0 * double(config.nLayer) * double(config.nEmbd) * double(seq);
+}
+
+void setMfu(TrainOptions &opts, rt::Backend &backend,
+            const models::GPT2Config &config, int64_t parameters) {
+  if (rt::CudaBackend *cuda = rt::asCudaBackend(&backend)) {
+    opts.peakFlops = cuda->peakBf16Flops();
+    opts.flopsPerToken = flopsPerToken(config, parameters, opts.seq);
+  }
+}
+
+std::string programMemoryLine(const rt::Program &program) {
+  int64_t params = 0, grads = 0, adam = 0, io = 0, temps = 0;
+  for (const rt::Buffer &b : program.buffers) {
+    if (b.viewOf >= 0)
+      continue;
+    switch (b.role) {
+    case Role::Param:
+      params += b.bytes();
+      break;
+    case Role::Grad:
+      grads += b.bytes();
+      break;
+    case Role::AdamM:
+    case Role::AdamV:
+      adam += b.bytes();
+      break;
+    case Role::Temp:
+      break;
+    default:
+      io += b.bytes();
+      break;
+    }
+  }
+  // Temporaries share their space: what the plan gives them is the rest.
+  temps = program.arenaBytes - params - grads - adam - io;
+  auto mib = [](int64_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
+    return std::string(buf);
+  };
+  auto it = program.meta.find("precision");
+  return "memory (" + (it == program.meta.end() ? "?" : it->second) +
+         "): params " + mib(params) + " | grads " + mib(grads) +
+         " | adam m+v " + mib(adam) + " | io " + mib(io) + " | temporaries " +
+         mib(temps) + " | arena " + mib(program.arenaBytes);
+}
+
+} // namespace gptc::train
