@@ -17,15 +17,15 @@ if [[ ! -f $data/brown_train.bin || ! -f $data/brown_val.bin ]]; then
     --val-fraction=0.05
 fi
 
-# The CUDA backend is not built yet (see the open issues): the CPU it is.
-device=cpu
+# No --device: gptc train runs the compiled program on the GPU when the CUDA
+# backend finds one, and the CPU executor otherwise.
 run=runs/brown-tiny
 # A re-run continues from the newest complete checkpoint (a finished run
 # just samples again).
 newest() { ls -d "$run"/step_*/DONE 2>/dev/null | sort | tail -n 1 | xargs -r dirname; }
 resume=()
 [[ -n $(newest) ]] && resume=(--resume)
-build/bin/gptc train --model=gpt2-tiny --device=$device \
+build/bin/gptc train --model=gpt2-tiny \
   --data="$data/brown_train.bin" --val-data="$data/brown_val.bin" \
   --batch=8 --seq=64 --steps=300 --lr=1e-3 --min-lr=1e-4 --warmup=20 \
   --val-every=50 --val-batches=8 --ckpt-dir=$run --ckpt-every=100 \

@@ -37,8 +37,10 @@ const char *const kKernels[] = {
     "cross_entropy_with_grad",       "embedding",
     "embedding_grad",                "flash_attention",
     "flash_attention_grad",          "fused_elementwise",
+    "fused_layernorm",               "fused_layernorm_grad",
     "iota",       "layernorm",       "layernorm_grad",
-    "matmul",     "multi_tensor_elementwise",
+    "matmul",     "matmul_epilogue", "multi_tensor_elementwise",
+    "multi_tensor_reduce",
     "pad",        "reduce_sum",      "slice",
     "split",      "transpose"};
 
@@ -196,6 +198,12 @@ LogicalResult Lowering::attributes(Operation *op, rt::Launch &l) {
       l.lists[name].assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
     else if (auto arr = dyn_cast<DenseI32ArrayAttr>(v))
       l.lists[name].assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+    else if (auto arr = dyn_cast<DenseF32ArrayAttr>(v))
+      l.floatLists[name].assign(arr.asArrayRef().begin(),
+                                arr.asArrayRef().end());
+    else if (auto arr = dyn_cast<DenseF64ArrayAttr>(v))
+      l.floatLists[name].assign(arr.asArrayRef().begin(),
+                                arr.asArrayRef().end());
     else if (auto arr = dyn_cast<ArrayAttr>(v)) {
       std::vector<int64_t> list;
       for (Attribute e : arr) {
@@ -212,13 +220,17 @@ LogicalResult Lowering::attributes(Operation *op, rt::Launch &l) {
       return op->emitError() << "attribute '" << name << "' of '"
                              << op->getName() << "' (" << v
                              << ") has no launch form (integers, floats "
-                                "and integer arrays only)";
+                                "and their arrays only)";
   }
   // Defaulted attributes are absent from the IR when they have their
   // default; the kernels should not need to know the defaults.
   if (auto ln = dyn_cast<gpt::LayerNormOp>(op))
     l.floats["epsilon"] = ln.getEpsilon().convertToDouble();
   if (auto ln = dyn_cast<gpt::LayerNormGradOp>(op))
+    l.floats["epsilon"] = ln.getEpsilon().convertToDouble();
+  if (auto ln = dyn_cast<gpt::FusedLayerNormOp>(op))
+    l.floats["epsilon"] = ln.getEpsilon().convertToDouble();
+  if (auto ln = dyn_cast<gpt::FusedLayerNormGradOp>(op))
     l.floats["epsilon"] = ln.getEpsilon().convertToDouble();
   if (auto pad = dyn_cast<gpt::PadOp>(op))
     l.ints["value"] = pad.getValue();
@@ -364,7 +376,9 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
     }
     if (failed(attributes(&op, l)))
       return failure();
-    if (isa<gpt::FusedElementwiseOp, gpt::MultiTensorElementwiseOp>(op)) {
+    if (isa<gpt::FusedElementwiseOp, gpt::MultiTensorElementwiseOp,
+            gpt::MultiTensorReduceOp, gpt::FusedLayerNormOp,
+            gpt::FusedLayerNormGradOp>(op)) {
       try {
         l.body = exec::compileBody(op.getRegion(0).front());
       } catch (const exec::KernelError &e) {
@@ -597,11 +611,14 @@ FailureOr<rt::Program> compileKernelProgram(MLIRContext &ctx,
                                             const models::GPT2Config &cfg,
                                             int64_t batch, int64_t seq,
                                             const OptimizerOptions &opts,
-                                            int64_t padMultiple) {
+                                            int64_t padMultiple,
+                                            bool keepLogits) {
   FailureOr<TrainingProgram> step =
       compileTrainingProgram(ctx, cfg, batch, seq, opts, padMultiple);
   if (failed(step))
     return failure();
+  if (!keepLogits)
+    dropOutputs(step->forward, {"logits"});
   FailureOr<rt::Program> p =
       lowerToKernels(*step, cfg, batch, seq, opts, padMultiple);
   if (failed(p))

@@ -4,6 +4,7 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 #include "gptc/Executor/FusedKernels.h"
+#include "gptc/Executor/FusedLayerNorm.h"
 #include "gptc/Executor/Kernels.h"
 #include "gptc/Executor/Precision.h"
 
@@ -67,12 +68,33 @@ std::vector<HostTensor> evaluate(Operation *op,
       .Case([&](gpt::CastOp) { return one(*in[0]); })
       .Case([&](gpt::EmbeddingOp) { return one(embedding(*in[0], *in[1])); })
       .Case([&](gpt::FusedElementwiseOp f) { return fusedElementwise(f, in); })
+      .Case([&](gpt::FusedLayerNormGradOp f) {
+        std::vector<const HostTensor *> inputs(in.begin() + 3, in.end());
+        return fusedLayernormGrad(compileBody(f.getBody().front()), *in[0],
+                                  *in[1], *in[2], inputs,
+                                  f.getEpsilon().convertToFloat());
+      })
+      .Case([&](gpt::FusedLayerNormOp f) {
+        std::vector<const HostTensor *> inputs(in.begin(), in.end() - 2);
+        return fusedLayernorm(compileBody(f.getBody().front()), inputs,
+                              *in[in.size() - 2], *in.back(),
+                              shapeOf(f.getResult()),
+                              f.getEpsilon().convertToFloat());
+      })
       .Case([&](gpt::MultiTensorElementwiseOp f) {
         return multiTensorElementwise(f, in);
+      })
+      .Case([&](gpt::MultiTensorReduceOp r) {
+        return one(multiTensorReduce(r, in));
       })
       .Case([&](gpt::MatmulOp m) {
         return one(matmul(*in[0], *in[1], m.getTransposeA(),
                           m.getTransposeB()));
+      })
+      .Case([&](gpt::MatmulEpilogueOp m) {
+        return matmulEpilogue(*in[0], *in[1], *in[2], m.getTransposeA(),
+                              m.getTransposeB(), m.getGelu(),
+                              bool(m.getPre()));
       })
       .Case([&](gpt::LayerNormOp l) {
         return one(layernorm(*in[0], *in[1], *in[2],

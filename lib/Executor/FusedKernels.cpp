@@ -111,10 +111,18 @@ multiTensorElementwise(gpt::MultiTensorElementwiseOp op,
   std::vector<std::vector<const HostTensor *>> sources(n);
   std::vector<HostTensor> results(op.getNumResults());
   std::vector<std::vector<float *>> outs(n);
+  // Per-tensor constants are rank-0 arguments of their tensor.
+  std::vector<HostTensor> constants;
+  if (std::optional<ArrayRef<float>> values = op.getPerTensor())
+    for (float v : *values)
+      constants.push_back(HostTensor::floats({}, v));
+  size_t perConstant = constants.size() / n;
   for (size_t t = 0; t < n; ++t) {
     shapes.push_back(shapeOf(op.getResult(t)));
     for (size_t j = 0; j < perTensor; ++j)
       sources[t].push_back(in[j * n + t]);
+    for (size_t k = 0; k < perConstant; ++k)
+      sources[t].push_back(&constants[k * n + t]);
     for (size_t s = op.getTensors().size(); s < in.size(); ++s)
       sources[t].push_back(in[s]);
     for (size_t r = 0; r < perResult; ++r) {

@@ -3,6 +3,7 @@
 #include "gptc/Executor/Kernels.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <cblas.h>
 
@@ -54,6 +55,43 @@ HostTensor matmul(const HostTensor &a, const HostTensor &b, bool transposeA,
                 lda, b.data() + i * strideB, ldb, 0.0f,
                 out.data() + i * M * N, N);
   return out;
+}
+
+std::vector<HostTensor> matmulEpilogue(const HostTensor &a, const HostTensor &b,
+                                       const HostTensor &bias, bool transposeA,
+                                       bool transposeB, bool gelu,
+                                       bool keepPre) {
+  // The float32 accumulator is the same GEMM as gpt.matmul's; the epilogue
+  // then works on it before anything is rounded.
+  HostTensor pre = matmul(a, b, transposeA, transposeB);
+  int64_t N = pre.shape.back(), rows = pre.numel() / N;
+  float *p = pre.data();
+  const float *bs = bias.data();
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      p[r * N + n] += bs[n];
+  if (!gelu)
+    return {std::move(pre)};
+  HostTensor out = HostTensor::floats(pre.shape);
+  float *o = out.data();
+  // The operations and float32 constants of gpt-fuse-elementwise's tanh
+  // GELU body, in its order, so the fp32 step is unchanged bit for bit.
+  const float half = 0.5f, one = 1.0f, k0 = float(std::sqrt(2.0 / M_PI)),
+              k1 = float(0.044715);
+  int64_t n = pre.numel();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    float x = p[i];
+    float cube = (x * x) * x;
+    float t = std::tanh(k0 * (x + k1 * cube));
+    o[i] = (half * x) * (one + t);
+  }
+  std::vector<HostTensor> results;
+  results.push_back(std::move(out));
+  if (keepPre)
+    results.push_back(std::move(pre));
+  return results;
 }
 
 } // namespace gptc::exec

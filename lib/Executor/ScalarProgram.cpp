@@ -175,6 +175,60 @@ void runChunks(const ScalarProgram &p,
 
 } // namespace
 
+double
+sumScalarProgram(const ScalarProgram &p,
+                 const std::vector<std::vector<const HostTensor *>> &args,
+                 const std::vector<std::vector<int64_t>> &shapes) {
+  if (p.results.size() != 1)
+    throw KernelError("a reduced body yields one value");
+  std::vector<std::vector<ArgumentSource>> sources(args.size());
+  for (size_t t = 0; t < args.size(); ++t)
+    for (const HostTensor *x : args[t])
+      sources[t].push_back(sourceOf(*x, shapes[t]));
+  // Chunk partials in double, added in chunk order: the sum depends on the
+  // chunking (fixed), never on the thread count.
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    int64_t n = numElements(shapes[t]);
+    for (int64_t start = 0; start < n; start += kChunk)
+      chunks.push_back({int64_t(t), start, std::min(kChunk, n - start)});
+  }
+  int64_t total = 0;
+  for (const Chunk &chunk : chunks)
+    total += chunk.len;
+  std::vector<double> partials(chunks.size(), 0.0);
+#pragma omp parallel for schedule(static) if (total >= kParallelElements)
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    thread_local std::vector<float> scratchBuffer;
+    thread_local std::vector<const float *> src;
+    scratchBuffer.resize(std::max(scratchBuffer.size(),
+                                  size_t(p.numRegisters) * kChunk));
+    src.resize(std::max(src.size(), size_t(p.numRegisters)));
+    float *scratch = scratchBuffer.data();
+    const Chunk &chunk = chunks[c];
+    for (int a = 0; a < p.numArgs; ++a) {
+      const ArgumentSource &s = sources[chunk.tensor][a];
+      if (s.contiguous) {
+        src[a] = s.data + chunk.start;
+        continue;
+      }
+      float *reg = scratch + int64_t(a) * kChunk;
+      gather(s, shapes[chunk.tensor], chunk.start, chunk.len, reg);
+      src[a] = reg;
+    }
+    runChunk(p, src, scratch, chunk.len);
+    const float *y = src[p.results[0]];
+    double sum = 0.0;
+    for (int64_t i = 0; i < chunk.len; ++i)
+      sum += double(y[i]);
+    partials[c] = sum;
+  }
+  double sum = 0.0;
+  for (double partial : partials)
+    sum += partial;
+  return sum;
+}
+
 void runScalarProgram(const ScalarProgram &p,
                       const std::vector<std::vector<const HostTensor *>> &args,
                       const std::vector<std::vector<float *>> &outs,

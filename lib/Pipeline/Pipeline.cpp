@@ -51,6 +51,10 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   pm.addPass(createCSEPass());
   if (stage == "optimizer")
     return;
+  // Matmul epilogues first, on the plain ops and the whole step (the
+  // backward's gelu_grad must read the aux pre-activation); elementwise
+  // fusion then groups what is left around them.
+  pm.addPass(createGPTFuseMatmulEpilogue());
   // Last, over the whole step: the backward's and the update's chains
   // exist only now (docs/pipeline.md, "Where the fusion passes sit").
   pm.addPass(createGPTFuseElementwise());

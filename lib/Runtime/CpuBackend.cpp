@@ -22,6 +22,7 @@
 
 #include "gptc/Runtime/Backend.h"
 
+#include "gptc/Executor/FusedLayerNorm.h"
 #include "gptc/Executor/Kernels.h"
 #include "gptc/Executor/Precision.h"
 #include "gptc/Formats/Safetensors.h"
@@ -116,13 +117,34 @@ std::vector<HostTensor> fusedElementwise(const Launch &l, const Inputs &in,
   return results;
 }
 
+/// multi_tensor_elementwise's `per_tensor` constants (k * n + t), as
+/// rank-0 tensors; empty if it has none.
+std::vector<HostTensor> perTensorConstants(const Launch &l, size_t n) {
+  std::vector<HostTensor> constants;
+  auto it = l.floatLists.find("per_tensor");
+  if (it == l.floatLists.end())
+    return constants;
+  if (n == 0 || it->second.size() % n != 0)
+    throw exec::KernelError("multi_tensor_elementwise: " +
+                            std::to_string(it->second.size()) +
+                            " per-tensor constants for " +
+                            std::to_string(n) + " tensors");
+  for (double v : it->second)
+    constants.push_back(HostTensor::floats({}, float(v)));
+  return constants;
+}
+
 /// Operands and results are argument-major (see GPTFusedOps.td): operand
 /// j of tensor t is in[j * n + t], then the shared scalars.
 std::vector<HostTensor>
 multiTensorElementwise(const Launch &l, const Inputs &in, const Outputs &out) {
   size_t n = size_t(integer(l, "num_tensors", 0));
-  size_t numArgs = size_t(l.body.numArgs);
-  if (n == 0 || out.size() % n != 0 || in.size() < numArgs)
+  std::vector<HostTensor> constants = perTensorConstants(l, n);
+  size_t perConstant = n ? constants.size() / n : 0;
+  // The constants are body arguments that no input feeds.
+  size_t numArgs = size_t(l.body.numArgs) - perConstant;
+  if (n == 0 || out.size() % n != 0 || in.size() < numArgs ||
+      size_t(l.body.numArgs) < perConstant)
     throw exec::KernelError(
         "multi_tensor_elementwise: " + std::to_string(in.size()) +
         " inputs and " + std::to_string(out.size()) +
@@ -144,6 +166,8 @@ multiTensorElementwise(const Launch &l, const Inputs &in, const Outputs &out) {
     shapes.push_back(out[t]->shape);
     for (size_t j = 0; j < perTensor; ++j)
       sources[t].push_back(in[j * n + t]);
+    for (size_t k = 0; k < perConstant; ++k)
+      sources[t].push_back(&constants[k * n + t]);
     for (size_t s = perTensor * n; s < in.size(); ++s)
       sources[t].push_back(in[s]);
     for (size_t r = 0; r < perResult; ++r) {
@@ -153,6 +177,33 @@ multiTensorElementwise(const Launch &l, const Inputs &in, const Outputs &out) {
   }
   exec::runScalarProgram(l.body, sources, outs, shapes);
   return results;
+}
+
+/// multi_tensor_reduce: operands as multi_tensor_elementwise's (without
+/// per-tensor constants), one rank-0 result.
+std::vector<HostTensor>
+multiTensorReduce(const Launch &l, const Inputs &in, const Outputs &) {
+  size_t n = size_t(integer(l, "num_tensors", 0));
+  size_t numArgs = size_t(l.body.numArgs);
+  size_t perTensor =
+      n == 0 ? 0 : n == 1 ? numArgs : (in.size() - numArgs) / (n - 1);
+  if (n == 0 || in.size() < numArgs || perTensor == 0 ||
+      perTensor > numArgs || perTensor * n + (numArgs - perTensor) != in.size())
+    throw exec::KernelError(
+        "multi_tensor_reduce: " + std::to_string(in.size()) +
+        " inputs do not fit a body of " + std::to_string(numArgs) +
+        " arguments over " + std::to_string(n) + " tensors");
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<const HostTensor *>> sources(n);
+  for (size_t t = 0; t < n; ++t) {
+    shapes.push_back(in[t]->shape);
+    for (size_t j = 0; j < perTensor; ++j)
+      sources[t].push_back(in[j * n + t]);
+    for (size_t s = perTensor * n; s < in.size(); ++s)
+      sources[t].push_back(in[s]);
+  }
+  return one(HostTensor::floats(
+      {}, float(exec::sumScalarProgram(l.body, sources, shapes))));
 }
 
 using Kernel = std::function<std::vector<HostTensor>(
@@ -188,6 +239,7 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     unary("rsqrt", UnaryKind::Rsqrt);
     k["fused_elementwise"] = fusedElementwise;
     k["multi_tensor_elementwise"] = multiTensorElementwise;
+    k["multi_tensor_reduce"] = multiTensorReduce;
     // The rounding to the output's dtype happens on store, as in the
     // executor.
     k["cast"] = [](const Launch &, const Inputs &in, const Outputs &) {
@@ -205,6 +257,13 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["matmul"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(exec::matmul(*in[0], *in[1], flag(l, "transpose_a"),
                               flag(l, "transpose_b")));
+    };
+    k["matmul_epilogue"] = [](const Launch &l, const Inputs &in,
+                              const Outputs &out) {
+      return exec::matmulEpilogue(*in[0], *in[1], *in[2],
+                                  flag(l, "transpose_a"),
+                                  flag(l, "transpose_b"), flag(l, "gelu"),
+                                  out.size() > 1);
     };
     k["layernorm"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(
@@ -279,6 +338,23 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["embedding_grad"] = [](const Launch &, const Inputs &in,
                              const Outputs &out) {
       return one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape));
+    };
+    // The executor's two steps (FusedLayerNorm.h): the unfused pair's bits.
+    k["fused_layernorm"] = [](const Launch &l, const Inputs &in,
+                              const Outputs &out) {
+      if (in.size() < 2)
+        throw exec::KernelError("fused_layernorm: no gamma and beta");
+      return exec::fusedLayernorm(l.body, Inputs(in.begin(), in.end() - 2),
+                                  *in[in.size() - 2], *in.back(),
+                                  out.at(0)->shape, real(l, "epsilon", 1e-5f));
+    };
+    k["fused_layernorm_grad"] = [](const Launch &l, const Inputs &in,
+                                   const Outputs &) {
+      if (in.size() < 3)
+        throw exec::KernelError("fused_layernorm_grad: no x, gamma and dy");
+      return exec::fusedLayernormGrad(l.body, *in[0], *in[1], *in[2],
+                                      Inputs(in.begin() + 3, in.end()),
+                                      real(l, "epsilon", 1e-5f));
     };
     k["layernorm_grad"] = [](const Launch &l, const Inputs &in,
                              const Outputs &) {

@@ -410,6 +410,9 @@ private:
   void loadKernels();
   void prepare(const Function &f);
   int planGemm(const Launch &l, const std::string &label);
+  /// gpt.matmul_epilogue: cuBLASLt's BIAS, GELU_BIAS or GELU_AUX_BIAS on `g`.
+  void setEpilogue(const Launch &l, const GemmMapping &map, GemmPlan &g,
+                   const std::string &label);
   const std::vector<Prepared> &prepared(const Function &f) const;
   void enqueue(const Launch &l, const Prepared &pl, bool timed);
   int profileSlot(const std::string &kernel, const Launch &l);
@@ -591,7 +594,7 @@ void CudaBackendImpl::prepare(const Function &f) {
         pl.argPtrs.push_back(&a);
       if (profile)
         pl.profileSlot = profileSlot(kernelName, l);
-    } else if (l.kernel == "matmul") {
+    } else if (l.kernel == "matmul" || l.kernel == "matmul_epilogue") {
       pl.gemm = planGemm(l, pl.label);
       if (profile)
         pl.profileSlot = profileSlot("cuBLASLt " + gemms[pl.gemm].shape, l);
@@ -602,8 +605,14 @@ void CudaBackendImpl::prepare(const Function &f) {
 }
 
 int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
-  if (l.inputs.size() != 2 || l.outputs.size() != 1)
+  // gpt.matmul_epilogue: a, b, bias -> result [, pre-activation].
+  bool epilogue = l.kernel == "matmul_epilogue";
+  if (!epilogue && (l.inputs.size() != 2 || l.outputs.size() != 1))
     throw DeviceError(label + ": a matmul takes 2 operands and gives 1 result");
+  if (epilogue && (l.inputs.size() != 3 || l.outputs.empty() ||
+                   l.outputs.size() > 2))
+    throw DeviceError(label + ": a matmul_epilogue takes a, b and a bias and "
+                              "gives 1 or 2 results");
   const Lt &lt = cublasLt();
   if (!ltHandle) {
     if (cublasStatus_t s = lt.cublasLtCreate(&ltHandle);
@@ -682,6 +691,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   g.leftPtr = address(l.inputs[1]);
   g.rightPtr = address(l.inputs[0]);
   g.outPtr = address(l.outputs[0]);
+  if (epilogue)
+    setEpilogue(l, map, g, label);
 
   cublasLtMatmulPreference_t pref = nullptr;
   ltCheck(lt.cublasLtMatmulPreferenceCreate(&pref),
@@ -714,6 +725,67 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   g.algo = result.algo;
   gemms.push_back(std::move(g));
   return int(gemms.size() - 1);
+}
+
+void CudaBackendImpl::setEpilogue(const Launch &l, const GemmMapping &map,
+                                  GemmPlan &g, const std::string &label) {
+  const Lt &lt = cublasLt();
+  auto ltCheck = [&](cublasStatus_t s, const char *what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError(label + ": " + what + " failed: " +
+                        lt.cublasLtGetStatusName(s));
+  };
+  // One GEMM whose column-major rows are gpt's N: the bias runs along them
+  // and the aux matrix has D's layout. gpt-fuse-matmul-epilogue only makes
+  // such (a 2-D weight, no transposed batched left operand).
+  if (map.loops > 1 || map.batch > 1)
+    throw DeviceError(label + ": a matmul epilogue over several GEMMs");
+  auto it = l.ints.find("gelu");
+  bool gelu = it != l.ints.end() && it->second != 0;
+  bool aux = l.outputs.size() > 1;
+  cublasLtEpilogue_t epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
+                           : aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                 : CUBLASLT_EPILOGUE_GELU_BIAS;
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(
+              g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+          "setting EPILOGUE");
+  const Buffer &bias = buffer(l.inputs[2]);
+  if (bias.numel() != map.m)
+    throw DeviceError(label + ": the bias has " +
+                      std::to_string(bias.numel()) + " elements, not N = " +
+                      std::to_string(map.m));
+  void *biasPtr = reinterpret_cast<void *>(address(l.inputs[2]));
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc,
+                                            CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                            &biasPtr, sizeof(biasPtr)),
+          "setting BIAS_POINTER");
+  int32_t biasType = cudaType(bias.dtype);
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(
+              g.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+              sizeof(biasType)),
+          "setting BIAS_DATA_TYPE");
+  if (!aux)
+    return;
+  // GELU_AUX_BIAS writes the pre-activation with D's layout; its type
+  // defaults to D's.
+  const Buffer &pre = buffer(l.outputs[1]), &d = buffer(l.outputs[0]);
+  void *auxPtr = reinterpret_cast<void *>(address(l.outputs[1]));
+  int64_t auxLd = map.outLd;
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(
+              g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr,
+              sizeof(auxPtr)),
+          "setting EPILOGUE_AUX_POINTER");
+  ltCheck(lt.cublasLtMatmulDescSetAttribute(
+              g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd,
+              sizeof(auxLd)),
+          "setting EPILOGUE_AUX_LD");
+  if (pre.dtype != d.dtype) {
+    int32_t auxType = cudaType(pre.dtype);
+    ltCheck(lt.cublasLtMatmulDescSetAttribute(
+                g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxType,
+                sizeof(auxType)),
+            "setting EPILOGUE_AUX_DATA_TYPE");
+  }
 }
 
 const std::vector<Prepared> &

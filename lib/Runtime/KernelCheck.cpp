@@ -289,7 +289,8 @@ double kernelCheckTolerance(const Program &p, const Launch &l, DType dtype) {
   // off by up to 2^-10 relative, and a sum of K of them by about that times
   // the terms' size, which the rms term in the measure stands for.
   auto precision = p.meta.find("precision");
-  if (l.kernel == "matmul" && precision != p.meta.end() &&
+  if ((l.kernel == "matmul" || l.kernel == "matmul_epilogue") &&
+      precision != p.meta.end() &&
       precision->second == "tf32")
     return 0x1p-8;
   // fp32 everywhere: the unit roundoff is 6e-8, sums of up to a few

@@ -41,6 +41,7 @@ json launchToJson(const Launch &l) {
           {"ints", l.ints},
           {"floats", l.floats},
           {"lists", l.lists},
+          {"float_lists", l.floatLists},
           {"body", bodyToJson(l.body)},
           {"loc", l.loc},
           {"device_kernel", l.deviceKernel},
@@ -300,6 +301,10 @@ Program readProgram(const uint8_t *data, size_t size,
       l.floats = r.get<std::map<std::string, double>>(lj, "floats", lp);
       l.lists =
           r.get<std::map<std::string, std::vector<int64_t>>>(lj, "lists", lp);
+      // Optional: programs written before float arrays existed have none.
+      if (lj.contains("float_lists"))
+        l.floatLists = r.get<std::map<std::string, std::vector<double>>>(
+            lj, "float_lists", lp);
       l.body = bodyFromJson(r, r.field(lj, "body", lp), lp + ".body");
       l.loc = r.get<std::string>(lj, "loc", lp);
       l.deviceKernel = r.get<int>(lj, "device_kernel", lp);

@@ -161,6 +161,12 @@ void printLaunch(const Program &p, const Launch &l, std::ostream &os,
       s += (i ? "," : "") + std::to_string(v[i]);
     attrs[k] = s + "]";
   }
+  for (const auto &[k, v] : l.floatLists) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i)
+      s += (i ? "," : "") + number(v[i]);
+    attrs[k] = s + "]";
+  }
   if (!attrs.empty()) {
     os << " {";
     bool first = true;

@@ -5,8 +5,11 @@
 // pulls in its elementwise producers of the same shape while that is legal
 // (formGroups). Each group becomes one gpt.fused_elementwise placed at its
 // last op (buildGroup). Step 2 merges fused ops with identical bodies into
-// one gpt.multi_tensor_elementwise (mergeMultiTensor). Before both, the
-// loss and its gradient become one op (FuseLoss.cpp).
+// one gpt.multi_tensor_elementwise (mergeMultiTensor); bodies that differ
+// only in constant values merge too, with those constants per tensor. Before
+// both, the loss and its gradient become one op (FuseLoss.cpp) and a sum of
+// full reductions one gpt.multi_tensor_reduce; after them, the reduction
+// takes in the multi-tensor body that feeds it (MultiTensorReduce.cpp).
 //
 // Why a producer may join a group (the fused op sits at the group's root,
 // its last op): every user of the producer outside the group must run after
@@ -221,24 +224,46 @@ private:
       return false;
     int nonScalar = 0;
     for (Value v : producer->getOperands()) {
-      if (Operation *def = v.getDefiningOp(); def && isElementwise(def))
-        return false;
+      if (Operation *def = v.getDefiningOp(); def && isElementwise(def)) {
+        if (!readsNoTensor(def))
+          return false;
+        continue;
+      }
       nonScalar += typeOf(v).getRank() > 0 && !splatOf(v);
     }
     return nonScalar <= 1;
+  }
+
+  /// A chain of cheap ops on rank-0 values and splats only (AdamW's
+  /// 1 − lr·wd, shared by every parameter of one shape after CSE): free to
+  /// recompute per element, so each group recomputes it.
+  bool readsNoTensor(Operation *op) {
+    if (!isElementwise(op) || !isCheap(op))
+      return false;
+    for (Value v : op->getOperands()) {
+      if (typeOf(v).getRank() == 0 || splatOf(v))
+        continue;
+      Operation *def = v.getDefiningOp();
+      if (!def || !readsNoTensor(def))
+        return false;
+    }
+    return true;
   }
 
   void grow(Group &g) {
     for (bool changed = true; changed;) {
       changed = false;
       for (size_t i = 0; i < g.members.size(); ++i) {
+        // What a recomputed op reads is recomputed too, never owned.
+        bool viaRecomputed = g.recomputed.contains(g.members[i]);
         for (Value v : g.members[i]->getOperands()) {
           Operation *producer = v.getDefiningOp();
           if (!producer || !isElementwise(producer) ||
               g.members.contains(producer) ||
               typeOf(v).getShape() != g.shape())
             continue;
-          if (!owner.count(producer) && canOwn(g, producer)) {
+          if (!viaRecomputed && !owner.count(producer) &&
+              canOwn(g, producer)) {
             owner[producer] = &g;
           } else if (canRecompute(producer)) {
             g.recomputed.insert(producer);
@@ -391,13 +416,36 @@ void fuseChains(func::FuncOp func) {
 // Step 2: multi-tensor ops
 //===----------------------------------------------------------------------===//
 
-/// The body as text, which identifies it up to the order of its arguments.
+/// The body as text, which identifies it up to the order of its arguments
+/// and the values of its float constants: bodies that differ only there
+/// merge, the differing constants becoming per-tensor constants (AdamW's
+/// weight decay, 0.1 or 0 per parameter).
 std::string bodyKey(FusedElementwiseOp op) {
   std::string s;
   llvm::raw_string_ostream os(s);
   AsmState state(op, OpPrintingFlags().printGenericOpForm());
-  op.getBody().front().print(os, state);
+  Block &body = op.getBody().front();
+  for (Type t : body.getArgumentTypes())
+    os << t << ',';
+  os << '\n';
+  for (Operation &inner : body) {
+    if (auto c = dyn_cast<arith::ConstantOp>(inner);
+        c && isa<FloatAttr>(c.getValue()))
+      os << "const " << c.getType() << '\n';
+    else
+      inner.print(os, state);
+    os << '\n';
+  }
   return s;
+}
+
+/// The values of the body's float constants, in body order.
+SmallVector<float> constantsOf(FusedElementwiseOp op) {
+  SmallVector<float> values;
+  for (auto c : op.getBody().front().getOps<arith::ConstantOp>())
+    if (auto f = dyn_cast<FloatAttr>(c.getValue()))
+      values.push_back(float(f.getValueAsDouble()));
+  return values;
 }
 
 void mergeMultiTensor(func::FuncOp func) {
@@ -459,6 +507,19 @@ void mergeMultiTensor(func::FuncOp func) {
       b.setInsertionPointAfter(&*std::next(block.begin(), lastDef));
 
     size_t n = ops.size();
+    // Constants that differ between members become per-tensor constants;
+    // bitwise comparison, so that 0 and -0 stay apart.
+    SmallVector<SmallVector<float>> constants;
+    for (FusedElementwiseOp op : ops)
+      constants.push_back(constantsOf(op));
+    SmallVector<unsigned> lifted;
+    for (unsigned c = 0; c < constants.front().size(); ++c)
+      for (auto &values : constants)
+        if (llvm::bit_cast<uint32_t>(values[c]) !=
+            llvm::bit_cast<uint32_t>(constants.front()[c])) {
+          lifted.push_back(c);
+          break;
+        }
     SmallVector<unsigned> perTensor, shared;
     for (auto [j, v] : llvm::enumerate(first.getInputs()))
       (typeOf(v).getShape() == typeOf(first.getResult(0)).getShape()
@@ -478,21 +539,36 @@ void mergeMultiTensor(func::FuncOp func) {
     SmallVector<Location> locs;
     for (FusedElementwiseOp op : ops)
       locs.push_back(op.getLoc());
+    SmallVector<float> perTensorValues;
+    for (unsigned c : lifted)
+      for (auto &values : constants)
+        perTensorValues.push_back(values[c]);
     auto multi = b.create<MultiTensorElementwiseOp>(
         b.getFusedLoc(locs), resultTypes, tensors, scalars,
-        b.getI64IntegerAttr(n));
-    // The body, its arguments reordered: per-tensor ones, then scalars.
+        b.getI64IntegerAttr(n),
+        lifted.empty() ? DenseF32ArrayAttr()
+                       : b.getDenseF32ArrayAttr(perTensorValues));
+    // The body, its arguments reordered: per-tensor ones, the lifted
+    // constants, then scalars.
     Block *body = b.createBlock(&multi.getBody());
     IRMapping map;
     Block &old = first.getBody().front();
     for (unsigned j : perTensor)
       map.map(old.getArgument(j),
               body->addArgument(old.getArgument(j).getType(), first.getLoc()));
+    SmallVector<Operation *> oldConstants;
+    for (auto c : old.getOps<arith::ConstantOp>())
+      if (isa<FloatAttr>(c.getValue()))
+        oldConstants.push_back(c);
+    for (unsigned c : lifted)
+      map.map(oldConstants[c]->getResult(0),
+              body->addArgument(b.getF32Type(), oldConstants[c]->getLoc()));
     for (unsigned j : shared)
       map.map(old.getArgument(j),
               body->addArgument(old.getArgument(j).getType(), first.getLoc()));
     for (Operation &op : old)
-      b.clone(op, map);
+      if (op.getNumResults() == 0 || !map.contains(op.getResult(0)))
+        b.clone(op, map); // lifted constants are arguments now
     for (auto [t, op] : llvm::enumerate(ops)) {
       for (unsigned r = 0; r < op.getNumResults(); ++r)
         op.getResult(r).replaceAllUsesWith(multi.getResult(r * n + t));
@@ -503,18 +579,23 @@ void mergeMultiTensor(func::FuncOp func) {
 
 struct GPTFuseElementwisePass
     : gptc::impl::GPTFuseElementwiseBase<GPTFuseElementwisePass> {
+  using GPTFuseElementwiseBase::GPTFuseElementwiseBase;
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      gptc::fuseElementwise(func);
+      gptc::fuseElementwise(func, layernormPrologue);
   }
 };
 
 } // namespace
 
-void gptc::fuseElementwise(func::FuncOp func) {
+void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue) {
   if (func.getBody().empty())
     return;
   fuseCrossEntropyWithGrad(func);
+  formMultiTensorReduce(func);
   fuseChains(func);
+  if (layernormPrologue)
+    fuseLayerNormPrologues(func);
   mergeMultiTensor(func);
+  foldReducePrologues(func);
 }

@@ -150,13 +150,24 @@ struct GPTOptimizerPass : impl::GPTOptimizerBase<GPTOptimizerPass> {
                       u.exp(u.mul(step, u.constant(std::log(beta2)))));
     Value stepSize = u.div(lr, bc1);
     Value bc2Sqrt = u.sqrt(bc2);
-    Value decay = u.sub(u.constant(1.0), u.mul(lr, u.constant(weightDecay)));
 
     SmallVector<Value> newP, newM, newV;
     for (size_t i = 0; i < n; ++i) {
       Value p = arg(0, i), m = arg(2, i), v = arg(3, i);
-      if (weightDecay > 0 && params[i].type.getRank() == 2)
-        p = u.mul(p, decay);
+      // p · (1 − lr·wd) for every parameter, wd = 0 off the matrices: the
+      // same scalar code for all, so gpt-fuse-elementwise makes one
+      // multi-tensor kernel with wd as a per-tensor constant. wd is a splat
+      // of p's shape to keep the decay inside p's elementwise chain (a
+      // rank-0 decay would be a separate value per wd). 1 − lr·0 is exactly
+      // 1, so biases and gains are updated exactly as without the factor.
+      if (weightDecay > 0) {
+        double wd = params[i].type.getRank() == 2 ? double(weightDecay) : 0.0;
+        auto type = RankedTensorType::get(params[i].type.getShape(),
+                                          b.getF32Type());
+        Value wdSplat = b.create<ConstantOp>(
+            loc, type, DenseElementsAttr::get(type, b.getF32FloatAttr(wd)));
+        p = u.mul(p, u.sub(u.constant(1.0), u.mul(lr, wdSplat)));
+      }
       Value m1 = u.add(u.mul(m, u.constant(beta1)),
                        u.mul(g[i], u.constant(1.0 - beta1)));
       Value v1 = u.add(u.mul(v, u.constant(beta2)),

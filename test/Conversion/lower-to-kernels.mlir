@@ -192,6 +192,41 @@ func.func @update(%p0: tensor<4xf32> {gpt.param = "a"}, %p1: tensor<8xf32> {gpt.
 
 // -----
 
+// The update as gpt-fuse-elementwise makes it: the norm is one
+// multi_tensor_reduce launch (the norm launches), AdamW one
+// multi_tensor_elementwise whose per-tensor constants travel as a float
+// list, exactly (printed as the shortest decimal that reads back).
+// CHECK: func update: 2 launches, 7 arguments, 5 results, norm launches [0, 1)
+// CHECK: %[[N:[0-9]+]] = multi_tensor_reduce(%4, %5, %6) {num_tensors=2} : f32[]
+// CHECK-NEXT: body(r0, r1) { r2 = mul r0, r1; r3 = mul r2, r2; yield r3 }
+// CHECK: %0, %1, %2, %3 = multi_tensor_elementwise(%0, %1, %2, %3, %4, %5, %6) {num_tensors=2, per_tensor=[0.1,0]} : f32[4], f32[8], f32[4], f32[8]
+// CHECK-NEXT: body(r0, r1, r2, r3, r4) { r5 = mul r3, r4; r6 = mul r0, r5; r7 = add r1, r2; r8 = sub r6, r7; yield r8, r7 }
+func.func @update(%p0: tensor<4xf32> {gpt.param = "a"}, %p1: tensor<8xf32> {gpt.param = "b"},
+                  %m0: tensor<4xf32> {gpt.adam_m = "a"}, %m1: tensor<8xf32> {gpt.adam_m = "b"},
+                  %g0: tensor<4xf32> {gpt.grad = "a"}, %g1: tensor<8xf32> {gpt.grad = "b"},
+                  %lr: tensor<f32> {gpt.hyper = "lr"})
+    -> (tensor<4xf32> {gpt.param = "a"}, tensor<8xf32> {gpt.param = "b"},
+        tensor<4xf32> {gpt.adam_m = "a"}, tensor<8xf32> {gpt.adam_m = "b"},
+        tensor<f32> {gpt.output = "grad_norm"}) {
+  %n = gpt.multi_tensor_reduce(%g0, %g1 : tensor<4xf32>, tensor<8xf32>) scalars(%lr : tensor<f32>) {num_tensors = 2 : i64} -> tensor<f32> {
+  ^bb0(%g: f32, %l: f32):
+    %y = arith.mulf %g, %l : f32
+    %q = arith.mulf %y, %y : f32
+    gpt.yield %q : f32
+  }
+  %r:4 = gpt.multi_tensor_elementwise(%p0, %p1, %m0, %m1, %g0, %g1 : tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>) scalars(%lr : tensor<f32>) {num_tensors = 2 : i64, per_tensor = array<f32: 0.1, 0.0>} -> tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32> {
+  ^bb0(%p: f32, %m: f32, %g: f32, %wd: f32, %l: f32):
+    %d = arith.mulf %wd, %l : f32
+    %q = arith.mulf %p, %d : f32
+    %m2 = arith.addf %m, %g : f32
+    %u = arith.subf %q, %m2 : f32
+    gpt.yield %u, %m2 : f32, f32
+  }
+  return %r#0, %r#1, %r#2, %r#3, %n : tensor<4xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>, tensor<f32>
+}
+
+// -----
+
 // Negative cases: one error at the op (or function) that causes it.
 
 func.func @unfused(%x: tensor<4xf32> {gpt.param = "x"}) -> (tensor<4xf32> {gpt.output = "logits"}) {

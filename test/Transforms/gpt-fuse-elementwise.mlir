@@ -145,12 +145,12 @@ func.func @multi_tensor(%p0: tensor<4x8xf32>, %g0: tensor<4x8xf32>, %p1: tensor<
 // -----
 
 // Ops of other element types (mixed precision's bf16) are left alone, and
-// the residual stream, cheap and needed by layernorm, stays quiet.
+// the residual stream, cheap and needed by layernorm, stays quiet (it
+// becomes the layernorm's prologue: gpt-fuse-layernorm-prologue.mlir).
 // CHECK-LABEL: func.func @not_fused
 // CHECK: gpt.add %{{.+}} : tensor<4x8xbf16>
-// CHECK: %[[R:.+]] = gpt.fused_elementwise(%{{.+}}, %{{.+}} : tensor<4x8xf32>, tensor<4x8xf32>)
-// CHECK: gpt.layernorm %[[R]]
-// CHECK: gpt.fused_elementwise(%[[R]],
+// CHECK: %[[N:.+]], %[[R:.+]] = gpt.fused_layernorm(%{{.+}}, %{{.+}} : tensor<4x8xf32>, tensor<4x8xf32>)
+// CHECK: gpt.fused_elementwise(%[[R]], %[[N]]
 func.func @not_fused(%a: tensor<4x8xbf16>, %x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %gamma: tensor<8xf32>, %beta: tensor<8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf32>) {
   %h = gpt.add %a, %a : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<4x8xbf16>
   %r = gpt.add %x, %y : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>

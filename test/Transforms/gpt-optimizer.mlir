@@ -15,15 +15,22 @@
 // CHECK: gpt.mul %{{.+}}, %[[SCALE]]
 // CHECK: %[[NORM:.+]] = gpt.sqrt
 // CHECK: gpt.min
-// Decoupled weight decay on the 2-D weight only.
-// CHECK: %[[LRWD:.+]] = gpt.mul %[[LR]], %{{.+}} : tensor<f32>, tensor<f32> -> tensor<f32>
-// CHECK: %[[DECAY:.+]] = gpt.sub %{{.+}}, %[[LRWD]] : tensor<f32>, tensor<f32> -> tensor<f32>
-// CHECK: gpt.mul %[[W]], %[[DECAY]] : tensor<4x8xf32>, tensor<f32> -> tensor<4x8xf32>
-// CHECK-NOT: gpt.mul %{{.+}}, %[[DECAY]] : tensor<8xf32>
+// Decoupled weight decay p · (1 − lr·wd) on every parameter, wd a splat of
+// the parameter's shape: 0.1 on the 2-D weight, 0 on the bias (so that
+// gpt-fuse-elementwise sees one body with wd per tensor).
+// CHECK: %[[WD:.+]] = gpt.constant dense<1.000000e-01> : tensor<4x8xf32>
+// CHECK: %[[LRWD:.+]] = gpt.mul %[[LR]], %[[WD]] : tensor<f32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: %[[DECAY:.+]] = gpt.sub %{{.+}}, %[[LRWD]] : tensor<f32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: gpt.mul %[[W]], %[[DECAY]] : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+// CHECK: %[[WD0:.+]] = gpt.constant dense<0.000000e+00> : tensor<8xf32>
+// CHECK: %[[LRWD0:.+]] = gpt.mul %[[LR]], %[[WD0]] : tensor<f32>, tensor<8xf32> -> tensor<8xf32>
+// CHECK: %[[DECAY0:.+]] = gpt.sub %{{.+}}, %[[LRWD0]] : tensor<f32>, tensor<8xf32> -> tensor<8xf32>
+// CHECK: gpt.mul %{{.+}}, %[[DECAY0]] : tensor<8xf32>, tensor<8xf32> -> tensor<8xf32>
 // CHECK: return {{.+}}, %[[NORM]] :
 
 // PLAIN-LABEL: func.func @adamw_update
 // PLAIN-NOT: gpt.min
+// PLAIN-NOT: gpt.constant dense<0.000000e+00>
 // PLAIN: return
 func.func @linear(%x: tensor<2x3x4xf32>,
                   %w: tensor<4x8xf32> {gpt.param = "w"},

@@ -8,7 +8,12 @@ Two references on the same weights and tokens (gpt2_torch.py's model):
             multiply with float32 accumulation, and round the result once to
             bf16; the attention's softmax and P·V run in float32 on those
             inputs (as a flash-attention kernel does); layernorm, GELU, bias
-            and residual adds and the loss stay float32.
+            and residual adds and the loss stay float32. A projection with a
+            bias is a GEMM epilogue (gpt-fuse-matmul-epilogue): the bias
+            (and the MLP's GELU) meet the float32 accumulator and the
+            float32 result is not rounded to bf16 (mm_bias) -- unless
+            gpt-pad-dims padded its N to a multiple of 64, which puts a
+            slice between GEMM and bias, and the pass declines (proj).
   autocast  torch.autocast("cpu", dtype=torch.bfloat16) around the same
             model (torch 1.13: matmul runs in bf16; the bias add promotes the
             result back to float32; the loss is taken in float32 from the
@@ -61,6 +66,20 @@ def mm(a, b):
     return rnd(rnd(a) @ rnd(b))
 
 
+def mm_bias(a, b, bias):
+    """gpt.matmul_epilogue: bf16 operands, float32 accumulation, the float32
+    bias added to the accumulator; the float32 result is not rounded."""
+    return rnd(a) @ rnd(b) + bias
+
+
+def proj(a, w, bias, pad_multiple=64):
+    """A projection with a bias as gptc runs it: an epilogue when its N is
+    not padded, else the rounded product plus the bias."""
+    if w.shape[1] % pad_multiple == 0:
+        return mm_bias(a, w, bias)
+    return mm(a, w) + bias
+
+
 def emulated_forward(p, cfg, idx, tgt):
     B, T = idx.shape
     C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
@@ -69,7 +88,7 @@ def emulated_forward(p, cfg, idx, tgt):
     for i in range(cfg.n_layer):
         pre = "h.%d." % i
         a = ref.layer_norm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
-        qkv = mm(a, p[pre + "attn.c_attn.weight"]) + p[pre + "attn.c_attn.bias"]
+        qkv = proj(a, p[pre + "attn.c_attn.weight"], p[pre + "attn.c_attn.bias"])
 
         def heads(t):
             return rnd(t.reshape(B, T, H, D).permute(0, 2, 1, 3))
@@ -78,10 +97,10 @@ def emulated_forward(p, cfg, idx, tgt):
         s = s.masked_fill(~allowed, float("-inf"))
         y = rnd(torch.softmax(s, dim=-1) @ v)
         y = y.permute(0, 2, 1, 3).reshape(B, T, C)
-        x = x + mm(y, p[pre + "attn.c_proj.weight"]) + p[pre + "attn.c_proj.bias"]
+        x = x + proj(y, p[pre + "attn.c_proj.weight"], p[pre + "attn.c_proj.bias"])
         m = ref.layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
-        h = ref.gelu_tanh(mm(m, p[pre + "mlp.c_fc.weight"]) + p[pre + "mlp.c_fc.bias"])
-        x = x + mm(h, p[pre + "mlp.c_proj.weight"]) + p[pre + "mlp.c_proj.bias"]
+        h = ref.gelu_tanh(proj(m, p[pre + "mlp.c_fc.weight"], p[pre + "mlp.c_fc.bias"]))
+        x = x + proj(h, p[pre + "mlp.c_proj.weight"], p[pre + "mlp.c_proj.bias"])
     x = ref.layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
     logits = mm(x, p["wte.weight"].t())
     return logits, loss_of(logits, tgt)

@@ -327,4 +327,35 @@ TEST(CudaBackendFake, KernelCheckAgainstCpu) {
       << out.str();
 }
 
+/// gpt.matmul_epilogue through cuBLASLt's epilogues: GELU_AUX_BIAS (bf16
+/// operands, float32 result and pre-activation) and BIAS (transpose_b). The
+/// fake applies the epilogue only as the descriptor says (EPILOGUE,
+/// BIAS_POINTER, EPILOGUE_AUX_POINTER/LD), so a descriptor the backend did
+/// not set up fails the check against the CPU backend.
+TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
+  REQUIRE_FAKE(b);
+  enum : int { EX, EW1, EBIAS, EW2, EH, EPRE, EY2 };
+  Program p;
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {2, 3, 8}, Role::Param),
+               buffer("w1", DType::BF16, {8, 16}, Role::Param),
+               buffer("bias", DType::F32, {16}, Role::Param),
+               buffer("w2", DType::BF16, {16, 8}, Role::Param),
+               buffer("h", DType::F32, {2, 3, 16}, Role::Output),
+               buffer("pre", DType::F32, {2, 3, 16}, Role::Output),
+               buffer("y2", DType::F32, {2, 3, 16}, Role::Output)};
+  Function f;
+  f.name = "forward";
+  Launch gelu = launch("matmul_epilogue", {EX, EW1, EBIAS}, {EH, EPRE});
+  gelu.ints["gelu"] = 1;
+  f.launches = {gelu,
+                launch("matmul_epilogue", {EX, EW2, EBIAS}, {EY2}, true)};
+  p.functions.push_back(f);
+  planMemory(p);
+  auto cpu = makeCpuBackend();
+  std::ostringstream out;
+  EXPECT_EQ(checkKernels(p, *b, *cpu, out), 0) << out.str();
+  EXPECT_NE(out.str().find("matmul_epilogue"), std::string::npos) << out.str();
+}
+
 } // namespace

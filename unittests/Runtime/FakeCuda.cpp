@@ -14,6 +14,7 @@
 #include <cublasLt.h>
 #include <cuda.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -280,6 +281,13 @@ namespace {
 struct Desc {
   cublasComputeType_t compute;
   int32_t transA = CUBLAS_OP_N, transB = CUBLAS_OP_N;
+  // Epilogues: BIAS, GELU_BIAS, GELU_AUX_BIAS, computed on the host.
+  int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void *bias = nullptr;
+  int32_t biasType = -1; // -1: D's type
+  void *aux = nullptr;
+  int64_t auxLd = 0;
+  int32_t auxType = -1; // -1: D's type
 };
 struct Layout {
   cudaDataType_t type;
@@ -340,6 +348,18 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(
     std::memcpy(&desc->transA, v, 4);
   if (a == CUBLASLT_MATMUL_DESC_TRANSB)
     std::memcpy(&desc->transB, v, 4);
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE)
+    std::memcpy(&desc->epilogue, v, 4);
+  if (a == CUBLASLT_MATMUL_DESC_BIAS_POINTER)
+    std::memcpy(&desc->bias, v, sizeof(void *));
+  if (a == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE)
+    std::memcpy(&desc->biasType, v, 4);
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER)
+    std::memcpy(&desc->aux, v, sizeof(void *));
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD)
+    std::memcpy(&desc->auxLd, v, 8);
+  if (a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE)
+    std::memcpy(&desc->auxType, v, 4);
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(
@@ -405,6 +425,23 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
       int64_t(tb ? b.cols : b.rows) != k || a.batch != out.batch ||
       b.batch != out.batch)
     return CUBLAS_STATUS_INVALID_VALUE;
+  // As cuBLASLt: the bias runs along D's rows (gpt's N), the GELU aux is a
+  // matrix of D's shape with its own ld, and both need their pointers.
+  bool biased = desc.epilogue == CUBLASLT_EPILOGUE_BIAS ||
+                desc.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool gelu = desc.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
+              desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool aux = desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (!biased && desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if ((biased && !desc.bias) || (aux && (!desc.aux || desc.auxLd < m)) ||
+      (biased && out.batch != 1))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  cudaDataType_t biasType =
+      desc.biasType < 0 ? out.type : cudaDataType_t(desc.biasType);
+  cudaDataType_t auxType =
+      desc.auxType < 0 ? out.type : cudaDataType_t(desc.auxType);
   submit([=] {
     for (int32_t i = 0; i < out.batch; ++i)
       for (int64_t c = 0; c < n; ++c)
@@ -417,7 +454,15 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
           }
           int64_t id = i * out.stride + r + c * out.ld;
           float prev = be != 0 ? load(D, out.type, id) : 0.0f;
-          store(D, out.type, id, float(al * sum + be * prev));
+          float v = float(al * sum + be * prev);
+          if (biased)
+            v += load(desc.bias, biasType, r);
+          if (aux)
+            store(desc.aux, auxType, r + c * desc.auxLd, v);
+          if (gelu)
+            v = 0.5f * v *
+                (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+          store(D, out.type, id, v);
         }
   });
   return CUBLAS_STATUS_SUCCESS;

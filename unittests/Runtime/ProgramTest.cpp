@@ -121,11 +121,23 @@ TEST(ProgramTest, RoundTripIsExact) {
       const Launch &x = a.launches[k], &y = b.launches[k];
       EXPECT_EQ(x.floats, y.floats); // exact doubles, not their text
       EXPECT_EQ(x.lists, y.lists);
+      EXPECT_EQ(x.floatLists, y.floatLists);
       ASSERT_EQ(x.body.code.size(), y.body.code.size());
       for (size_t c = 0; c < x.body.code.size(); ++c)
         EXPECT_EQ(x.body.code[c].value, y.body.code[c].value);
     }
   }
+  // The update's AdamW carries its weight decay per tensor, exactly.
+  bool sawPerTensor = false;
+  for (const Launch &l : q.function("update")->launches)
+    if (auto it = l.floatLists.find("per_tensor"); it != l.floatLists.end()) {
+      sawPerTensor = true;
+      EXPECT_EQ(it->second.size(), size_t(l.ints.at("num_tensors")));
+      EXPECT_NE(std::find(it->second.begin(), it->second.end(),
+                          double(0.1f)),
+                it->second.end());
+    }
+  EXPECT_TRUE(sawPerTensor);
   EXPECT_EQ(q.kernels[0].cubin, p.kernels[0].cubin);
   EXPECT_EQ(q.functions[0].launches[0].block[1], 256u);
   EXPECT_EQ(q.functions[0].launches[0].sharedBytes, 4096u);

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "gptc/Executor/FusedLayerNorm.h"
 #include "gptc/Executor/Kernels.h"
 #include "gptc/Executor/Precision.h"
 #include "gptc/Executor/ScalarProgram.h"
@@ -528,6 +529,102 @@ TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
 
 namespace {
 
+/// x · (1 − s·c): x per tensor, c a per-tensor constant, s a scalar
+/// (AdamW's decoupled weight decay with wd per tensor).
+exec::ScalarProgram decayLike() {
+  using exec::Opcode;
+  exec::ScalarProgram s;
+  s.numArgs = 3;
+  auto emit = [&](Opcode op, int a, int b = 0, float v = 0) {
+    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, v});
+    return s.numArgs + int(s.code.size()) - 1;
+  };
+  int sc = emit(Opcode::Mul, 2, 1);
+  int y = emit(Opcode::Mul, 0,
+               emit(Opcode::Sub, emit(Opcode::Const, 0, 0, 1.0f), sc));
+  s.numRegisters = s.numArgs + int(s.code.size());
+  s.results = {y};
+  return s;
+}
+
+/// (x · s)², the global norm's term.
+exec::ScalarProgram scaledSquare() {
+  using exec::Opcode;
+  exec::ScalarProgram s;
+  s.numArgs = 2;
+  s.code.push_back({Opcode::Mul, 2, 0, 1, 0});
+  s.code.push_back({Opcode::Mul, 3, 2, 2, 0});
+  s.numRegisters = 4;
+  s.results = {3};
+  return s;
+}
+
+} // namespace
+
+// The multi-tensor kernels with per-tensor constants and the grid-wide
+// reduction (block partials, the last block adding them in order) against
+// the CPU executor: the elementwise kernel bit for bit, the sum to float32
+// rounding (both add the float32 terms in double, in different orders).
+TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
+  const DType f32 = DType::F32;
+  Builder b;
+  // 0: x · (1 − s·c) over 3000 and 37 elements, c = 0.1 and 0.
+  int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {37}), s = b.buf(f32, {});
+  int y0 = b.buf(f32, {3000}), y1 = b.buf(f32, {37});
+  auto &decay = b.launch("multi_tensor_elementwise", {x0, x1, s}, {y0, y1});
+  decay.ints["num_tensors"] = 2;
+  decay.floatLists["per_tensor"] = {0.1f, 0.0f};
+  decay.body = decayLike();
+  // 1: Σ (x · s)² over 3000, 37 and 5000 elements: 3 + 1 + 5 blocks.
+  int x2 = b.buf(f32, {50, 100}), sum = b.buf(f32, {});
+  auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
+  reduce.ints["num_tensors"] = 3;
+  reduce.body = scaledSquare();
+
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i)
+    data[i] = randomFloats(p.buffers[i].shape, uint32_t(100 + i));
+  data[s].f32[0] = 0.75f;
+  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+    std::vector<void *> ptrs;
+    for (int id : p.functions[0].launches[i].inputs)
+      ptrs.push_back(data[id].f32.data());
+    for (int id : p.functions[0].launches[i].outputs)
+      ptrs.push_back(data[id].f32.data());
+    kernels.run(i, ptrs);
+  }
+
+  exec::HostTensor c0 = exec::HostTensor::floats({}, 0.1f);
+  exec::HostTensor c1 = exec::HostTensor::floats({}, 0.0f);
+  exec::HostTensor w0 = exec::HostTensor::floats({3000});
+  exec::HostTensor w1 = exec::HostTensor::floats({37});
+  exec::runScalarProgram(
+      decayLike(), {{&data[x0], &c0, &data[s]}, {&data[x1], &c1, &data[s]}},
+      {{w0.data()}, {w1.data()}}, {{3000}, {37}});
+  expectSame(w0, data[y0].f32, "per-tensor decay 0");
+  expectSame(w1, data[y1].f32, "per-tensor decay 1");
+  // wd = 0: the tensor comes back unchanged, bit for bit.
+  expectSame(data[x1], data[y1].f32, "decay by 1 - s*0");
+
+  double want = exec::sumScalarProgram(
+      scaledSquare(),
+      {{&data[x0], &data[s]}, {&data[x1], &data[s]}, {&data[x2], &data[s]}},
+      {{3000}, {37}, {50, 100}});
+  EXPECT_NEAR(data[sum].f32[0], want, 1e-6 * want);
+  // The scratch counter was reset: a second launch gives the same bits.
+  float first = data[sum].f32[0];
+  std::vector<void *> again = {data[x0].f32.data(), data[x1].f32.data(),
+                               data[x2].f32.data(), data[s].f32.data(),
+                               data[sum].f32.data()};
+  kernels.run(1, again);
+  EXPECT_EQ(first, data[sum].f32[0]);
+}
+
+namespace {
+
 void expectNear(const exec::HostTensor &want, const std::vector<float> &got,
                 float tolerance, const char *what) {
   ASSERT_EQ(want.f32.size(), got.size()) << what;
@@ -555,6 +652,32 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
       dbeta = b.buf(f32, {40});
   b.launch("layernorm_grad", {x, gamma, dy}, {dx, dgamma, dbeta})
       .floats["epsilon"] = 1e-5;
+  // The layernorm with a prologue: x + a [5, 40] operand broadcast over the
+  // batch (GPT-2's embedding add), the sum written and normalised.
+  int addend = b.buf(f32, {5, 40}), fln = b.buf(f32, {2, 5, 40}),
+      fsum = b.buf(f32, {2, 5, 40});
+  exec::ScalarProgram addBody;
+  addBody.numArgs = 2;
+  addBody.code.push_back({exec::Opcode::Add, 2, 0, 1, 0});
+  addBody.numRegisters = 3;
+  addBody.results = {2, 2};
+  auto &fl = b.launch("fused_layernorm", {x, addend, gamma, beta}, {fln, fsum});
+  fl.floats["epsilon"] = 1e-5;
+  fl.body = addBody;
+  // layernorm_grad with the residual gradient's add as its epilogue: dx
+  // (argument 0) + a [5, 40] operand broadcast over the batch, and dx
+  // itself as a second value; two blocks, so the last-block reduction runs.
+  exec::ScalarProgram gradBody;
+  gradBody.numArgs = 2;
+  gradBody.code.push_back({exec::Opcode::Add, 2, 1, 0, 0});
+  gradBody.numRegisters = 3;
+  gradBody.results = {2, 0};
+  int fdg = b.buf(f32, {40}), fdb = b.buf(f32, {40}),
+      fres = b.buf(f32, {2, 5, 40}), fdx = b.buf(f32, {2, 5, 40});
+  auto &flg = b.launch("fused_layernorm_grad", {x, gamma, dy, addend},
+                       {fdg, fdb, fres, fdx});
+  flg.floats["epsilon"] = 1e-5;
+  flg.body = gradBody;
   // reduce_sum: to a bias, over a middle dimension, to a scalar in several
   // slices (the last-block path), and over the innermost dimension.
   int big = b.buf(f32, {64, 100});
@@ -630,6 +753,17 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   expectNear(lg[0], data[dx].f32, tol, "layernorm_grad dx");
   expectNear(lg[1], data[dgamma].f32, tol, "layernorm_grad dgamma");
   expectNear(lg[2], data[dbeta].f32, tol, "layernorm_grad dbeta");
+  std::vector<exec::HostTensor> fw = exec::fusedLayernorm(
+      addBody, {&data[x], &data[addend]}, data[gamma], data[beta], {2, 5, 40},
+      1e-5f);
+  expectNear(fw[0], data[fln].f32, tol, "fused_layernorm");
+  expectSame(fw[1], data[fsum].f32, "fused_layernorm sum");
+  std::vector<exec::HostTensor> lnb = exec::fusedLayernormGrad(
+      gradBody, data[x], data[gamma], data[dy], {&data[addend]}, 1e-5f);
+  expectNear(lnb[0], data[fdg].f32, tol, "fused_layernorm_grad dgamma");
+  expectNear(lnb[1], data[fdb].f32, tol, "fused_layernorm_grad dbeta");
+  expectNear(lnb[2], data[fres].f32, tol, "fused_layernorm_grad dx + r");
+  expectNear(lnb[3], data[fdx].f32, tol, "fused_layernorm_grad dx");
   for (size_t s = 0; s < sums.size(); ++s)
     expectNear(exec::reduceSum(data[sums[s].first], sums[s].second),
                data[sumOut[s]].f32, 1e-4f, "reduce_sum");

@@ -9,11 +9,16 @@
 //
 // Tolerance 1e-5, relative, in the infinity norm of each tensor (as in
 // FuseAttentionStepTest). Fused chains compute in float32 per element in the
-// same order as the unfused kernels, so the update (every parameter, moment
-// and the norm) and the loss agree bit for bit; GELU and its gradient differ
-// in the last bits (the unfused kernels evaluate them in double, the fused
-// bodies in float32), which reaches the gradients as about 4e-7. A fused op
-// that reads the wrong operand or broadcasts wrongly is off by far more.
+// same order as the unfused kernels, so AdamW's parameters and moments and
+// the loss agree bit for bit; GELU and its gradient differ in the last bits
+// (the unfused kernels evaluate them in double, the fused bodies in
+// float32), which reaches the gradients as about 4e-7. The gradient norm is
+// one gpt.multi_tensor_reduce, one double sum over all parameters, where
+// the unfused step rounds each parameter's sum to float32 and adds those:
+// they agree to 1e-6 relative, and through the clipping coefficient the
+// update then differs in the last bits (AdamWIsBitExactWithoutClipping
+// checks the update alone bit for bit). A fused op that reads the wrong
+// operand or broadcasts wrongly is off by far more.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,12 +47,13 @@ constexpr int64_t kBatch = 2, kSeq = 16;
 constexpr double kTolerance = 1e-5;
 
 /// gpt2-tiny (two layers) through the optimizer stage, then optionally fused.
-OwningOpRef<ModuleOp> compile(MLIRContext &ctx, bool fuse) {
+OwningOpRef<ModuleOp> compile(MLIRContext &ctx, bool fuse,
+                              const OptimizerOptions &options = {}) {
   models::GPT2Config config = *models::gpt2Preset("gpt2-tiny");
   config.nLayer = 2;
   OwningOpRef<ModuleOp> module = models::buildGPT2(ctx, config, kBatch, kSeq);
   PassManager pm(&ctx);
-  buildPipeline(pm, "optimizer", OptimizerOptions());
+  buildPipeline(pm, "optimizer", options);
   if (fuse)
     pm.addPass(createGPTFuseElementwise());
   if (failed(pm.run(*module)))
@@ -139,9 +145,45 @@ TEST(FuseElementwise, TrainingStepMatchesTheUnfusedStep) {
   auto grads = fused->lookupSymbol<func::FuncOp>("gpt2_forward_grad");
   EXPECT_EQ(count(grads, "gpt.cross_entropy_with_grad"), 1);
   EXPECT_EQ(count(grads, "gpt.cross_entropy_grad"), 0);
-  // The per-parameter AdamW chains are multi-tensor kernels.
+  // AdamW over every parameter is one multi-tensor kernel (the weight decay
+  // per tensor), the global norm one multi-tensor reduction.
   auto update = fused->lookupSymbol<func::FuncOp>("adamw_update");
-  EXPECT_GE(count(update, "gpt.multi_tensor_elementwise"), 1);
+  EXPECT_EQ(count(update, "gpt.multi_tensor_elementwise"), 1);
+  EXPECT_EQ(count(update, "gpt.multi_tensor_reduce"), 1);
+  EXPECT_EQ(count(update, "gpt.reduce_sum"), 0);
+}
+
+// Without clipping the norm does not feed the update: every parameter and
+// moment is bit for bit the unfused one (the per-tensor decay 1 − lr·0 is
+// exactly 1 for biases and gains), and the norm's only difference is the
+// order of its sum.
+TEST(FuseElementwise, AdamWIsBitExactWithoutClipping) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  OptimizerOptions options;
+  options.clip = 0;
+  OwningOpRef<ModuleOp> unfused = compile(ctx, false, options);
+  OwningOpRef<ModuleOp> fused = compile(ctx, true, options);
+  ASSERT_TRUE(unfused && fused);
+  auto before = unfused->lookupSymbol<func::FuncOp>("adamw_update");
+  auto after = fused->lookupSymbol<func::FuncOp>("adamw_update");
+  ASSERT_TRUE(before && after);
+  std::vector<exec::HostTensor> args = randomArguments(before);
+  FailureOr<std::vector<exec::HostTensor>> want =
+      exec::runFunction(before, args);
+  FailureOr<std::vector<exec::HostTensor>> got = exec::runFunction(after, args);
+  ASSERT_TRUE(succeeded(want) && succeeded(got));
+  ASSERT_EQ(got->size(), want->size());
+  for (unsigned i = 0; i < want->size(); ++i) {
+    std::string what;
+    llvm::raw_string_ostream(what) << "result " << i << " "
+                                   << before.getResultAttrDict(i);
+    if (before.getResultAttr(i, gpt::kOutputAttr)) { // grad_norm
+      EXPECT_LE(infNormRelativeError((*got)[i], (*want)[i]), 1e-6) << what;
+      continue;
+    }
+    EXPECT_EQ((*got)[i].f32, (*want)[i].f32) << what;
+  }
 }
 
 } // namespace

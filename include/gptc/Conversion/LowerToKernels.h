@@ -66,12 +66,21 @@ lowerToKernels(const TrainingProgram &program, const models::GPT2Config &cfg,
                int64_t batch, int64_t seq, const OptimizerOptions &opts,
                int64_t padMultiple);
 
+/// Removes the results of `func` bound as gpt.output to one of `names`,
+/// then every op whose results nobody reads any more; returns how many
+/// results went (DropOutputs.cpp).
+int dropOutputs(mlir::func::FuncOp func, llvm::ArrayRef<llvm::StringRef> names);
+
 /// compileTrainingProgram, lowerToKernels and planMemory: what `gptc emit
-/// --stage=kernels` prints and `gptc compile` builds on.
+/// --stage=kernels` prints and `gptc compile` builds on. The runtime reads
+/// forward's loss only (validation), so forward's "logits" are dropped
+/// (dropOutputs) unless `keepLogits`: no persistent [B, T, V] buffer and no
+/// launches that only made them.
 mlir::FailureOr<rt::Program>
 compileKernelProgram(mlir::MLIRContext &ctx, const models::GPT2Config &cfg,
                      int64_t batch, int64_t seq, const OptimizerOptions &opts,
-                     int64_t padMultiple = kDefaultPadMultiple);
+                     int64_t padMultiple = kDefaultPadMultiple,
+                     bool keepLogits = false);
 
 /// gptc-opt's --gpt-print-kernels: lowers the module's step functions,
 /// plans the memory and prints the Program's text to llvm::outs().

@@ -31,6 +31,11 @@ std::vector<HostTensor>
 multiTensorElementwise(gpt::MultiTensorElementwiseOp op,
                        const std::vector<const HostTensor *> &in);
 
+/// gpt.multi_tensor_reduce: `in` are its tensors, then its scalars
+/// (MultiTensorKernels.cpp).
+HostTensor multiTensorReduce(gpt::MultiTensorReduceOp op,
+                             const std::vector<const HostTensor *> &in);
+
 } // namespace gptc::exec
 
 #endif // GPTC_EXECUTOR_FUSEDKERNELS_H

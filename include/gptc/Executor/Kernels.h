@@ -20,6 +20,13 @@ HostTensor embedding(const HostTensor &table, const HostTensor &ids);
 HostTensor iota(int64_t n);
 HostTensor matmul(const HostTensor &a, const HostTensor &b, bool transposeA,
                   bool transposeB);
+/// gpt.matmul_epilogue: matmul(a, b) + bias[N], then the tanh GELU if
+/// `gelu`, all in float32 (the result and, with `keepPre`, the
+/// pre-activation as a second tensor); the caller rounds on store.
+std::vector<HostTensor> matmulEpilogue(const HostTensor &a, const HostTensor &b,
+                                       const HostTensor &bias, bool transposeA,
+                                       bool transposeB, bool gelu,
+                                       bool keepPre);
 HostTensor layernorm(const HostTensor &x, const HostTensor &gamma,
                      const HostTensor &beta, float epsilon);
 HostTensor softmax(const HostTensor &x);

@@ -47,6 +47,15 @@ void runScalarProgram(const ScalarProgram &p,
                       const std::vector<std::vector<float *>> &outs,
                       const std::vector<std::vector<int64_t>> &shapes);
 
+/// The sum over every element of every tensor of `p`'s one result, the
+/// arguments as in runScalarProgram (gpt.multi_tensor_reduce). Each term is
+/// float32; the sum is double: per chunk of 2048 elements in order, then
+/// the chunks in tensor and element order. Independent of the thread count.
+double
+sumScalarProgram(const ScalarProgram &p,
+                 const std::vector<std::vector<const HostTensor *>> &args,
+                 const std::vector<std::vector<int64_t>> &shapes);
+
 } // namespace gptc::exec
 
 #endif // GPTC_EXECUTOR_SCALARPROGRAM_H

@@ -13,7 +13,10 @@
 //   operands in order and `outputs` its results in order. The op's
 //   attributes keep their names: integer and bool attributes in `ints` (a
 //   unit attribute is 1), float attributes in `floats`, integer arrays in
-//   `lists`. Shapes and dtypes are the buffers'.
+//   `lists`, float arrays in `floatLists` (multi_tensor_elementwise's
+//   `per_tensor`: constant k of tensor t at k * num_tensors + t, body
+//   arguments after the per-tensor elements and before the scalars).
+//   Shapes and dtypes are the buffers'.
 // - gpt.reshape is no launch: its result is a view (`viewOf`) of its operand.
 // - gpt.constant is no launch: its result is a Constant buffer with `init`.
 // - Buffers are shared across functions by role and binding: the parameter
@@ -87,7 +90,9 @@ struct Launch {
   std::map<std::string, int64_t> ints;
   std::map<std::string, double> floats;
   std::map<std::string, std::vector<int64_t>> lists;
-  exec::ScalarProgram body; ///< fused_elementwise, multi_tensor_elementwise
+  std::map<std::string, std::vector<double>> floatLists;
+  /// fused_elementwise, multi_tensor_elementwise, multi_tensor_reduce
+  exec::ScalarProgram body;
   std::string loc;          ///< the op's source location, "file:line:col"
 
   // Filled by the CUDA emitter. A generated kernel takes the device

@@ -20,12 +20,31 @@ namespace gptc {
 void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
 
 /// gpt-fuse-elementwise on one function: elementwise chains into
-/// gpt.fused_elementwise, same-bodied ones into gpt.multi_tensor_elementwise.
-void fuseElementwise(mlir::func::FuncOp func);
+/// gpt.fused_elementwise, same-bodied ones into gpt.multi_tensor_elementwise,
+/// and (unless !layernormPrologue) layernorms with their elementwise
+/// prologues into gpt.fused_layernorm.
+void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true);
 
 /// gpt-fuse-elementwise's loss pattern: a cross_entropy and a
 /// cross_entropy_grad of the same logits into gpt.cross_entropy_with_grad.
 void fuseCrossEntropyWithGrad(mlir::func::FuncOp func);
+
+/// gpt-fuse-elementwise's sum of full reductions (the global gradient
+/// norm): a tree of rank-0 gpt.add over gpt.reduce_sum into one
+/// gpt.multi_tensor_reduce (MultiTensorReduce.cpp). Runs before the chains
+/// are fused.
+void formMultiTensorReduce(mlir::func::FuncOp func);
+
+/// After the multi-tensor merge: a gpt.multi_tensor_elementwise whose
+/// results only a gpt.multi_tensor_reduce reads becomes that reduction's
+/// body prologue.
+void foldReducePrologues(mlir::func::FuncOp func);
+
+/// After the chains are fused: a gpt.layernorm of a gpt.fused_elementwise
+/// whose other users run later becomes one gpt.fused_layernorm, and a
+/// gpt.layernorm_grad whose dx only a gpt.fused_elementwise reads one
+/// gpt.fused_layernorm_grad (FuseLayerNormPrologue.cpp).
+void fuseLayerNormPrologues(mlir::func::FuncOp func);
 
 /// The gradient function of `forward` (see gpt-autodiff), inserted after it.
 mlir::FailureOr<mlir::func::FuncOp>

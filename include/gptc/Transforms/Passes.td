@@ -218,6 +218,24 @@ def GPTOptimizer : Pass<"gpt-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }
 
+def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
+  let summary = "Makes a projection's bias add and tanh GELU the epilogue of "
+                "its GEMM (gpt.matmul_epilogue)";
+  let description = [{
+    `gpt.matmul` (through the widening `gpt.cast` gpt-mixed-precision put
+    after it) → `gpt.add` of a float32 `[N]` bias → optionally `gpt.gelu`
+    (tanh form) becomes one `gpt.matmul_epilogue`: cuBLASLt's BIAS,
+    GELU_BIAS or GELU_AUX_BIAS epilogue, the last keeping the
+    pre-activation that the backward's `gelu_grad` reads. The product is
+    accumulated, biased and activated in float32 and rounded once, to the
+    add's float32: the unfused bf16 chain rounded it to bf16 first.
+    Declines with a remark when the chain is not exactly that (an addend
+    that is not an [N] bias, a product also used unbiased, an erf GELU, a
+    batched weight). Runs after gpt-optimizer, before gpt-fuse-elementwise.
+  }];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
+
 def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "Fuses chains of elementwise ops into gpt.fused_elementwise "
                 "kernels, and same-bodied kernels into multi-tensor ones";
@@ -271,6 +289,17 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
     }
     ```
   }];
+  let options = [
+    Option<"layernormPrologue", "layernorm-prologue", "bool",
+           /*default=*/"true",
+           "After step 2, a gpt.layernorm of a gpt.fused_elementwise whose "
+           "other users run later becomes one gpt.fused_layernorm (the "
+           "elementwise body as the layernorm's prologue: GPT-2's residual "
+           "add + layernorm), and a gpt.layernorm_grad whose dx only a "
+           "gpt.fused_elementwise reads one gpt.fused_layernorm_grad (that "
+           "body as its epilogue: the residual gradient's add); declined "
+           "pairs get a remark (lib/Transforms/FuseLayerNormPrologue.cpp)">
+  ];
   let dependentDialects = ["::gptc::gpt::GPTDialect",
                            "::mlir::arith::ArithDialect",
                            "::mlir::math::MathDialect"];

@@ -128,8 +128,48 @@ LogicalResult MultiTensorElementwiseOp::verify() {
                            << " differs in element type from its argument";
   for (size_t r = 0; r < getResults().size() / n; ++r)
     resultTypes.push_back(tensorOf(getResults()[r * n]).getElementType());
+  // Each per-tensor constant is one f32 body argument before the scalars.
+  if (std::optional<ArrayRef<float>> perTensor = getPerTensor()) {
+    if (perTensor->empty() || perTensor->size() % n)
+      return emitOpError() << "per_tensor has " << perTensor->size()
+                           << " values, expected a positive multiple of "
+                              "num_tensors ("
+                           << n << ")";
+    argTypes.append(perTensor->size() / n, Float32Type::get(getContext()));
+  }
   argTypes.append(elementTypes(getScalars()));
   return verifyBody(*this, getBody(), argTypes, resultTypes);
+}
+
+LogicalResult MultiTensorReduceOp::verify() {
+  int64_t n = getNumTensors();
+  if (n <= 0)
+    return emitOpError("num_tensors must be positive");
+  if (getTensors().empty() || getTensors().size() % n)
+    return emitOpError() << "needs a positive multiple of num_tensors (" << n
+                         << ") tensors";
+  // Tensor t's shape is that of its first argument, tensors[t].
+  for (auto [i, v] : llvm::enumerate(getTensors())) {
+    ArrayRef<int64_t> shape = tensorOf(getTensors()[i % n]).getShape();
+    if (tensorOf(v).getShape() != shape)
+      return emitOpError() << "operand #" << i << " has shape "
+                           << shapeStr(tensorOf(v).getShape())
+                           << ", expected tensor " << i % n << "'s shape "
+                           << shapeStr(shape);
+  }
+  for (Value s : getScalars())
+    if (tensorOf(s).getRank() != 0)
+      return emitOpError("scalars must be rank-0 tensors");
+  SmallVector<Type> argTypes;
+  for (size_t j = 0; j < getTensors().size() / n; ++j)
+    argTypes.push_back(tensorOf(getTensors()[j * n]).getElementType());
+  for (auto [i, v] : llvm::enumerate(getTensors()))
+    if (tensorOf(v).getElementType() != argTypes[i / n])
+      return emitOpError() << "operand #" << i
+                           << " differs in element type from its argument";
+  argTypes.append(elementTypes(getScalars()));
+  return verifyBody(*this, getBody(), argTypes,
+                    TypeRange{Float32Type::get(getContext())});
 }
 
 LogicalResult CrossEntropyWithGradOp::verify() {
@@ -146,4 +186,53 @@ LogicalResult CrossEntropyWithGradOp::verify() {
     return emitOpError() << "num_classes " << *n
                          << " must be in [1, " << logits.back() << "]";
   return success();
+}
+
+LogicalResult FusedLayerNormOp::verify() {
+  ArrayRef<int64_t> shape = tensorOf(getResult()).getShape();
+  if (shape.empty())
+    return emitOpError("normalises rows: the result needs rank 1 or more");
+  for (Value r : getValues())
+    if (tensorOf(r).getShape() != shape)
+      return emitOpError() << "values must have the result's shape "
+                           << shapeStr(shape) << ", found "
+                           << shapeStr(tensorOf(r).getShape());
+  for (Value v : getInputs())
+    if (!broadcastsTo(tensorOf(v).getShape(), shape))
+      return emitOpError() << "input of shape "
+                           << shapeStr(tensorOf(v).getShape())
+                           << " does not broadcast to " << shapeStr(shape);
+  for (Value p : {getGamma(), getBeta()})
+    if (tensorOf(p).getShape() != ArrayRef<int64_t>{shape.back()})
+      return emitOpError() << "gamma and beta must be [" << shape.back()
+                           << "], found " << shapeStr(tensorOf(p).getShape());
+  SmallVector<Type> yielded{Float32Type::get(getContext())};
+  yielded.append(elementTypes(getValues()));
+  return verifyBody(*this, getBody(), elementTypes(getInputs()), yielded);
+}
+
+LogicalResult FusedLayerNormGradOp::verify() {
+  ArrayRef<int64_t> shape = tensorOf(getX()).getShape();
+  if (shape.empty())
+    return emitOpError("normalises rows: x needs rank 1 or more");
+  if (tensorOf(getDy()).getShape() != shape)
+    return emitOpError("dy must have the shape of x");
+  for (Value p : {getGamma(), getDgamma(), getDbeta()})
+    if (tensorOf(p).getShape() != ArrayRef<int64_t>{shape.back()})
+      return emitOpError() << "gamma, dgamma and dbeta must be ["
+                           << shape.back() << "]";
+  if (getValues().empty())
+    return emitOpError("must have at least one value");
+  for (Value r : getValues())
+    if (tensorOf(r).getShape() != shape)
+      return emitOpError() << "values must have the shape of x "
+                           << shapeStr(shape);
+  for (Value v : getInputs())
+    if (!broadcastsTo(tensorOf(v).getShape(), shape))
+      return emitOpError() << "input of shape "
+                           << shapeStr(tensorOf(v).getShape())
+                           << " does not broadcast to " << shapeStr(shape);
+  SmallVector<Type> args{Float32Type::get(getContext())};
+  args.append(elementTypes(getInputs()));
+  return verifyBody(*this, getBody(), args, elementTypes(getValues()));
 }

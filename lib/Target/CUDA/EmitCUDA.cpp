@@ -139,6 +139,10 @@ std::string Emitter::run(const std::string &name) {
     emitLayernorm();
   else if (k == "layernorm_grad")
     emitLayernormGrad();
+  else if (k == "fused_layernorm")
+    emitFusedLayernorm();
+  else if (k == "fused_layernorm_grad")
+    emitFusedLayernormGrad();
   else if (k == "reduce_sum")
     emitReduceSum();
   else if (k == "cross_entropy")
@@ -153,6 +157,8 @@ std::string Emitter::run(const std::string &name) {
     emitElementwise(l.body);
   else if (k == "multi_tensor_elementwise")
     emitMultiTensor();
+  else if (k == "multi_tensor_reduce")
+    emitMultiTensorReduce();
   else
     unsupported("no kernel template for this op");
 
@@ -202,8 +208,8 @@ void emitCUDA(rt::Program &p, const std::string &arch) {
   for (rt::Function &f : p.functions)
     for (Launch &l : f.launches) {
       l.deviceKernel = -1;
-      if (l.kernel == "matmul")
-        continue;
+      if (l.kernel == "matmul" || l.kernel == "matmul_epilogue")
+        continue; // cuBLASLt (its epilogues for matmul_epilogue)
       std::string src = emitLaunch(p, l, placeholder);
       // The first line names the op and location; not part of the identity.
       std::string key = src.substr(src.find('\n') + 1);

@@ -2,7 +2,8 @@
 //
 // The glue (casts, transposes, pads, slices, splits, concats, iota) and the
 // fused elementwise bodies: index arithmetic and scalar code with the shapes
-// as constants, one kernel per launch and no template behind it.
+// as constants, one kernel per launch and no template behind it. The
+// multi-tensor kernels are in EmitMultiTensor.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -277,94 +278,6 @@ void Emitter::emitElementwise(const exec::ScalarProgram &body) {
   for (size_t r = 0; r < l.outputs.size(); ++r)
     os << "    store4(out" << r << " + i, y" << r << ");\n";
   os << "  }\n}\n";
-}
-
-void Emitter::emitMultiTensor() {
-  int64_t n = intAttr("num_tensors", 0);
-  const int numArgs = l.body.numArgs;
-  const size_t numResults = l.body.results.size();
-  if (n <= 0 || l.outputs.size() != numResults * size_t(n))
-    unsupported("results are not num_tensors per body result");
-  // inputs = perTensor·n tensors then the scalars; numArgs = perTensor +
-  // scalars.
-  int64_t perTensor = n == 1 ? numArgs
-                             : (int64_t(l.inputs.size()) - numArgs) / (n - 1);
-  int64_t scalars = numArgs - perTensor;
-  if (perTensor < 0 || scalars < 0 ||
-      perTensor * n + scalars != int64_t(l.inputs.size()))
-    unsupported("operands do not split into tensors and scalars");
-  auto argInput = [&](int64_t j, int64_t t) {
-    return j < perTensor ? j * n + t : perTensor * n + (j - perTensor);
-  };
-  // Pointers are chosen per tensor below, so an argument has one dtype.
-  for (int64_t j = 0; j < perTensor; ++j)
-    for (int64_t t = 1; t < n; ++t)
-      if (in(argInput(j, t)).dtype != in(argInput(j, 0)).dtype)
-        unsupported("argument " + std::to_string(j) + " mixes dtypes");
-  for (size_t r = 0; r < numResults; ++r)
-    for (int64_t t = 1; t < n; ++t)
-      if (out(r * n + t).dtype != out(r * n).dtype)
-        unsupported("result " + std::to_string(r) + " mixes dtypes");
-
-  // Blocks of 1024 elements (4 per thread); each tensor starts a block.
-  constexpr int64_t kBlockElems = 1024;
-  std::vector<int64_t> firstBlock{0};
-  for (int64_t t = 0; t < n; ++t)
-    firstBlock.push_back(firstBlock.back() +
-                         ceilDiv(std::max<int64_t>(out(t).numel(), 1), kBlockElems));
-  pre << "// Tensor t owns blocks [kFirstBlock[t], kFirstBlock[t + 1]).\n"
-      << "__constant__ i64 kFirstBlock[" << n + 1 << "] = {";
-  for (size_t i = 0; i < firstBlock.size(); ++i)
-    pre << (i ? ", " : "") << firstBlock[i];
-  pre << "};\n__constant__ i64 kNumel[" << n << "] = {";
-  for (int64_t t = 0; t < n; ++t)
-    pre << (t ? ", " : "") << out(t).numel();
-  pre << "};\n\n";
-
-  begin(entry, 256);
-  os << "  int lo = 0, hi = " << n - 1 << ";\n"
-     << "  while (lo < hi) { // the last tensor whose first block <= ours\n"
-     << "    int mid = (lo + hi + 1) / 2;\n"
-     << "    if (kFirstBlock[mid] <= i64(blockIdx.x)) lo = mid; else hi = mid - 1;\n"
-     << "  }\n"
-     << "  const int t = lo;\n";
-  for (int64_t j = 0; j < perTensor; ++j)
-    os << "  const " << tin(argInput(j, 0)) << " *a" << j << ";\n";
-  for (size_t r = 0; r < numResults; ++r)
-    os << "  " << tout(r * n) << " *o" << r << ";\n";
-  os << "  switch (t) {\n";
-  for (int64_t t = 0; t < n; ++t) {
-    os << "  case " << t << ":";
-    for (int64_t j = 0; j < perTensor; ++j)
-      os << " a" << j << " = in" << argInput(j, t) << ";";
-    for (size_t r = 0; r < numResults; ++r)
-      os << " o" << r << " = out" << r * n + t << ";";
-    os << " break;\n";
-  }
-  os << "  default: return;\n  }\n";
-  for (int64_t j = perTensor; j < numArgs; ++j)
-    os << "  const float r" << j << " = toFloat(in" << argInput(j, 0)
-       << "[0]);\n";
-  os << "  const i64 n = kNumel[t];\n"
-     << "  const i64 base = (i64(blockIdx.x) - kFirstBlock[t]) * "
-     << kBlockElems << ";\n"
-     << "  for (i64 i = base + threadIdx.x; i < n && i < base + "
-     << kBlockElems << "; i += blockDim.x) {\n";
-  for (int64_t j = 0; j < perTensor; ++j) {
-    // A per-tensor operand of one element (a rank-0 tensor) broadcasts.
-    bool scalar = true;
-    for (int64_t t = 0; t < n; ++t)
-      scalar &= in(argInput(j, t)).numel() == 1;
-    os << "    const float r" << j << " = toFloat(a" << j << "["
-       << (scalar ? "0" : "i") << "]);\n";
-  }
-  scalarCode(l.body, "    ");
-  for (size_t r = 0; r < numResults; ++r)
-    os << "    o" << r << "[i] = fromFloat<" << tout(r * n) << ">(r"
-       << l.body.results[r] << ");\n";
-  os << "  }\n}\n";
-  l.block[0] = 256;
-  l.grid[0] = toGrid(firstBlock.back());
 }
 
 } // namespace gptc::cuda::detail

@@ -90,6 +90,8 @@ inline int storageOf(const rt::Program &p, int id) {
 }
 
 /// One launch being emitted.
+struct MultiTensorLayout; // EmitMultiTensor.cpp
+
 class Emitter {
 public:
   Emitter(const rt::Program &p, Launch &l) : p(p), l(l) {}
@@ -148,7 +150,15 @@ private:
   void emitConcat();
   /// fused_elementwise, and cast as the identity body.
   void emitElementwise(const exec::ScalarProgram &body);
+  // EmitMultiTensor.cpp
   void emitMultiTensor();
+  void emitMultiTensorReduce();
+  MultiTensorLayout multiTensorLayout();
+  int64_t
+  multiTensorHead(const MultiTensorLayout &m,
+                  const std::vector<int64_t> &numels,
+                  const std::vector<std::pair<std::string, std::string>> &outs);
+  void multiTensorLoads(const MultiTensorLayout &m);
   /// The body's instructions as `float rN = ...;` lines.
   void scalarCode(const exec::ScalarProgram &body, const std::string &indent);
   // EmitTemplates.cpp
@@ -156,6 +166,9 @@ private:
   void emitEmbeddingGrad();
   void emitLayernorm();
   void emitLayernormGrad();
+  // EmitFusedLayerNorm.cpp
+  void emitFusedLayernorm();
+  void emitFusedLayernormGrad();
   void emitReduceSum();
   void emitCrossEntropy(bool withGrad);
   void emitFlashAttention(bool grad);

@@ -508,3 +508,49 @@ func.func @multi_tensor_shapes(%a: tensor<4xf32>, %b: tensor<8xf32>, %c: tensor<
   }
   return
 }
+
+// -----
+
+func.func @per_tensor_size(%a: tensor<4xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{per_tensor has 3 values, expected a positive multiple of num_tensors (2)}}
+  %r:2 = gpt.multi_tensor_elementwise(%a, %b : tensor<4xf32>, tensor<8xf32>) {num_tensors = 2 : i64, per_tensor = array<f32: 0.1, 0.0, 0.0>} -> tensor<4xf32>, tensor<8xf32> {
+  ^bb0(%x: f32, %w: f32):
+    %s = arith.mulf %x, %w : f32
+    gpt.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+func.func @per_tensor_argument(%a: tensor<4xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{body has 1 arguments, expected 2}}
+  %r:2 = gpt.multi_tensor_elementwise(%a, %b : tensor<4xf32>, tensor<8xf32>) {num_tensors = 2 : i64, per_tensor = array<f32: 0.1, 0.0>} -> tensor<4xf32>, tensor<8xf32> {
+  ^bb0(%x: f32):
+    gpt.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @multi_tensor_reduce_shapes(%a: tensor<4xf32>, %b: tensor<8xf32>, %c: tensor<8xf32>) {
+  // expected-error @+1 {{operand #2 has shape 8, expected tensor 0's shape 4}}
+  %r = gpt.multi_tensor_reduce(%a, %b, %c, %c : tensor<4xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {num_tensors = 2 : i64} -> tensor<f32> {
+  ^bb0(%x: f32, %y: f32):
+    %s = arith.mulf %x, %y : f32
+    gpt.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+func.func @multi_tensor_reduce_yield(%a: tensor<4xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{body yields 2 values}}
+  %r = gpt.multi_tensor_reduce(%a, %b : tensor<4xf32>, tensor<8xf32>) {num_tensors = 2 : i64} -> tensor<f32> {
+  ^bb0(%x: f32):
+    gpt.yield %x, %x : f32, f32
+  }
+  return
+}

@@ -56,16 +56,66 @@ def GPT_MultiTensorElementwiseOp : GPT_Op<"multi_tensor_elementwise",
     the scalars; results are argument-major too (`results[r * num_tensors
     + t]`, of tensor t's shape). The kernel walks all tensors as one flat
     buffer.
+
+    `per_tensor` (optional) are constants that differ per tensor (AdamW's
+    weight decay: 0.1 for matrices, 0 for biases and gains), argument-major
+    as well: `per_tensor[k * num_tensors + t]` is constant k of tensor t.
+    The body sees them as block arguments between the per-tensor elements
+    and the scalars, so the body's arguments are: one element of each
+    per-tensor operand, then each per-tensor constant, then the scalars.
+    gpt-fuse-elementwise makes them when bodies differ only in the values
+    of their `arith.constant`s.
   }];
   let arguments = (ins Variadic<GPT_FloatTensor>:$tensors,
                        Variadic<AnyRankedTensor>:$scalars,
-                       I64Attr:$num_tensors);
+                       I64Attr:$num_tensors,
+                       OptionalAttr<DenseF32ArrayAttr>:$per_tensor);
   let results = (outs Variadic<GPT_FloatTensor>:$results);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     `(` $tensors `:` type($tensors) `)`
     (`scalars` `(` $scalars^ `:` type($scalars) `)`)? attr-dict
     `->` type($results) $body
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_MultiTensorReduceOp : GPT_Op<"multi_tensor_reduce",
+    [Pure, SingleBlock, IsolatedFromAbove, AttrSizedOperandSegments]> {
+  let summary = "The sum of one scalar body over every element of several "
+                "tensors";
+  let description = [{
+    A multi-tensor reduction (the squared global gradient norm in one
+    launch): operands as in gpt.multi_tensor_elementwise (`tensors`
+    argument-major, `num_tensors` per body argument, rank-0 `scalars`); the
+    body sees one element of each per-tensor operand, then the scalars, and
+    yields one f32. The result is the sum of the yielded value over every
+    element of every tensor. Terms are computed in float32 and summed in a
+    fixed order (deterministic for a given backend): the CPU executor adds
+    them in double, tensor after tensor; the CUDA kernel adds float32 block
+    partials in double, the last block in block order. The two may differ in
+    the last bits of the float32 result.
+
+    ```mlir
+    %sumsq = gpt.multi_tensor_reduce(%g0, %g1 : tensor<64x64xf32>,
+        tensor<64xf32>) scalars(%scale : tensor<f32>) {num_tensors = 2 : i64}
+        -> tensor<f32> {
+    ^bb0(%g: f32, %s: f32):
+      %0 = arith.mulf %g, %s : f32
+      %1 = arith.mulf %0, %0 : f32
+      gpt.yield %1 : f32
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<GPT_FloatTensor>:$tensors,
+                       Variadic<AnyRankedTensor>:$scalars,
+                       I64Attr:$num_tensors);
+  let results = (outs GPT_ScalarF32:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $tensors `:` type($tensors) `)`
+    (`scalars` `(` $scalars^ `:` type($scalars) `)`)? attr-dict
+    `->` type($result) $body
   }];
   let hasVerifier = 1;
 }
@@ -99,8 +149,136 @@ def GPT_CrossEntropyWithGradOp : GPT_Op<"cross_entropy_with_grad", [Pure]> {
   let hasVerifier = 1;
 }
 
+def GPT_MatmulEpilogueOp : GPT_Op<"matmul_epilogue", [Pure]> {
+  let summary = "A projection with its bias add and GELU as the GEMM's "
+                "epilogue (gpt-fuse-matmul-epilogue)";
+  let description = [{
+    `a` `[batch..., M, K]` (`[batch..., K, M]` with `transpose_a`) times a
+    2-D weight `b` `[K, N]` (`[N, K]` with `transpose_b`), plus a float32
+    bias `[N]` broadcast along the rows, then GELU (tanh form) if `gelu`:
+
+        acc[m, n]    = sum_k a[m, k] * b[k, n]        float32 accumulation
+        pre[m, n]    = acc[m, n] + bias[n]            float32
+        result[m, n] = gelu ? gelu_tanh(pre) : pre    float32
+        gelu_tanh(x) = (0.5 x) (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+    and each result is rounded once, to its own element type, when it is
+    written. `pre`, the optional second result (only with `gelu`), is the
+    pre-activation that the backward's `gelu_grad` reads: cuBLASLt's
+    GELU_AUX_BIAS epilogue. Without it the op is BIAS or GELU_BIAS.
+
+    Under bf16 autocast this is not the unfused chain, which rounds the
+    product to bf16 before the bias: the epilogue keeps the float32
+    accumulator (as cuBLASLt does), so it rounds once instead of twice.
+
+    ```mlir
+    %h, %pre = gpt.matmul_epilogue %x, %w, %bias {gelu}
+        : tensor<4x64x128xbf16>, tensor<128x512xbf16>, tensor<512xf32>
+        -> tensor<4x64x512xf32>, tensor<4x64x512xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$a, GPT_FloatTensor:$b,
+                       GPT_FloatTensor:$bias, UnitAttr:$transpose_a,
+                       UnitAttr:$transpose_b, UnitAttr:$gelu);
+  let results = (outs GPT_FloatTensor:$result,
+                      Optional<GPT_FloatTensor>:$pre);
+  let assemblyFormat = [{
+    $a `,` $b `,` $bias attr-dict `:` type($a) `,` type($b) `,` type($bias)
+    `->` type($result) (`,` type($pre)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_FusedLayerNormOp : GPT_Op<"fused_layernorm",
+    [Pure, SingleBlock, IsolatedFromAbove]> {
+  let summary = "gpt.layernorm of a fused elementwise body's value, one "
+                "row pass that also writes the body's other values";
+  let description = [{
+    A layernorm with a fused elementwise prologue (gpt-fuse-elementwise
+    makes it of a gpt.fused_elementwise and the gpt.layernorm that reads it:
+    GPT-2's residual add + layernorm). `inputs` broadcast to the iteration
+    shape `[..., C]`, that of `result` and of every one of `values`, as the
+    inputs of gpt.fused_elementwise do. The body sees one element of each
+    input and yields 1 + size(values) scalars: first `x`, the float32 value
+    to normalise, then one per `values` result. Per row of C:
+
+        x[c]      = body(inputs at [row, c])#0             float32
+        values[k] = body(...)#(k+1), rounded to its element type
+        result    = (x - mean(x)) / sqrt(var(x) + epsilon) * gamma + beta
+
+    exactly gpt.layernorm of a float32 tensor holding x (biased variance;
+    `gamma`, `beta` are `[C]`), so the CPU executor gives the bits of the
+    unfused pair. `x` itself is written only if the body also yields it as
+    one of `values` (the residual stream, which the next block and the
+    backward's layernorm_grad read).
+
+    ```mlir
+    %y, %sum = gpt.fused_layernorm(%h, %r : tensor<4x64x128xf32>,
+        tensor<4x64x128xf32>) norm %gamma, %beta : tensor<128xf32>,
+        tensor<128xf32> -> tensor<4x64x128xf32>, tensor<4x64x128xf32> {
+    ^bb0(%a: f32, %b: f32):
+      %s = arith.addf %a, %b : f32
+      gpt.yield %s, %s : f32, f32
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs,
+                       GPT_FloatTensor:$gamma, GPT_FloatTensor:$beta,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs GPT_FloatTensor:$result,
+                      Variadic<GPT_FloatTensor>:$values);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $inputs `:` type($inputs) `)` `norm` $gamma `,` $beta `:`
+    type($gamma) `,` type($beta) attr-dict `->` type($result)
+    (`,` type($values)^)? $body
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_FusedLayerNormGradOp : GPT_Op<"fused_layernorm_grad",
+    [Pure, SingleBlock, IsolatedFromAbove]> {
+  let summary = "gpt.layernorm_grad whose dx goes straight into a fused "
+                "elementwise epilogue";
+  let description = [{
+    `dgamma` and `dbeta` are gpt.layernorm_grad's (same operands `x`,
+    `gamma`, `dy`, `epsilon`); its `dx` (float32, as layernorm_grad computes
+    it) is not written but fed to the body with one element of each of
+    `inputs` (broadcasting to x's shape): the body's first argument is dx,
+    then the inputs' elements, and it yields one scalar per `values` result
+    (each of x's shape, rounded to its element type). In GPT-2 the body is
+    the residual gradient's add (dres + dx of each block's layernorm), so
+    the sum is written once instead of dx being written and read back.
+
+    ```mlir
+    %dg, %db, %dres = gpt.fused_layernorm_grad %x, %gamma, %dy
+        : tensor<4x64x128xf32>, tensor<128xf32>, tensor<4x64x128xf32>
+        epilogue(%r : tensor<4x64x128xf32>)
+        -> tensor<128xf32>, tensor<128xf32>, tensor<4x64x128xf32> {
+    ^bb0(%dx: f32, %a: f32):
+      %s = arith.addf %a, %dx : f32
+      gpt.yield %s : f32
+    }
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$x, GPT_FloatTensor:$gamma,
+                       GPT_FloatTensor:$dy, Variadic<AnyRankedTensor>:$inputs,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs GPT_FloatTensor:$dgamma, GPT_FloatTensor:$dbeta,
+                      Variadic<GPT_FloatTensor>:$values);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $x `,` $gamma `,` $dy `:` type($x) `,` type($gamma) `,` type($dy)
+    `epilogue` `(` ($inputs^ `:` type($inputs))? `)` attr-dict `->`
+    type($dgamma) `,` type($dbeta) `,` type($values) $body
+  }];
+  let hasVerifier = 1;
+}
+
 def GPT_YieldOp : GPT_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["FusedElementwiseOp", "MultiTensorElementwiseOp"]>]> {
+    ParentOneOf<["FusedElementwiseOp", "MultiTensorElementwiseOp",
+                "MultiTensorReduceOp", "FusedLayerNormOp",
+                "FusedLayerNormGradOp"]>]> {
   let summary = "The scalar results of a fused body";
   let arguments = (ins Variadic<AnyType>:$values);
   let assemblyFormat = "attr-dict ($values^ `:` type($values))?";

@@ -2,7 +2,8 @@
 //
 // One warp per row of C elements, the row held in registers (C/32 per
 // lane), float32 statistics in two passes (mean, then the squared
-// deviations), as lib/Executor/NormKernels.cpp does in double.
+// deviations), as lib/Executor/NormKernels.cpp does in double. The fused
+// layernorm computes its row with a generated prologue instead of loading it.
 //
 // The backward's dgamma/dbeta sum over every row: each block sums its rows
 // in a fixed order into a partial in module scratch memory, and the last
@@ -44,6 +45,23 @@ __device__ __forceinline__ void rowStats(const float (&v)[RowRegs<C>::kPerLane],
   rstd = 1.0f / sqrtf(warpSum(q) / float(C) + eps);
 }
 
+/// out = (x - mean) · rstd · gamma + beta for the row in registers.
+template <int C, typename TG, typename TB, typename TO>
+__device__ __forceinline__ void normaliseRow(const float (&v)[RowRegs<C>::kPerLane],
+                                             const TG *gamma, const TB *beta,
+                                             TO *out, float eps) {
+  float mean, rstd;
+  rowStats<C>(v, eps, mean, rstd);
+  int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < RowRegs<C>::kPerLane; ++i) {
+    int c = lane + 32 * i;
+    if (c < C)
+      out[c] = fromFloat<TO>((v[i] - mean) * rstd * toFloat(gamma[c]) +
+                             toFloat(beta[c]));
+  }
+}
+
 /// out = (x - mean) · rstd · gamma + beta; blockDim.x / 32 rows per block.
 template <int C, i64 kRows, typename TX, typename TG, typename TB, typename TO>
 __device__ void layernormForward(const TX *x, const TG *gamma, const TB *beta,
@@ -53,17 +71,39 @@ __device__ void layernormForward(const TX *x, const TG *gamma, const TB *beta,
     return;
   float v[RowRegs<C>::kPerLane];
   loadRow<C>(x + row * C, v);
-  float mean, rstd;
-  rowStats<C>(v, eps, mean, rstd);
+  normaliseRow<C>(v, gamma, beta, out + row * C, eps);
+}
+
+/// gpt.fused_layernorm: layernormForward of the row that a generated
+/// prologue computes. `prologue(i)` evaluates the fused body at flat index
+/// i of the [rows, C] iteration space, writes the body's other values and
+/// returns the float32 value to normalise, which then stays in registers:
+/// one pass over the operands instead of a write and a read of x.
+template <int C, i64 kRows, typename Prologue, typename TG, typename TB,
+          typename TO>
+__device__ void layernormPrologueForward(const Prologue &prologue,
+                                         const TG *gamma, const TB *beta,
+                                         TO *out, float eps) {
+  i64 row = i64(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= kRows)
+    return;
   int lane = threadIdx.x % 32;
+  float v[RowRegs<C>::kPerLane];
 #pragma unroll
   for (int i = 0; i < RowRegs<C>::kPerLane; ++i) {
     int c = lane + 32 * i;
-    if (c < C)
-      out[row * C + c] = fromFloat<TO>((v[i] - mean) * rstd * toFloat(gamma[c]) +
-                                       toFloat(beta[c]));
+    v[i] = c < C ? prologue(row * C + c) : 0.0f;
   }
+  normaliseRow<C>(v, gamma, beta, out + row * C, eps);
 }
+
+/// Stores dx at flat index i: layernorm_grad's plain dx.
+template <typename T> struct StoreDx {
+  T *dx;
+  __device__ __forceinline__ void operator()(i64 i, float v) const {
+    dx[i] = fromFloat<T>(v);
+  }
+};
 
 /// With xhat = (x - mean)·rstd and d = dy·gamma:
 ///   dx = rstd · (d - mean(d) - xhat · mean(d·xhat)),
@@ -73,7 +113,17 @@ template <int C, i64 kRows, typename TX, typename TG, typename TD,
           typename TDX, typename TDG, typename TDB>
 __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
                                   TDX *dx, TDG *dgamma, TDB *dbeta, float eps,
-                                  float *partials, unsigned *counter) {
+                                  float *partials, unsigned *counter);
+
+/// layernormBackward with dx handed to `store(i, dx)` rather than written:
+/// gpt.fused_layernorm_grad's generated epilogue (struct Epilogue) computes
+/// its body from it and writes the body's values.
+template <int C, i64 kRows, typename Store, typename TX, typename TG,
+          typename TD, typename TDG, typename TDB>
+__device__ void layernormBackwardWith(const TX *x, const TG *gamma,
+                                      const TD *dy, const Store &store,
+                                      TDG *dgamma, TDB *dbeta, float eps,
+                                      float *partials, unsigned *counter) {
   constexpr int kPer = RowRegs<C>::kPerLane;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warps = blockDim.x / 32;
@@ -109,7 +159,7 @@ __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
       int c = lane + 32 * i;
       if (c < C) {
         float d = toFloat(dyRow[c]) * toFloat(gamma[c]);
-        dx[row * C + c] = fromFloat<TDX>(rstd * (d - meanD - v[i] * meanDX));
+        store(row * C + c, rstd * (d - meanD - v[i] * meanDX));
       }
     }
   }
@@ -140,4 +190,13 @@ __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
     dgamma[c] = fromFloat<TDG>(sg);
     dbeta[c] = fromFloat<TDB>(sb);
   }
+}
+
+template <int C, i64 kRows, typename TX, typename TG, typename TD,
+          typename TDX, typename TDG, typename TDB>
+__device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
+                                  TDX *dx, TDG *dgamma, TDB *dbeta, float eps,
+                                  float *partials, unsigned *counter) {
+  layernormBackwardWith<C, kRows>(x, gamma, dy, StoreDx<TDX>{dx}, dgamma,
+                                  dbeta, eps, partials, counter);
 }

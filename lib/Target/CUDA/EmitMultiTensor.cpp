@@ -1,0 +1,203 @@
+//===- EmitMultiTensor.cpp - kernels over many tensors in one launch ------===//
+//
+// gpt.multi_tensor_elementwise (AdamW) and gpt.multi_tensor_reduce (the
+// squared global gradient norm) walk all their tensors as one flat sequence
+// of blocks: a __constant__ table gives each tensor's first block, a block
+// finds its tensor by binary search and picks the tensor's pointers from a
+// switch. The body is the launch's scalar code; per-tensor constants
+// (`per_tensor`) come from a second table.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emitter.h"
+
+namespace gptc::cuda::detail {
+
+namespace {
+/// Elements per block: 256 threads, 4 elements a thread.
+constexpr int64_t kBlockElems = 1024;
+} // namespace
+
+/// How a multi-tensor launch's operands feed its body: body argument j <
+/// perTensor reads tensors[j * n + t]; then `constants` per-tensor constants;
+/// then the scalars, which follow the tensors in the inputs.
+struct MultiTensorLayout {
+  int64_t n = 0, perTensor = 0, constants = 0, scalars = 0;
+  std::vector<double> perTensorValues;
+  int64_t input(int64_t j, int64_t t) const {
+    return j < perTensor ? j * n + t
+                         : perTensor * n + (j - perTensor - constants);
+  }
+};
+
+/// `numels[t]` is tensor t's element count; `outs` the (type, name) of the
+/// per-tensor result pointers. Emits the block table, the per-tensor constants,
+/// and the kernel's head: `t`, the per-tensor pointers `a<j>`, and the body's
+/// arguments that are the same for the whole block (constants and scalars),
+/// then `n` and `base`. Returns the number of blocks.
+int64_t Emitter::multiTensorHead(
+    const MultiTensorLayout &m, const std::vector<int64_t> &numels,
+    const std::vector<std::pair<std::string, std::string>> &outs) {
+  Emitter &e = *this;
+  std::vector<int64_t> firstBlock{0};
+  for (int64_t t = 0; t < m.n; ++t)
+    firstBlock.push_back(firstBlock.back() +
+                         ceilDiv(std::max<int64_t>(numels[t], 1), kBlockElems));
+  e.pre << "// Tensor t owns blocks [kFirstBlock[t], kFirstBlock[t + 1]).\n"
+        << "__constant__ i64 kFirstBlock[" << m.n + 1 << "] = {";
+  for (size_t i = 0; i < firstBlock.size(); ++i)
+    e.pre << (i ? ", " : "") << firstBlock[i];
+  e.pre << "};\n__constant__ i64 kNumel[" << m.n << "] = {";
+  for (int64_t t = 0; t < m.n; ++t)
+    e.pre << (t ? ", " : "") << numels[t];
+  e.pre << "};\n";
+  if (m.constants > 0) {
+    e.pre << "// Constant k of tensor t: kPerTensor[k * " << m.n << " + t].\n"
+          << "__constant__ float kPerTensor[" << m.perTensorValues.size()
+          << "] = {";
+    for (size_t i = 0; i < m.perTensorValues.size(); ++i)
+      e.pre << (i ? ", " : "") << floatLiteral(m.perTensorValues[i]);
+    e.pre << "};\n";
+  }
+  e.pre << "\n";
+
+  os << "  int lo = 0, hi = " << m.n - 1 << ";\n"
+     << "  while (lo < hi) { // the last tensor whose first block <= ours\n"
+     << "    int mid = (lo + hi + 1) / 2;\n"
+     << "    if (kFirstBlock[mid] <= i64(blockIdx.x)) lo = mid; else hi = mid "
+        "- 1;\n"
+     << "  }\n"
+     << "  const int t = lo;\n";
+  for (int64_t j = 0; j < m.perTensor; ++j)
+    os << "  const " << e.tin(m.input(j, 0)) << " *a" << j << ";\n";
+  for (const auto &[type, name] : outs)
+    os << "  " << type << " *" << name << ";\n";
+  // The last case is the default: every block has a tensor, and no thread
+  // may leave before the block's barriers.
+  os << "  switch (t) {\n";
+  for (int64_t t = 0; t < m.n; ++t) {
+    os << (t + 1 == m.n ? "  default:" : "  case " + std::to_string(t) + ":");
+    for (int64_t j = 0; j < m.perTensor; ++j)
+      os << " a" << j << " = in" << m.input(j, t) << ";";
+    for (size_t r = 0; r < outs.size(); ++r)
+      os << " " << outs[r].second << " = out" << r * m.n + t << ";";
+    os << " break;\n";
+  }
+  os << "  }\n";
+  for (int64_t k = 0; k < m.constants; ++k)
+    os << "  const float r" << m.perTensor + k << " = kPerTensor[" << k * m.n
+       << " + t];\n";
+  for (int64_t j = m.perTensor + m.constants;
+       j < m.perTensor + m.constants + m.scalars; ++j)
+    os << "  const float r" << j << " = toFloat(in" << m.input(j, 0)
+       << "[0]);\n";
+  os << "  const i64 n = kNumel[t];\n"
+     << "  const i64 base = (i64(blockIdx.x) - kFirstBlock[t]) * "
+     << kBlockElems << ";\n";
+  return firstBlock.back();
+}
+
+/// The per-element loads of the per-tensor arguments.
+void Emitter::multiTensorLoads(const MultiTensorLayout &m) {
+  Emitter &e = *this;
+  for (int64_t j = 0; j < m.perTensor; ++j) {
+    // A per-tensor operand of one element (a rank-0 tensor) broadcasts.
+    bool scalar = true;
+    for (int64_t t = 0; t < m.n; ++t)
+      scalar &= e.in(m.input(j, t)).numel() == 1;
+    e.os << "    const float r" << j << " = toFloat(a" << j << "["
+         << (scalar ? "0" : "i") << "]);\n";
+  }
+}
+
+/// Splits inputs = perTensor·n tensors + scalars, with numArgs = perTensor
+/// + constants + scalars.
+MultiTensorLayout Emitter::multiTensorLayout() {
+  Emitter &e = *this;
+  MultiTensorLayout m;
+  m.n = e.intAttr("num_tensors", 0);
+  if (m.n <= 0)
+    e.unsupported("num_tensors is not positive");
+  if (auto it = e.l.floatLists.find("per_tensor"); it != e.l.floatLists.end()) {
+    if (it->second.empty() || it->second.size() % size_t(m.n))
+      e.unsupported("per_tensor is not a multiple of num_tensors");
+    m.perTensorValues = it->second;
+    m.constants = int64_t(it->second.size()) / m.n;
+  }
+  int64_t numArgs = e.l.body.numArgs - m.constants;
+  int64_t inputs = int64_t(e.l.inputs.size());
+  m.perTensor = m.n == 1 ? numArgs : (inputs - numArgs) / (m.n - 1);
+  m.scalars = numArgs - m.perTensor;
+  if (numArgs < 0 || m.perTensor <= 0 || m.scalars < 0 ||
+      m.perTensor * m.n + m.scalars != inputs)
+    e.unsupported("operands do not split into tensors and scalars");
+  // Pointers are chosen per tensor, so an argument has one dtype.
+  for (int64_t j = 0; j < m.perTensor; ++j)
+    for (int64_t t = 1; t < m.n; ++t)
+      if (e.in(m.input(j, t)).dtype != e.in(m.input(j, 0)).dtype)
+        e.unsupported("argument " + std::to_string(j) + " mixes dtypes");
+  return m;
+}
+
+void Emitter::emitMultiTensor() {
+  MultiTensorLayout m = multiTensorLayout();
+  const size_t numResults = l.body.results.size();
+  if (l.outputs.size() != numResults * size_t(m.n))
+    unsupported("results are not num_tensors per body result");
+  for (size_t r = 0; r < numResults; ++r)
+    for (int64_t t = 1; t < m.n; ++t)
+      if (out(r * m.n + t).dtype != out(r * m.n).dtype)
+        unsupported("result " + std::to_string(r) + " mixes dtypes");
+  std::vector<int64_t> numels;
+  for (int64_t t = 0; t < m.n; ++t)
+    numels.push_back(out(t).numel());
+  std::vector<std::pair<std::string, std::string>> outs;
+  for (size_t r = 0; r < numResults; ++r)
+    outs.push_back({tout(r * m.n), "o" + std::to_string(r)});
+
+  begin(entry, 256);
+  int64_t blocks = multiTensorHead(m, numels, outs);
+  os << "  for (i64 i = base + threadIdx.x; i < n && i < base + " << kBlockElems
+     << "; i += blockDim.x) {\n";
+  multiTensorLoads(m);
+  scalarCode(l.body, "    ");
+  for (size_t r = 0; r < numResults; ++r)
+    os << "    o" << r << "[i] = fromFloat<" << tout(r * m.n) << ">(r"
+       << l.body.results[r] << ");\n";
+  os << "  }\n}\n";
+  l.block[0] = 256;
+  l.grid[0] = toGrid(blocks);
+}
+
+void Emitter::emitMultiTensorReduce() {
+  MultiTensorLayout m = multiTensorLayout();
+  if (m.constants > 0)
+    unsupported("per-tensor constants in a reduction");
+  if (l.outputs.size() != 1 || out(0).numel() != 1 ||
+      l.body.results.size() != 1)
+    unsupported("expected one body result and one scalar output");
+  std::vector<int64_t> numels;
+  for (int64_t t = 0; t < m.n; ++t)
+    numels.push_back(in(t).numel());
+  headers.insert("multi_tensor.cuh");
+
+  begin(entry, 256);
+  int64_t blocks = multiTensorHead(m, numels, {});
+  // Scratch of the grid-wide sum: one partial a block and the arrival
+  // counter (lastBlockToArrive resets it for the next launch).
+  pre << "__device__ double gptcPartials[" << blocks << "];\n"
+      << "__device__ unsigned gptcCounter;\n\n";
+  os << "  double sum = 0.0; // this thread's terms, in order\n"
+     << "  for (i64 i = base + threadIdx.x; i < n && i < base + " << kBlockElems
+     << "; i += blockDim.x) {\n";
+  multiTensorLoads(m);
+  scalarCode(l.body, "    ");
+  os << "    sum += double(r" << l.body.results[0] << ");\n"
+     << "  }\n"
+     << "  multiTensorSum<256>(sum, out0, gptcPartials, &gptcCounter, "
+     << blocks << "u);\n}\n";
+  l.block[0] = 256;
+  l.grid[0] = toGrid(blocks);
+}
+
+} // namespace gptc::cuda::detail
