@@ -27,6 +27,28 @@ float roundSignificand(float x, int drop) {
   u += half + ((u >> drop) & 1u);
   return fromBits(u & ~((1u << drop) - 1u));
 }
+
+/// `x`, already a bf16 value, as its bit pattern.
+uint16_t bf16Bits(float x) {
+  if (std::isnan(x))
+    return uint16_t(((bitsOf(x) >> 16) & 0x8000u) | 0x7FC0u);
+  return uint16_t(bitsOf(x) >> 16);
+}
+
+/// `x`, already an IEEE half value, as its bit pattern.
+uint16_t halfBits(float x) {
+  uint32_t u = bitsOf(x);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  float a = std::fabs(x);
+  if (std::isnan(x))
+    return sign | 0x7E00u;
+  if (std::isinf(a))
+    return sign | 0x7C00u;
+  if (a < 0x1p-14f) // zero and subnormals: whole multiples of 2^-24
+    return sign | uint16_t(a * 0x1p24f);
+  uint32_t exponent = ((u >> 23) & 0xFFu) - 127 + 15;
+  return sign | uint16_t(exponent << 10) | uint16_t((u >> 13) & 0x3FFu);
+}
 } // namespace
 
 float roundToBF16(float x) {
@@ -61,5 +83,9 @@ void roundTo(HostTensor &t, StorageKind kind) {
       p[i] = roundToF16(p[i]);
   }
 }
+
+uint16_t bf16BitsOf(float x) { return bf16Bits(roundToBF16(x)); }
+
+uint16_t halfBitsOf(float x) { return halfBits(roundToF16(x)); }
 
 } // namespace gptc::exec

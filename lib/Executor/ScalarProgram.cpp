@@ -129,12 +129,15 @@ struct Chunk {
   int64_t tensor, start, len;
 };
 
-/// Runs `p` over every chunk. Per tensor t, `args[t]` are the sources of
-/// the body arguments and `outs[t]` the result buffers, all of `shapes[t]`.
-void runChunks(const ScalarProgram &p,
-               const std::vector<std::vector<ArgumentSource>> &args,
-               const std::vector<std::vector<float *>> &outs,
-               const std::vector<std::vector<int64_t>> &shapes) {
+/// Runs `p` over every chunk of every tensor (OpenMP over chunks) and hands
+/// each chunk's registers to `consume(c, chunk, src)`, c numbering the
+/// chunks in tensor and element order. Per tensor t, `args[t]` are the
+/// sources of the body arguments, of or broadcasting to `shapes[t]`.
+template <typename Consume>
+void forEachChunk(const ScalarProgram &p,
+                  const std::vector<std::vector<ArgumentSource>> &args,
+                  const std::vector<std::vector<int64_t>> &shapes,
+                  Consume consume) {
   std::vector<Chunk> chunks;
   for (size_t t = 0; t < shapes.size(); ++t) {
     int64_t n = numElements(shapes[t]);
@@ -167,10 +170,18 @@ void runChunks(const ScalarProgram &p,
       src[a] = reg;
     }
     runChunk(p, src, scratch, chunk.len);
-    for (size_t r = 0; r < p.results.size(); ++r)
-      std::memcpy(outs[chunk.tensor][r] + chunk.start, src[p.results[r]],
-                  chunk.len * sizeof(float));
+    consume(c, chunk, src);
   }
+}
+
+std::vector<std::vector<ArgumentSource>>
+sourcesOf(const std::vector<std::vector<const HostTensor *>> &args,
+          const std::vector<std::vector<int64_t>> &shapes) {
+  std::vector<std::vector<ArgumentSource>> sources(args.size());
+  for (size_t t = 0; t < args.size(); ++t)
+    for (const HostTensor *x : args[t])
+      sources[t].push_back(sourceOf(*x, shapes[t]));
+  return sources;
 }
 
 } // namespace
@@ -181,48 +192,21 @@ sumScalarProgram(const ScalarProgram &p,
                  const std::vector<std::vector<int64_t>> &shapes) {
   if (p.results.size() != 1)
     throw KernelError("a reduced body yields one value");
-  std::vector<std::vector<ArgumentSource>> sources(args.size());
-  for (size_t t = 0; t < args.size(); ++t)
-    for (const HostTensor *x : args[t])
-      sources[t].push_back(sourceOf(*x, shapes[t]));
   // Chunk partials in double, added in chunk order: the sum depends on the
   // chunking (fixed), never on the thread count.
-  std::vector<Chunk> chunks;
-  for (size_t t = 0; t < shapes.size(); ++t) {
-    int64_t n = numElements(shapes[t]);
-    for (int64_t start = 0; start < n; start += kChunk)
-      chunks.push_back({int64_t(t), start, std::min(kChunk, n - start)});
-  }
-  int64_t total = 0;
-  for (const Chunk &chunk : chunks)
-    total += chunk.len;
-  std::vector<double> partials(chunks.size(), 0.0);
-#pragma omp parallel for schedule(static) if (total >= kParallelElements)
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    thread_local std::vector<float> scratchBuffer;
-    thread_local std::vector<const float *> src;
-    scratchBuffer.resize(std::max(scratchBuffer.size(),
-                                  size_t(p.numRegisters) * kChunk));
-    src.resize(std::max(src.size(), size_t(p.numRegisters)));
-    float *scratch = scratchBuffer.data();
-    const Chunk &chunk = chunks[c];
-    for (int a = 0; a < p.numArgs; ++a) {
-      const ArgumentSource &s = sources[chunk.tensor][a];
-      if (s.contiguous) {
-        src[a] = s.data + chunk.start;
-        continue;
-      }
-      float *reg = scratch + int64_t(a) * kChunk;
-      gather(s, shapes[chunk.tensor], chunk.start, chunk.len, reg);
-      src[a] = reg;
-    }
-    runChunk(p, src, scratch, chunk.len);
-    const float *y = src[p.results[0]];
-    double sum = 0.0;
-    for (int64_t i = 0; i < chunk.len; ++i)
-      sum += double(y[i]);
-    partials[c] = sum;
-  }
+  size_t numChunks = 0;
+  for (const std::vector<int64_t> &shape : shapes)
+    numChunks += size_t((numElements(shape) + kChunk - 1) / kChunk);
+  std::vector<double> partials(numChunks, 0.0);
+  forEachChunk(p, sourcesOf(args, shapes), shapes,
+               [&](size_t c, const Chunk &chunk,
+                   const std::vector<const float *> &src) {
+                 const float *y = src[p.results[0]];
+                 double sum = 0.0;
+                 for (int64_t i = 0; i < chunk.len; ++i)
+                   sum += double(y[i]);
+                 partials[c] = sum;
+               });
   double sum = 0.0;
   for (double partial : partials)
     sum += partial;
@@ -233,11 +217,13 @@ void runScalarProgram(const ScalarProgram &p,
                       const std::vector<std::vector<const HostTensor *>> &args,
                       const std::vector<std::vector<float *>> &outs,
                       const std::vector<std::vector<int64_t>> &shapes) {
-  std::vector<std::vector<ArgumentSource>> sources(args.size());
-  for (size_t t = 0; t < args.size(); ++t)
-    for (const HostTensor *x : args[t])
-      sources[t].push_back(sourceOf(*x, shapes[t]));
-  runChunks(p, sources, outs, shapes);
+  forEachChunk(p, sourcesOf(args, shapes), shapes,
+               [&](size_t, const Chunk &chunk,
+                   const std::vector<const float *> &src) {
+                 for (size_t r = 0; r < p.results.size(); ++r)
+                   std::memcpy(outs[chunk.tensor][r] + chunk.start,
+                               src[p.results[r]], chunk.len * sizeof(float));
+               });
 }
 
 } // namespace gptc::exec

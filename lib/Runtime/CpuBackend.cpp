@@ -46,33 +46,6 @@ using exec::HostTensor;
 using Inputs = std::vector<const HostTensor *>;
 using Outputs = std::vector<const Buffer *>;
 
-uint32_t bitsOf(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-/// `x`, already a bf16 value (roundToBF16), as its bit pattern.
-uint16_t bf16Bits(float x) {
-  if (std::isnan(x))
-    return uint16_t(((bitsOf(x) >> 16) & 0x8000u) | 0x7FC0u);
-  return uint16_t(bitsOf(x) >> 16);
-}
-
-/// `x`, already an IEEE half value (roundToF16), as its bit pattern.
-uint16_t halfBits(float x) {
-  uint32_t u = bitsOf(x);
-  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  float a = std::fabs(x);
-  if (std::isnan(x))
-    return sign | 0x7E00u;
-  if (std::isinf(a))
-    return sign | 0x7C00u;
-  if (a < 0x1p-14f) // zero and subnormals: whole multiples of 2^-24
-    return sign | uint16_t(a * 0x1p24f);
-  uint32_t exponent = ((u >> 23) & 0xFFu) - 127 + 15;
-  return sign | uint16_t(exponent << 10) | uint16_t((u >> 13) & 0x3FFu);
-}
 
 bool flag(const Launch &l, const char *name) {
   auto it = l.ints.find(name);
@@ -577,7 +550,7 @@ private:
     const float *src = t.data();
 #pragma omp parallel for if (n > 65536)
     for (int64_t i = 0; i < n; ++i)
-      bits[i] = bf16 ? bf16Bits(src[i]) : halfBits(src[i]);
+      bits[i] = bf16 ? exec::bf16BitsOf(src[i]) : exec::halfBitsOf(src[i]);
   }
 
   void runLaunch(const Function &f, size_t index) {

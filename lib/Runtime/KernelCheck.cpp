@@ -12,6 +12,9 @@
 
 #include "gptc/Runtime/KernelCheck.h"
 
+#include "gptc/Executor/Precision.h"
+#include "gptc/Formats/Safetensors.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,59 +26,6 @@
 namespace gptc::rt {
 
 namespace {
-
-float fromBits32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-uint32_t bits32(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-uint16_t toBF16(float f) {
-  uint32_t u = bits32(f);
-  if (std::isnan(f))
-    return uint16_t((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u); // round to nearest, ties to even
-  return uint16_t(u >> 16);
-}
-
-float fromF16(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu,
-           man = h & 0x3FFu;
-  if (exp == 0) // zero and subnormals
-    return std::copysign(std::ldexp(float(man), -24), sign ? -1.0f : 1.0f);
-  if (exp == 31)
-    return fromBits32(sign | 0x7F800000u | (man << 13));
-  return fromBits32(sign | ((exp + 112) << 23) | (man << 13));
-}
-
-uint16_t toF16(float f) {
-  uint16_t sign = uint16_t((bits32(f) >> 16) & 0x8000u);
-  float a = std::fabs(f);
-  if (std::isnan(f))
-    return sign | 0x7E00u;
-  if (a >= 65520.0f) // rounds to infinity
-    return sign | 0x7C00u;
-  if (a < 0x1p-14f) // subnormal: multiples of 2^-24, nearest-even by rint
-    return sign | uint16_t(std::nearbyint(a * 0x1p24f));
-  int e;
-  float m = std::frexp(a, &e); // a = m * 2^e, m in [0.5, 1)
-  // 11 significant bits: scale to an integer in [1024, 2048), round.
-  uint32_t sig = uint32_t(std::nearbyint(std::ldexp(m, 11)));
-  if (sig == 2048) {
-    sig = 1024;
-    ++e;
-  }
-  uint32_t biased = uint32_t(e - 1 + 15);
-  if (biased >= 31)
-    return sign | 0x7C00u;
-  return sign | uint16_t((biased << 10) | (sig & 0x3FFu));
-}
 
 /// Host bytes of a buffer's dtype from float values.
 std::vector<uint8_t> encode(const std::vector<float> &v, DType t) {
@@ -91,12 +41,12 @@ std::vector<uint8_t> encode(const std::vector<float> &v, DType t) {
       break;
     }
     case DType::BF16: {
-      uint16_t x = toBF16(v[i]);
+      uint16_t x = exec::bf16BitsOf(v[i]);
       std::memcpy(&bytes[2 * i], &x, 2);
       break;
     }
     case DType::F16: {
-      uint16_t x = toF16(v[i]);
+      uint16_t x = exec::halfBitsOf(v[i]);
       std::memcpy(&bytes[2 * i], &x, 2);
       break;
     }
@@ -125,13 +75,13 @@ std::vector<double> decode(const std::vector<uint8_t> &bytes, DType t) {
     case DType::BF16: {
       uint16_t x;
       std::memcpy(&x, &bytes[2 * i], 2);
-      v[i] = fromBits32(uint32_t(x) << 16);
+      v[i] = bf16ToFloat(x);
       break;
     }
     case DType::F16: {
       uint16_t x;
       std::memcpy(&x, &bytes[2 * i], 2);
-      v[i] = fromF16(x);
+      v[i] = halfToFloat(x);
       break;
     }
     }

@@ -27,6 +27,12 @@ float roundToBF16(float x);
 /// to even; |x| >= 65520 becomes ±inf, NaN stays NaN.
 float roundToF16(float x);
 
+/// The bf16 / IEEE half nearest `x` (as roundToBF16 / roundToF16) as its
+/// 16-bit pattern: how bf16 and f16 buffers hold values outside the
+/// executor (the runtime's arenas, the kernel check).
+uint16_t bf16BitsOf(float x);
+uint16_t halfBitsOf(float x);
+
 /// Rounds every element of a float tensor to `kind` (F32: unchanged).
 void roundTo(HostTensor &t, StorageKind kind);
 
