@@ -188,4 +188,14 @@ bool Trainer::run(DataLoader &train, DataLoader *val) {
   return true;
 }
 
+std::string checkpointToResume(const std::string &ckptDir, bool resume) {
+  std::string latest = latestCheckpoint(ckptDir);
+  if (resume && latest.empty())
+    throw TrainError("--resume: no complete checkpoint in " + ckptDir);
+  if (!resume && !latest.empty())
+    throw TrainError(ckptDir + " already holds checkpoints (newest " + latest +
+                     "): pass --resume to continue, or use another --ckpt-dir");
+  return latest;
+}
+
 } // namespace gptc::train

@@ -214,15 +214,8 @@ int runTrain(int argc, char **argv) {
       val.emplace(valData, opts.batch, opts.seq, config.vocabSize, false, 0);
     std::string runDir = ckptDir.empty() ? logDir : ckptDir;
     std::string resumeFrom;
-    if (!ckptDir.empty()) {
-      std::string latest = latestCheckpoint(ckptDir);
-      if (resume && latest.empty())
-        fail("--resume: no complete checkpoint in " + ckptDir);
-      if (!resume && !latest.empty())
-        fail(ckptDir + " already holds checkpoints (newest " + latest +
-             "): pass --resume to continue, or use another --ckpt-dir");
-      resumeFrom = latest;
-    }
+    if (!ckptDir.empty())
+      resumeFrom = checkpointToResume(ckptDir, resume);
     // The device next, still before anything is written: an explicit
     // --device=cuda without one is an error, the default falls back.
     std::unique_ptr<rt::Backend> backend;

@@ -277,15 +277,8 @@ int run(const Flags &flags) {
     val.emplace(valData, opts.batch, opts.seq, config.vocabSize, false, 0);
   std::string runDir = ckptDir.empty() ? logDir : ckptDir;
   std::string resumeFrom;
-  if (!ckptDir.empty()) {
-    std::string latest = latestCheckpoint(ckptDir);
-    if (resume && latest.empty())
-      fail("--resume: no complete checkpoint in " + ckptDir);
-    if (!resume && !latest.empty())
-      fail(ckptDir + " already holds checkpoints (newest " + latest +
-           "): pass --resume to continue, or use another --ckpt-dir");
-    resumeFrom = latest;
-  }
+  if (!ckptDir.empty())
+    resumeFrom = checkpointToResume(ckptDir, resume);
   std::unique_ptr<rt::Backend> backend = makeBackend(device);
   int64_t params = 0;
   for (const ParamSpec &p : program.params)

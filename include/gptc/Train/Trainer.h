@@ -39,6 +39,12 @@ struct TrainError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The checkpoint a run with checkpoints in `ckptDir` starts from: the
+/// newest complete one when `resume`, none otherwise. Throws TrainError when
+/// `resume` finds none, and when `ckptDir` already holds checkpoints and
+/// `resume` is off (a new run never mixes its checkpoints with another's).
+std::string checkpointToResume(const std::string &ckptDir, bool resume);
+
 class Trainer {
 public:
   Trainer(std::unique_ptr<Engine> engine, const models::GPT2Config &config,
