@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TargetTestUtil.h"
+
 #include "gptc/Runtime/Backend.h"
 #include "gptc/Runtime/NVRTC.h"
 #include "gptc/Target/CUDA/CompileKernels.h"
@@ -14,97 +16,34 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <sstream>
 
 using namespace gptc;
+using namespace gptc::test;
 using rt::DType;
 using Shape = std::vector<int64_t>;
 
 namespace {
 
-/// NVRTC compiles for real in every run: a fresh kernel cache, removed at
-/// exit (the default, ~/.cache/gptc, would turn the test into a lookup).
-struct FreshKernelCache {
-  FreshKernelCache() {
-    char dir[] = "/tmp/gptc-test-cache-XXXXXX";
-    if (mkdtemp(dir)) {
-      path = dir;
-      setenv("GPTC_CACHE_DIR", dir, 1);
-    }
-  }
-  ~FreshKernelCache() {
-    if (!path.empty())
-      std::filesystem::remove_all(path);
-  }
-  std::string path;
-} freshKernelCache;
-
-
-struct Builder {
-  rt::Program p;
-  rt::Function *f;
-  Builder() {
-    p.functions.push_back({"forward", {}, {}, {}, -1});
-    f = &p.functions.back();
-  }
-  int buf(DType t, Shape s) {
-    rt::Buffer b;
-    b.name = "v" + std::to_string(p.buffers.size());
-    b.dtype = t;
-    b.shape = std::move(s);
-    p.buffers.push_back(b);
-    return int(p.buffers.size()) - 1;
-  }
-  rt::Launch &launch(std::string kind, std::vector<int> ins,
-                     std::vector<int> outs) {
-    rt::Launch l;
-    l.kernel = std::move(kind);
-    l.inputs = std::move(ins);
-    l.outputs = std::move(outs);
-    l.loc = "test:" + std::to_string(f->launches.size() + 1) + ":1";
-    f->launches.push_back(std::move(l));
-    return f->launches.back();
-  }
-};
+/// A fresh kernel cache for this binary's NVRTC compiles.
+FreshKernelCache freshKernelCache;
 
 /// GELU(x + b) as the fuser writes it: two arguments, one result.
 exec::ScalarProgram geluBias() {
-  using exec::Opcode;
-  exec::ScalarProgram s;
-  s.numArgs = 2;
-  auto emit = [&](Opcode op, int a, int b = 0, float v = 0) {
-    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, v});
-    return s.numArgs + int(s.code.size()) - 1;
-  };
-  int x = emit(Opcode::Add, 0, 1);
-  int x3 = emit(Opcode::Mul, emit(Opcode::Mul, x, x), x);
-  int inner = emit(Opcode::Add, x, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.044715f), x3));
-  int t = emit(Opcode::Tanh, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.7978845608f), inner));
-  int one = emit(Opcode::Add, emit(Opcode::Const, 0, 0, 1.0f), t);
-  int y = emit(Opcode::Mul, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.5f), x), one);
-  s.numRegisters = s.numArgs + int(s.code.size());
-  s.results = {y, x};
-  return s;
+  ScalarBuilder b(2);
+  auto [y, x] = emitGeluOfSum(b);
+  return b.finish({y, x});
 }
 
 /// p' = p - lr · (m + p · wd): three per-tensor arguments, two scalars.
 exec::ScalarProgram adamLike() {
   using exec::Opcode;
-  exec::ScalarProgram s;
-  s.numArgs = 4; // p, m, lr, wd
-  auto emit = [&](Opcode op, int a, int b = 0) {
-    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, 0});
-    return s.numArgs + int(s.code.size()) - 1;
-  };
-  int decay = emit(Opcode::Mul, 0, 3);
-  int step = emit(Opcode::Mul, 2, emit(Opcode::Add, 1, decay));
-  int p = emit(Opcode::Sub, 0, step);
-  int m = emit(Opcode::Mul, 1, 3);
-  s.numRegisters = s.numArgs + int(s.code.size());
-  s.results = {p, m};
-  return s;
+  ScalarBuilder b(4); // p, m, lr, wd
+  int decay = b.emit(Opcode::Mul, 0, 3);
+  int step = b.emit(Opcode::Mul, 2, b.emit(Opcode::Add, 1, decay));
+  int p = b.emit(Opcode::Sub, 0, step);
+  int m = b.emit(Opcode::Mul, 1, 3);
+  return b.finish({p, m});
 }
 
 /// One launch of every kind with activations, logits and attention
@@ -112,7 +51,7 @@ exec::ScalarProgram adamLike() {
 rt::Program gpt2Launches(DType act) {
   const int64_t B = 4, T = 1024, C = 768, H = 12, D = 64, V = 50304,
                 Vr = 50257;
-  Builder b;
+  Builder b(/*withLocs=*/true);
   DType f32 = DType::F32, i32 = DType::I32;
   int x = b.buf(f32, {B, T, C}), xa = b.buf(act, {B, T, C});
   b.launch("cast", {x}, {xa});
@@ -184,12 +123,9 @@ const cuda::KernelResources *find(const std::vector<cuda::KernelResources> &rs,
 void compileAll(DType act, const std::string &arch) {
   rt::Program p = gpt2Launches(act);
   std::ostringstream report;
-  cuda::CompileKernelsOptions opts;
-  opts.report = &report;
-  opts.threads = 2;
   std::vector<cuda::KernelResources> rs;
   try {
-    rs = cuda::compileKernels(p, arch, opts);
+    rs = compileKernelsReporting(p, arch, report);
   } catch (const rt::DeviceError &e) {
     FAIL() << e.what();
   }
@@ -208,15 +144,6 @@ void compileAll(DType act, const std::string &arch) {
   ASSERT_TRUE(fa);
   if (act == DType::BF16)
     EXPECT_GT(fa->sharedBytes, 0); // the tensor-core path stages tiles
-}
-
-bool haveNvrtc() {
-  try {
-    rt::nvrtcVersion();
-    return true;
-  } catch (const rt::DeviceError &) {
-    return false;
-  }
 }
 
 } // namespace

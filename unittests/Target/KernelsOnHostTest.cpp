@@ -13,6 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TargetTestUtil.h"
+
 #include "gptc/Executor/FusedLayerNorm.h"
 #include "gptc/Executor/Kernels.h"
 #include "gptc/Executor/Precision.h"
@@ -29,6 +31,7 @@
 #include <random>
 
 using namespace gptc;
+using namespace gptc::test;
 using rt::DType;
 using Shape = std::vector<int64_t>;
 
@@ -242,32 +245,6 @@ struct AnyPointer {
 };
 )";
 
-struct Builder {
-  rt::Program p;
-  rt::Function *f;
-  Builder() {
-    p.functions.push_back({"forward", {}, {}, {}, -1});
-    f = &p.functions.back();
-  }
-  int buf(DType t, Shape s) {
-    rt::Buffer b;
-    b.name = "v" + std::to_string(p.buffers.size());
-    b.dtype = t;
-    b.shape = std::move(s);
-    p.buffers.push_back(b);
-    return int(p.buffers.size()) - 1;
-  }
-  rt::Launch &launch(std::string kind, std::vector<int> ins,
-                     std::vector<int> outs) {
-    rt::Launch l;
-    l.kernel = std::move(kind);
-    l.inputs = std::move(ins);
-    l.outputs = std::move(outs);
-    f->launches.push_back(std::move(l));
-    return f->launches.back();
-  }
-};
-
 /// The kernels of `p`, compiled for the host: run(launch, buffer data).
 class HostKernels {
 public:
@@ -367,42 +344,22 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 /// GELU(x + b) and x + b, the shape the fuser gives a bias and activation.
 exec::ScalarProgram geluBias() {
   using exec::Opcode;
-  exec::ScalarProgram s;
-  s.numArgs = 2;
-  auto emit = [&](Opcode op, int a, int b = 0, float v = 0) {
-    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, v});
-    return s.numArgs + int(s.code.size()) - 1;
-  };
-  int x = emit(Opcode::Add, 0, 1);
-  int x3 = emit(Opcode::Mul, emit(Opcode::Mul, x, x), x);
-  int inner = emit(Opcode::Add, x,
-                   emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.044715f), x3));
-  int t = emit(Opcode::Tanh,
-               emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.7978845608f), inner));
-  int one = emit(Opcode::Add, emit(Opcode::Const, 0, 0, 1.0f), t);
-  int y = emit(Opcode::Mul, emit(Opcode::Mul, emit(Opcode::Const, 0, 0, 0.5f), x),
-               one);
-  int m = emit(Opcode::Max, y, emit(Opcode::Neg, x));
-  s.numRegisters = s.numArgs + int(s.code.size());
-  s.results = {m, x};
-  return s;
+  ScalarBuilder b(2);
+  auto [y, x] = emitGeluOfSum(b);
+  int m = b.emit(Opcode::Max, y, b.emit(Opcode::Neg, x));
+  return b.finish({m, x});
 }
 
 /// p - lr·(g + p·wd) and g·wd: two per-tensor arguments, two scalars.
 exec::ScalarProgram updateLike() {
   using exec::Opcode;
-  exec::ScalarProgram s;
-  s.numArgs = 4;
-  auto emit = [&](Opcode op, int a, int b = 0) {
-    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, 0});
-    return s.numArgs + int(s.code.size()) - 1;
-  };
-  int step = emit(Opcode::Mul, 2, emit(Opcode::Add, 1, emit(Opcode::Mul, 0, 3)));
-  int p = emit(Opcode::Sub, 0, step);
-  int g = emit(Opcode::Div, emit(Opcode::Mul, 1, 3), emit(Opcode::Sqrt, 2));
-  s.numRegisters = s.numArgs + int(s.code.size());
-  s.results = {p, g};
-  return s;
+  ScalarBuilder b(4);
+  int step = b.emit(Opcode::Mul, 2,
+                    b.emit(Opcode::Add, 1, b.emit(Opcode::Mul, 0, 3)));
+  int p = b.emit(Opcode::Sub, 0, step);
+  int g = b.emit(Opcode::Div, b.emit(Opcode::Mul, 1, 3),
+                 b.emit(Opcode::Sqrt, 2));
+  return b.finish({p, g});
 }
 
 } // namespace
@@ -533,18 +490,11 @@ namespace {
 /// (AdamW's decoupled weight decay with wd per tensor).
 exec::ScalarProgram decayLike() {
   using exec::Opcode;
-  exec::ScalarProgram s;
-  s.numArgs = 3;
-  auto emit = [&](Opcode op, int a, int b = 0, float v = 0) {
-    s.code.push_back({op, s.numArgs + int(s.code.size()), a, b, v});
-    return s.numArgs + int(s.code.size()) - 1;
-  };
-  int sc = emit(Opcode::Mul, 2, 1);
-  int y = emit(Opcode::Mul, 0,
-               emit(Opcode::Sub, emit(Opcode::Const, 0, 0, 1.0f), sc));
-  s.numRegisters = s.numArgs + int(s.code.size());
-  s.results = {y};
-  return s;
+  ScalarBuilder b(3);
+  int sc = b.emit(Opcode::Mul, 2, 1);
+  int y =
+      b.emit(Opcode::Mul, 0, b.emit(Opcode::Sub, b.constant(1.0f), sc));
+  return b.finish({y});
 }
 
 /// (x · s)², the global norm's term.

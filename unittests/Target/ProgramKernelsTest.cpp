@@ -8,6 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "TargetTestUtil.h"
+
 #include "gptc/Conversion/LowerToKernels.h"
 #include "gptc/Dialect/GPT/GPTDialect.h"
 #include "gptc/Models/GPT2.h"
@@ -21,31 +23,15 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <sstream>
 
 using namespace gptc;
+using namespace gptc::test;
 
 namespace {
 
-/// NVRTC compiles for real in every run: a fresh kernel cache, removed at
-/// exit (the default, ~/.cache/gptc, would turn the test into a lookup).
-struct FreshKernelCache {
-  FreshKernelCache() {
-    char dir[] = "/tmp/gptc-test-cache-XXXXXX";
-    if (mkdtemp(dir)) {
-      path = dir;
-      setenv("GPTC_CACHE_DIR", dir, 1);
-    }
-  }
-  ~FreshKernelCache() {
-    if (!path.empty())
-      std::filesystem::remove_all(path);
-  }
-  std::string path;
-} freshKernelCache;
-
+/// A fresh kernel cache for this binary's NVRTC compiles.
+FreshKernelCache freshKernelCache;
 
 rt::Program tinyProgram(const std::string &precision) {
   mlir::MLIRContext ctx;
@@ -62,19 +48,13 @@ rt::Program tinyProgram(const std::string &precision) {
 }
 
 void compileTiny(const std::string &precision) {
-  try {
-    rt::nvrtcVersion();
-  } catch (const rt::DeviceError &) {
+  if (!haveNvrtc())
     GTEST_SKIP() << "no NVRTC";
-  }
   rt::Program p = tinyProgram(precision);
   std::ostringstream report;
-  cuda::CompileKernelsOptions opts;
-  opts.report = &report;
-  opts.threads = 2;
   std::vector<cuda::KernelResources> rs;
   try {
-    rs = cuda::compileKernels(p, "sm_80", opts);
+    rs = compileKernelsReporting(p, "sm_80", report);
   } catch (const std::exception &e) {
     FAIL() << e.what();
   }

@@ -22,98 +22,53 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "gptc/Dialect/GPT/GPTOps.h"
-#include "gptc/Executor/Bindings.h"
-#include "gptc/Executor/Executor.h"
-#include "gptc/Models/GPT2.h"
-#include "gptc/Pipeline/Pipeline.h"
-#include "gptc/Transforms/Passes.h"
+#include "StepTestUtil.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Pass/PassManager.h"
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <random>
-
 using namespace gptc;
+using namespace gptc::test;
 using namespace mlir;
 
 namespace {
 
-constexpr int64_t kBatch = 2, kSeq = 16;
 constexpr double kTolerance = 1e-5;
 
 /// gpt2-tiny (two layers) through the optimizer stage, then optionally fused.
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, bool fuse,
                               const OptimizerOptions &options = {}) {
-  models::GPT2Config config = *models::gpt2Preset("gpt2-tiny");
-  config.nLayer = 2;
-  OwningOpRef<ModuleOp> module = models::buildGPT2(ctx, config, kBatch, kSeq);
-  PassManager pm(&ctx);
-  buildPipeline(pm, "optimizer", options);
-  if (fuse)
-    pm.addPass(createGPTFuseElementwise());
-  if (failed(pm.run(*module)))
-    return nullptr;
-  return module;
-}
-
-int64_t count(func::FuncOp func, StringRef opName) {
-  int64_t n = 0;
-  for (Operation &op : func.getBody().front())
-    n += op.getName().getStringRef() == opName;
-  return n;
-}
-
-double infNormRelativeError(const exec::HostTensor &got,
-                            const exec::HostTensor &want) {
-  double maxDiff = 0.0, maxWant = 0.0;
-  for (size_t i = 0; i < want.f32.size(); ++i) {
-    maxDiff = std::max(maxDiff, std::abs(double(got.f32[i]) - want.f32[i]));
-    maxWant = std::max(maxWant, std::abs(double(want.f32[i])));
-  }
-  return maxWant == 0.0 ? maxDiff : maxDiff / maxWant;
+  return compileTinyStep(ctx, options, [&](PassManager &pm) {
+    if (fuse)
+      pm.addPass(createGPTFuseElementwise());
+  });
 }
 
 /// Random values for every argument of `func`: floats uniform in
 /// [-0.3, 0.3] (second moments in [0, 0.01]), token ids, and the fixed
 /// scalars lr = 3e-4, step = 3, grad_scale = 0.5.
 std::vector<exec::HostTensor> randomArguments(func::FuncOp func) {
-  std::mt19937 gen(11);
-  std::uniform_real_distribution<float> weight(-0.3f, 0.3f), second(0, 0.01f);
-  std::uniform_int_distribution<int32_t> token(0, 50256);
-  std::vector<exec::HostTensor> args;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
-    if (type.getElementType().isInteger(32)) {
-      args.push_back(exec::HostTensor::ids(shape));
-      for (int32_t &t : args.back().i32)
-        t = token(gen);
-      continue;
-    }
-    args.push_back(exec::HostTensor::floats(shape));
-    if (auto hyper = func.getArgAttrOfType<StringAttr>(i, gpt::kHyperAttr)) {
-      args.back().f32[0] = hyper.getValue() == "lr"     ? 3e-4f
-                           : hyper.getValue() == "step" ? 3.0f
-                                                        : 0.5f;
-      continue;
-    }
-    bool isV = bool(func.getArgAttr(i, gpt::kAdamVAttr));
-    for (float &w : args.back().f32)
-      w = isV ? second(gen) : weight(gen);
-  }
-  return args;
+  return test::randomArguments(
+      func, 11, [&](unsigned i, std::vector<float> &values, std::mt19937 &gen) {
+        std::uniform_real_distribution<float> weight(-0.3f, 0.3f),
+            second(0, 0.01f);
+        if (auto hyper =
+                func.getArgAttrOfType<StringAttr>(i, gpt::kHyperAttr)) {
+          values[0] = hyper.getValue() == "lr"     ? 3e-4f
+                      : hyper.getValue() == "step" ? 3.0f
+                                                   : 0.5f;
+          return;
+        }
+        bool isV = bool(func.getArgAttr(i, gpt::kAdamVAttr));
+        for (float &w : values)
+          w = isV ? second(gen) : weight(gen);
+      });
 }
 
 void expectSameResults(func::FuncOp unfused, func::FuncOp fused) {
-  std::vector<exec::HostTensor> args = randomArguments(unfused);
-  FailureOr<std::vector<exec::HostTensor>> want =
-      exec::runFunction(unfused, args);
-  FailureOr<std::vector<exec::HostTensor>> got = exec::runFunction(fused, args);
+  auto [want, got] = runBoth(unfused, fused, randomArguments(unfused));
   ASSERT_TRUE(succeeded(want) && succeeded(got));
   ASSERT_EQ(got->size(), want->size());
   for (unsigned i = 0; i < want->size(); ++i) {
@@ -138,19 +93,19 @@ TEST(FuseElementwise, TrainingStepMatchesTheUnfusedStep) {
     // Every elementwise op went into a fused kernel.
     for (StringRef op : {"gpt.add", "gpt.mul", "gpt.sub", "gpt.div",
                          "gpt.sqrt", "gpt.gelu", "gpt.gelu_grad"})
-      EXPECT_EQ(count(after, op), 0) << name.str() << " " << op.str();
+      EXPECT_EQ(countTopLevel(after, op), 0) << name.str() << " " << op.str();
     expectSameResults(before, after);
   }
   // The loss and its gradient read the logits once.
   auto grads = fused->lookupSymbol<func::FuncOp>("gpt2_forward_grad");
-  EXPECT_EQ(count(grads, "gpt.cross_entropy_with_grad"), 1);
-  EXPECT_EQ(count(grads, "gpt.cross_entropy_grad"), 0);
+  EXPECT_EQ(countTopLevel(grads, "gpt.cross_entropy_with_grad"), 1);
+  EXPECT_EQ(countTopLevel(grads, "gpt.cross_entropy_grad"), 0);
   // AdamW over every parameter is one multi-tensor kernel (the weight decay
   // per tensor), the global norm one multi-tensor reduction.
   auto update = fused->lookupSymbol<func::FuncOp>("adamw_update");
-  EXPECT_EQ(count(update, "gpt.multi_tensor_elementwise"), 1);
-  EXPECT_EQ(count(update, "gpt.multi_tensor_reduce"), 1);
-  EXPECT_EQ(count(update, "gpt.reduce_sum"), 0);
+  EXPECT_EQ(countTopLevel(update, "gpt.multi_tensor_elementwise"), 1);
+  EXPECT_EQ(countTopLevel(update, "gpt.multi_tensor_reduce"), 1);
+  EXPECT_EQ(countTopLevel(update, "gpt.reduce_sum"), 0);
 }
 
 // Without clipping the norm does not feed the update: every parameter and
@@ -168,10 +123,7 @@ TEST(FuseElementwise, AdamWIsBitExactWithoutClipping) {
   auto before = unfused->lookupSymbol<func::FuncOp>("adamw_update");
   auto after = fused->lookupSymbol<func::FuncOp>("adamw_update");
   ASSERT_TRUE(before && after);
-  std::vector<exec::HostTensor> args = randomArguments(before);
-  FailureOr<std::vector<exec::HostTensor>> want =
-      exec::runFunction(before, args);
-  FailureOr<std::vector<exec::HostTensor>> got = exec::runFunction(after, args);
+  auto [want, got] = runBoth(before, after, randomArguments(before));
   ASSERT_TRUE(succeeded(want) && succeeded(got));
   ASSERT_EQ(got->size(), want->size());
   for (unsigned i = 0; i < want->size(); ++i) {

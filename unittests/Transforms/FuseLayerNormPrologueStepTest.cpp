@@ -18,84 +18,50 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "gptc/Dialect/GPT/GPTOps.h"
-#include "gptc/Executor/Bindings.h"
-#include "gptc/Executor/Executor.h"
-#include "gptc/Models/GPT2.h"
-#include "gptc/Pipeline/Pipeline.h"
-#include "gptc/Transforms/Passes.h"
+#include "StepTestUtil.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Pass/PassManager.h"
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 
 using namespace gptc;
+using namespace gptc::test;
 using namespace mlir;
 
 namespace {
-
-constexpr int64_t kBatch = 2, kSeq = 16;
 
 /// gpt2-tiny (two layers) through the optimizer stage, then fused with or
 /// without the layernorm prologues.
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
                               bool prologues) {
-  models::GPT2Config config = *models::gpt2Preset("gpt2-tiny");
-  config.nLayer = 2;
-  OwningOpRef<ModuleOp> module = models::buildGPT2(ctx, config, kBatch, kSeq);
   OptimizerOptions opts;
   opts.precision = precision;
-  PassManager pm(&ctx);
-  buildPipeline(pm, "optimizer", opts);
-  GPTFuseElementwiseOptions fuse;
-  fuse.layernormPrologue = prologues;
-  pm.addPass(createGPTFuseElementwise(fuse));
-  if (failed(pm.run(*module)))
-    return nullptr;
-  return module;
-}
-
-int64_t count(func::FuncOp func, StringRef opName) {
-  int64_t n = 0;
-  for (Operation &op : func.getBody().front())
-    n += op.getName().getStringRef() == opName;
-  return n;
+  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
+    GPTFuseElementwiseOptions fuse;
+    fuse.layernormPrologue = prologues;
+    pm.addPass(createGPTFuseElementwise(fuse));
+  });
 }
 
 std::vector<exec::HostTensor> randomArguments(func::FuncOp func) {
-  std::mt19937 gen(5);
-  std::uniform_real_distribution<float> weight(-0.3f, 0.3f);
-  std::uniform_int_distribution<int32_t> token(0, 50256);
-  std::vector<exec::HostTensor> args;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
-    if (type.getElementType().isInteger(32)) {
-      args.push_back(exec::HostTensor::ids(shape));
-      for (int32_t &t : args.back().i32)
-        t = token(gen);
-      continue;
-    }
-    args.push_back(exec::HostTensor::floats(shape));
-    // Layernorm gains around one, so the normalisation matters.
-    bool gain = false;
-    if (auto p = func.getArgAttrOfType<StringAttr>(i, gpt::kParamAttr))
-      gain = p.getValue().contains("ln_") && p.getValue().ends_with("weight");
-    for (float &w : args.back().f32)
-      w = gain ? 1.0f + weight(gen) : weight(gen);
-  }
-  return args;
+  return test::randomArguments(
+      func, 5, [&](unsigned i, std::vector<float> &values, std::mt19937 &gen) {
+        std::uniform_real_distribution<float> weight(-0.3f, 0.3f);
+        // Layernorm gains around one, so the normalisation matters.
+        bool gain = false;
+        if (auto p = func.getArgAttrOfType<StringAttr>(i, gpt::kParamAttr))
+          gain =
+              p.getValue().contains("ln_") && p.getValue().ends_with("weight");
+        for (float &w : values)
+          w = gain ? 1.0f + weight(gen) : weight(gen);
+      });
 }
 
 void expectSameBits(func::FuncOp unfused, func::FuncOp fused) {
-  std::vector<exec::HostTensor> args = randomArguments(unfused);
-  FailureOr<std::vector<exec::HostTensor>> want =
-      exec::runFunction(unfused, args);
-  FailureOr<std::vector<exec::HostTensor>> got = exec::runFunction(fused, args);
+  auto [want, got] = runBoth(unfused, fused, randomArguments(unfused));
   ASSERT_TRUE(succeeded(want) && succeeded(got));
   ASSERT_EQ(got->size(), want->size());
   for (unsigned i = 0; i < want->size(); ++i) {
@@ -120,19 +86,19 @@ TEST_P(FuseLayerNormPrologue, StepGivesTheUnfusedBits) {
     ASSERT_TRUE(before && after) << name.str();
     // Every layernorm (ln_1, ln_2 of two blocks, ln_f) took its prologue:
     // the embedding add, the residual adds (with the projection's bias).
-    EXPECT_EQ(count(before, "gpt.layernorm"), 5) << name.str();
-    EXPECT_EQ(count(before, "gpt.fused_layernorm"), 0) << name.str();
-    EXPECT_EQ(count(after, "gpt.layernorm"), 0) << name.str();
-    EXPECT_EQ(count(after, "gpt.fused_layernorm"), 5) << name.str();
+    EXPECT_EQ(countTopLevel(before, "gpt.layernorm"), 5) << name.str();
+    EXPECT_EQ(countTopLevel(before, "gpt.fused_layernorm"), 0) << name.str();
+    EXPECT_EQ(countTopLevel(after, "gpt.layernorm"), 0) << name.str();
+    EXPECT_EQ(countTopLevel(after, "gpt.fused_layernorm"), 5) << name.str();
     // In the gradient function, the layernorm_grad of ln_1 and ln_2 of each
     // block takes the residual gradient's add as its epilogue; ln_f's dx is
     // read by the lm_head's backward GEMMs too, so it stays.
     bool grad = name == "gpt2_forward_grad";
-    EXPECT_EQ(count(before, "gpt.layernorm_grad"), grad ? 5 : 0);
-    EXPECT_EQ(count(after, "gpt.layernorm_grad"), grad ? 1 : 0);
-    EXPECT_EQ(count(after, "gpt.fused_layernorm_grad"), grad ? 4 : 0);
-    EXPECT_EQ(count(after, "gpt.fused_elementwise"),
-              count(before, "gpt.fused_elementwise") - 5 - (grad ? 4 : 0))
+    EXPECT_EQ(countTopLevel(before, "gpt.layernorm_grad"), grad ? 5 : 0);
+    EXPECT_EQ(countTopLevel(after, "gpt.layernorm_grad"), grad ? 1 : 0);
+    EXPECT_EQ(countTopLevel(after, "gpt.fused_layernorm_grad"), grad ? 4 : 0);
+    EXPECT_EQ(countTopLevel(after, "gpt.fused_elementwise"),
+              countTopLevel(before, "gpt.fused_elementwise") - 5 - (grad ? 4 : 0))
         << name.str();
     expectSameBits(before, after);
   }

@@ -20,81 +20,32 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "gptc/Dialect/GPT/GPTOps.h"
-#include "gptc/Executor/Executor.h"
-#include "gptc/Models/GPT2.h"
-#include "gptc/Pipeline/Pipeline.h"
-#include "gptc/Transforms/Passes.h"
+#include "StepTestUtil.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Pass/PassManager.h"
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <random>
+#include <cstdio>
 
 using namespace gptc;
+using namespace gptc::test;
 using namespace mlir;
 
 namespace {
 
-constexpr int64_t kBatch = 2, kSeq = 16;
-
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
                               bool epilogues) {
-  models::GPT2Config config = *models::gpt2Preset("gpt2-tiny");
-  config.nLayer = 2;
-  OwningOpRef<ModuleOp> module = models::buildGPT2(ctx, config, kBatch, kSeq);
-  PassManager pm(&ctx);
   OptimizerOptions opts;
   opts.precision = precision;
-  buildPipeline(pm, "optimizer", opts);
-  if (epilogues)
-    pm.addPass(createGPTFuseMatmulEpilogue());
-  pm.addPass(createGPTFuseElementwise());
-  if (failed(pm.run(*module)))
-    return nullptr;
-  return module;
-}
-
-int64_t count(func::FuncOp func, StringRef opName) {
-  int64_t n = 0;
-  for (Operation &op : func.getBody().front())
-    n += op.getName().getStringRef() == opName;
-  return n;
-}
-
-double infNormRelativeError(const exec::HostTensor &got,
-                            const exec::HostTensor &want) {
-  double maxDiff = 0.0, maxWant = 0.0;
-  for (size_t i = 0; i < want.f32.size(); ++i) {
-    maxDiff = std::max(maxDiff, std::abs(double(got.f32[i]) - want.f32[i]));
-    maxWant = std::max(maxWant, std::abs(double(want.f32[i])));
-  }
-  return maxWant == 0.0 ? maxDiff : maxDiff / maxWant;
-}
-
-std::vector<exec::HostTensor> randomArguments(func::FuncOp func) {
-  std::mt19937 gen(7);
-  std::uniform_real_distribution<float> weight(-0.3f, 0.3f);
-  std::uniform_int_distribution<int32_t> token(0, 50256);
-  std::vector<exec::HostTensor> args;
-  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
-    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
-    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
-    if (type.getElementType().isInteger(32)) {
-      args.push_back(exec::HostTensor::ids(shape));
-      for (int32_t &t : args.back().i32)
-        t = token(gen);
-      continue;
-    }
-    args.push_back(exec::HostTensor::floats(shape));
-    for (float &w : args.back().f32)
-      w = weight(gen);
-  }
-  return args;
+  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
+    if (epilogues)
+      pm.addPass(createGPTFuseMatmulEpilogue());
+    pm.addPass(createGPTFuseElementwise());
+  });
 }
 
 /// Runs the gradient function of both; returns the worst relative error.
@@ -107,11 +58,9 @@ double compare(ModuleOp before, ModuleOp after, double tolerance) {
   // Two projections with a bias per block (c_attn, c_fc: the latter with
   // its GELU and the aux pre-activation) in the recomputed forward, and
   // the attention and MLP output projections (bias, then the residual).
-  EXPECT_EQ(count(fused, "gpt.matmul_epilogue"), 2 * 4);
-  EXPECT_EQ(count(unfused, "gpt.matmul_epilogue"), 0);
-  std::vector<exec::HostTensor> args = randomArguments(unfused);
-  auto want = exec::runFunction(unfused, args);
-  auto got = exec::runFunction(fused, args);
+  EXPECT_EQ(countTopLevel(fused, "gpt.matmul_epilogue"), 2 * 4);
+  EXPECT_EQ(countTopLevel(unfused, "gpt.matmul_epilogue"), 0);
+  auto [want, got] = runBoth(unfused, fused, randomArguments(unfused, 7));
   EXPECT_TRUE(succeeded(want) && succeeded(got));
   if (failed(want) || failed(got) || want->size() != got->size())
     return INFINITY;
