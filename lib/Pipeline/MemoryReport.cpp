@@ -55,23 +55,7 @@ Value storageOf(Value v) {
   return v;
 }
 
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
-  return buf;
-}
-
 } // namespace
-
-std::string withThousands(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0)
-      out += ',';
-    out += digits[i];
-  }
-  return out;
-}
 
 FailureOr<MemoryReport> computeMemoryReport(ModuleOp module) {
   MemoryReport r;
@@ -179,7 +163,7 @@ void printMemoryReport(const MemoryReport &r, llvm::raw_ostream &os) {
                   r.parameters ? double(bytes) / double(r.parameters) : 0.0);
     os << "  " << name << std::string(name.size() < 32 ? 32 - name.size() : 1,
                                       ' ')
-       << withThousands(bytes) << " bytes  " << mib(bytes) << "  "
+       << withThousands(bytes) << " bytes  " << mebibytes(bytes) << "  "
        << perParam << " B/param\n";
   };
   row(low ? "weights (" + lowName + " copies)" : "weights (fp32)", r.weights);
@@ -193,11 +177,11 @@ void printMemoryReport(const MemoryReport &r, llvm::raw_ostream &os) {
 }
 
 std::string memoryReportLine(const MemoryReport &r) {
-  return "memory (" + r.precision + "): weights " + mib(r.weights) +
-         " | master " + mib(r.master) + " | grads " + mib(r.gradients) +
-         " | adam m " + mib(r.adamM) + " | adam v " + mib(r.adamV) +
-         " | activations " + mib(r.activations) + " | workspace " +
-         mib(r.workspace) + " | total " + mib(r.total());
+  return "memory (" + r.precision + "): weights " + mebibytes(r.weights) +
+         " | master " + mebibytes(r.master) + " | grads " + mebibytes(r.gradients) +
+         " | adam m " + mebibytes(r.adamM) + " | adam v " + mebibytes(r.adamV) +
+         " | activations " + mebibytes(r.activations) + " | workspace " +
+         mebibytes(r.workspace) + " | total " + mebibytes(r.total());
 }
 
 } // namespace gptc

@@ -2,8 +2,9 @@
 
 #include "gptc/Runtime/MemoryPlan.h"
 
+#include "gptc/Support/Format.h"
+
 #include <algorithm>
-#include <cstdio>
 
 namespace gptc::rt {
 
@@ -11,23 +12,10 @@ namespace {
 
 int64_t alignUp(int64_t n) { return (n + 255) / 256 * 256; }
 
-// As gptc/Pipeline/MemoryReport.h prints counts (that one links MLIR).
-std::string withThousands(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i && (digits.size() - i) % 3 == 0)
-      out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::string row(const std::string &name, int64_t bytes) {
-  char mib[32];
-  std::snprintf(mib, sizeof(mib), "%.1f MiB", double(bytes) / (1 << 20));
   return "  " + name +
          std::string(name.size() < 32 ? 32 - name.size() : 1, ' ') +
-         withThousands(bytes) + " bytes  " + mib;
+         withThousands(bytes) + " bytes  " + mebibytes(bytes);
 }
 
 } // namespace

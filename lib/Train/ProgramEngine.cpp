@@ -3,6 +3,8 @@
 #include "gptc/Train/ProgramEngine.h"
 
 #include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Runtime/MemoryPlan.h"
+#include "gptc/Support/Format.h"
 #include "gptc/Train/Trainer.h"
 
 #include <charconv>
@@ -287,40 +289,22 @@ void setMfu(TrainOptions &opts, rt::Backend &backend,
 }
 
 std::string programMemoryLine(const rt::Program &program) {
-  int64_t params = 0, grads = 0, adam = 0, io = 0, temps = 0;
-  for (const rt::Buffer &b : program.buffers) {
-    if (b.viewOf >= 0)
-      continue;
-    switch (b.role) {
-    case Role::Param:
-      params += b.bytes();
-      break;
-    case Role::Grad:
-      grads += b.bytes();
-      break;
-    case Role::AdamM:
-    case Role::AdamV:
-      adam += b.bytes();
-      break;
-    case Role::Temp:
-      break;
-    default:
-      io += b.bytes();
-      break;
-    }
-  }
-  // Temporaries share their space: what the plan gives them is the rest.
-  temps = program.arenaBytes - params - grads - adam - io;
-  auto mib = [](int64_t bytes) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
-    return std::string(buf);
+  rt::MemoryPlanSummary plan = rt::summarizePlan(program);
+  auto bound = [&](std::initializer_list<Role> roles) {
+    int64_t bytes = 0;
+    for (Role role : roles)
+      if (auto it = plan.bound.find(role); it != plan.bound.end())
+        bytes += it->second;
+    return mebibytes(bytes);
   };
   auto it = program.meta.find("precision");
   return "memory (" + (it == program.meta.end() ? "?" : it->second) +
-         "): params " + mib(params) + " | grads " + mib(grads) +
-         " | adam m+v " + mib(adam) + " | io " + mib(io) + " | temporaries " +
-         mib(temps) + " | arena " + mib(program.arenaBytes);
+         "): params " + bound({Role::Param}) + " | grads " +
+         bound({Role::Grad}) + " | adam m+v " +
+         bound({Role::AdamM, Role::AdamV}) + " | io " +
+         bound({Role::Input, Role::Hyper, Role::Output, Role::Constant}) +
+         " | temporaries " + mebibytes(plan.temps) + " | arena " +
+         mebibytes(plan.arena);
 }
 
 } // namespace gptc::train

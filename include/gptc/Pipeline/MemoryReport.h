@@ -33,6 +33,7 @@
 #define GPTC_PIPELINE_MEMORYREPORT_H
 
 #include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Support/Format.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -62,9 +63,6 @@ void printMemoryReport(const MemoryReport &report, llvm::raw_ostream &os);
 
 /// One line: "memory (bf16): weights 237.4 MiB | master ... | total ... GiB".
 std::string memoryReportLine(const MemoryReport &report);
-
-/// 124439808 -> "124,439,808", as the reports print counts.
-std::string withThousands(int64_t n);
 
 } // namespace gptc
 

@@ -103,18 +103,16 @@ LogicalResult MultiTensorElementwiseOp::verify() {
   auto shapeOfTensor = [&](int64_t t) {
     return tensorOf(getResults()[t]).getShape();
   };
-  for (auto [i, v] : llvm::enumerate(getTensors()))
-    if (tensorOf(v).getShape() != shapeOfTensor(i % n))
-      return emitOpError() << "operand #" << i << " has shape "
-                           << shapeStr(tensorOf(v).getShape())
-                           << ", expected tensor " << i % n << "'s shape "
-                           << shapeStr(shapeOfTensor(i % n));
-  for (auto [i, v] : llvm::enumerate(getResults()))
-    if (tensorOf(v).getShape() != shapeOfTensor(i % n))
-      return emitOpError() << "result #" << i << " has shape "
-                           << shapeStr(tensorOf(v).getShape())
-                           << ", expected tensor " << i % n << "'s shape "
-                           << shapeStr(shapeOfTensor(i % n));
+  // Value i belongs to tensor i % n and must have its shape.
+  for (auto [what, values] : {std::pair<const char *, ValueRange>{
+                                  "operand", getTensors()},
+                              {"result", getResults()}})
+    for (auto [i, v] : llvm::enumerate(values))
+      if (tensorOf(v).getShape() != shapeOfTensor(i % n))
+        return emitOpError()
+               << what << " #" << i << " has shape "
+               << shapeStr(tensorOf(v).getShape()) << ", expected tensor "
+               << i % n << "'s shape " << shapeStr(shapeOfTensor(i % n));
   for (Value s : getScalars())
     if (tensorOf(s).getRank() != 0)
       return emitOpError("scalars must be rank-0 tensors");
