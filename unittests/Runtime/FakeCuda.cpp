@@ -11,6 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CudaApi.h"
+
 #include <cublasLt.h>
 #include <cuda.h>
 
@@ -235,21 +237,6 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec e) {
   return CUDA_SUCCESS;
 }
 
-#define FAKE_CU_FUNCTIONS(X)                                                   \
-  X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                        \
-  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                          \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate)            \
-  X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent)               \
-  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)          \
-  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemAlloc) X(cuMemFree)       \
-  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)                      \
-  X(cuMemcpyDtoHAsync) X(cuMemsetD8Async) X(cuMemGetInfo)                      \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                 \
-  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuGetErrorName)                    \
-  X(cuGetErrorString) X(cuStreamBeginCapture) X(cuStreamEndCapture)            \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)                     \
-  X(cuGraphExecDestroy)
-
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int,
                                   cuuint64_t, CUdriverProcAddressQueryResult *s) {
   struct Entry {
@@ -258,7 +245,8 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int,
   };
   // #fn is the base name the backend asks for, fn the versioned function.
 #define FAKE_ENTRY(fn) {#fn, reinterpret_cast<void *>(&fn)},
-  static const Entry table[] = {FAKE_CU_FUNCTIONS(FAKE_ENTRY)};
+  // Exactly the entry points the backend resolves (CudaApi.h).
+  static const Entry table[] = {GPTC_CU_FUNCTIONS(FAKE_ENTRY)};
 #undef FAKE_ENTRY
   for (const Entry &e : table)
     if (std::strcmp(e.name, symbol) == 0) {
