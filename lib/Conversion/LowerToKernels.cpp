@@ -133,6 +133,11 @@ private:
   LogicalResult checkInPlace(func::FuncOp func, const rt::Function &out,
                              const std::vector<LaunchInfo> &info);
 
+public:
+  /// stash_grads and accumulate_grads over these Grad results of grads.
+  void addAccumulation(const std::vector<int> &gradsResults);
+
+private:
   std::map<std::pair<rt::Role, std::string>, int> bound;
 };
 
@@ -531,6 +536,61 @@ LogicalResult Lowering::checkInPlace(func::FuncOp func,
   return success();
 }
 
+void Lowering::addAccumulation(const std::vector<int> &gradsResults) {
+  std::vector<int> gradIds, sumIds;
+  for (int id : gradsResults) {
+    const rt::Buffer &g = program.buffers[id];
+    if (g.role != rt::Role::Grad || g.dtype != rt::DType::F32)
+      continue;
+    rt::Buffer sum;
+    sum.name = sum.binding = g.binding;
+    sum.dtype = rt::DType::F32;
+    sum.shape = g.shape;
+    sum.role = rt::Role::GradSum;
+    gradIds.push_back(id);
+    // add() may move the buffers: `g` is not used after this.
+    sumIds.push_back(add(std::move(sum)));
+  }
+  if (gradIds.empty())
+    return;
+  int64_t n = int64_t(gradIds.size());
+
+  // sum_t = grad_t: a body of one argument that yields it.
+  rt::Function stash;
+  stash.name = "stash_grads";
+  stash.arguments = gradIds;
+  stash.results = sumIds;
+  rt::Launch copy;
+  copy.kernel = "multi_tensor_elementwise";
+  copy.ints["num_tensors"] = n;
+  copy.inputs = gradIds;
+  copy.outputs = sumIds;
+  copy.body.numArgs = copy.body.numRegisters = 1;
+  copy.body.results = {0};
+  stash.launches.push_back(std::move(copy));
+  program.functions.push_back(std::move(stash));
+
+  // grad_t = grad_t + sum_t, in place: float32 addition commutes, so this
+  // is the executor's sum += grad to the bit.
+  rt::Function accumulate;
+  accumulate.name = "accumulate_grads";
+  accumulate.arguments = gradIds;
+  accumulate.arguments.insert(accumulate.arguments.end(), sumIds.begin(),
+                              sumIds.end());
+  accumulate.results = gradIds;
+  rt::Launch addLaunch;
+  addLaunch.kernel = "multi_tensor_elementwise";
+  addLaunch.ints["num_tensors"] = n;
+  addLaunch.inputs = accumulate.arguments;
+  addLaunch.outputs = gradIds;
+  addLaunch.body.numArgs = 2;
+  addLaunch.body.numRegisters = 3;
+  addLaunch.body.code.push_back({exec::Opcode::Add, 2, 0, 1});
+  addLaunch.body.results = {2};
+  accumulate.launches.push_back(std::move(addLaunch));
+  program.functions.push_back(std::move(accumulate));
+}
+
 } // namespace
 
 StepFunctions findStepFunctions(ModuleOp module) {
@@ -571,6 +631,9 @@ FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns) {
     if (failed(lowering.lowerFunction(func, name)))
       return failure();
   }
+  if (fns.grads)
+    if (const rt::Function *grads = lowering.program.function("grads"))
+      lowering.addAccumulation(std::vector<int>(grads->results));
   return std::move(lowering.program);
 }
 

@@ -127,6 +127,7 @@ std::vector<float> initialValues(const Program &p, const Buffer &b,
     break;
   }
   case Role::Grad:
+  case Role::GradSum:
     fillNormal(0.0, 0.01);
     break;
   case Role::AdamM:
@@ -239,7 +240,7 @@ double kernelCheckTolerance(const Program &p, const Launch &l, DType dtype) {
   // off by up to 2^-10 relative, and a sum of K of them by about that times
   // the terms' size, which the rms term in the measure stands for.
   auto precision = p.meta.find("precision");
-  if ((l.kernel == "matmul" || l.kernel == "matmul_epilogue") &&
+  if (isGemm(l.kernel) &&
       precision != p.meta.end() &&
       precision->second == "tf32")
     return 0x1p-8;
@@ -265,6 +266,7 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
     switch (b.role) {
     case Role::Param:
     case Role::Grad:
+    case Role::GradSum:
     case Role::AdamM:
     case Role::AdamV:
     case Role::Input:

@@ -26,6 +26,11 @@ int64_t dtypeBytes(DType t) {
   return t == DType::BF16 || t == DType::F16 ? 2 : 4;
 }
 
+bool isGemm(const std::string &kernel) {
+  return kernel == "matmul" || kernel == "matmul_epilogue" ||
+         kernel == "matmul_gelu_grad" || kernel == "matmul_bias_grad";
+}
+
 const char *roleName(Role r) {
   switch (r) {
   case Role::Temp:
@@ -46,6 +51,8 @@ const char *roleName(Role r) {
     return "output";
   case Role::Constant:
     return "constant";
+  case Role::GradSum:
+    return "grad_sum";
   }
   return "?";
 }

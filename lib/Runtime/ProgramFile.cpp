@@ -22,7 +22,9 @@ namespace gptc::rt {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
-constexpr uint32_t kVersion = 1;
+/// 2: the GradSum role and the stash_grads / accumulate_grads functions
+/// (gradient accumulation on the device). A version 1 program has neither.
+constexpr uint32_t kVersion = 2;
 
 json bodyToJson(const exec::ScalarProgram &b) {
   json code = json::array();
@@ -197,7 +199,8 @@ Program readProgram(const uint8_t *data, size_t size,
     version |= uint32_t(data[sizeof(kMagic) + i]) << (8 * i);
   if (version != kVersion)
     r.fail("gptc program version " + std::to_string(version) +
-           ", this build reads version " + std::to_string(kVersion));
+           ", this build reads version " + std::to_string(kVersion) +
+           (version < kVersion ? " (recompile it with this gptc)" : ""));
   json doc;
   try {
     doc = json::from_cbor(data + sizeof(kMagic) + 4,
@@ -236,7 +239,7 @@ Program readProgram(const uint8_t *data, size_t size,
     for (int64_t d : b.shape)
       if (d < 0)
         r.fail("field '" + path + ".shape' has a negative dimension");
-    b.role = r.enumOf<Role>(j, "role", path, 9);
+    b.role = r.enumOf<Role>(j, "role", path, 10);
     b.binding = r.get<std::string>(j, "binding", path);
     b.viewOf = r.get<int>(j, "view_of", path);
     // A view follows its base (so views never form a cycle).

@@ -7,6 +7,7 @@
 #include "gptc/Support/Format.h"
 #include "gptc/Train/Trainer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,11 @@ public:
     forward_ = function("forward");
     grads_ = function("grads");
     update_ = function("update");
+    // Gradient accumulation on the device (the lowering adds them beside
+    // grads); checked when a step has a second micro-batch, so a program
+    // without them still trains with one.
+    stash_ = p_.function("stash_grads");
+    accumulateGrads_ = p_.function("accumulate_grads");
     if (update_->normLaunches < 0 ||
         size_t(update_->normLaunches) > update_->launches.size())
       fail("its update function does not say which launches compute "
@@ -83,38 +89,26 @@ public:
 
   double accumulate(const exec::Batch &batch, float lossScale,
                     bool first) override {
-    // The second micro-batch overwrites the first one's gradients: sum on
-    // the host from then on.
-    if (first) {
-      hostSum_ = false;
-    } else if (!hostSum_) {
-      backend_.synchronize();
-      for (size_t i = 0; i < slots_.size(); ++i)
-        gradSum_[i] = download(slots_[i].grad, p_.params[i].shape);
-      hostSum_ = true;
+    // grads overwrites the Grad buffers. From the second micro-batch on,
+    // stash what they hold (the sum so far) in the GradSum buffers first
+    // and add it back after: grad = g_k + sum, which is the float32 sum +=
+    // g_k of the executor to the bit (addition commutes). All on the
+    // device: nothing crosses to the host but the loss.
+    if (!first) {
+      checkAccumulation();
+      backend_.run(*stash_, 0, stash_->launches.size());
     }
     uploadBatch(batch);
     if (lossScale_ >= 0)
       backend_.upload(lossScale_, &lossScale);
     backend_.run(*grads_, 0, grads_->launches.size());
+    if (!first)
+      backend_.run(*accumulateGrads_, 0, accumulateGrads_->launches.size());
     backend_.synchronize();
-    if (hostSum_) {
-      for (size_t i = 0; i < slots_.size(); ++i) {
-        HostTensor g = download(slots_[i].grad, p_.params[i].shape);
-        std::vector<float> &sum = gradSum_[i].f32;
-        for (size_t j = 0; j < sum.size(); ++j)
-          sum[j] += g.f32[j];
-      }
-    }
     return scalar(gradsLoss_);
   }
 
   double prepareUpdate(const UpdateHypers &h) override {
-    if (hostSum_) {
-      for (size_t i = 0; i < slots_.size(); ++i)
-        backend_.upload(slots_[i].grad, gradSum_[i].data());
-      hostSum_ = false;
-    }
     backend_.upload(lr_, &h.lr);
     backend_.upload(step_, &h.step);
     backend_.upload(gradScale_, &h.gradScale);
@@ -145,6 +139,28 @@ private:
     throw TrainError("cannot train the program" +
                      (it == p_.meta.end() ? "" : " of " + it->second) + ": " +
                      why);
+  }
+
+  /// stash_grads and accumulate_grads exist and cover every parameter's
+  /// gradient with a GradSum buffer of its shape (checked once).
+  void checkAccumulation() {
+    if (accumulationChecked_)
+      return;
+    if (!stash_ || !accumulateGrads_)
+      fail(std::string("it has no ") +
+           (stash_ ? "accumulate_grads" : "stash_grads") +
+           " function, so it cannot accumulate gradients (--grad-accum)");
+    for (const ParamSpec &spec : p_.params) {
+      int grad = p_.find(Role::Grad, spec.name);
+      int sum = floatBuffer(Role::GradSum, spec);
+      auto has = [](const std::vector<int> &ids, int id) {
+        return std::find(ids.begin(), ids.end(), id) != ids.end();
+      };
+      if (!has(stash_->results, sum) || !has(accumulateGrads_->results, grad))
+        fail("its stash_grads and accumulate_grads functions do not sum the "
+             "gradient of '" + spec.name + "'");
+    }
+    accumulationChecked_ = true;
   }
 
   const rt::Function *function(const char *name) const {
@@ -215,11 +231,11 @@ private:
   const rt::Program &p_;
   rt::Backend &backend_;
   const rt::Function *forward_, *grads_, *update_;
+  const rt::Function *stash_, *accumulateGrads_; ///< null if absent
   std::vector<Slots> slots_; ///< per parameter, as p_.params
   int tokens_, targets_, lr_, step_, gradScale_, lossScale_;
   int forwardLoss_, gradsLoss_, gradNorm_;
-  bool hostSum_ = false; ///< grad accumulation: the sum is in gradSum_
-  std::map<size_t, HostTensor> gradSum_;
+  bool accumulationChecked_ = false;
 };
 
 } // namespace
@@ -298,9 +314,14 @@ std::string programMemoryLine(const rt::Program &program) {
     return mebibytes(bytes);
   };
   auto it = program.meta.find("precision");
+  // The GradSum buffers (--grad-accum on the device) are as big as the
+  // gradients.
+  std::string sums = plan.bound.count(Role::GradSum)
+                         ? " | grad sums " + bound({Role::GradSum})
+                         : "";
   return "memory (" + (it == program.meta.end() ? "?" : it->second) +
          "): params " + bound({Role::Param}) + " | grads " +
-         bound({Role::Grad}) + " | adam m+v " +
+         bound({Role::Grad}) + sums + " | adam m+v " +
          bound({Role::AdamM, Role::AdamV}) + " | io " +
          bound({Role::Input, Role::Hyper, Role::Output, Role::Constant}) +
          " | temporaries " + mebibytes(plan.temps) + " | arena " +

@@ -76,6 +76,8 @@ func.func @fwd(%x: tensor<2x4xf32> {gpt.param = "x"}, %w: tensor<4xf32> {gpt.par
 // CHECK-SAME: loss
 // CHECK: %[[G:[0-9]+]]  grad     f32[4]
 // CHECK-SAME: w
+// CHECK: %[[S:[0-9]+]]  grad_sum f32[4]
+// CHECK-SAME: w
 // CHECK: func forward: 2 launches
 // CHECK-NEXT: arguments: %0 %1
 // CHECK-NEXT: results: %2
@@ -97,6 +99,21 @@ func.func @fwd(%x: tensor<2x4xf32> {gpt.param = "x"}, %w: tensor<4xf32> {gpt.par
 // CHECK-NEXT: %[[M]] = fused_elementwise(%[[M]], %[[G]]) : f32[4]
 // CHECK-NEXT: body
 // CHECK-NEXT: %0 = fused_elementwise(%0, %[[M]], %[[BC]]) : f32[4]
+// With a grads function come gradient accumulation's two functions: a
+// GradSum buffer per gradient grads returns, copied into by stash_grads and
+// added back in place by accumulate_grads, one launch each.
+// CHECK-NEXT: body
+// CHECK-NEXT: func stash_grads: 1 launches, 1 arguments, 1 results
+// CHECK-NEXT: arguments: %[[G]]{{$}}
+// CHECK-NEXT: results: %[[S]]{{$}}
+// CHECK-NEXT: %[[S]] = multi_tensor_elementwise(%[[G]]) {num_tensors=1} : f32[4]{{$}}
+// CHECK-NEXT: body(r0) { yield r0 }
+// CHECK-NEXT: func accumulate_grads: 1 launches, 2 arguments, 1 results
+// CHECK-NEXT: arguments: %[[G]] %[[S]]{{$}}
+// CHECK-NEXT: results: %[[G]]{{$}}
+// CHECK-NEXT: %[[G]] = multi_tensor_elementwise(%[[G]], %[[S]]) {num_tensors=1} : f32[4]{{$}}
+// CHECK-NEXT: body(r0, r1) { r2 = add r0, r1; yield r2 }
+// CHECK-NOT: func
 func.func @forward(%w: tensor<4xf32> {gpt.param = "w"}, %x: tensor<4xf32> {gpt.param = "x"})
     -> (tensor<f32> {gpt.output = "loss"}) {
   %y = gpt.fused_elementwise(%w, %x : tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> {

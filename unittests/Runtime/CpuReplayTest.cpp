@@ -5,8 +5,11 @@
 // training program's engine (ProgramEngine.h), reproduces the CPU
 // executor's training step (ExecutorEngine.h) on the same random weights,
 // moments and tokens: the forward loss, the gradient function's loss and
-// every gradient, then over two accumulated micro-batches the loss, the
-// gradient norm and every updated parameter and AdamW moment.
+// every gradient, then over three accumulated micro-batches (summed on the
+// device by stash_grads and accumulate_grads) the loss, the gradient norm
+// and every updated parameter and AdamW moment.
+// DeviceAccumulation checks those two functions alone: the Grad buffers end
+// up with exactly (g1 + g2) + g3 in float32.
 //
 // Tolerance: none, the bits must match. Both sides run the same CPU kernels
 // on the same values in the same order and round every result to its dtype
@@ -130,7 +133,8 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
   }
   executor->setWeights(params, adamM, adamV);
   replay->setWeights(params, adamM, adamV);
-  exec::Batch first = randomBatch(rng, seq), second = randomBatch(rng, seq);
+  exec::Batch first = randomBatch(rng, seq), second = randomBatch(rng, seq),
+              third = randomBatch(rng, seq);
   float lossScale = executor->lossScaling() ? 1024.0f : 1.0f;
 
   // forward
@@ -165,12 +169,14 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
   EXPECT_EQ(replayGrads.size(), replay->parameters().size());
   expectSame(expectedGrads, replayGrads, "gradient");
 
-  // A step over two micro-batches (the replay sums on the host).
+  // A step over three micro-batches (the replay sums on the device).
   EXPECT_EQ(0.0 + executor->accumulate(first, lossScale, true), replayLoss);
   EXPECT_EQ(executor->accumulate(second, lossScale, false),
             replay->accumulate(second, lossScale, false));
+  EXPECT_EQ(executor->accumulate(third, lossScale, false),
+            replay->accumulate(third, lossScale, false));
   UpdateHypers hypers{/*lr=*/1e-3f, /*step=*/3.0f,
-                      /*gradScale=*/1.0f / (2.0f * lossScale)};
+                      /*gradScale=*/1.0f / (3.0f * lossScale)};
   double norm = executor->prepareUpdate(hypers);
   EXPECT_TRUE(std::isfinite(norm));
   EXPECT_EQ(norm, replay->prepareUpdate(hypers));
@@ -198,6 +204,67 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param)) + "_T" +
              std::to_string(std::get<1>(info.param));
     });
+
+/// stash_grads and accumulate_grads, driven by the engine: after micro-batch
+/// k the Grad buffers hold the float32 sum of g1..gk in order, to the bit,
+/// where gk is what grads alone gives on micro-batch k.
+TEST(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
+  const int64_t seq = 16;
+  mlir::MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
+  OptimizerOptions opts;
+  mlir::FailureOr<TrainingProgram> step =
+      compileTrainingProgram(ctx, kModel, kBatch, seq, opts);
+  ASSERT_TRUE(succeeded(step));
+  mlir::FailureOr<rt::Program> lowered =
+      lowerToKernels(*step, kModel, kBatch, seq, opts, kDefaultPadMultiple);
+  ASSERT_TRUE(succeeded(lowered));
+  rt::Program program = std::move(*lowered);
+  rt::planMemory(program);
+  std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
+  std::unique_ptr<Engine> engine = makeProgramEngine(program, *cpu);
+  TensorMap params = initParameters(engine->parameters(), 99), adamM, adamV;
+  for (const ParamSpec &spec : engine->parameters()) {
+    adamM.emplace(spec.name, HostTensor::floats(spec.shape));
+    adamV.emplace(spec.name, HostTensor::floats(spec.shape));
+  }
+  engine->setWeights(params, adamM, adamV);
+  Rng rng(11);
+  std::vector<exec::Batch> batches;
+  for (int k = 0; k < 3; ++k)
+    batches.push_back(randomBatch(rng, seq));
+
+  auto read = [&](rt::Role role) {
+    TensorMap out;
+    for (const ParamSpec &spec : engine->parameters()) {
+      HostTensor t = HostTensor::floats(spec.shape);
+      cpu->download(program.find(role, spec.name), t.data());
+      out.emplace(spec.name, std::move(t));
+    }
+    return out;
+  };
+  // Each micro-batch's gradients on their own.
+  std::vector<TensorMap> alone;
+  for (const exec::Batch &b : batches) {
+    engine->accumulate(b, 1.0f, /*first=*/true);
+    alone.push_back(read(rt::Role::Grad));
+  }
+  TensorMap want = alone[0];
+  engine->accumulate(batches[0], 1.0f, /*first=*/true);
+  for (size_t k = 1; k < batches.size(); ++k) {
+    engine->accumulate(batches[k], 1.0f, /*first=*/false);
+    // The sum of the earlier micro-batches was stashed before grads ran.
+    expectSame(want, read(rt::Role::GradSum), "gradient sum");
+    for (auto &[name, sum] : want)
+      for (size_t i = 0; i < sum.f32.size(); ++i)
+        sum.f32[i] += alone[k].at(name).f32[i];
+    expectSame(want, read(rt::Role::Grad), "accumulated gradient");
+  }
+  // Not a sum of zeros.
+  EXPECT_GT(compare(want.at("wte.weight").f32, alone[0].at("wte.weight").f32)
+                .count,
+            0);
+}
 
 /// The check has teeth: the same program with one temporary placed over
 /// another that is still live (a plan whose liveness ends too early) gives

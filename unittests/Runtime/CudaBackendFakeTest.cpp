@@ -316,6 +316,73 @@ TEST(CudaBackendFake, Profile) {
   EXPECT_EQ(b->profileReport().find("k_gelu"), std::string::npos);
 }
 
+/// Gradient accumulation's two functions as the lowering makes them (one
+/// multi_tensor_elementwise launch each, generated kernels): eager, then
+/// captured into a CUDA graph, then replayed, each launch getting the grads'
+/// and sums' device addresses, accumulate_grads writing the grads in place.
+TEST(CudaBackendFake, AccumulationFunctionsRunAndReplay) {
+  REQUIRE_FAKE(b);
+  enum : int { G0, G1, S0, S1 };
+  Program p;
+  p.meta["precision"] = "fp32";
+  p.buffers = {buffer("w0", DType::F32, {4, 3}, Role::Grad),
+               buffer("w1", DType::F32, {5}, Role::Grad),
+               buffer("w0", DType::F32, {4, 3}, Role::GradSum),
+               buffer("w1", DType::F32, {5}, Role::GradSum)};
+  auto multi = [](std::vector<int> in, std::vector<int> out, int kernel) {
+    Launch l = launch("multi_tensor_elementwise", std::move(in),
+                      std::move(out));
+    l.ints["num_tensors"] = 2;
+    l.deviceKernel = kernel;
+    l.grid[0] = 2;
+    l.block[0] = 256;
+    return l;
+  };
+  Function stash, accumulate;
+  stash.name = "stash_grads";
+  stash.launches = {multi({G0, G1}, {S0, S1}, 0)};
+  accumulate.name = "accumulate_grads";
+  accumulate.launches = {multi({G0, G1, S0, S1}, {G0, G1}, 1)};
+  p.functions = {stash, accumulate};
+  for (const char *name : {"k_stash", "k_accumulate"}) {
+    DeviceKernel k;
+    k.name = name;
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E', 'C', 'U', 'B', 'I', 'N'};
+    p.kernels.push_back(k);
+  }
+  planMemory(p);
+  b->load(p);
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  auto name = hook<const char *(*)(int)>("gptcFakeLaunchName");
+  auto arg = hook<uint64_t (*)(int, int)>("gptcFakeLaunchArg");
+  auto setArgs = hook<void (*)(int)>("gptcFakeSetArgCount");
+  auto offset = [&](int id) { return int64_t(p.buffers[id].offset); };
+  for (int run = 0; run < 3; ++run) {
+    setArgs(4);
+    int before = launches();
+    b->run(p.functions[0], 0, 1);
+    b->synchronize();
+    ASSERT_EQ(launches(), before + 1) << "run " << run;
+    EXPECT_STREQ(name(before), "k_stash");
+    for (int a = 1; a < 4; ++a) // g0, g1, then s0, s1
+      EXPECT_EQ(int64_t(arg(before, a) - arg(before, 0)),
+                offset(a) - offset(G0));
+    setArgs(6);
+    before = launches();
+    b->run(p.functions[1], 0, 1);
+    b->synchronize();
+    ASSERT_EQ(launches(), before + 1) << "run " << run;
+    EXPECT_STREQ(name(before), "k_accumulate");
+    // g0, g1, s0, s1, then the outputs g0, g1: the same bytes.
+    const int ids[] = {G0, G1, S0, S1, G0, G1};
+    for (int a = 1; a < 6; ++a)
+      EXPECT_EQ(int64_t(arg(before, a) - arg(before, 0)),
+                offset(ids[a]) - offset(G0));
+  }
+  setArgs(2);
+}
+
 TEST(CudaBackendFake, KernelCheckAgainstCpu) {
   REQUIRE_FAKE(b);
   Program p = program(false);

@@ -76,6 +76,46 @@ TEST(ProgramTest, TinyProgramHasTheThreeFunctions) {
   EXPECT_EQ(p.find(Role::Grad, "no.such"), -1);
 }
 
+TEST(ProgramTest, TinyProgramAccumulatesGradientsOnTheDevice) {
+  const Program &p = tinyProgram();
+  const Function *stash = p.function("stash_grads");
+  const Function *accumulate = p.function("accumulate_grads");
+  ASSERT_NE(stash, nullptr);
+  ASSERT_NE(accumulate, nullptr);
+  EXPECT_EQ(stash->normLaunches, -1);
+  ASSERT_EQ(stash->launches.size(), 1u);
+  ASSERT_EQ(accumulate->launches.size(), 1u);
+  size_t n = p.params.size();
+  const Launch &copy = stash->launches[0], &add = accumulate->launches[0];
+  EXPECT_EQ(copy.kernel, "multi_tensor_elementwise");
+  EXPECT_EQ(add.kernel, "multi_tensor_elementwise");
+  EXPECT_EQ(copy.ints.at("num_tensors"), int64_t(n));
+  EXPECT_EQ(add.ints.at("num_tensors"), int64_t(n));
+  ASSERT_EQ(copy.inputs.size(), n);
+  ASSERT_EQ(copy.outputs.size(), n);
+  ASSERT_EQ(add.inputs.size(), 2 * n);
+  ASSERT_EQ(add.outputs.size(), n);
+  // copy: yield its one argument; add: grad + sum, written over grad.
+  EXPECT_TRUE(copy.body.code.empty());
+  EXPECT_EQ(copy.body.results, std::vector<int>{0});
+  ASSERT_EQ(add.body.code.size(), 1u);
+  EXPECT_EQ(add.body.code[0].op, exec::Opcode::Add);
+  for (size_t t = 0; t < n; ++t) {
+    const std::string &name = p.params[t].name;
+    int grad = p.find(Role::Grad, name), sum = p.find(Role::GradSum, name);
+    ASSERT_GE(sum, 0) << name;
+    EXPECT_EQ(p.buffers[sum].dtype, DType::F32);
+    EXPECT_EQ(p.buffers[sum].shape, p.params[t].shape);
+    EXPECT_EQ(copy.inputs[t], grad);
+    EXPECT_EQ(copy.outputs[t], sum);
+    EXPECT_EQ(add.inputs[t], grad);
+    EXPECT_EQ(add.inputs[n + t], sum);
+    EXPECT_EQ(add.outputs[t], grad);
+  }
+  EXPECT_EQ(stash->results, copy.outputs);
+  EXPECT_EQ(accumulate->results, add.outputs);
+}
+
 TEST(ProgramTest, RoundTripIsExact) {
   Program p = tinyProgram();
   // Fields the lowering leaves empty, as the CUDA emitter fills them.
@@ -109,7 +149,15 @@ TEST(ProgramTest, RoundTripIsExact) {
     EXPECT_EQ(q.buffers[i].init, p.buffers[i].init) << i;
     EXPECT_EQ(q.buffers[i].viewOf, p.buffers[i].viewOf) << i;
     EXPECT_EQ(q.buffers[i].offset, p.buffers[i].offset) << i;
+    EXPECT_EQ(q.buffers[i].role, p.buffers[i].role) << i;
+    EXPECT_EQ(q.buffers[i].binding, p.buffers[i].binding) << i;
   }
+  // The GradSum role survives the round trip (format version 2).
+  int sum = q.find(Role::GradSum, "wte.weight");
+  ASSERT_GE(sum, 0);
+  EXPECT_EQ(sum, p.find(Role::GradSum, "wte.weight"));
+  EXPECT_EQ(bytes[8], 2);
+  EXPECT_NE(q.function("accumulate_grads"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
     const Function &a = p.functions[f], &b = q.functions[f];
@@ -166,6 +214,12 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   std::vector<uint8_t> version = bytes;
   version[8] = 99;
   EXPECT_NE(formatErrorOf(version).find("version 99"), std::string::npos);
+  // A version 1 program (before GradSum) is refused in one line that says
+  // what to do.
+  version[8] = 1;
+  EXPECT_EQ(formatErrorOf(version),
+            "prog.bin: gptc program version 1, this build reads version 2 "
+            "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
   EXPECT_NE(formatErrorOf(garbage).find("corrupt"), std::string::npos);
@@ -182,7 +236,7 @@ nlohmann::json documentOf(const Program &p) {
 
 std::string formatErrorOf(const nlohmann::json &doc) {
   std::vector<uint8_t> bytes = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G',
-                                1,   0,   0,   0};
+                                2,   0,   0,   0};
   nlohmann::json::to_cbor(doc, bytes);
   return formatErrorOf(bytes);
 }

@@ -573,6 +573,53 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
   EXPECT_EQ(first, data[sum].f32[0]);
 }
 
+// Gradient accumulation's two launches as the lowering builds them
+// (LowerToKernels.cpp, addAccumulation): stash_grads copies the gradients
+// into their sums, accumulate_grads adds the sums back over the gradients
+// in place. Both bit for bit: a copy, and one float32 addition.
+TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
+  using exec::Opcode;
+  const DType f32 = DType::F32;
+  Builder b;
+  int g0 = b.buf(f32, {3000}), g1 = b.buf(f32, {37});
+  int s0 = b.buf(f32, {3000}), s1 = b.buf(f32, {37});
+  auto &stash = b.launch("multi_tensor_elementwise", {g0, g1}, {s0, s1});
+  stash.ints["num_tensors"] = 2;
+  stash.body.numArgs = stash.body.numRegisters = 1;
+  stash.body.results = {0};
+  auto &add =
+      b.launch("multi_tensor_elementwise", {g0, g1, s0, s1}, {g0, g1});
+  add.ints["num_tensors"] = 2;
+  add.body.numArgs = 2;
+  add.body.numRegisters = 3;
+  add.body.code.push_back({Opcode::Add, 2, 0, 1, 0});
+  add.body.results = {2};
+
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i)
+    data[i] = randomFloats(p.buffers[i].shape, uint32_t(300 + i));
+  auto ptr = [&](int id) -> void * { return data[id].f32.data(); };
+
+  kernels.run(0, {ptr(g0), ptr(g1), ptr(s0), ptr(s1)});
+  expectSame(data[g0], data[s0].f32, "stashed sum 0");
+  expectSame(data[g1], data[s1].f32, "stashed sum 1");
+
+  // The next micro-batch's gradients, then grad = grad + sum in place.
+  data[g0] = randomFloats({3000}, 400);
+  data[g1] = randomFloats({37}, 401);
+  exec::HostTensor want0 = data[g0], want1 = data[g1];
+  for (size_t i = 0; i < want0.f32.size(); ++i)
+    want0.f32[i] += data[s0].f32[i];
+  for (size_t i = 0; i < want1.f32.size(); ++i)
+    want1.f32[i] += data[s1].f32[i];
+  kernels.run(1, {ptr(g0), ptr(g1), ptr(s0), ptr(s1), ptr(g0), ptr(g1)});
+  expectSame(want0, data[g0].f32, "accumulated gradient 0");
+  expectSame(want1, data[g1].f32, "accumulated gradient 1");
+}
+
 namespace {
 
 void expectNear(const exec::HostTensor &want, const std::vector<float> &got,

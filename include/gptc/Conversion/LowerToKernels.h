@@ -32,6 +32,13 @@
 // - Every op outside the fused stage's kernel set, and every value that is
 //   not a static tensor of f32, bf16, f16 or i32, is an error at its
 //   location.
+// - When there is a grads function, two more follow it for gradient
+//   accumulation on the device, each one multi_tensor_elementwise launch
+//   over every float32 Grad buffer grads returns, in result order:
+//   "stash_grads" copies each into a GradSum buffer of the same binding
+//   (sum = grad), "accumulate_grads" adds it back in place (grad = grad +
+//   sum). The GradSum buffers are persistent: 4 bytes per parameter more in
+//   the arena.
 //
 //===----------------------------------------------------------------------===//
 

@@ -24,6 +24,12 @@
 //   gradient the grads function returns is the buffer update reads.
 // - update writes parameters and moments in place: its results with role
 //   Param/AdamM/AdamV are the buffers of its matching arguments.
+// - Gradient accumulation runs on the device: stash_grads copies every
+//   Grad buffer into its GradSum buffer (one multi_tensor_elementwise
+//   launch), accumulate_grads adds it back (grad = grad + sum, one launch,
+//   in place). Micro-batch 1 runs grads; micro-batch k >= 2 runs
+//   stash_grads, grads, accumulate_grads, so the Grad buffers end up with
+//   ((g1 + g2) + g3) + ... in float32, the order the executor sums in.
 //
 //===----------------------------------------------------------------------===//
 
@@ -58,6 +64,9 @@ enum class Role : uint8_t {
             ///< "loss_scale"
   Output,   ///< "loss", "logits", "grad_norm": the host reads them back
   Constant, ///< the bytes in `init`, uploaded once
+  GradSum,  ///< float32, a parameter's shape, bound by parameter name: the
+            ///< gradients of the earlier micro-batches (stash_grads writes
+            ///< it, accumulate_grads reads it)
 };
 const char *roleName(Role r);
 
@@ -103,8 +112,13 @@ struct Launch {
   uint32_t sharedBytes = 0;
 };
 
+/// Launches that are one cuBLASLt GEMM, with or without epilogue work:
+/// "matmul", "matmul_epilogue", "matmul_gelu_grad", "matmul_bias_grad".
+bool isGemm(const std::string &kernel);
+
 struct Function {
-  std::string name; ///< "forward", "grads", "update"
+  std::string name; ///< "forward", "grads", "update", "stash_grads",
+                    ///< "accumulate_grads"
   std::vector<Launch> launches;
   std::vector<int> arguments, results; ///< buffer ids, bound by role/binding
   /// update: launches [0, normLaunches) compute "grad_norm", the rest apply
@@ -141,8 +155,8 @@ Program readProgram(const uint8_t *data, size_t size,
                     const std::string &source);
 
 /// gpt-plan-memory: gives every buffer its offset in one arena and sets
-/// arenaBytes. Parameters, gradients, moments, inputs, hypers, outputs and
-/// constants live for the whole run; a Temp lives from the launch that
+/// arenaBytes. Parameters, gradients, gradient sums, moments, inputs,
+/// hypers, outputs and constants live for the whole run; a Temp lives from the launch that
 /// writes it to the last launch that reads it (or a view of it) within its
 /// function, and functions never run at once, so their temps share space.
 /// Offsets are 256-byte aligned.
