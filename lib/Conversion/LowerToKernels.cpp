@@ -39,7 +39,8 @@ const char *const kKernels[] = {
     "flash_attention_grad",          "fused_elementwise",
     "fused_layernorm",               "fused_layernorm_grad",
     "iota",       "layernorm",       "layernorm_grad",
-    "matmul",     "matmul_epilogue", "multi_tensor_elementwise",
+    "matmul",     "matmul_epilogue", "matmul_gelu_grad",
+    "matmul_bias_grad",              "multi_tensor_elementwise",
     "multi_tensor_reduce",
     "pad",        "reduce_sum",      "slice",
     "split",      "transpose"};

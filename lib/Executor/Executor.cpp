@@ -96,6 +96,13 @@ std::vector<HostTensor> evaluate(Operation *op,
                               m.getTransposeB(), m.getGelu(),
                               bool(m.getPre()));
       })
+      .Case([&](gpt::MatmulGeluGradOp m) {
+        return matmulGeluGrad(*in[0], *in[1], *in[2], m.getTransposeA(),
+                              m.getTransposeB(), bool(m.getBiasGrad()));
+      })
+      .Case([&](gpt::MatmulBiasGradOp m) {
+        return matmulBiasGrad(*in[0], *in[1], m.getTransposeA());
+      })
       .Case([&](gpt::LayerNormOp l) {
         return one(layernorm(*in[0], *in[1], *in[2],
                              l.getEpsilon().convertToFloat()));

@@ -94,4 +94,50 @@ std::vector<HostTensor> matmulEpilogue(const HostTensor &a, const HostTensor &b,
   return results;
 }
 
+namespace {
+/// gelu_tanh'(x) * dy with the operations and float32 constants of
+/// gpt-fuse-elementwise's body for gpt.gelu_grad (ScalarBuilder::geluGrad),
+/// in its order, so the fused GEMM leaves the fp32 step unchanged bit for
+/// bit.
+float geluTanhGrad(float x, float dy) {
+  const float half = 0.5f, one = 1.0f, k0 = float(std::sqrt(2.0 / M_PI)),
+              k1 = float(0.044715), k3 = float(3.0 * 0.044715);
+  float t = std::tanh(k0 * (x + k1 * ((x * x) * x)));
+  float dInner = k0 * (one + k3 * (x * x));
+  float left = half * (one + t);
+  float right = ((half * x) * (one - t * t)) * dInner;
+  return (left + right) * dy;
+}
+} // namespace
+
+std::vector<HostTensor> matmulGeluGrad(const HostTensor &a, const HostTensor &b,
+                                       const HostTensor &pre, bool transposeA,
+                                       bool transposeB, bool biasGrad) {
+  HostTensor out = matmul(a, b, transposeA, transposeB);
+  float *o = out.data();
+  const float *p = pre.data();
+  int64_t n = out.numel();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i)
+    o[i] = geluTanhGrad(p[i], o[i]);
+  std::vector<HostTensor> results;
+  if (biasGrad) {
+    // The same sum, in the same order, as the gpt.reduce_sum it replaces.
+    HostTensor db = reduceSum(out, {out.shape.back()});
+    results.push_back(std::move(out));
+    results.push_back(std::move(db));
+  } else {
+    results.push_back(std::move(out));
+  }
+  return results;
+}
+
+std::vector<HostTensor> matmulBiasGrad(const HostTensor &a, const HostTensor &b,
+                                       bool transposeA) {
+  std::vector<HostTensor> results;
+  results.push_back(matmul(a, b, transposeA, /*transposeB=*/false));
+  results.push_back(reduceSum(b, {b.shape.back()}));
+  return results;
+}
+
 } // namespace gptc::exec

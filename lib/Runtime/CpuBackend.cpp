@@ -238,6 +238,16 @@ const std::unordered_map<std::string, Kernel> &kernels() {
                                   flag(l, "transpose_b"), flag(l, "gelu"),
                                   out.size() > 1);
     };
+    k["matmul_gelu_grad"] = [](const Launch &l, const Inputs &in,
+                               const Outputs &out) {
+      return exec::matmulGeluGrad(*in[0], *in[1], *in[2],
+                                  flag(l, "transpose_a"),
+                                  flag(l, "transpose_b"), out.size() > 1);
+    };
+    k["matmul_bias_grad"] = [](const Launch &l, const Inputs &in,
+                               const Outputs &) {
+      return exec::matmulBiasGrad(*in[0], *in[1], flag(l, "transpose_a"));
+    };
     k["layernorm"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(
           exec::layernorm(*in[0], *in[1], *in[2], real(l, "epsilon", 1e-5f)));

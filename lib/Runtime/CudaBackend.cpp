@@ -410,7 +410,8 @@ private:
   void loadKernels();
   void prepare(const Function &f);
   int planGemm(const Launch &l, const std::string &label);
-  /// gpt.matmul_epilogue: cuBLASLt's BIAS, GELU_BIAS or GELU_AUX_BIAS on `g`.
+  /// The epilogue of a matmul_epilogue (BIAS, GELU_BIAS, GELU_AUX_BIAS),
+  /// matmul_gelu_grad (DGELU, DGELU_BGRAD) or matmul_bias_grad (BGRADA).
   void setEpilogue(const Launch &l, const GemmMapping &map, GemmPlan &g,
                    const std::string &label);
   const std::vector<Prepared> &prepared(const Function &f) const;
@@ -594,7 +595,7 @@ void CudaBackendImpl::prepare(const Function &f) {
         pl.argPtrs.push_back(&a);
       if (profile)
         pl.profileSlot = profileSlot(kernelName, l);
-    } else if (l.kernel == "matmul" || l.kernel == "matmul_epilogue") {
+    } else if (isGemm(l.kernel)) {
       pl.gemm = planGemm(l, pl.label);
       if (profile)
         pl.profileSlot = profileSlot("cuBLASLt " + gemms[pl.gemm].shape, l);
@@ -605,14 +606,30 @@ void CudaBackendImpl::prepare(const Function &f) {
 }
 
 int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
-  // gpt.matmul_epilogue: a, b, bias -> result [, pre-activation].
-  bool epilogue = l.kernel == "matmul_epilogue";
-  if (!epilogue && (l.inputs.size() != 2 || l.outputs.size() != 1))
-    throw DeviceError(label + ": a matmul takes 2 operands and gives 1 result");
-  if (epilogue && (l.inputs.size() != 3 || l.outputs.empty() ||
-                   l.outputs.size() > 2))
-    throw DeviceError(label + ": a matmul_epilogue takes a, b and a bias and "
-                              "gives 1 or 2 results");
+  // The operands: a, b first; then the epilogue's.
+  //   matmul            a, b              -> result
+  //   matmul_epilogue   a, b, bias        -> result [, pre-activation]
+  //   matmul_gelu_grad  a, b, pre         -> result [, bias gradient]
+  //   matmul_bias_grad  a, b              -> result, bias gradient
+  struct Arity {
+    const char *kernel;
+    size_t inputs, minOutputs, maxOutputs;
+    const char *says;
+  };
+  static const Arity arities[] = {
+      {"matmul", 2, 1, 1, "takes 2 operands and gives 1 result"},
+      {"matmul_epilogue", 3, 1, 2,
+       "takes a, b and a bias and gives 1 or 2 results"},
+      {"matmul_gelu_grad", 3, 1, 2,
+       "takes a, b and the pre-activation and gives 1 or 2 results"},
+      {"matmul_bias_grad", 2, 2, 2,
+       "takes a and b and gives the product and the bias gradient"}};
+  for (const Arity &ar : arities)
+    if (l.kernel == ar.kernel &&
+        (l.inputs.size() != ar.inputs || l.outputs.size() < ar.minOutputs ||
+         l.outputs.size() > ar.maxOutputs))
+      throw DeviceError(label + ": a " + l.kernel + " " + ar.says);
+  bool epilogue = l.kernel != "matmul";
   const Lt &lt = cublasLt();
   if (!ltHandle) {
     if (cublasStatus_t s = lt.cublasLtCreate(&ltHandle);
@@ -735,56 +752,75 @@ void CudaBackendImpl::setEpilogue(const Launch &l, const GemmMapping &map,
       throw DeviceError(label + ": " + what + " failed: " +
                         lt.cublasLtGetStatusName(s));
   };
-  // One GEMM whose column-major rows are gpt's N: the bias runs along them
-  // and the aux matrix has D's layout. gpt-fuse-matmul-epilogue only makes
-  // such (a 2-D weight, no transposed batched left operand).
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void *value,
+                 size_t size, const char *what) {
+    ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc, attr, value, size),
+            what);
+  };
+  // One GEMM whose column-major rows are gpt's N: the bias (gradient) runs
+  // along them and the aux matrix has D's layout. gpt-fuse-matmul-epilogue
+  // only makes such (a 2-D right operand, no transposed batched left one).
   if (map.loops > 1 || map.batch > 1)
     throw DeviceError(label + ": a matmul epilogue over several GEMMs");
   auto it = l.ints.find("gelu");
   bool gelu = it != l.ints.end() && it->second != 0;
-  bool aux = l.outputs.size() > 1;
-  cublasLtEpilogue_t epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
-                           : aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                 : CUBLASLT_EPILOGUE_GELU_BIAS;
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(
-              g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
-          "setting EPILOGUE");
-  const Buffer &bias = buffer(l.inputs[2]);
-  if (bias.numel() != map.m)
-    throw DeviceError(label + ": the bias has " +
-                      std::to_string(bias.numel()) + " elements, not N = " +
-                      std::to_string(map.m));
-  void *biasPtr = reinterpret_cast<void *>(address(l.inputs[2]));
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc,
-                                            CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                            &biasPtr, sizeof(biasPtr)),
-          "setting BIAS_POINTER");
-  int32_t biasType = cudaType(bias.dtype);
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(
-              g.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
-              sizeof(biasType)),
-          "setting BIAS_DATA_TYPE");
-  if (!aux)
+  // Which epilogue, and where its bias (or bias gradient) and aux matrix
+  // are. gpt's b is cuBLASLt's A (the operands swap in the column-major
+  // view), so the column sums of gpt's b are BGRADA's.
+  cublasLtEpilogue_t epi;
+  int biasId = -1, auxId = -1;
+  if (l.kernel == "matmul_epilogue") {
+    bool aux = l.outputs.size() > 1;
+    epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
+          : aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                : CUBLASLT_EPILOGUE_GELU_BIAS;
+    biasId = l.inputs[2];
+    if (aux)
+      auxId = l.outputs[1];
+  } else if (l.kernel == "matmul_gelu_grad") {
+    bool bgrad = l.outputs.size() > 1;
+    epi = bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    auxId = l.inputs[2];
+    if (bgrad)
+      biasId = l.outputs[1];
+  } else {
+    epi = CUBLASLT_EPILOGUE_BGRADA;
+    biasId = l.outputs[1];
+  }
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi), "setting EPILOGUE");
+  if (biasId >= 0) {
+    const Buffer &bias = buffer(biasId);
+    if (bias.numel() != map.m)
+      throw DeviceError(label + ": the bias has " +
+                        std::to_string(bias.numel()) + " elements, not N = " +
+                        std::to_string(map.m));
+    void *biasPtr = reinterpret_cast<void *>(address(biasId));
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr, sizeof(biasPtr),
+        "setting BIAS_POINTER");
+    // Our biases and bias gradients are float32 whatever D is.
+    int32_t biasType = cudaType(bias.dtype);
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType, sizeof(biasType),
+        "setting BIAS_DATA_TYPE");
+  }
+  if (auxId < 0)
     return;
-  // GELU_AUX_BIAS writes the pre-activation with D's layout; its type
-  // defaults to D's.
-  const Buffer &pre = buffer(l.outputs[1]), &d = buffer(l.outputs[0]);
-  void *auxPtr = reinterpret_cast<void *>(address(l.outputs[1]));
+  // The GELU input matrix (written by GELU_AUX_BIAS, read by DGELU) has D's
+  // layout; its type defaults to D's.
+  const Buffer &aux = buffer(auxId), &d = buffer(l.outputs[0]);
+  if (aux.numel() != d.numel())
+    throw DeviceError(label + ": the pre-activation has " +
+                      std::to_string(aux.numel()) + " elements, the result " +
+                      std::to_string(d.numel()));
+  void *auxPtr = reinterpret_cast<void *>(address(auxId));
   int64_t auxLd = map.outLd;
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(
-              g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr,
-              sizeof(auxPtr)),
-          "setting EPILOGUE_AUX_POINTER");
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(
-              g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd,
-              sizeof(auxLd)),
-          "setting EPILOGUE_AUX_LD");
-  if (pre.dtype != d.dtype) {
-    int32_t auxType = cudaType(pre.dtype);
-    ltCheck(lt.cublasLtMatmulDescSetAttribute(
-                g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxType,
-                sizeof(auxType)),
-            "setting EPILOGUE_AUX_DATA_TYPE");
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr, sizeof(auxPtr),
+      "setting EPILOGUE_AUX_POINTER");
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof(auxLd),
+      "setting EPILOGUE_AUX_LD");
+  if (aux.dtype != d.dtype) {
+    int32_t auxType = cudaType(aux.dtype);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxType,
+        sizeof(auxType), "setting EPILOGUE_AUX_DATA_TYPE");
   }
 }
 

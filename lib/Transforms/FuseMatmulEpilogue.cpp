@@ -1,7 +1,8 @@
 //===- FuseMatmulEpilogue.cpp - gpt-fuse-matmul-epilogue ------------------===//
 //
 // A projection's bias add, and the tanh GELU after it, become the epilogue
-// of the GEMM that feeds them (cuBLASLt's BIAS, GELU_BIAS, GELU_AUX_BIAS):
+// of the GEMM that feeds them (cuBLASLt's BIAS, GELU_BIAS, GELU_AUX_BIAS),
+// and their gradients epilogues of the backward's GEMMs:
 //
 //   %yl = gpt.matmul %x, %w : bf16, bf16 -> bf16     (fp32: no casts)
 //   %y  = gpt.cast %yl : bf16 -> f32
@@ -18,6 +19,20 @@
 // gpt-mixed-precision put after the GEMM disappears: the epilogue rounds
 // once, to the float32 of the add, so the product is no longer rounded to
 // bf16 before the bias (GPTFusedOps.td; docs/pipeline.md says why).
+//
+// The backward's counterparts (cuBLASLt's DGELU_BGRAD and BGRADA):
+//
+//   %dh  = gpt.matmul %dy, %w2 {transpose_b}   (+ widening cast)
+//   %dp  = gpt.gelu_grad %z, %dh                  ->  %dp, %db1 =
+//   %db1 = gpt.reduce_sum %dp -> [N]                  gpt.matmul_gelu_grad
+//                                                     %dy, %w2, %z
+//   %db  = gpt.reduce_sum %g -> [N]
+//   %gl  = gpt.cast %g (bf16), reshaped [M, N]    ->  %dw, %db =
+//   %dw  = gpt.matmul %x, %gl {transpose_a}           gpt.matmul_bias_grad
+//                                                     %x, %gl
+//
+// Under bf16 the bias gradient then sums the bf16 copy of %g the GEMM
+// reads, not the float32 %g (GPTFusedOps.td).
 //
 // It declines, with a remark, where the pattern is not exact: an addend that
 // is not a float32 [N] bias along the last dimension, a product used by
@@ -179,14 +194,170 @@ void fuseOne(MatmulOp mm) {
   mm->erase();
 }
 
+//===----------------------------------------------------------------------===//
+// The backward: GELU's derivative and the bias gradients
+//===----------------------------------------------------------------------===//
+
+/// True if every user of `v` comes after `point` in its block (so a value
+/// made at `point` can replace `v`).
+bool usersFollow(Value v, Operation *point) {
+  for (Operation *user : v.getUsers())
+    if (user->getBlock() != point->getBlock() ||
+        !point->isBeforeInBlock(user))
+      return false;
+  return true;
+}
+
+/// The gpt.reduce_sum of `x` down to its last dimension, if there is one.
+ReduceSumOp biasSumOf(Value x) {
+  int64_t N = tensorOf(x).getShape().back();
+  for (Operation *user : x.getUsers())
+    if (auto rs = dyn_cast<ReduceSumOp>(user)) {
+      auto t = tensorOf(rs.getResult());
+      if (t.getRank() == 1 && t.getDimSize(0) == N &&
+          t.getElementType().isF32())
+        return rs;
+    }
+  return {};
+}
+
+/// dh = dy W^T; dpre = gelu_grad(pre, dh); [db = reduce_sum(dpre)] becomes
+/// one gpt.matmul_gelu_grad (cuBLASLt's DGELU_BGRAD, or DGELU).
+void fuseGeluGrad(GeluGradOp gg) {
+  if (gg.getApproximate() != "tanh")
+    return; // the erf form's backward: the forward said why already
+  Value dh = gg.getDy();
+  auto widen = dh.getDefiningOp<CastOp>();
+  if (widen)
+    dh = widen.getX();
+  auto mm = dh.getDefiningOp<MatmulOp>();
+  if (!mm)
+    return;
+  if (!mm.getResult().hasOneUse() ||
+      (widen && !widen.getResult().hasOneUse())) {
+    gg->emitRemark(kDeclined)
+        << "the product is also used elsewhere, and the epilogue writes "
+           "only its product with GELU's derivative";
+    return;
+  }
+  if (tensorOf(mm.getB()).getRank() != 2 ||
+      (mm.getTransposeA() && tensorOf(mm.getA()).getRank() > 2)) {
+    gg->emitRemark(kDeclined)
+        << "the product is several GEMMs (a batched right operand, or a "
+           "batched transposed left one)";
+    return;
+  }
+  Value pre = gg.getX();
+  if (!tensorOf(pre).getElementType().isF32() ||
+      !tensorOf(gg.getResult()).getElementType().isF32())
+    return; // not the float32 gradient that mixed precision makes
+  // The fused op stands where the GEMM is; the pre-activation (from the
+  // forward) must already exist there.
+  if (Operation *def = pre.getDefiningOp();
+      def && (def->getBlock() != mm->getBlock() || !def->isBeforeInBlock(mm))) {
+    gg->emitRemark(kDeclined)
+        << "the pre-activation is computed after the GEMM that feeds the "
+           "derivative";
+    return;
+  }
+  ReduceSumOp rs = biasSumOf(gg.getResult());
+
+  OpBuilder b(mm);
+  SmallVector<Location> locs = {mm.getLoc(), gg.getLoc()};
+  SmallVector<Type> types = {gg.getResult().getType()};
+  if (rs) {
+    locs.push_back(rs.getLoc());
+    types.push_back(rs.getResult().getType());
+  }
+  SmallVector<NamedAttribute> attrs;
+  if (mm.getTransposeA())
+    attrs.push_back(b.getNamedAttr("transpose_a", b.getUnitAttr()));
+  if (mm.getTransposeB())
+    attrs.push_back(b.getNamedAttr("transpose_b", b.getUnitAttr()));
+  auto fused = b.create<MatmulGeluGradOp>(
+      b.getFusedLoc(locs), types, ValueRange{mm.getA(), mm.getB(), pre},
+      attrs);
+  if (rs) {
+    rs.getResult().replaceAllUsesWith(fused.getBiasGrad());
+    rs->erase();
+  }
+  gg.getResult().replaceAllUsesWith(fused.getResult());
+  gg->erase();
+  if (widen)
+    widen->erase();
+  mm->erase();
+}
+
+/// db = reduce_sum(dy); dW = x^T dy (dy through its cast and reshape)
+/// becomes one gpt.matmul_bias_grad (cuBLASLt's BGRADA after the swap).
+void fuseBiasGrad(ReduceSumOp rs) {
+  Value dy = rs.getX();
+  auto dyType = tensorOf(dy);
+  auto sumType = tensorOf(rs.getResult());
+  if (sumType.getRank() != 1 || dyType.getRank() < 2 ||
+      sumType.getDimSize(0) != dyType.getShape().back() ||
+      !dyType.getElementType().isF32())
+    return; // not a bias gradient
+  // The weight-gradient GEMM reads dy as its right operand, through the
+  // cast gpt-mixed-precision put before it and the reshape to [M, N].
+  MatmulOp weightGrad;
+  SmallVector<Value> copies = {dy};
+  for (size_t i = 0; i < copies.size() && !weightGrad; ++i)
+    for (Operation *user : copies[i].getUsers()) {
+      if (isa<CastOp, ReshapeOp>(user) &&
+          tensorOf(user->getResult(0)).getShape().back() ==
+              dyType.getShape().back()) {
+        copies.push_back(user->getResult(0));
+      } else if (auto mm = dyn_cast<MatmulOp>(user);
+                 mm && mm.getB() == copies[i] && !mm.getTransposeB() &&
+                 tensorOf(mm.getA()).getRank() == 2 &&
+                 tensorOf(mm.getB()).getRank() == 2) {
+        weightGrad = mm;
+        break;
+      }
+    }
+  if (!weightGrad)
+    return;
+  if (!usersFollow(rs.getResult(), weightGrad)) {
+    rs->emitRemark(kDeclined)
+        << "the bias gradient is read before the weight-gradient GEMM that "
+           "would compute it";
+    return;
+  }
+  OpBuilder b(weightGrad);
+  SmallVector<NamedAttribute> attrs;
+  if (weightGrad.getTransposeA())
+    attrs.push_back(b.getNamedAttr("transpose_a", b.getUnitAttr()));
+  auto fused = b.create<MatmulBiasGradOp>(
+      b.getFusedLoc({weightGrad.getLoc(), rs.getLoc()}),
+      TypeRange{weightGrad.getResult().getType(), rs.getResult().getType()},
+      ValueRange{weightGrad.getA(), weightGrad.getB()}, attrs);
+  weightGrad.getResult().replaceAllUsesWith(fused.getResult());
+  rs.getResult().replaceAllUsesWith(fused.getBiasGrad());
+  weightGrad->erase();
+  rs->erase();
+}
+
 struct GPTFuseMatmulEpiloguePass
     : impl::GPTFuseMatmulEpilogueBase<GPTFuseMatmulEpiloguePass> {
   void runOnOperation() override {
     getOperation().walk([](func::FuncOp func) {
+      // The forward first: its aux pre-activation is what the backward's
+      // gelu_grad reads; then GELU's derivative, which takes its bias
+      // gradient's sum from the float32 values; then the remaining bias
+      // gradients into their weight-gradient GEMMs.
       SmallVector<MatmulOp> matmuls;
       func.walk([&](MatmulOp mm) { matmuls.push_back(mm); });
       for (MatmulOp mm : matmuls)
         fuseOne(mm);
+      SmallVector<GeluGradOp> geluGrads;
+      func.walk([&](GeluGradOp gg) { geluGrads.push_back(gg); });
+      for (GeluGradOp gg : geluGrads)
+        fuseGeluGrad(gg);
+      SmallVector<ReduceSumOp> sums;
+      func.walk([&](ReduceSumOp rs) { sums.push_back(rs); });
+      for (ReduceSumOp rs : sums)
+        fuseBiasGrad(rs);
     });
   }
 };

@@ -160,3 +160,134 @@ func.func @padded_n(%x: tensor<16x64xbf16>, %w: tensor<64x64xbf16>, %b: tensor<4
   %h = gpt.add %s, %b : tensor<16x48xf32>, tensor<48xf32> -> tensor<16x48xf32>
   return %h : tensor<16x48xf32>
 }
+
+// -----
+
+// The backward of the MLP's GELU in bf16: the GEMM dh = dy W^T, its widening
+// cast, gelu_grad and the bias gradient's sum become one
+// gpt.matmul_gelu_grad (DGELU_BGRAD); the bf16 copy for the next GEMMs
+// stays.
+// CHECK-LABEL: func.func @gelu_grad_bias
+// CHECK-SAME: (%[[DY:[^:]+]]: tensor<2x8x16xbf16>, %[[W:[^:]+]]: tensor<32x16xbf16>, %[[PRE:[^:]+]]: tensor<2x8x32xf32>)
+// CHECK-NEXT: %[[DP:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_gelu_grad %[[DY]], %[[W]], %[[PRE]] {transpose_b} : tensor<2x8x16xbf16>, tensor<32x16xbf16>, tensor<2x8x32xf32> -> tensor<2x8x32xf32>, tensor<32xf32>
+// CHECK-NEXT: %[[L:.+]] = gpt.cast %[[DP]]
+// CHECK-NEXT: return %[[L]], %[[DB]]
+func.func @gelu_grad_bias(%dy: tensor<2x8x16xbf16>, %w: tensor<32x16xbf16>, %pre: tensor<2x8x32xf32>) -> (tensor<2x8x32xbf16>, tensor<32xf32>) {
+  %mm = gpt.matmul %dy, %w {transpose_b} : tensor<2x8x16xbf16>, tensor<32x16xbf16> -> tensor<2x8x32xbf16>
+  %dh = gpt.cast %mm : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  %dp = gpt.gelu_grad %pre, %dh : tensor<2x8x32xf32>
+  %db = gpt.reduce_sum %dp : tensor<2x8x32xf32> -> tensor<32xf32>
+  %l = gpt.cast %dp : tensor<2x8x32xf32> -> tensor<2x8x32xbf16>
+  return %l, %db : tensor<2x8x32xbf16>, tensor<32xf32>
+}
+
+// -----
+
+// fp32 without a bias gradient: DGELU alone, one result.
+// CHECK-LABEL: func.func @gelu_grad_only
+// CHECK-NEXT: %[[DP:.+]] = gpt.matmul_gelu_grad %{{.+}}, %{{.+}}, %{{.+}} : tensor<16x16xf32>, tensor<16x32xf32>, tensor<16x32xf32> -> tensor<16x32xf32>{{$}}
+// CHECK-NEXT: return %[[DP]]
+func.func @gelu_grad_only(%dy: tensor<16x16xf32>, %w: tensor<16x32xf32>, %pre: tensor<16x32xf32>) -> tensor<16x32xf32> {
+  %mm = gpt.matmul %dy, %w : tensor<16x16xf32>, tensor<16x32xf32> -> tensor<16x32xf32>
+  %dp = gpt.gelu_grad %pre, %mm : tensor<16x32xf32>
+  return %dp : tensor<16x32xf32>
+}
+
+// -----
+
+// The GEMM's product is read by something else too: the epilogue writes
+// only the product times the derivative.
+// CHECK-LABEL: func.func @gelu_grad_product_used_twice
+// CHECK-NOT: gpt.matmul_gelu_grad
+func.func @gelu_grad_product_used_twice(%dy: tensor<16x16xf32>, %w: tensor<16x32xf32>, %pre: tensor<16x32xf32>) -> (tensor<16x32xf32>, tensor<16x32xf32>) {
+  %mm = gpt.matmul %dy, %w : tensor<16x16xf32>, tensor<16x32xf32> -> tensor<16x32xf32>
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the product is also used elsewhere, and the epilogue writes only its product with GELU's derivative}}
+  %dp = gpt.gelu_grad %pre, %mm : tensor<16x32xf32>
+  return %dp, %mm : tensor<16x32xf32>, tensor<16x32xf32>
+}
+
+// -----
+
+// A batched right operand: one GEMM per batch, no single epilogue.
+// CHECK-LABEL: func.func @gelu_grad_batched
+// CHECK-NOT: gpt.matmul_gelu_grad
+func.func @gelu_grad_batched(%dy: tensor<2x16x16xf32>, %w: tensor<2x16x32xf32>, %pre: tensor<2x16x32xf32>) -> tensor<2x16x32xf32> {
+  %mm = gpt.matmul %dy, %w : tensor<2x16x16xf32>, tensor<2x16x32xf32> -> tensor<2x16x32xf32>
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the product is several GEMMs (a batched right operand, or a batched transposed left one)}}
+  %dp = gpt.gelu_grad %pre, %mm : tensor<2x16x32xf32>
+  return %dp : tensor<2x16x32xf32>
+}
+
+// -----
+
+// The pre-activation only exists after the GEMM: the fused op, which stands
+// where the GEMM is, could not read it.
+// CHECK-LABEL: func.func @gelu_grad_late_pre
+// CHECK-NOT: gpt.matmul_gelu_grad
+func.func @gelu_grad_late_pre(%dy: tensor<16x16xf32>, %w: tensor<16x32xf32>, %z: tensor<16x32xf32>) -> tensor<16x32xf32> {
+  %mm = gpt.matmul %dy, %w : tensor<16x16xf32>, tensor<16x32xf32> -> tensor<16x32xf32>
+  %pre = gpt.neg %z : tensor<16x32xf32>
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the pre-activation is computed after the GEMM that feeds the derivative}}
+  %dp = gpt.gelu_grad %pre, %mm : tensor<16x32xf32>
+  return %dp : tensor<16x32xf32>
+}
+
+// -----
+
+// A projection's weight and bias gradients in bf16: the bias gradient's
+// sum moves into the weight-gradient GEMM that reads dy's bf16 copy
+// (BGRADA); the input-gradient GEMM is untouched.
+// CHECK-LABEL: func.func @bias_grad_bf16
+// CHECK-SAME: (%[[G:[^:]+]]: tensor<2x8x32xf32>, %[[X:[^:]+]]: tensor<16x8xbf16>, %[[W:[^:]+]]: tensor<8x32xbf16>)
+// CHECK-NEXT: %[[GL:.+]] = gpt.cast %[[G]]
+// CHECK-NEXT: %[[DX:.+]] = gpt.matmul %[[GL]], %[[W]] {transpose_b}
+// CHECK-NEXT: %[[G2:.+]] = gpt.reshape %[[GL]]
+// CHECK-NEXT: %[[DW:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_bias_grad %[[X]], %[[G2]] {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>, tensor<32xf32>
+// CHECK-NEXT: return %[[DX]], %[[DW]], %[[DB]]
+func.func @bias_grad_bf16(%g: tensor<2x8x32xf32>, %x: tensor<16x8xbf16>, %w: tensor<8x32xbf16>) -> (tensor<2x8x8xbf16>, tensor<8x32xbf16>, tensor<32xf32>) {
+  %db = gpt.reduce_sum %g : tensor<2x8x32xf32> -> tensor<32xf32>
+  %gl = gpt.cast %g : tensor<2x8x32xf32> -> tensor<2x8x32xbf16>
+  %dx = gpt.matmul %gl, %w {transpose_b} : tensor<2x8x32xbf16>, tensor<8x32xbf16> -> tensor<2x8x8xbf16>
+  %g2 = gpt.reshape %gl : tensor<2x8x32xbf16> -> tensor<16x32xbf16>
+  %dw = gpt.matmul %x, %g2 {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+  return %dx, %dw, %db : tensor<2x8x8xbf16>, tensor<8x32xbf16>, tensor<32xf32>
+}
+
+// -----
+
+// fp32, dy already 2-D: no cast, no reshape.
+// CHECK-LABEL: func.func @bias_grad_fp32
+// CHECK-NEXT: %[[DW:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_bias_grad %{{.+}}, %{{.+}} {transpose_a} : tensor<16x8xf32>, tensor<16x32xf32> -> tensor<8x32xf32>, tensor<32xf32>
+// CHECK-NEXT: return %[[DW]], %[[DB]]
+func.func @bias_grad_fp32(%g: tensor<16x32xf32>, %x: tensor<16x8xf32>) -> (tensor<8x32xf32>, tensor<32xf32>) {
+  %db = gpt.reduce_sum %g : tensor<16x32xf32> -> tensor<32xf32>
+  %dw = gpt.matmul %x, %g {transpose_a} : tensor<16x8xf32>, tensor<16x32xf32> -> tensor<8x32xf32>
+  return %dw, %db : tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+// The bias gradient is read before the weight-gradient GEMM: the fused op
+// would come too late.
+// CHECK-LABEL: func.func @bias_grad_read_early
+// CHECK-NOT: gpt.matmul_bias_grad
+func.func @bias_grad_read_early(%g: tensor<16x32xf32>, %x: tensor<16x8xf32>) -> (tensor<8x32xf32>, tensor<32xf32>) {
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the bias gradient is read before the weight-gradient GEMM that would compute it}}
+  %db = gpt.reduce_sum %g : tensor<16x32xf32> -> tensor<32xf32>
+  %db2 = gpt.neg %db : tensor<32xf32>
+  %dw = gpt.matmul %x, %g {transpose_a} : tensor<16x8xf32>, tensor<16x32xf32> -> tensor<8x32xf32>
+  return %dw, %db2 : tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+// A sum to [N] with no GEMM reading dy as its right operand (here dy is
+// the left one): nothing to fuse, nothing to say.
+// CHECK-LABEL: func.func @sum_without_weight_grad
+// CHECK: gpt.reduce_sum
+// CHECK-NOT: gpt.matmul_bias_grad
+func.func @sum_without_weight_grad(%g: tensor<16x32xf32>, %w: tensor<32x8xf32>) -> (tensor<16x8xf32>, tensor<32xf32>) {
+  %db = gpt.reduce_sum %g : tensor<16x32xf32> -> tensor<32xf32>
+  %dx = gpt.matmul %g, %w : tensor<16x32xf32>, tensor<32x8xf32> -> tensor<16x8xf32>
+  return %dx, %db : tensor<16x8xf32>, tensor<32xf32>
+}

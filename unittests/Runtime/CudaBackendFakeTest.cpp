@@ -425,4 +425,40 @@ TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
   EXPECT_NE(out.str().find("matmul_epilogue"), std::string::npos) << out.str();
 }
 
+/// The backward's epilogues: gpt.matmul_gelu_grad as DGELU_BGRAD and DGELU
+/// (the pre-activation is the aux input, the bias gradient D's row sums)
+/// and gpt.matmul_bias_grad as BGRADA (the bias gradient sums gpt's b, which
+/// is cuBLASLt's A). The fake reduces only what the descriptor points at,
+/// so a wrong epilogue, operand or pointer fails the check.
+TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
+  REQUIRE_FAKE(b);
+  enum : int { DY, W, PRE, DP, DB, DP2, X, G, DW, DB2 };
+  Program p;
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("dy", DType::BF16, {2, 3, 8}, Role::Param),
+               buffer("w", DType::BF16, {16, 8}, Role::Param),
+               buffer("pre", DType::F32, {2, 3, 16}, Role::Param),
+               buffer("dp", DType::F32, {2, 3, 16}, Role::Output),
+               buffer("db", DType::F32, {16}, Role::Output),
+               buffer("dp2", DType::F32, {2, 3, 16}, Role::Output),
+               buffer("x", DType::BF16, {6, 8}, Role::Param),
+               buffer("g", DType::BF16, {6, 16}, Role::Param),
+               buffer("dw", DType::BF16, {8, 16}, Role::Output),
+               buffer("db2", DType::F32, {16}, Role::Output)};
+  Function f;
+  f.name = "grads";
+  Launch weightGrad = launch("matmul_bias_grad", {X, G}, {DW, DB2});
+  weightGrad.ints["transpose_a"] = 1;
+  f.launches = {launch("matmul_gelu_grad", {DY, W, PRE}, {DP, DB}, true),
+                launch("matmul_gelu_grad", {DY, W, PRE}, {DP2}, true),
+                weightGrad};
+  p.functions.push_back(f);
+  planMemory(p);
+  auto cpu = makeCpuBackend();
+  std::ostringstream out;
+  EXPECT_EQ(checkKernels(p, *b, *cpu, out), 0) << out.str();
+  for (const char *kernel : {"matmul_gelu_grad", "matmul_bias_grad"})
+    EXPECT_NE(out.str().find(kernel), std::string::npos) << out.str();
+}
+
 } // namespace

@@ -269,7 +269,8 @@ namespace {
 struct Desc {
   cublasComputeType_t compute;
   int32_t transA = CUBLAS_OP_N, transB = CUBLAS_OP_N;
-  // Epilogues: BIAS, GELU_BIAS, GELU_AUX_BIAS, computed on the host.
+  // Epilogues: BIAS, GELU_BIAS, GELU_AUX_BIAS, DGELU, DGELU_BGRAD and
+  // BGRADA, computed on the host.
   int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void *bias = nullptr;
   int32_t biasType = -1; // -1: D's type
@@ -413,24 +414,33 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
       int64_t(tb ? b.cols : b.rows) != k || a.batch != out.batch ||
       b.batch != out.batch)
     return CUBLAS_STATUS_INVALID_VALUE;
-  // As cuBLASLt: the bias runs along D's rows (gpt's N), the GELU aux is a
-  // matrix of D's shape with its own ld, and both need their pointers.
-  bool biased = desc.epilogue == CUBLASLT_EPILOGUE_BIAS ||
-                desc.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
-                desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  bool gelu = desc.epilogue == CUBLASLT_EPILOGUE_GELU_BIAS ||
-              desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  bool aux = desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  if (!biased && desc.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+  // As cuBLASLt: the bias (gradient) runs along D's rows (gpt's N), the
+  // GELU aux is a matrix of D's shape with its own ld, and both need their
+  // pointers. DGELU multiplies by GELU's derivative at the aux; the bias
+  // gradients sum D's rows (DGELU_BGRAD) or op(A)'s rows (BGRADA).
+  int32_t e = desc.epilogue;
+  bool biased = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+                e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool gelu = e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+              e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool auxOut = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  bool dgelu = e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  bool gradD = e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  bool gradA = e == CUBLASLT_EPILOGUE_BGRADA;
+  bool needsBias = biased || gradD || gradA, needsAux = auxOut || dgelu;
+  if (!needsBias && !needsAux && e != CUBLASLT_EPILOGUE_DEFAULT)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  if ((biased && !desc.bias) || (aux && (!desc.aux || desc.auxLd < m)) ||
-      (biased && out.batch != 1))
+  if ((needsBias && !desc.bias) ||
+      (needsAux && (!desc.aux || desc.auxLd < m)) ||
+      ((needsBias || needsAux) && out.batch != 1))
     return CUBLAS_STATUS_INVALID_VALUE;
   cudaDataType_t biasType =
       desc.biasType < 0 ? out.type : cudaDataType_t(desc.biasType);
   cudaDataType_t auxType =
       desc.auxType < 0 ? out.type : cudaDataType_t(desc.auxType);
+  void *biasOut = const_cast<void *>(desc.bias);
   submit([=] {
+    std::vector<double> rowSum(size_t(m), 0.0);
     for (int32_t i = 0; i < out.batch; ++i)
       for (int64_t c = 0; c < n; ++c)
         for (int64_t r = 0; r < m; ++r) {
@@ -439,19 +449,33 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
             int64_t ia = i * a.stride + (ta ? p + r * a.ld : r + p * a.ld);
             int64_t ib = i * b.stride + (tb ? c + p * b.ld : p + c * b.ld);
             sum += double(load(A, a.type, ia)) * load(B, b.type, ib);
+            if (gradA && c == 0)
+              rowSum[size_t(r)] += load(A, a.type, ia);
           }
           int64_t id = i * out.stride + r + c * out.ld;
           float prev = be != 0 ? load(D, out.type, id) : 0.0f;
           float v = float(al * sum + be * prev);
           if (biased)
             v += load(desc.bias, biasType, r);
-          if (aux)
+          if (auxOut)
             store(desc.aux, auxType, r + c * desc.auxLd, v);
           if (gelu)
             v = 0.5f * v *
                 (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+          if (dgelu) {
+            double x = load(desc.aux, auxType, r + c * desc.auxLd);
+            double t = std::tanh(0.7978845608 * (x + 0.044715 * x * x * x));
+            double slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608 *
+                                               (1 + 3 * 0.044715 * x * x);
+            v = float(v * slope);
+          }
+          if (gradD)
+            rowSum[size_t(r)] += v;
           store(D, out.type, id, v);
         }
+    if (gradD || gradA)
+      for (int64_t r = 0; r < m; ++r)
+        store(biasOut, biasType, r, float(rowSum[size_t(r)]));
   });
   return CUBLAS_STATUS_SUCCESS;
 }

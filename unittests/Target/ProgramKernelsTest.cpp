@@ -63,7 +63,7 @@ void compileTiny(const std::string &precision) {
   for (const rt::Function &f : p.functions)
     for (const rt::Launch &l : f.launches) {
       // GEMMs, with or without an epilogue, are cuBLASLt's.
-      bool gemm = l.kernel == "matmul" || l.kernel == "matmul_epilogue";
+      bool gemm = rt::isGemm(l.kernel);
       EXPECT_EQ(l.deviceKernel < 0, gemm) << l.kernel;
       launches += !gemm;
     }

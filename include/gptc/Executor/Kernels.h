@@ -27,6 +27,14 @@ std::vector<HostTensor> matmulEpilogue(const HostTensor &a, const HostTensor &b,
                                        const HostTensor &bias, bool transposeA,
                                        bool transposeB, bool gelu,
                                        bool keepPre);
+/// gpt.matmul_gelu_grad: gelu_tanh'(pre) * matmul(a, b) in float32 and,
+/// with `biasGrad`, its column sums as a second tensor.
+std::vector<HostTensor> matmulGeluGrad(const HostTensor &a, const HostTensor &b,
+                                       const HostTensor &pre, bool transposeA,
+                                       bool transposeB, bool biasGrad);
+/// gpt.matmul_bias_grad: {matmul(a, b), the column sums of the 2-D b}.
+std::vector<HostTensor> matmulBiasGrad(const HostTensor &a, const HostTensor &b,
+                                       bool transposeA);
 HostTensor layernorm(const HostTensor &x, const HostTensor &gamma,
                      const HostTensor &beta, float epsilon);
 HostTensor softmax(const HostTensor &x);

@@ -219,8 +219,8 @@ def GPTOptimizer : Pass<"gpt-optimizer", "mlir::ModuleOp"> {
 }
 
 def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
-  let summary = "Makes a projection's bias add and tanh GELU the epilogue of "
-                "its GEMM (gpt.matmul_epilogue)";
+  let summary = "Makes a projection's bias add and tanh GELU, and their "
+                "gradients, epilogues of its GEMMs";
   let description = [{
     `gpt.matmul` (through the widening `gpt.cast` gpt-mixed-precision put
     after it) → `gpt.add` of a float32 `[N]` bias → optionally `gpt.gelu`
@@ -231,7 +231,15 @@ def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
     add's float32: the unfused bf16 chain rounded it to bf16 first.
     Declines with a remark when the chain is not exactly that (an addend
     that is not an [N] bias, a product also used unbiased, an erf GELU, a
-    batched weight). Runs after gpt-optimizer, before gpt-fuse-elementwise.
+    batched weight).
+
+    The backward likewise: `gpt.matmul` (through its widening cast) →
+    `gpt.gelu_grad` of the pre-activation → optionally `gpt.reduce_sum` to
+    `[N]` becomes one `gpt.matmul_gelu_grad` (DGELU_BGRAD, or DGELU); a
+    bias gradient `gpt.reduce_sum` of `dy` to `[N]` and the weight-gradient
+    GEMM that reads `dy` (through its cast and reshape) as its right
+    operand become one `gpt.matmul_bias_grad` (BGRADA). Runs after
+    gpt-optimizer, before gpt-fuse-elementwise.
   }];
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }

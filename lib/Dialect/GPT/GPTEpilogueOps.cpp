@@ -1,9 +1,11 @@
-//===- GPTEpilogueOps.cpp - the verifier of gpt.matmul_epilogue -----------===//
+//===- GPTEpilogueOps.cpp - the verifiers of the GEMM-epilogue ops --------===//
 //
-// gpt.matmul_epilogue is a GEMM by a 2-D weight with a bias and an optional
-// tanh GELU applied before the one rounding (GPTFusedOps.td). The verifier
-// holds it to the shapes cuBLASLt's BIAS / GELU(_AUX)_BIAS epilogues take,
-// so the executor, the CPU backend and the CUDA backend meet nothing else.
+// gpt.matmul_epilogue (bias, tanh GELU), gpt.matmul_gelu_grad (GELU's
+// derivative, bias gradient) and gpt.matmul_bias_grad (the weight gradient
+// with the bias gradient) are one GEMM each with cuBLASLt epilogue work
+// (GPTFusedOps.td). The verifiers hold them to the shapes cuBLASLt's
+// epilogues take, so the executor, the CPU backend and the CUDA backend meet
+// nothing else.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,42 +14,93 @@
 using namespace mlir;
 using namespace gptc::gpt;
 
-LogicalResult MatmulEpilogueOp::verify() {
-  auto a = cast<RankedTensorType>(getA().getType());
-  auto b = cast<RankedTensorType>(getB().getType());
-  auto bias = cast<RankedTensorType>(getBias().getType());
-  auto result = cast<RankedTensorType>(getResult().getType());
+namespace {
+
+/// Checks `a` (`[batch..., M, K]`, or `[K, M]` transposed) times the 2-D `b`
+/// gives `result` `[batch..., M, N]` as one GEMM; sets N.
+LogicalResult verifyOneGemm(Operation *op, Value aValue, Value bValue,
+                            bool transposeA, bool transposeB, Value resultValue,
+                            int64_t &N) {
+  auto a = cast<RankedTensorType>(aValue.getType());
+  auto b = cast<RankedTensorType>(bValue.getType());
+  auto result = cast<RankedTensorType>(resultValue.getType());
   if (a.getRank() < 2 || b.getRank() != 2)
-    return emitOpError("takes a [batch..., M, K] operand and a 2-D weight");
-  if (getTransposeA() && a.getRank() > 2)
-    return emitOpError("a batched, transposed left operand is several GEMMs; "
-                       "the epilogue belongs to one");
+    return op->emitOpError(
+        "takes a [batch..., M, K] operand and a 2-D right operand");
+  if (transposeA && a.getRank() > 2)
+    return op->emitOpError("a batched, transposed left operand is several "
+                           "GEMMs; the epilogue belongs to one");
   if (a.getElementType() != b.getElementType())
-    return emitOpError("operands must share one element type");
+    return op->emitOpError("operands must share one element type");
   ArrayRef<int64_t> as = a.getShape();
   size_t r = as.size();
-  int64_t M = getTransposeA() ? as[r - 1] : as[r - 2];
-  int64_t K = getTransposeA() ? as[r - 2] : as[r - 1];
-  int64_t kb = getTransposeB() ? b.getDimSize(1) : b.getDimSize(0);
-  int64_t N = getTransposeB() ? b.getDimSize(0) : b.getDimSize(1);
+  int64_t M = transposeA ? as[r - 1] : as[r - 2];
+  int64_t K = transposeA ? as[r - 2] : as[r - 1];
+  int64_t kb = transposeB ? b.getDimSize(1) : b.getDimSize(0);
+  N = transposeB ? b.getDimSize(0) : b.getDimSize(1);
   if (K != kb)
-    return emitOpError() << "contraction dimensions differ: a has K=" << K
-                         << ", b has K=" << kb;
+    return op->emitOpError() << "contraction dimensions differ: a has K=" << K
+                             << ", b has K=" << kb;
   SmallVector<int64_t> shape(as.begin(), as.end() - 2);
   shape.push_back(M);
   shape.push_back(N);
   if (result.getShape() != ArrayRef<int64_t>(shape))
-    return emitOpError("result must be [batch..., M, N]");
-  // cuBLASLt reads the bias as a vector of the epilogue's length, N.
-  if (bias.getRank() != 1 || bias.getDimSize(0) != N ||
-      !bias.getElementType().isF32())
-    return emitOpError() << "bias must be a float32 [" << N << "]";
+    return op->emitOpError("result must be [batch..., M, N]");
+  return success();
+}
+
+/// cuBLASLt reads or writes the bias (gradient) as a vector of length N.
+LogicalResult verifyBiasVector(Operation *op, Value bias, int64_t N,
+                               StringRef what) {
+  auto t = cast<RankedTensorType>(bias.getType());
+  if (t.getRank() != 1 || t.getDimSize(0) != N || !t.getElementType().isF32())
+    return op->emitOpError() << what << " must be a float32 [" << N << "]";
+  return success();
+}
+
+} // namespace
+
+LogicalResult MatmulEpilogueOp::verify() {
+  int64_t N;
+  if (failed(verifyOneGemm(*this, getA(), getB(), getTransposeA(),
+                           getTransposeB(), getResult(), N)) ||
+      failed(verifyBiasVector(*this, getBias(), N, "bias")))
+    return failure();
   if (Value pre = getPre()) {
     if (!getGelu())
       return emitOpError("the pre-activation result needs 'gelu'");
-    auto p = cast<RankedTensorType>(pre.getType());
-    if (p.getShape() != result.getShape())
+    if (cast<RankedTensorType>(pre.getType()).getShape() !=
+        cast<RankedTensorType>(getResult().getType()).getShape())
       return emitOpError("the pre-activation must have the result's shape");
   }
   return success();
+}
+
+LogicalResult MatmulGeluGradOp::verify() {
+  int64_t N;
+  if (failed(verifyOneGemm(*this, getA(), getB(), getTransposeA(),
+                           getTransposeB(), getResult(), N)))
+    return failure();
+  auto pre = cast<RankedTensorType>(getPre().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (pre.getShape() != result.getShape())
+    return emitOpError("the pre-activation must have the result's shape");
+  if (!pre.getElementType().isF32() || !result.getElementType().isF32())
+    return emitOpError("the pre-activation and the result are float32");
+  if (Value db = getBiasGrad())
+    return verifyBiasVector(*this, db, N, "the bias gradient");
+  return success();
+}
+
+LogicalResult MatmulBiasGradOp::verify() {
+  auto b = cast<RankedTensorType>(getB().getType());
+  if (cast<RankedTensorType>(getA().getType()).getRank() != 2 ||
+      b.getRank() != 2)
+    return emitOpError("takes 2-D operands (the weight gradient of a "
+                       "flattened batch)");
+  int64_t N;
+  if (failed(verifyOneGemm(*this, getA(), getB(), getTransposeA(),
+                           /*transposeB=*/false, getResult(), N)))
+    return failure();
+  return verifyBiasVector(*this, getBiasGrad(), N, "the bias gradient");
 }

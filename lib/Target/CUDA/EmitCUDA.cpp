@@ -208,8 +208,8 @@ void emitCUDA(rt::Program &p, const std::string &arch) {
   for (rt::Function &f : p.functions)
     for (Launch &l : f.launches) {
       l.deviceKernel = -1;
-      if (l.kernel == "matmul" || l.kernel == "matmul_epilogue")
-        continue; // cuBLASLt (its epilogues for matmul_epilogue)
+      if (rt::isGemm(l.kernel))
+        continue; // cuBLASLt, epilogues and all
       std::string src = emitLaunch(p, l, placeholder);
       // The first line names the op and location; not part of the identity.
       std::string key = src.substr(src.find('\n') + 1);

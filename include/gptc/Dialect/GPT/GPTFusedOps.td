@@ -189,6 +189,82 @@ def GPT_MatmulEpilogueOp : GPT_Op<"matmul_epilogue", [Pure]> {
   let hasVerifier = 1;
 }
 
+def GPT_MatmulBiasGradOp : GPT_Op<"matmul_bias_grad", [Pure]> {
+  let summary = "A weight-gradient GEMM that also sums its right operand "
+                "into the bias gradient (gpt-fuse-matmul-epilogue)";
+  let description = [{
+    The backward of a projection with a bias reads the output gradient
+    `dy` twice: the weight-gradient GEMM `x^T dy` and the bias gradient, its
+    column sums. This op does both in one pass over `dy`, the right operand
+    `b` `[M, N]` (2-D, not transposed; `a` is 2-D, `[K, M]` or `[M, K]`
+    with `transpose_a`):
+
+        result[k, n]    = sum_m a[m, k] * b[m, n]     float32 accumulation
+        bias_grad[n]    = sum_m b[m, n]               float32
+
+    the result rounded once to its element type. cuBLASLt's BGRADA
+    epilogue (the operands swap in its column-major view).
+
+    Under bf16 autocast `b` is the bf16 copy the GEMM reads, so the bias
+    gradient sums bf16-rounded values where the unfused step summed the
+    float32 gradient before its cast: one rounding of each term, as in
+    llm.c (docs/pipeline.md says why this is the definition).
+
+    ```mlir
+    %dw, %db = gpt.matmul_bias_grad %x, %dy {transpose_a}
+        : tensor<1024x128xbf16>, tensor<1024x512xbf16>
+        -> tensor<128x512xbf16>, tensor<512xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$a, GPT_FloatTensor:$b,
+                       UnitAttr:$transpose_a);
+  let results = (outs GPT_FloatTensor:$result, GPT_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $a `,` $b attr-dict `:` type($a) `,` type($b) `->` type($result) `,`
+    type($bias_grad)
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_MatmulGeluGradOp : GPT_Op<"matmul_gelu_grad", [Pure]> {
+  let summary = "A GEMM whose result is multiplied by GELU's derivative at "
+                "the forward's pre-activation, and optionally summed into "
+                "the bias gradient (gpt-fuse-matmul-epilogue)";
+  let description = [{
+    The backward of `gelu(x W1 + b1) W2` computes `dh = dy W2^T`, then
+    `dpre = gelu'(pre) * dh` and the bias gradient `sum_m dpre`. Here the
+    GEMM's epilogue does the last two: with `a` `[batch..., M, K]`, a 2-D
+    weight `b` and `pre` of the result's shape (the aux output of the
+    forward's gpt.matmul_epilogue),
+
+        acc[m, n]    = sum_k a[m, k] * b[k, n]        float32 accumulation
+        result[m, n] = gelu_tanh'(pre[m, n]) * acc[m, n]     float32
+        bias_grad[n] = sum_m result[m, n]             (if asked for)
+
+    gelu_tanh' is the one gpt-fuse-elementwise writes for gpt.gelu_grad,
+    operation for operation in float32, so the fp32 step is unchanged bit
+    for bit. cuBLASLt's DGELU_BGRAD (DGELU without the bias gradient).
+    Under bf16 autocast the product is no longer rounded to bf16 before
+    the derivative multiplies it, as in gpt.matmul_epilogue.
+
+    ```mlir
+    %dpre, %db = gpt.matmul_gelu_grad %dy, %w2, %pre {transpose_b}
+        : tensor<4x64x128xbf16>, tensor<512x128xbf16>, tensor<4x64x512xf32>
+        -> tensor<4x64x512xf32>, tensor<512xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$a, GPT_FloatTensor:$b,
+                       GPT_FloatTensor:$pre, UnitAttr:$transpose_a,
+                       UnitAttr:$transpose_b);
+  let results = (outs GPT_FloatTensor:$result,
+                      Optional<GPT_FloatTensor>:$bias_grad);
+  let assemblyFormat = [{
+    $a `,` $b `,` $pre attr-dict `:` type($a) `,` type($b) `,` type($pre)
+    `->` type($result) (`,` type($bias_grad)^)?
+  }];
+  let hasVerifier = 1;
+}
+
 def GPT_FusedLayerNormOp : GPT_Op<"fused_layernorm",
     [Pure, SingleBlock, IsolatedFromAbove]> {
   let summary = "gpt.layernorm of a fused elementwise body's value, one "
