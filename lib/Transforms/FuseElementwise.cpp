@@ -582,15 +582,18 @@ struct GPTFuseElementwisePass
   using GPTFuseElementwiseBase::GPTFuseElementwiseBase;
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      gptc::fuseElementwise(func, layernormPrologue);
+      gptc::fuseElementwise(func, layernormPrologue, foldCasts);
   }
 };
 
 } // namespace
 
-void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue) {
+void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
+                           bool foldCasts) {
   if (func.getBody().empty())
     return;
+  if (foldCasts)
+    foldCastsIntoLayoutOps(func);
   fuseCrossEntropyWithGrad(func);
   formMultiTensorReduce(func);
   fuseChains(func);

@@ -22,8 +22,16 @@ void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
 /// gpt-fuse-elementwise on one function: elementwise chains into
 /// gpt.fused_elementwise, same-bodied ones into gpt.multi_tensor_elementwise,
 /// and (unless !layernormPrologue) layernorms with their elementwise
-/// prologues into gpt.fused_layernorm.
-void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true);
+/// prologues into gpt.fused_layernorm; first (unless !foldCasts) casts into
+/// the layout ops next to them.
+void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
+                     bool foldCasts = true);
+
+/// gpt-fuse-elementwise's first step: a gpt.cast next to a layout op
+/// (transpose, slice, pad, concat, split), reshapes between them seen
+/// through, becomes that op's conversion where that is exact
+/// (FoldCasts.cpp).
+void foldCastsIntoLayoutOps(mlir::func::FuncOp func);
 
 /// gpt-fuse-elementwise's loss pattern: a cross_entropy and a
 /// cross_entropy_grad of the same logits into gpt.cross_entropy_with_grad.

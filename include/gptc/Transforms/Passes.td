@@ -306,7 +306,12 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "add + layernorm), and a gpt.layernorm_grad whose dx only a "
            "gpt.fused_elementwise reads one gpt.fused_layernorm_grad (that "
            "body as its epilogue: the residual gradient's add); declined "
-           "pairs get a remark (lib/Transforms/FuseLayerNormPrologue.cpp)">
+           "pairs get a remark (lib/Transforms/FuseLayerNormPrologue.cpp)">,
+    Option<"foldCasts", "fold-casts", "bool", /*default=*/"true",
+           "First, a gpt.cast next to a gpt.transpose, slice, pad, concat "
+           "or split (reshapes between seen through) becomes that op's "
+           "element-type conversion where that is exact: one kernel moves "
+           "and converts (lib/Transforms/FoldCasts.cpp)">
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect",
                            "::mlir::arith::ArithDialect",

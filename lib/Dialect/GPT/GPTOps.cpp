@@ -209,6 +209,15 @@ LogicalResult FlashAttentionGradOp::verify() {
 // ReshapeOp, TransposeOp, SplitOp
 //===----------------------------------------------------------------------===//
 
+/// Layout ops (transpose, split, concat, pad, slice) may convert between
+/// float types, rounding as gpt.cast: gpt-fuse-elementwise folds casts into
+/// them (FoldCasts.cpp). Integer tensors keep their type.
+static LogicalResult verifyConversion(Operation *op, Type from, Type to) {
+  if (from == to || (isa<FloatType>(from) && isa<FloatType>(to)))
+    return success();
+  return op->emitOpError("changes the element type only between float types");
+}
+
 LogicalResult ReshapeOp::verify() {
   auto in = cast<RankedTensorType>(getX().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
@@ -242,8 +251,8 @@ LogicalResult TransposeOp::verify() {
     seen[p] = true;
     expected.push_back(in[p]);
   }
-  if (elemOf(getX()) != elemOf(getResult()))
-    return emitOpError("cannot change the element type");
+  if (failed(verifyConversion(*this, elemOf(getX()), elemOf(getResult()))))
+    return failure();
   return expectShape(*this, "result", shapeOf(getResult()), expected);
 }
 
@@ -264,8 +273,10 @@ LogicalResult SplitOp::verify() {
     if (failed(expectShape(*this, "result #" + std::to_string(i), out,
                            expected)))
       return failure();
-    if (elemOf(r) != elemOf(getX()))
-      return emitOpError("cannot change the element type");
+    if (elemOf(r) != elemOf(getResults()[0]))
+      return emitOpError("results must share one element type");
+    if (failed(verifyConversion(*this, elemOf(getX()), elemOf(r))))
+      return failure();
     total += out[axis];
   }
   if (total != in[axis])
@@ -361,8 +372,10 @@ LogicalResult ConcatOp::verify() {
     if (failed(expectShape(*this, "input #" + std::to_string(i), shape,
                            expected)))
       return failure();
-    if (elemOf(in) != elemOf(getResult()))
-      return emitOpError("cannot change the element type");
+    if (elemOf(in) != elemOf(getInputs()[0]))
+      return emitOpError("inputs must share one element type");
+    if (failed(verifyConversion(*this, elemOf(in), elemOf(getResult()))))
+      return failure();
     total += shape[axis];
   }
   if (total != out[axis])
@@ -418,13 +431,14 @@ LogicalResult CrossEntropyGradOp::verify() {
 // PadOp, SliceOp
 //===----------------------------------------------------------------------===//
 
-/// `small` fits inside `large`: same rank and element type, no dimension
-/// larger.
+/// `small` fits inside `large`: same rank, no dimension larger, a float
+/// conversion at most.
 static LogicalResult verifyCorner(Operation *op, Value small, Value large,
                                   StringRef relation) {
   ArrayRef<int64_t> s = shapeOf(small), l = shapeOf(large);
-  if (elemOf(small) != elemOf(large))
-    return op->emitOpError("cannot change the element type");
+  if (failed(verifyConversion(op, elemOf(op->getOperand(0)),
+                              elemOf(op->getResult(0)))))
+    return failure();
   if (s.size() != l.size())
     return op->emitOpError() << "cannot change the rank (" << shapeStr(shapeOf(
                                     op->getOperand(0)))

@@ -257,9 +257,9 @@ func.func @transpose_result(%x: tensor<2x8xf32>) {
 
 // -----
 
-func.func @transpose_element_type(%x: tensor<2x8xf32>) {
-  // expected-error @+1 {{cannot change the element type}}
-  %y = gpt.transpose %x [1, 0] : tensor<2x8xf32> -> tensor<8x2xf16>
+func.func @transpose_element_type(%x: tensor<2x8xi32>) {
+  // expected-error @+1 {{changes the element type only between float types}}
+  %y = gpt.transpose %x [1, 0] : tensor<2x8xi32> -> tensor<8x2xf32>
   return
 }
 
@@ -298,7 +298,7 @@ func.func @split_total(%x: tensor<2x8xf32>) {
 // -----
 
 func.func @split_element_type(%x: tensor<2x8xf32>) {
-  // expected-error @+1 {{cannot change the element type}}
+  // expected-error @+1 {{results must share one element type}}
   %a, %b = gpt.split %x {axis = 1} : tensor<2x8xf32> -> tensor<2x4xf32>, tensor<2x4xf16>
   return
 }
@@ -552,5 +552,21 @@ func.func @multi_tensor_reduce_yield(%a: tensor<4xf32>, %b: tensor<8xf32>) {
   ^bb0(%x: f32):
     gpt.yield %x, %x : f32, f32
   }
+  return
+}
+
+// -----
+
+func.func @concat_mixed_inputs(%a: tensor<2x4xf32>, %b: tensor<2x4xbf16>) {
+  // expected-error @+1 {{inputs must share one element type}}
+  %y = gpt.concat %a, %b {axis = 1 : i64} : tensor<2x4xf32>, tensor<2x4xbf16> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @pad_int_to_float(%x: tensor<4x8xi32>) {
+  // expected-error @+1 {{changes the element type only between float types}}
+  %y = gpt.pad %x : tensor<4x8xi32> -> tensor<4x16xf32>
   return
 }

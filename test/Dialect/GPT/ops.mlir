@@ -144,3 +144,17 @@ func.func @padding(%w: tensor<50257x768xf32>, %t: tensor<2x100xi32>, %l: tensor<
   %s = gpt.slice %l : tensor<2x128x50304xf32> -> tensor<2x100x50257xf32>
   return %s : tensor<2x100x50257xf32>
 }
+
+// Layout ops that also convert between float types (a folded gpt.cast).
+// CHECK-LABEL: func.func @converting_layout
+// CHECK: gpt.transpose %{{.+}} [0, 2, 1, 3] : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xbf16>
+// CHECK: gpt.concat %{{.+}}, %{{.+}} {axis = 1 : i64} : tensor<2x4xbf16>, tensor<2x4xbf16> -> tensor<2x8xf32>
+// CHECK: gpt.split %{{.+}} {axis = 1 : i64} : tensor<2x8xf32> -> tensor<2x4xbf16>, tensor<2x4xbf16>
+// CHECK: gpt.slice %{{.+}} : tensor<2x8xf32> -> tensor<2x6xf16>
+func.func @converting_layout(%q: tensor<2x8x4x16xf32>, %a: tensor<2x4xbf16>, %b: tensor<2x4xbf16>, %x: tensor<2x8xf32>) {
+  %t = gpt.transpose %q [0, 2, 1, 3] : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xbf16>
+  %c = gpt.concat %a, %b {axis = 1 : i64} : tensor<2x4xbf16>, tensor<2x4xbf16> -> tensor<2x8xf32>
+  %s:2 = gpt.split %x {axis = 1 : i64} : tensor<2x8xf32> -> tensor<2x4xbf16>, tensor<2x4xbf16>
+  %l = gpt.slice %x : tensor<2x8xf32> -> tensor<2x6xf16>
+  return
+}

@@ -197,6 +197,11 @@ def GPT_ReshapeOp : GPT_Op<"reshape", [Pure, Differentiable]> {
 def GPT_TransposeOp : GPT_Op<"transpose", [Pure, Differentiable]> {
   let summary = "Permutes dimensions: result dim i is input dim perm[i]";
   let description = [{
+    Like gpt.split, gpt.concat, gpt.pad and gpt.slice it may also convert
+    between float element types, rounding as gpt.cast does: the form a cast
+    takes when gpt-fuse-elementwise folds it into the layout op next to it
+    (lib/Transforms/FoldCasts.cpp), one kernel that moves and converts.
+
     ```mlir
     %qh = gpt.transpose %q [0, 2, 1, 3]
         : tensor<4x64x2x32xf32> -> tensor<4x2x64x32xf32>
@@ -235,8 +240,8 @@ def GPT_SplitOp : GPT_Op<"split", [Pure, Differentiable]> {
 def GPT_PadOp : GPT_Op<"pad", [Pure, Differentiable]> {
   let summary = "Extends a tensor at the high end of each dimension with `value`";
   let description = [{
-    The result has the input's rank and element type and is at least as
-    large in every dimension; `result[i...] = x[i...]` inside the input's
+    The result has the input's rank (and element type, or another float
+    type: see gpt.transpose) and is at least as large in every dimension; `result[i...] = x[i...]` inside the input's
     shape and `value` (0 unless set; integer tensors only may use another
     value) outside it. Its gradient is `gpt.slice` of the output gradient.
 

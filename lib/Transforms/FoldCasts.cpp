@@ -1,0 +1,125 @@
+//===- FoldCasts.cpp - casts into the layout ops next to them -------------===//
+//
+// Part of gpt-fuse-elementwise, before the chains are fused: a gpt.cast
+// that gpt-mixed-precision put next to a layout op (gpt.transpose, slice,
+// pad, concat, split) becomes that op's conversion, so the pair is one
+// kernel that reads one type and writes the other. Under bf16 attention's
+// head split and merge are such pairs in both directions:
+//
+//   %t = gpt.transpose %q [0, 2, 1, 3] : f32 -> f32     %t = gpt.transpose %q
+//   %c = gpt.cast %t : f32 -> bf16                  =>       : f32 -> bf16
+//
+//   %w = gpt.cast %out : bf16 -> f32                     %t = gpt.transpose
+//   %t = gpt.transpose %w [0, 2, 1, 3] : f32 -> f32 =>       %out : bf16 -> f32
+//
+// Reshapes between the two are views and are seen through (retyped).
+// Exact: moving data does not change a value, so "move, then round" is
+// "round, then move". Two conversions in a row become one only if the
+// first is exact (a widening) or the second is none: bf16 -> f32 -> bf16
+// is bf16 -> bf16, but f32 -> bf16 -> f32 is not f32 -> f32 and stays.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Transforms/Passes.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+
+using namespace mlir;
+using namespace gptc::gpt;
+
+namespace {
+
+Type elementOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+void retype(Value v, Type element) {
+  v.setType(cast<RankedTensorType>(v.getType()).clone(element));
+}
+
+/// `from` -> `mid` loses nothing.
+bool exact(Type from, Type mid) {
+  return from == mid || (mid.isF32() && (from.isBF16() || from.isF16()));
+}
+
+/// Converting `from` -> `mid` -> `to` is converting `from` -> `to`.
+bool composes(Type from, Type mid, Type to) {
+  return exact(from, mid) || mid == to;
+}
+
+bool isLayout(Operation *op) {
+  return isa<TransposeOp, SliceOp, PadOp, ConcatOp, SplitOp>(op);
+}
+
+/// Follows `v` up through single-use reshapes; returns the value at the
+/// top and collects the reshapes' results on the way.
+Value aboveReshapes(Value v, SmallVectorImpl<Value> &reshaped) {
+  while (auto r = v.getDefiningOp<ReshapeOp>()) {
+    if (!r.getResult().hasOneUse())
+      break;
+    reshaped.push_back(r.getResult());
+    v = r.getX();
+  }
+  return v;
+}
+
+/// cast(reshape*(layout(x))): the layout op writes the cast's type.
+bool foldIntoProducer(CastOp c) {
+  SmallVector<Value> reshaped;
+  Value top = aboveReshapes(c.getX(), reshaped);
+  Operation *layout = top.getDefiningOp();
+  if (!layout || !isLayout(layout) || isa<SplitOp>(layout) ||
+      !top.hasOneUse())
+    return false;
+  Type from = elementOf(layout->getOperand(0)), mid = elementOf(top),
+       to = elementOf(c.getResult());
+  if (!isa<FloatType>(from) || !composes(from, mid, to))
+    return false;
+  retype(top, to);
+  for (Value r : reshaped)
+    retype(r, to);
+  c.getResult().replaceAllUsesWith(c.getX());
+  c->erase();
+  return true;
+}
+
+/// layout(reshape*(cast(x))): the layout op reads the cast's input.
+bool foldIntoConsumer(Operation *layout) {
+  if (layout->getNumOperands() != 1) // concat's inputs must share a type
+    return false;
+  SmallVector<Value> reshaped;
+  Value top = aboveReshapes(layout->getOperand(0), reshaped);
+  auto c = top.getDefiningOp<CastOp>();
+  if (!c || !c.getResult().hasOneUse())
+    return false;
+  Type from = elementOf(c.getX()), mid = elementOf(c.getResult());
+  for (Value r : layout->getResults())
+    if (!composes(from, mid, elementOf(r)))
+      return false;
+  for (Value r : reshaped)
+    retype(r, from);
+  c.getResult().replaceAllUsesWith(c.getX());
+  c->erase();
+  return true;
+}
+
+} // namespace
+
+void gptc::foldCastsIntoLayoutOps(func::FuncOp func) {
+  // One fold can enable another (a transpose that took the cast before it
+  // can then take the one after it): repeat until nothing changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    SmallVector<Operation *> layouts;
+    func.walk([&](Operation *op) {
+      if (isLayout(op))
+        layouts.push_back(op);
+    });
+    for (Operation *op : layouts)
+      changed |= foldIntoConsumer(op);
+    SmallVector<CastOp> casts;
+    func.walk([&](CastOp c) { casts.push_back(c); });
+    for (CastOp c : casts)
+      changed |= foldIntoProducer(c);
+  }
+}

@@ -1,0 +1,126 @@
+// RUN: gptc-opt %s -split-input-file -gpt-fuse-elementwise -verify-diagnostics | FileCheck %s
+// RUN: gptc-opt %s -split-input-file -gpt-fuse-elementwise=fold-casts=false | FileCheck %s --check-prefix=OFF
+//
+// gpt-fuse-elementwise's first step (lib/Transforms/FoldCasts.cpp): a cast
+// next to a transpose, slice, pad, concat or split becomes that op's
+// element-type conversion, reshapes between them seen through. Cases it
+// leaves alone are not missed fusions but different values (or no kernel
+// saved), so they get no remark.
+
+// A head split: transpose, then the cast to the attention's bf16.
+// CHECK-LABEL: func.func @split_heads
+// CHECK-NEXT: %[[R:.+]] = gpt.reshape %{{.+}} : tensor<2x8x64xf32> -> tensor<2x8x4x16xf32>
+// CHECK-NEXT: %[[T:.+]] = gpt.transpose %[[R]] [0, 2, 1, 3] : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xbf16>
+// CHECK-NEXT: return %[[T]]
+// OFF-LABEL: func.func @split_heads
+// OFF: gpt.cast
+func.func @split_heads(%q: tensor<2x8x64xf32>) -> tensor<2x4x8x16xbf16> {
+  %r = gpt.reshape %q : tensor<2x8x64xf32> -> tensor<2x8x4x16xf32>
+  %t = gpt.transpose %r [0, 2, 1, 3] : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+  %c = gpt.cast %t : tensor<2x4x8x16xf32> -> tensor<2x4x8x16xbf16>
+  return %c : tensor<2x4x8x16xbf16>
+}
+
+// -----
+
+// A head merge between two bf16 ops: widen, transpose, reshape, narrow.
+// Widening is exact, so both casts go and the transpose moves bf16; the
+// reshape between is retyped.
+// CHECK-LABEL: func.func @merge_heads
+// CHECK-NEXT: %[[T:.+]] = gpt.transpose %{{.+}} [0, 2, 1, 3] : tensor<2x4x8x16xbf16> -> tensor<2x8x4x16xbf16>
+// CHECK-NEXT: %[[R:.+]] = gpt.reshape %[[T]] : tensor<2x8x4x16xbf16> -> tensor<2x8x64xbf16>
+// CHECK-NEXT: return %[[R]]
+func.func @merge_heads(%o: tensor<2x4x8x16xbf16>) -> tensor<2x8x64xbf16> {
+  %w = gpt.cast %o : tensor<2x4x8x16xbf16> -> tensor<2x4x8x16xf32>
+  %t = gpt.transpose %w [0, 2, 1, 3] : tensor<2x4x8x16xf32> -> tensor<2x8x4x16xf32>
+  %r = gpt.reshape %t : tensor<2x8x4x16xf32> -> tensor<2x8x64xf32>
+  %c = gpt.cast %r : tensor<2x8x64xf32> -> tensor<2x8x64xbf16>
+  return %c : tensor<2x8x64xbf16>
+}
+
+// -----
+
+// Narrowing before the move and widening after it is not the identity:
+// the transpose takes the first cast, the second stays.
+// CHECK-LABEL: func.func @round_trip_stays
+// CHECK-NEXT: %[[T:.+]] = gpt.transpose %{{.+}} [1, 0] : tensor<8x16xf32> -> tensor<16x8xbf16>
+// CHECK-NEXT: %[[C:.+]] = gpt.cast %[[T]] : tensor<16x8xbf16> -> tensor<16x8xf32>
+// CHECK-NEXT: return %[[C]]
+func.func @round_trip_stays(%x: tensor<8x16xf32>) -> tensor<16x8xf32> {
+  %n = gpt.cast %x : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %t = gpt.transpose %n [1, 0] : tensor<8x16xbf16> -> tensor<16x8xbf16>
+  %w = gpt.cast %t : tensor<16x8xbf16> -> tensor<16x8xf32>
+  return %w : tensor<16x8xf32>
+}
+
+// -----
+
+// The transposed value is also read as it is: its float32 copy has to be
+// written anyway, so the cast stays a kernel of its own.
+// CHECK-LABEL: func.func @also_read
+// CHECK: gpt.transpose %{{.+}} [1, 0] : tensor<8x16xf32> -> tensor<16x8xf32>
+// CHECK-NEXT: gpt.cast
+func.func @also_read(%x: tensor<8x16xf32>) -> (tensor<16x8xbf16>, tensor<16x8xf32>) {
+  %t = gpt.transpose %x [1, 0] : tensor<8x16xf32> -> tensor<16x8xf32>
+  %c = gpt.cast %t : tensor<16x8xf32> -> tensor<16x8xbf16>
+  return %c, %t : tensor<16x8xbf16>, tensor<16x8xf32>
+}
+
+// -----
+
+// A cast read by something else too stays (the layout op would not save
+// its kernel).
+// CHECK-LABEL: func.func @cast_also_read
+// CHECK-NEXT: %[[W:.+]] = gpt.cast
+// CHECK-NEXT: gpt.transpose %[[W]] [1, 0] : tensor<8x16xf32> -> tensor<16x8xf32>
+func.func @cast_also_read(%x: tensor<8x16xbf16>) -> (tensor<16x8xf32>, tensor<8x16xf32>) {
+  %w = gpt.cast %x : tensor<8x16xbf16> -> tensor<8x16xf32>
+  %t = gpt.transpose %w [1, 0] : tensor<8x16xf32> -> tensor<16x8xf32>
+  return %t, %w : tensor<16x8xf32>, tensor<8x16xf32>
+}
+
+// -----
+
+// The three head gradients merged, then cast for the GEMM: the concat
+// writes bf16. A cast before a concat input stays (the inputs share one
+// type); the transposes before it take theirs.
+// CHECK-LABEL: func.func @concat_then_cast
+// CHECK: %[[A:.+]] = gpt.transpose %{{.+}} [1, 0] : tensor<4x8xbf16> -> tensor<8x4xf32>
+// CHECK: %[[B:.+]] = gpt.transpose %{{.+}} [1, 0] : tensor<4x8xbf16> -> tensor<8x4xf32>
+// CHECK: gpt.concat %[[A]], %[[B]] {axis = 1 : i64} : tensor<8x4xf32>, tensor<8x4xf32> -> tensor<8x8xbf16>
+// CHECK-NOT: gpt.cast
+func.func @concat_then_cast(%a: tensor<4x8xbf16>, %b: tensor<4x8xbf16>) -> tensor<8x8xbf16> {
+  %aw = gpt.cast %a : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %at = gpt.transpose %aw [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>
+  %bw = gpt.cast %b : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %bt = gpt.transpose %bw [1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>
+  %c = gpt.concat %at, %bt {axis = 1 : i64} : tensor<8x4xf32>, tensor<8x4xf32> -> tensor<8x8xf32>
+  %n = gpt.cast %c : tensor<8x8xf32> -> tensor<8x8xbf16>
+  return %n : tensor<8x8xbf16>
+}
+
+// -----
+
+// A split reads through the cast before it; a cast after one of its pieces
+// stays (the pieces share one type).
+// CHECK-LABEL: func.func @split_pieces
+// CHECK-NEXT: %[[S:.+]]:2 = gpt.split %{{.+}} {axis = 1 : i64} : tensor<4x8xbf16> -> tensor<4x4xf32>, tensor<4x4xf32>
+// CHECK-NEXT: gpt.cast %[[S]]#0 : tensor<4x4xf32> -> tensor<4x4xbf16>
+func.func @split_pieces(%x: tensor<4x8xbf16>) -> (tensor<4x4xbf16>, tensor<4x4xf32>) {
+  %w = gpt.cast %x : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %s:2 = gpt.split %w {axis = 1 : i64} : tensor<4x8xf32> -> tensor<4x4xf32>, tensor<4x4xf32>
+  %n = gpt.cast %s#0 : tensor<4x4xf32> -> tensor<4x4xbf16>
+  return %n, %s#1 : tensor<4x4xbf16>, tensor<4x4xf32>
+}
+
+// -----
+
+// The padded vocabulary: pad, then the cast for the lm_head GEMM.
+// CHECK-LABEL: func.func @pad_then_cast
+// CHECK-NEXT: %[[P:.+]] = gpt.pad %{{.+}} : tensor<100x16xf32> -> tensor<128x16xbf16>
+// CHECK-NEXT: return %[[P]]
+func.func @pad_then_cast(%w: tensor<100x16xf32>) -> tensor<128x16xbf16> {
+  %p = gpt.pad %w : tensor<100x16xf32> -> tensor<128x16xf32>
+  %c = gpt.cast %p : tensor<128x16xf32> -> tensor<128x16xbf16>
+  return %c : tensor<128x16xbf16>
+}

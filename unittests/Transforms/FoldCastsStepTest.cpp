@@ -1,0 +1,110 @@
+//===- FoldCastsStepTest.cpp - casts folded into layout ops, whole step ---===//
+//
+// gpt2-tiny's whole training step on the CPU executor, compiled through
+// gpt-optimizer, gpt-fuse-matmul-epilogue and gpt-fuse-elementwise with and
+// without its first step, the folding of casts into the transposes,
+// splits, concats, pads and slices next to them (FoldCasts.cpp): the
+// forward function (loss and logits) and the gradient function (loss and
+// every gradient) on random weights and tokens, under bf16 and fp16.
+//
+// Tolerance: none. A layout op only moves values, so converting before or
+// after the move gives the same bits, and two conversions are only merged
+// when the first is exact; a fold that merged f32 -> bf16 -> f32 into
+// nothing, or a retyped reshape that reinterpreted the bytes, would not
+// agree.
+//
+//===----------------------------------------------------------------------===//
+
+#include "StepTestUtil.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+using namespace gptc;
+using namespace gptc::test;
+using namespace mlir;
+
+namespace {
+
+OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
+                              bool foldCasts) {
+  OptimizerOptions opts;
+  opts.precision = precision;
+  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
+    pm.addPass(createGPTFuseMatmulEpilogue());
+    GPTFuseElementwiseOptions fuse;
+    fuse.foldCasts = foldCasts;
+    pm.addPass(createGPTFuseElementwise(fuse));
+  });
+}
+
+/// Transposes that read one type and write another.
+int64_t convertingTransposes(func::FuncOp func) {
+  int64_t n = 0;
+  func.walk([&](gpt::TransposeOp t) {
+    n += t.getX().getType().getElementType() !=
+         t.getResult().getType().getElementType();
+  });
+  return n;
+}
+
+class FoldCasts : public testing::TestWithParam<const char *> {};
+
+TEST_P(FoldCasts, StepGivesTheUnfoldedBits) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> unfolded = compile(ctx, GetParam(), false);
+  OwningOpRef<ModuleOp> folded = compile(ctx, GetParam(), true);
+  ASSERT_TRUE(unfolded && folded);
+  for (StringRef name : {"gpt2_forward", "gpt2_forward_grad"}) {
+    auto before = unfolded->lookupSymbol<func::FuncOp>(name);
+    auto after = folded->lookupSymbol<func::FuncOp>(name);
+    ASSERT_TRUE(before && after) << name.str();
+    // Per block: the three head splits (transpose, then the cast to the
+    // attention's type) become converting transposes, and the head merge
+    // (cast back, transpose, cast to the projection's type) a bf16 -> bf16
+    // transpose: 5 casts fewer. Once: the padded wte's cast goes into its
+    // pad. The gradient function adds, per block, the output gradient's
+    // head split (2 casts, bf16 -> bf16), the merges of dq, dk and dv
+    // (3 converting transposes) and the concat's cast to the GEMM's type:
+    // 6 casts; and once, wte's gradient's cast into its slice.
+    bool grad = name == "gpt2_forward_grad";
+    EXPECT_EQ(convertingTransposes(before), 0) << name.str();
+    EXPECT_EQ(convertingTransposes(after), 2 * (grad ? 3 + 3 : 3))
+        << name.str();
+    int64_t castsBefore = countTopLevel(before, "gpt.cast"),
+            castsAfter = countTopLevel(after, "gpt.cast");
+    EXPECT_EQ(castsBefore - castsAfter, grad ? 2 * (5 + 6) + 2 : 2 * 5 + 1)
+        << name.str();
+
+    auto [want, got] =
+        runBoth(before, after, test::randomArguments(before, 11));
+    ASSERT_TRUE(succeeded(want) && succeeded(got));
+    ASSERT_EQ(got->size(), want->size());
+    for (unsigned i = 0; i < want->size(); ++i) {
+      const std::vector<float> &a = (*got)[i].f32, &b = (*want)[i].f32;
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << name.str() << " result " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, FoldCasts,
+                         testing::Values("bf16", "fp16"));
+
+/// fp32 has no casts to fold: the pass changes nothing.
+TEST(FoldCastsFp32, NothingToFold) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> folded = compile(ctx, "fp32", true);
+  ASSERT_TRUE(folded);
+  for (auto func : folded->getOps<func::FuncOp>())
+    EXPECT_EQ(convertingTransposes(func), 0) << func.getSymName().str();
+}
+
+} // namespace
