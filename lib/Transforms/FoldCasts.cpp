@@ -13,6 +13,9 @@
 //   %t = gpt.transpose %w [0, 2, 1, 3] : f32 -> f32 =>       %out : bf16 -> f32
 //
 // Reshapes between the two are views and are seen through (retyped).
+// After the layernorms took their prologues, the cast of a
+// gpt.fused_layernorm's result for the next GEMM becomes the type the
+// layernorm writes (foldCastsIntoLayerNorms): it rounds once on store.
 // Exact: moving data does not change a value, so "move, then round" is
 // "round, then move". Two conversions in a row become one only if the
 // first is exact (a widening) or the second is none: bf16 -> f32 -> bf16
@@ -104,6 +107,21 @@ bool foldIntoConsumer(Operation *layout) {
 }
 
 } // namespace
+
+void gptc::foldCastsIntoLayerNorms(func::FuncOp func) {
+  SmallVector<CastOp> casts;
+  func.walk([&](CastOp c) { casts.push_back(c); });
+  for (CastOp c : casts) {
+    auto ln = c.getX().getDefiningOp<FusedLayerNormOp>();
+    // Only the normalised result: the body's values are yielded as their
+    // own types already, and x must stay float32 for the backward.
+    if (!ln || c.getX() != ln.getResult() || !ln.getResult().hasOneUse())
+      continue;
+    retype(ln.getResult(), elementOf(c.getResult()));
+    c.getResult().replaceAllUsesWith(ln.getResult());
+    c->erase();
+  }
+}
 
 void gptc::foldCastsIntoLayoutOps(func::FuncOp func) {
   // One fold can enable another (a transpose that took the cast before it

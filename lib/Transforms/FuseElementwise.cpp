@@ -599,6 +599,8 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
   fuseChains(func);
   if (layernormPrologue)
     fuseLayerNormPrologues(func);
+  if (foldCasts)
+    foldCastsIntoLayerNorms(func);
   mergeMultiTensor(func);
   foldReducePrologues(func);
 }

@@ -124,3 +124,35 @@ func.func @pad_then_cast(%w: tensor<100x16xf32>) -> tensor<128x16xbf16> {
   %c = gpt.cast %p : tensor<128x16xf32> -> tensor<128x16xbf16>
   return %c : tensor<128x16xbf16>
 }
+
+// -----
+
+// After the layernorms take their prologues: the cast of a fused
+// layernorm's result for the next GEMM becomes the type it writes.
+// CHECK-LABEL: func.func @layernorm_writes_bf16
+// CHECK: %[[N:.+]] = gpt.fused_layernorm(%{{.+}}, %{{.+}} : tensor<2x4x8xf32>, tensor<2x4x8xf32>) norm %{{.+}}, %{{.+}} : tensor<8xf32>, tensor<8xf32> -> tensor<2x4x8xbf16> {
+// CHECK-NOT: gpt.cast
+// CHECK: gpt.matmul %[[N]]
+// OFF-LABEL: func.func @layernorm_writes_bf16
+// OFF: -> tensor<2x4x8xf32> {
+// OFF: gpt.cast
+func.func @layernorm_writes_bf16(%x: tensor<2x4x8xf32>, %h: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %beta: tensor<8xf32>, %w: tensor<8x8xbf16>) -> tensor<2x4x8xbf16> {
+  %s = gpt.add %x, %h : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  %n = gpt.layernorm %s, %gamma, %beta : tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+  %c = gpt.cast %n : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %m = gpt.matmul %c, %w : tensor<2x4x8xbf16>, tensor<8x8xbf16> -> tensor<2x4x8xbf16>
+  return %m : tensor<2x4x8xbf16>
+}
+
+// -----
+
+// The float32 result is also returned: it is written anyway, the cast stays.
+// CHECK-LABEL: func.func @layernorm_result_also_read
+// CHECK: gpt.fused_layernorm({{.+}}) norm {{.+}} -> tensor<2x4x8xf32> {
+// CHECK: gpt.cast
+func.func @layernorm_result_also_read(%x: tensor<2x4x8xf32>, %h: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %beta: tensor<8xf32>) -> (tensor<2x4x8xbf16>, tensor<2x4x8xf32>) {
+  %s = gpt.add %x, %h : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  %n = gpt.layernorm %s, %gamma, %beta : tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+  %c = gpt.cast %n : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  return %c, %n : tensor<2x4x8xbf16>, tensor<2x4x8xf32>
+}

@@ -33,6 +33,10 @@ void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
 /// (FoldCasts.cpp).
 void foldCastsIntoLayoutOps(mlir::func::FuncOp func);
 
+/// After fuseLayerNormPrologues: a gpt.cast that is the only reader of a
+/// gpt.fused_layernorm's normalised result becomes that result's type.
+void foldCastsIntoLayerNorms(mlir::func::FuncOp func);
+
 /// gpt-fuse-elementwise's loss pattern: a cross_entropy and a
 /// cross_entropy_grad of the same logits into gpt.cross_entropy_with_grad.
 void fuseCrossEntropyWithGrad(mlir::func::FuncOp func);
