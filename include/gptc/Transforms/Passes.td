@@ -311,7 +311,9 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "First, a gpt.cast next to a gpt.transpose, slice, pad, concat "
            "or split (reshapes between seen through) becomes that op's "
            "element-type conversion where that is exact: one kernel moves "
-           "and converts (lib/Transforms/FoldCasts.cpp)">
+           "and converts; after the layernorm prologues, the cast of a "
+           "gpt.fused_layernorm's result becomes the type it writes "
+           "(lib/Transforms/FoldCasts.cpp)">
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect",
                            "::mlir::arith::ArithDialect",
