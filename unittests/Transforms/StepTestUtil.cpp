@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
 
 using namespace mlir;
 
@@ -90,6 +93,19 @@ std::vector<exec::HostTensor> randomArguments(func::FuncOp func, unsigned seed,
 BothResults runBoth(func::FuncOp unfused, func::FuncOp fused,
                     const std::vector<exec::HostTensor> &args) {
   return {exec::runFunction(unfused, args), exec::runFunction(fused, args)};
+}
+
+void expectSameBits(func::FuncOp unfused, func::FuncOp fused,
+                    const std::vector<exec::HostTensor> &args) {
+  auto [want, got] = runBoth(unfused, fused, args);
+  ASSERT_TRUE(succeeded(want) && succeeded(got));
+  ASSERT_EQ(got->size(), want->size());
+  for (unsigned i = 0; i < want->size(); ++i) {
+    const std::vector<float> &a = (*got)[i].f32, &b = (*want)[i].f32;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+        << unfused.getSymName().str() << " result " << i;
+  }
 }
 
 } // namespace gptc::test

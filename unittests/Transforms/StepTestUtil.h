@@ -72,6 +72,11 @@ struct BothResults {
 BothResults runBoth(mlir::func::FuncOp unfused, mlir::func::FuncOp fused,
                     const std::vector<exec::HostTensor> &args);
 
+/// Runs both on `args` and expects every result to agree bit for bit (a
+/// failure names the function and the result).
+void expectSameBits(mlir::func::FuncOp unfused, mlir::func::FuncOp fused,
+                    const std::vector<exec::HostTensor> &args);
+
 } // namespace gptc::test
 
 #endif // GPTC_UNITTESTS_TRANSFORMS_STEPTESTUTIL_H
