@@ -13,6 +13,9 @@
 //   %t = gpt.transpose %w [0, 2, 1, 3] : f32 -> f32 =>       %out : bf16 -> f32
 //
 // Reshapes between the two are views and are seen through (retyped).
+// The loss: a gpt.cross_entropy_with_grad of widened bf16 logits whose
+// gradient is narrowed back reads and writes bf16 (foldCastsIntoLoss): it
+// computes in float32 and rounds the gradient once on store either way.
 // After the layernorms took their prologues, the cast of a
 // gpt.fused_layernorm's result for the next GEMM becomes the type the
 // layernorm writes (foldCastsIntoLayerNorms): it rounds once on store.
@@ -120,6 +123,30 @@ void gptc::foldCastsIntoLayerNorms(func::FuncOp func) {
     retype(ln.getResult(), elementOf(c.getResult()));
     c.getResult().replaceAllUsesWith(ln.getResult());
     c->erase();
+  }
+}
+
+void gptc::foldCastsIntoLoss(func::FuncOp func) {
+  SmallVector<CrossEntropyWithGradOp> losses;
+  func.walk([&](CrossEntropyWithGradOp ce) { losses.push_back(ce); });
+  for (CrossEntropyWithGradOp ce : losses) {
+    // The logits widened for the loss, and the gradient narrowed for the
+    // lm_head's backward GEMMs: the op reads and writes the narrow type
+    // (its verifier wants one type for both, so both or neither).
+    auto widen = ce.getLogits().getDefiningOp<CastOp>();
+    Value dlogits = ce.getDlogits();
+    if (!widen || !widen.getResult().hasOneUse() || !dlogits.hasOneUse())
+      continue;
+    auto narrow = dyn_cast<CastOp>(*dlogits.getUsers().begin());
+    Type low = elementOf(widen.getX());
+    if (!narrow || elementOf(narrow.getResult()) != low ||
+        !exact(low, elementOf(widen.getResult())))
+      continue;
+    ce.getLogitsMutable().assign(widen.getX());
+    retype(dlogits, low);
+    narrow.getResult().replaceAllUsesWith(dlogits);
+    narrow->erase();
+    widen->erase();
   }
 }
 

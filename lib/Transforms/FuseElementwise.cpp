@@ -595,6 +595,8 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
   if (foldCasts)
     foldCastsIntoLayoutOps(func);
   fuseCrossEntropyWithGrad(func);
+  if (foldCasts)
+    foldCastsIntoLoss(func);
   formMultiTensorReduce(func);
   fuseChains(func);
   if (layernormPrologue)

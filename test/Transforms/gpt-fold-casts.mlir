@@ -156,3 +156,33 @@ func.func @layernorm_result_also_read(%x: tensor<2x4x8xf32>, %h: tensor<2x4x8xf3
   %c = gpt.cast %n : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
   return %c, %n : tensor<2x4x8xbf16>, tensor<2x4x8xf32>
 }
+
+// -----
+
+// The loss of bf16 logits in the gradient function: widened for the loss,
+// the gradient narrowed for the lm_head's backward GEMMs. The op reads and
+// writes bf16 instead (float32 inside, one rounding on store).
+// CHECK-LABEL: func.func @loss_reads_bf16
+// CHECK-NEXT: %{{.+}}, %[[D:.+]] = gpt.cross_entropy_with_grad %{{.+}}, %{{.+}}, %{{.+}} : tensor<2x4x64xbf16>, tensor<2x4xi32>, tensor<f32> -> tensor<f32>, tensor<2x4x64xbf16>
+// CHECK-NEXT: gpt.matmul %[[D]]
+func.func @loss_reads_bf16(%l: tensor<2x4x64xbf16>, %t: tensor<2x4xi32>, %one: tensor<f32>, %w: tensor<64x8xbf16>) -> (tensor<f32>, tensor<2x4x8xbf16>) {
+  %lw = gpt.cast %l : tensor<2x4x64xbf16> -> tensor<2x4x64xf32>
+  %loss = gpt.cross_entropy %lw, %t : tensor<2x4x64xf32>, tensor<2x4xi32> -> tensor<f32>
+  %d = gpt.cross_entropy_grad %lw, %t, %one : tensor<2x4x64xf32>, tensor<2x4xi32>, tensor<f32>
+  %dl = gpt.cast %d : tensor<2x4x64xf32> -> tensor<2x4x64xbf16>
+  %dx = gpt.matmul %dl, %w : tensor<2x4x64xbf16>, tensor<64x8xbf16> -> tensor<2x4x8xbf16>
+  return %loss, %dx : tensor<f32>, tensor<2x4x8xbf16>
+}
+
+// -----
+
+// The float32 gradient is also read: the loss keeps float32.
+// CHECK-LABEL: func.func @loss_gradient_also_read
+// CHECK: gpt.cross_entropy_with_grad %{{.+}}, %{{.+}}, %{{.+}} : tensor<2x4x64xf32>
+func.func @loss_gradient_also_read(%l: tensor<2x4x64xbf16>, %t: tensor<2x4xi32>, %one: tensor<f32>) -> (tensor<f32>, tensor<2x4x64xbf16>, tensor<2x4x64xf32>) {
+  %lw = gpt.cast %l : tensor<2x4x64xbf16> -> tensor<2x4x64xf32>
+  %loss = gpt.cross_entropy %lw, %t : tensor<2x4x64xf32>, tensor<2x4xi32> -> tensor<f32>
+  %d = gpt.cross_entropy_grad %lw, %t, %one : tensor<2x4x64xf32>, tensor<2x4xi32>, tensor<f32>
+  %dl = gpt.cast %d : tensor<2x4x64xf32> -> tensor<2x4x64xbf16>
+  return %loss, %dl, %d : tensor<f32>, tensor<2x4x64xbf16>, tensor<2x4x64xf32>
+}

@@ -37,6 +37,11 @@ void foldCastsIntoLayoutOps(mlir::func::FuncOp func);
 /// gpt.fused_layernorm's normalised result becomes that result's type.
 void foldCastsIntoLayerNorms(mlir::func::FuncOp func);
 
+/// After the loss pattern: a gpt.cross_entropy_with_grad of widened logits
+/// whose gradient only a cast back narrows reads and writes the narrow
+/// type.
+void foldCastsIntoLoss(mlir::func::FuncOp func);
+
 /// gpt-fuse-elementwise's loss pattern: a cross_entropy and a
 /// cross_entropy_grad of the same logits into gpt.cross_entropy_with_grad.
 void fuseCrossEntropyWithGrad(mlir::func::FuncOp func);
