@@ -53,6 +53,24 @@ const models::GPT2Config kModel = {"gpt2-tiny",     /*nLayer=*/2,
                                    /*nEmbd=*/64,    /*blockSize=*/32,
                                    /*vocabSize=*/96};
 
+/// gpt2-tiny's training step at `precision` and `seq` in `step`, and the
+/// Program gptc compile builds from that very module, planned, in
+/// `program`. Fails the calling test (ASSERT) if either does not compile.
+void compileTiny(mlir::MLIRContext &ctx, const std::string &precision,
+                 int64_t seq, mlir::FailureOr<TrainingProgram> &step,
+                 rt::Program &program) {
+  ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
+  OptimizerOptions opts;
+  opts.precision = precision;
+  step = compileTrainingProgram(ctx, kModel, kBatch, seq, opts);
+  ASSERT_TRUE(succeeded(step));
+  mlir::FailureOr<rt::Program> lowered =
+      lowerToKernels(*step, kModel, kBatch, seq, opts, kDefaultPadMultiple);
+  ASSERT_TRUE(succeeded(lowered));
+  program = std::move(*lowered);
+  rt::planMemory(program);
+}
+
 /// How many elements differ in bits, and the largest difference.
 struct Mismatch {
   int64_t count = 0;
@@ -97,18 +115,9 @@ class CpuReplayTest
 TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
   auto [precision, seq] = GetParam();
   mlir::MLIRContext ctx;
-  ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
-  OptimizerOptions opts;
-  opts.precision = precision;
-  mlir::FailureOr<TrainingProgram> step =
-      compileTrainingProgram(ctx, kModel, kBatch, seq, opts);
-  ASSERT_TRUE(succeeded(step));
-  // The Program of this very module, as gptc compile builds it.
-  mlir::FailureOr<rt::Program> lowered =
-      lowerToKernels(*step, kModel, kBatch, seq, opts, kDefaultPadMultiple);
-  ASSERT_TRUE(succeeded(lowered));
-  rt::Program program = std::move(*lowered);
-  rt::planMemory(program);
+  mlir::FailureOr<TrainingProgram> step = mlir::failure();
+  rt::Program program;
+  ASSERT_NO_FATAL_FAILURE(compileTiny(ctx, precision, seq, step, program));
 
   mlir::FailureOr<std::unique_ptr<Engine>> made = makeExecutorEngine(*step);
   ASSERT_TRUE(succeeded(made));
@@ -211,16 +220,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
   const int64_t seq = 16;
   mlir::MLIRContext ctx;
-  ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
-  OptimizerOptions opts;
-  mlir::FailureOr<TrainingProgram> step =
-      compileTrainingProgram(ctx, kModel, kBatch, seq, opts);
-  ASSERT_TRUE(succeeded(step));
-  mlir::FailureOr<rt::Program> lowered =
-      lowerToKernels(*step, kModel, kBatch, seq, opts, kDefaultPadMultiple);
-  ASSERT_TRUE(succeeded(lowered));
-  rt::Program program = std::move(*lowered);
-  rt::planMemory(program);
+  mlir::FailureOr<TrainingProgram> step = mlir::failure();
+  rt::Program program;
+  ASSERT_NO_FATAL_FAILURE(compileTiny(ctx, "fp32", seq, step, program));
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::unique_ptr<Engine> engine = makeProgramEngine(program, *cpu);
   TensorMap params = initParameters(engine->parameters(), 99), adamM, adamV;
@@ -271,16 +273,9 @@ TEST(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
 /// other gradients.
 TEST(CpuReplayPlan, ABufferReusedTooEarlyShows) {
   mlir::MLIRContext ctx;
-  ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
-  OptimizerOptions opts;
-  mlir::FailureOr<TrainingProgram> step =
-      compileTrainingProgram(ctx, kModel, kBatch, 16, opts);
-  ASSERT_TRUE(succeeded(step));
-  mlir::FailureOr<rt::Program> lowered =
-      lowerToKernels(*step, kModel, kBatch, 16, opts, kDefaultPadMultiple);
-  ASSERT_TRUE(succeeded(lowered));
-  rt::Program program = std::move(*lowered);
-  rt::planMemory(program);
+  mlir::FailureOr<TrainingProgram> step = mlir::failure();
+  rt::Program program;
+  ASSERT_NO_FATAL_FAILURE(compileTiny(ctx, "fp32", 16, step, program));
 
   auto base = [&](int id) {
     while (program.buffers[id].viewOf >= 0)
