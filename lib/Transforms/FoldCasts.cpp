@@ -18,7 +18,10 @@
 // computes in float32 and rounds the gradient once on store either way.
 // After the layernorms took their prologues, the cast of a
 // gpt.fused_layernorm's result for the next GEMM becomes the type the
-// layernorm writes (foldCastsIntoLayerNorms): it rounds once on store.
+// layernorm writes (foldCastsIntoLayerNorms): it rounds once on store,
+// and a gpt.layernorm_grad or gpt.fused_layernorm_grad whose dy is a
+// widened GEMM result reads the narrow one (it widens each element as it
+// loads it).
 // Exact: moving data does not change a value, so "move, then round" is
 // "round, then move". Two conversions in a row become one only if the
 // first is exact (a widening) or the second is none: bf16 -> f32 -> bf16
@@ -123,6 +126,26 @@ void gptc::foldCastsIntoLayerNorms(func::FuncOp func) {
     retype(ln.getResult(), elementOf(c.getResult()));
     c.getResult().replaceAllUsesWith(ln.getResult());
     c->erase();
+  }
+}
+
+void gptc::foldCastsIntoLayerNormGrads(func::FuncOp func) {
+  SmallVector<std::pair<Operation *, OpOperand *>> grads;
+  func.walk([&](Operation *op) {
+    if (auto g = dyn_cast<LayerNormGradOp>(op))
+      grads.push_back({op, &g.getDyMutable()});
+    else if (auto g = dyn_cast<FusedLayerNormGradOp>(op))
+      grads.push_back({op, &g.getDyMutable()});
+  });
+  for (auto [op, dy] : grads) {
+    // Only a widening: the op computes in float32 from the same values.
+    auto widen = dy->get().getDefiningOp<CastOp>();
+    if (!widen || !elementOf(widen.getResult()).isF32() ||
+        !exact(elementOf(widen.getX()), elementOf(widen.getResult())))
+      continue;
+    dy->set(widen.getX());
+    if (widen.getResult().use_empty())
+      widen->erase();
   }
 }
 

@@ -601,8 +601,10 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
   fuseChains(func);
   if (layernormPrologue)
     fuseLayerNormPrologues(func);
-  if (foldCasts)
+  if (foldCasts) {
     foldCastsIntoLayerNorms(func);
+    foldCastsIntoLayerNormGrads(func);
+  }
   mergeMultiTensor(func);
   foldReducePrologues(func);
 }

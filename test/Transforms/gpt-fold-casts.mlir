@@ -159,6 +159,39 @@ func.func @layernorm_result_also_read(%x: tensor<2x4x8xf32>, %h: tensor<2x4x8xf3
 
 // -----
 
+// The backward: a layernorm gradient whose dy is a widened bf16 GEMM
+// result reads the bf16 one (it widens as it loads: the same values), and
+// the residual gradient's add still becomes its epilogue.
+// CHECK-LABEL: func.func @layernorm_grad_reads_bf16
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<2x4x8xf32>, %[[G:[^:]+]]: tensor<8xf32>, %[[DY:[^:]+]]: tensor<2x4x8xbf16>, %[[R:[^:]+]]: tensor<2x4x8xf32>)
+// CHECK-NOT: gpt.cast
+// CHECK: gpt.fused_layernorm_grad %[[X]], %[[G]], %[[DY]] : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xbf16> epilogue(%[[R]] : tensor<2x4x8xf32>)
+// OFF-LABEL: func.func @layernorm_grad_reads_bf16
+// OFF: %[[W:.+]] = gpt.cast
+// OFF: gpt.fused_layernorm_grad %{{.+}}, %{{.+}}, %[[W]] : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+func.func @layernorm_grad_reads_bf16(%x: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %dyl: tensor<2x4x8xbf16>, %dres: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %dy = gpt.cast %dyl : tensor<2x4x8xbf16> -> tensor<2x4x8xf32>
+  %dx, %dg, %db = gpt.layernorm_grad %x, %gamma, %dy : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+  %s = gpt.add %dres, %dx : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  return %s, %dg, %db : tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// The widened dy is also returned: the layernorm gradient still reads the
+// bf16 one, and the cast stays for the other reader.
+// CHECK-LABEL: func.func @layernorm_grad_dy_also_read
+// CHECK: %[[W:.+]] = gpt.cast %[[DYL:[^ ]+]]
+// CHECK: gpt.layernorm_grad %{{.+}}, %{{.+}}, %[[DYL]] : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xbf16>
+// CHECK: return {{.+}}, %[[W]]
+func.func @layernorm_grad_dy_also_read(%x: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %dyl: tensor<2x4x8xbf16>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
+  %dy = gpt.cast %dyl : tensor<2x4x8xbf16> -> tensor<2x4x8xf32>
+  %dx, %dg, %db = gpt.layernorm_grad %x, %gamma, %dy : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+  return %dx, %dy : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+
+// -----
+
 // The loss of bf16 logits in the gradient function: widened for the loss,
 // the gradient narrowed for the lm_head's backward GEMMs. The op reads and
 // writes bf16 instead (float32 inside, one rounding on store).

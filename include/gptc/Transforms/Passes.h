@@ -37,6 +37,10 @@ void foldCastsIntoLayoutOps(mlir::func::FuncOp func);
 /// gpt.fused_layernorm's normalised result becomes that result's type.
 void foldCastsIntoLayerNorms(mlir::func::FuncOp func);
 
+/// With it: a gpt.layernorm_grad or gpt.fused_layernorm_grad whose dy is a
+/// widening gpt.cast reads the cast's narrow input instead.
+void foldCastsIntoLayerNormGrads(mlir::func::FuncOp func);
+
 /// After the loss pattern: a gpt.cross_entropy_with_grad of widened logits
 /// whose gradient only a cast back narrows reads and writes the narrow
 /// type.
