@@ -794,34 +794,32 @@ void CudaBackendImpl::setEpilogue(const Launch &l, const GemmMapping &map,
       throw DeviceError(label + ": the bias has " +
                         std::to_string(bias.numel()) + " elements, not N = " +
                         std::to_string(map.m));
+    // cuBLASLt reads the bias and writes its gradient in D's type (the
+    // op verifiers hold gptc to that).
+    if (bias.dtype != buffer(l.outputs[0]).dtype)
+      throw DeviceError(label + ": the bias (gradient) is " +
+                        dtypeName(bias.dtype) + ", D is " +
+                        dtypeName(buffer(l.outputs[0]).dtype));
     void *biasPtr = reinterpret_cast<void *>(address(biasId));
     set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr, sizeof(biasPtr),
         "setting BIAS_POINTER");
-    // Our biases and bias gradients are float32 whatever D is.
-    int32_t biasType = cudaType(bias.dtype);
-    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType, sizeof(biasType),
-        "setting BIAS_DATA_TYPE");
   }
   if (auxId < 0)
     return;
   // The GELU input matrix (written by GELU_AUX_BIAS, read by DGELU) has D's
-  // layout; its type defaults to D's.
+  // layout and type.
   const Buffer &aux = buffer(auxId), &d = buffer(l.outputs[0]);
-  if (aux.numel() != d.numel())
-    throw DeviceError(label + ": the pre-activation has " +
-                      std::to_string(aux.numel()) + " elements, the result " +
-                      std::to_string(d.numel()));
+  if (aux.numel() != d.numel() || aux.dtype != d.dtype)
+    throw DeviceError(label + ": the pre-activation is " +
+                      dtypeName(aux.dtype) + "[" + std::to_string(aux.numel()) +
+                      "], the result " + dtypeName(d.dtype) + "[" +
+                      std::to_string(d.numel()) + "]");
   void *auxPtr = reinterpret_cast<void *>(address(auxId));
   int64_t auxLd = map.outLd;
   set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr, sizeof(auxPtr),
       "setting EPILOGUE_AUX_POINTER");
   set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof(auxLd),
       "setting EPILOGUE_AUX_LD");
-  if (aux.dtype != d.dtype) {
-    int32_t auxType = cudaType(aux.dtype);
-    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &auxType,
-        sizeof(auxType), "setting EPILOGUE_AUX_DATA_TYPE");
-  }
 }
 
 const std::vector<Prepared> &

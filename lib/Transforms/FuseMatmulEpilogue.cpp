@@ -20,6 +20,17 @@
 // once, to the float32 of the add, so the product is no longer rounded to
 // bf16 before the bias (GPTFusedOps.td; docs/pipeline.md says why).
 //
+// cuBLASLt reads the bias, and writes the aux matrix and a bias gradient, in
+// D's type. So when every reader of %h narrows it again (autocast's cast
+// before the next GEMM), the epilogue writes that narrow type: D, the aux
+// %z (rounded, as autocast saves GELU's bf16 input) and a bias cast to it
+// (as autocast's linear casts its bias). Other float32 readers of %z get a
+// widening cast of the aux. The backward then reads the narrow aux, writes
+// its D narrow (its readers narrowed it anyway) and its bias gradient too,
+// widened for the float32 master gradient. A weight-gradient GEMM whose
+// bias gradient it computes writes float32 instead: the widening cast after
+// it is absorbed, so weight and bias gradient share D's type.
+//
 // The backward's counterparts (cuBLASLt's DGELU_BGRAD and BGRADA):
 //
 //   %dh  = gpt.matmul %dy, %w2 {transpose_b}   (+ widening cast)
@@ -65,6 +76,46 @@ RankedTensorType tensorOf(Value v) {
 /// The single user of `v`, if it has exactly one.
 Operation *onlyUser(Value v) {
   return v.hasOneUse() ? *v.getUsers().begin() : nullptr;
+}
+
+Type elementOf(Value v) { return tensorOf(v).getElementType(); }
+
+/// The 16-bit float type every user of the float32 `v` casts it to, if all
+/// of them are such casts to one type (autocast narrowing a GEMM's result
+/// for the next GEMM); null otherwise.
+Type narrowedTo(Value v) {
+  Type to;
+  if (!elementOf(v).isF32() || v.use_empty())
+    return {};
+  for (Operation *user : v.getUsers()) {
+    auto c = dyn_cast<CastOp>(user);
+    if (!c)
+      return {};
+    Type t = elementOf(c.getResult());
+    if (!(t.isBF16() || t.isF16()) || (to && t != to))
+      return {};
+    to = t;
+  }
+  return to;
+}
+
+/// Replaces every (narrowing) cast of `v` with `narrow`, which holds the
+/// same values already in the cast's type.
+void replaceCasts(Value v, Value narrow) {
+  for (Operation *user : llvm::make_early_inc_range(v.getUsers())) {
+    user->getResult(0).replaceAllUsesWith(narrow);
+    user->erase();
+  }
+}
+
+/// A gpt.cast of `v` to `element`, made after `v` is defined.
+Value castAfterDef(OpBuilder &b, Value v, Type element) {
+  OpBuilder::InsertionGuard guard(b);
+  if (Operation *def = v.getDefiningOp())
+    b.setInsertionPointAfter(def);
+  else
+    b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+  return b.create<CastOp>(v.getLoc(), tensorOf(v).clone(element), v);
 }
 
 /// Fuses what follows `mm`, or says why not (a remark where the chain looks
@@ -161,14 +212,21 @@ void fuseOne(MatmulOp mm) {
       gelu = g;
     }
   bool keepPre = gelu && !add.getResult().hasOneUse();
+  Value out = gelu ? gelu.getResult() : add.getResult();
+  Type narrow = narrowedTo(out);
 
   OpBuilder b(add);
   SmallVector<Location> locs = {mm.getLoc(), add.getLoc()};
   if (gelu)
     locs.push_back(gelu.getLoc());
-  SmallVector<Type> types = {add.getResult().getType()};
+  auto outType = tensorOf(out);
+  if (narrow) {
+    outType = outType.clone(narrow);
+    bias = castAfterDef(b, bias, narrow);
+  }
+  SmallVector<Type> types = {outType};
   if (keepPre)
-    types.push_back(add.getResult().getType());
+    types.push_back(outType);
   SmallVector<NamedAttribute> attrs;
   if (mm.getTransposeA())
     attrs.push_back(b.getNamedAttr("transpose_a", b.getUnitAttr()));
@@ -180,14 +238,15 @@ void fuseOne(MatmulOp mm) {
       b.getFusedLoc(locs), types,
       ValueRange{mm.getA(), mm.getB(), bias}, attrs);
 
-  if (gelu) {
-    gelu.getResult().replaceAllUsesWith(ep.getResult());
+  if (narrow)
+    replaceCasts(out, ep.getResult());
+  else
+    out.replaceAllUsesWith(ep.getResult());
+  if (gelu)
     gelu->erase();
-    if (keepPre)
-      add.getResult().replaceAllUsesWith(ep.getPre());
-  } else {
-    add.getResult().replaceAllUsesWith(ep.getResult());
-  }
+  if (keepPre)
+    add.getResult().replaceAllUsesWith(
+        narrow ? castAfterDef(b, ep.getPre(), b.getF32Type()) : ep.getPre());
   add->erase();
   if (widen)
     widen->erase();
@@ -248,9 +307,16 @@ void fuseGeluGrad(GeluGradOp gg) {
     return;
   }
   Value pre = gg.getX();
-  if (!tensorOf(pre).getElementType().isF32() ||
-      !tensorOf(gg.getResult()).getElementType().isF32())
+  if (!elementOf(pre).isF32() || !elementOf(gg.getResult()).isF32())
     return; // not the float32 gradient that mixed precision makes
+  // A narrow aux from the forward (widened for gelu_grad): D and the bias
+  // gradient are then of its type, as cuBLASLt keeps them.
+  CastOp preWiden = pre.getDefiningOp<CastOp>();
+  if (preWiden && elementOf(preWiden.getX()).getIntOrFloatBitWidth() < 32)
+    pre = preWiden.getX();
+  else
+    preWiden = {};
+  Type element = elementOf(pre);
   // The fused op stands where the GEMM is; the pre-activation (from the
   // forward) must already exist there.
   if (Operation *def = pre.getDefiningOp();
@@ -261,13 +327,28 @@ void fuseGeluGrad(GeluGradOp gg) {
     return;
   }
   ReduceSumOp rs = biasSumOf(gg.getResult());
+  if (preWiden) {
+    // Every reader but the bias sum must narrow the derivative to the aux's
+    // type anyway; a float32 one would lose bits.
+    for (Operation *user : gg.getResult().getUsers()) {
+      auto c = dyn_cast<CastOp>(user);
+      if ((!rs || user != rs.getOperation()) &&
+          (!c || elementOf(c.getResult()) != element)) {
+        gg->emitRemark(kDeclined)
+            << "the derivative is also read as float32, and cuBLASLt "
+               "writes it in the "
+            << element << " of the saved pre-activation";
+        return;
+      }
+    }
+  }
 
   OpBuilder b(mm);
   SmallVector<Location> locs = {mm.getLoc(), gg.getLoc()};
-  SmallVector<Type> types = {gg.getResult().getType()};
+  SmallVector<Type> types = {tensorOf(gg.getResult()).clone(element)};
   if (rs) {
     locs.push_back(rs.getLoc());
-    types.push_back(rs.getResult().getType());
+    types.push_back(tensorOf(rs.getResult()).clone(element));
   }
   SmallVector<NamedAttribute> attrs;
   if (mm.getTransposeA())
@@ -278,11 +359,18 @@ void fuseGeluGrad(GeluGradOp gg) {
       b.getFusedLoc(locs), types, ValueRange{mm.getA(), mm.getB(), pre},
       attrs);
   if (rs) {
-    rs.getResult().replaceAllUsesWith(fused.getBiasGrad());
+    rs.getResult().replaceAllUsesWith(
+        preWiden ? castAfterDef(b, fused.getBiasGrad(), b.getF32Type())
+                 : fused.getBiasGrad());
     rs->erase();
   }
-  gg.getResult().replaceAllUsesWith(fused.getResult());
+  if (preWiden)
+    replaceCasts(gg.getResult(), fused.getResult());
+  else
+    gg.getResult().replaceAllUsesWith(fused.getResult());
   gg->erase();
+  if (preWiden && preWiden.getResult().use_empty())
+    preWiden->erase();
   if (widen)
     widen->erase();
   mm->erase();
@@ -324,16 +412,34 @@ void fuseBiasGrad(ReduceSumOp rs) {
            "would compute it";
     return;
   }
+  // cuBLASLt writes the bias gradient in D's type: a low-precision weight
+  // gradient that is widened for its master weight is written as float32
+  // directly (rounded once, not to bf16 first).
+  Value weightGradient = weightGrad.getResult();
+  CastOp widen;
+  if (elementOf(weightGradient) != elementOf(rs.getResult())) {
+    widen = dyn_cast_or_null<CastOp>(onlyUser(weightGradient));
+    if (!widen || elementOf(widen.getResult()) != elementOf(rs.getResult())) {
+      rs->emitRemark(kDeclined)
+          << "the weight gradient is " << elementOf(weightGradient)
+          << " and cuBLASLt writes the bias gradient in its type, not "
+          << elementOf(rs.getResult());
+      return;
+    }
+    weightGradient = widen.getResult();
+  }
   OpBuilder b(weightGrad);
   SmallVector<NamedAttribute> attrs;
   if (weightGrad.getTransposeA())
     attrs.push_back(b.getNamedAttr("transpose_a", b.getUnitAttr()));
   auto fused = b.create<MatmulBiasGradOp>(
       b.getFusedLoc({weightGrad.getLoc(), rs.getLoc()}),
-      TypeRange{weightGrad.getResult().getType(), rs.getResult().getType()},
+      TypeRange{weightGradient.getType(), rs.getResult().getType()},
       ValueRange{weightGrad.getA(), weightGrad.getB()}, attrs);
-  weightGrad.getResult().replaceAllUsesWith(fused.getResult());
+  weightGradient.replaceAllUsesWith(fused.getResult());
   rs.getResult().replaceAllUsesWith(fused.getBiasGrad());
+  if (widen)
+    widen->erase();
   weightGrad->erase();
   rs->erase();
 }

@@ -236,21 +236,90 @@ func.func @gelu_grad_late_pre(%dy: tensor<16x16xf32>, %w: tensor<16x32xf32>, %z:
 
 // A projection's weight and bias gradients in bf16: the bias gradient's
 // sum moves into the weight-gradient GEMM that reads dy's bf16 copy
-// (BGRADA); the input-gradient GEMM is untouched.
+// (BGRADA), and the weight gradient's widening cast too: cuBLASLt writes
+// the bias gradient in D's type, so D is float32. The input-gradient GEMM
+// is untouched.
 // CHECK-LABEL: func.func @bias_grad_bf16
 // CHECK-SAME: (%[[G:[^:]+]]: tensor<2x8x32xf32>, %[[X:[^:]+]]: tensor<16x8xbf16>, %[[W:[^:]+]]: tensor<8x32xbf16>)
 // CHECK-NEXT: %[[GL:.+]] = gpt.cast %[[G]]
 // CHECK-NEXT: %[[DX:.+]] = gpt.matmul %[[GL]], %[[W]] {transpose_b}
 // CHECK-NEXT: %[[G2:.+]] = gpt.reshape %[[GL]]
-// CHECK-NEXT: %[[DW:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_bias_grad %[[X]], %[[G2]] {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>, tensor<32xf32>
+// CHECK-NEXT: %[[DW:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_bias_grad %[[X]], %[[G2]] {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xf32>, tensor<32xf32>
 // CHECK-NEXT: return %[[DX]], %[[DW]], %[[DB]]
-func.func @bias_grad_bf16(%g: tensor<2x8x32xf32>, %x: tensor<16x8xbf16>, %w: tensor<8x32xbf16>) -> (tensor<2x8x8xbf16>, tensor<8x32xbf16>, tensor<32xf32>) {
+func.func @bias_grad_bf16(%g: tensor<2x8x32xf32>, %x: tensor<16x8xbf16>, %w: tensor<8x32xbf16>) -> (tensor<2x8x8xbf16>, tensor<8x32xf32>, tensor<32xf32>) {
   %db = gpt.reduce_sum %g : tensor<2x8x32xf32> -> tensor<32xf32>
   %gl = gpt.cast %g : tensor<2x8x32xf32> -> tensor<2x8x32xbf16>
   %dx = gpt.matmul %gl, %w {transpose_b} : tensor<2x8x32xbf16>, tensor<8x32xbf16> -> tensor<2x8x8xbf16>
   %g2 = gpt.reshape %gl : tensor<2x8x32xbf16> -> tensor<16x32xbf16>
   %dw = gpt.matmul %x, %g2 {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
-  return %dx, %dw, %db : tensor<2x8x8xbf16>, tensor<8x32xbf16>, tensor<32xf32>
+  %dwf = gpt.cast %dw : tensor<8x32xbf16> -> tensor<8x32xf32>
+  return %dx, %dwf, %db : tensor<2x8x8xbf16>, tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+// A bf16 weight gradient that is not widened: cuBLASLt would write the
+// bias gradient in bf16 too, so the float32 sum stays a reduction.
+// CHECK-LABEL: func.func @bias_grad_bf16_kept
+// CHECK-NOT: gpt.matmul_bias_grad
+func.func @bias_grad_bf16_kept(%g: tensor<16x32xf32>, %x: tensor<16x8xbf16>) -> (tensor<8x32xbf16>, tensor<32xf32>) {
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the weight gradient is 'bf16' and cuBLASLt writes the bias gradient in its type, not 'f32'}}
+  %db = gpt.reduce_sum %g : tensor<16x32xf32> -> tensor<32xf32>
+  %gl = gpt.cast %g : tensor<16x32xf32> -> tensor<16x32xbf16>
+  %dw = gpt.matmul %x, %gl {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+  return %dw, %db : tensor<8x32xbf16>, tensor<32xf32>
+}
+
+// -----
+
+// bf16 autocast, the MLP's up-projection both ways. Its GELU output is
+// only narrowed again for the next GEMM, so the epilogue writes bf16: D,
+// the aux pre-activation (rounded, as autocast saves GELU's bf16 input)
+// and a bf16 copy of the bias (cuBLASLt reads the bias in D's type). The
+// backward reads that aux, so its D and bias gradient are bf16 too; the
+// bias gradient is widened for the float32 master gradient.
+// CHECK-LABEL: func.func @narrow_mlp
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<16x8xbf16>, %[[W:[^:]+]]: tensor<8x32xbf16>, %[[B:[^:]+]]: tensor<32xf32>, %[[DY:[^:]+]]: tensor<16x16xbf16>, %[[W2:[^:]+]]: tensor<32x16xbf16>)
+// CHECK-NEXT: %[[BL:.+]] = gpt.cast %[[B]] : tensor<32xf32> -> tensor<32xbf16>
+// CHECK-NEXT: %[[G:[^ ,]+]], %[[PRE:[^ ]+]] = gpt.matmul_epilogue %[[X]], %[[W]], %[[BL]] {gelu} : tensor<16x8xbf16>, tensor<8x32xbf16>, tensor<32xbf16> -> tensor<16x32xbf16>, tensor<16x32xbf16>
+// CHECK-NEXT: %[[DP:[^ ,]+]], %[[DBL:[^ ]+]] = gpt.matmul_gelu_grad %[[DY]], %[[W2]], %[[PRE]] {transpose_b} : tensor<16x16xbf16>, tensor<32x16xbf16>, tensor<16x32xbf16> -> tensor<16x32xbf16>, tensor<32xbf16>
+// CHECK-NEXT: %[[DB:.+]] = gpt.cast %[[DBL]] : tensor<32xbf16> -> tensor<32xf32>
+// CHECK-NEXT: return %[[G]], %[[DP]], %[[DB]]
+func.func @narrow_mlp(%x: tensor<16x8xbf16>, %w: tensor<8x32xbf16>, %b: tensor<32xf32>, %dy: tensor<16x16xbf16>, %w2: tensor<32x16xbf16>) -> (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<32xf32>) {
+  %mm = gpt.matmul %x, %w : tensor<16x8xbf16>, tensor<8x32xbf16> -> tensor<16x32xbf16>
+  %y = gpt.cast %mm : tensor<16x32xbf16> -> tensor<16x32xf32>
+  %h = gpt.add %y, %b : tensor<16x32xf32>, tensor<32xf32> -> tensor<16x32xf32>
+  %g = gpt.gelu %h : tensor<16x32xf32>
+  %gl = gpt.cast %g : tensor<16x32xf32> -> tensor<16x32xbf16>
+  %mm2 = gpt.matmul %dy, %w2 {transpose_b} : tensor<16x16xbf16>, tensor<32x16xbf16> -> tensor<16x32xbf16>
+  %dh = gpt.cast %mm2 : tensor<16x32xbf16> -> tensor<16x32xf32>
+  %dp = gpt.gelu_grad %h, %dh : tensor<16x32xf32>
+  %db = gpt.reduce_sum %dp : tensor<16x32xf32> -> tensor<32xf32>
+  %dpl = gpt.cast %dp : tensor<16x32xf32> -> tensor<16x32xbf16>
+  return %gl, %dpl, %db : tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<32xf32>
+}
+
+// -----
+
+// As above, but the derivative is also read as float32: cuBLASLt would
+// write it in the aux's bf16, so the backward stays unfused (the forward
+// still writes bf16; gelu_grad reads its aux widened).
+// CHECK-LABEL: func.func @narrow_mlp_f32_derivative
+// CHECK: gpt.matmul_epilogue {{.+}} -> tensor<16x32xbf16>, tensor<16x32xbf16>
+// CHECK: %[[PREF:.+]] = gpt.cast %{{.+}} : tensor<16x32xbf16> -> tensor<16x32xf32>
+// CHECK: gpt.gelu_grad %[[PREF]]
+// CHECK-NOT: gpt.matmul_gelu_grad
+func.func @narrow_mlp_f32_derivative(%x: tensor<16x8xbf16>, %w: tensor<8x32xbf16>, %b: tensor<32xf32>, %dy: tensor<16x16xbf16>, %w2: tensor<32x16xbf16>) -> (tensor<16x32xbf16>, tensor<16x32xf32>) {
+  %mm = gpt.matmul %x, %w : tensor<16x8xbf16>, tensor<8x32xbf16> -> tensor<16x32xbf16>
+  %y = gpt.cast %mm : tensor<16x32xbf16> -> tensor<16x32xf32>
+  %h = gpt.add %y, %b : tensor<16x32xf32>, tensor<32xf32> -> tensor<16x32xf32>
+  %g = gpt.gelu %h : tensor<16x32xf32>
+  %gl = gpt.cast %g : tensor<16x32xf32> -> tensor<16x32xbf16>
+  %mm2 = gpt.matmul %dy, %w2 {transpose_b} : tensor<16x16xbf16>, tensor<32x16xbf16> -> tensor<16x32xbf16>
+  %dh = gpt.cast %mm2 : tensor<16x32xbf16> -> tensor<16x32xf32>
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the derivative is also read as float32, and cuBLASLt writes it in the 'bf16' of the saved pre-activation}}
+  %dp = gpt.gelu_grad %h, %dh : tensor<16x32xf32>
+  return %gl, %dp : tensor<16x32xbf16>, tensor<16x32xf32>
 }
 
 // -----

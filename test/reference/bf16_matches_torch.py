@@ -13,7 +13,10 @@ Two references on the same weights and tokens (gpt2_torch.py's model):
             (and the MLP's GELU) meet the float32 accumulator and the
             float32 result is not rounded to bf16 (mm_bias) -- unless
             gpt-pad-dims padded its N to a multiple of 64, which puts a
-            slice between GEMM and bias, and the pass declines (proj).
+            slice between GEMM and bias, and the pass declines (proj). The
+            MLP's GELU output only feeds the next GEMM, so that epilogue
+            writes bf16 and, as cuBLASLt reads the bias in D's type, adds
+            a bf16-rounded bias (proj_gelu).
   autocast  torch.autocast("cpu", dtype=torch.bfloat16) around the same
             model (torch 1.13: matmul runs in bf16; the bias add promotes the
             result back to float32; the loss is taken in float32 from the
@@ -80,6 +83,14 @@ def proj(a, w, bias, pad_multiple=64):
     return mm(a, w) + bias
 
 
+def proj_gelu(a, w, bias, pad_multiple=64):
+    """The MLP's c_fc and GELU: an epilogue that writes bf16 (the bias
+    rounded to bf16 as D's type) when its N is not padded."""
+    if w.shape[1] % pad_multiple == 0:
+        return rnd(ref.gelu_tanh(mm_bias(a, w, rnd(bias))))
+    return ref.gelu_tanh(mm(a, w) + bias)
+
+
 def emulated_forward(p, cfg, idx, tgt):
     B, T = idx.shape
     C, H, D = cfg.n_embd, cfg.n_head, cfg.head_dim
@@ -99,7 +110,7 @@ def emulated_forward(p, cfg, idx, tgt):
         y = y.permute(0, 2, 1, 3).reshape(B, T, C)
         x = x + proj(y, p[pre + "attn.c_proj.weight"], p[pre + "attn.c_proj.bias"])
         m = ref.layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
-        h = ref.gelu_tanh(proj(m, p[pre + "mlp.c_fc.weight"], p[pre + "mlp.c_fc.bias"]))
+        h = proj_gelu(m, p[pre + "mlp.c_fc.weight"], p[pre + "mlp.c_fc.bias"])
         x = x + proj(h, p[pre + "mlp.c_proj.weight"], p[pre + "mlp.c_proj.bias"])
     x = ref.layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
     logits = mm(x, p["wte.weight"].t())

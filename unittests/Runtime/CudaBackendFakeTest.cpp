@@ -395,13 +395,14 @@ TEST(CudaBackendFake, KernelCheckAgainstCpu) {
 }
 
 /// gpt.matmul_epilogue through cuBLASLt's epilogues: GELU_AUX_BIAS (bf16
-/// operands, float32 result and pre-activation) and BIAS (transpose_b). The
+/// operands; float32 result, pre-activation and bias, or all bf16) and
+/// BIAS (transpose_b). The
 /// fake applies the epilogue only as the descriptor says (EPILOGUE,
 /// BIAS_POINTER, EPILOGUE_AUX_POINTER/LD), so a descriptor the backend did
 /// not set up fails the check against the CPU backend.
 TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
   REQUIRE_FAKE(b);
-  enum : int { EX, EW1, EBIAS, EW2, EH, EPRE, EY2 };
+  enum : int { EX, EW1, EBIAS, EW2, EH, EPRE, EY2, EBIASL, EHL, EPREL };
   Program p;
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("x", DType::BF16, {2, 3, 8}, Role::Param),
@@ -410,19 +411,56 @@ TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
                buffer("w2", DType::BF16, {16, 8}, Role::Param),
                buffer("h", DType::F32, {2, 3, 16}, Role::Output),
                buffer("pre", DType::F32, {2, 3, 16}, Role::Output),
-               buffer("y2", DType::F32, {2, 3, 16}, Role::Output)};
+               buffer("y2", DType::F32, {2, 3, 16}, Role::Output),
+               buffer("bias_l", DType::BF16, {16}, Role::Param),
+               buffer("h_l", DType::BF16, {2, 3, 16}, Role::Output),
+               buffer("pre_l", DType::BF16, {2, 3, 16}, Role::Output)};
   Function f;
   f.name = "forward";
   Launch gelu = launch("matmul_epilogue", {EX, EW1, EBIAS}, {EH, EPRE});
   gelu.ints["gelu"] = 1;
+  // All bf16: D, aux and bias of one type, as cuBLASLt keeps them.
+  Launch narrow = launch("matmul_epilogue", {EX, EW1, EBIASL}, {EHL, EPREL});
+  narrow.ints["gelu"] = 1;
   f.launches = {gelu,
-                launch("matmul_epilogue", {EX, EW2, EBIAS}, {EY2}, true)};
+                launch("matmul_epilogue", {EX, EW2, EBIAS}, {EY2}, true),
+                narrow};
   p.functions.push_back(f);
   planMemory(p);
   auto cpu = makeCpuBackend();
   std::ostringstream out;
   EXPECT_EQ(checkKernels(p, *b, *cpu, out), 0) << out.str();
   EXPECT_NE(out.str().find("matmul_epilogue"), std::string::npos) << out.str();
+}
+
+/// A bias of another type than D is not cuBLASLt's (outside FP8): planning
+/// the launch says so, naming it, rather than leaving it to cuBLASLt.
+TEST(CudaBackendFake, BiasOfAnotherTypeThanD) {
+  REQUIRE_FAKE(b);
+  enum : int { EX, EW, EBIAS, EY };
+  Program p;
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {2, 3, 8}, Role::Param),
+               buffer("w", DType::BF16, {8, 16}, Role::Param),
+               buffer("bias", DType::F32, {16}, Role::Param),
+               buffer("y", DType::BF16, {2, 3, 16}, Role::Output)};
+  Function f;
+  f.name = "forward";
+  f.launches = {launch("matmul_epilogue", {EX, EW, EBIAS}, {EY})};
+  p.functions.push_back(f);
+  planMemory(p);
+  auto cpu = makeCpuBackend();
+  std::ostringstream out;
+  try {
+    checkKernels(p, *b, *cpu, out);
+    ADD_FAILURE() << "planned a bf16 GEMM with a float32 bias: " << out.str();
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "matmul_epilogue (cuBLASLt) at fake.cpp:3: the bias "
+                  "(gradient) is f32, D is bf16"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 /// The backward's epilogues: gpt.matmul_gelu_grad as DGELU_BGRAD and DGELU
@@ -432,7 +470,7 @@ TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
 /// so a wrong epilogue, operand or pointer fails the check.
 TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
   REQUIRE_FAKE(b);
-  enum : int { DY, W, PRE, DP, DB, DP2, X, G, DW, DB2 };
+  enum : int { DY, W, PRE, DP, DB, DP2, X, G, DW, DB2, PREL, DPL, DBL };
   Program p;
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("dy", DType::BF16, {2, 3, 8}, Role::Param),
@@ -443,14 +481,18 @@ TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
                buffer("dp2", DType::F32, {2, 3, 16}, Role::Output),
                buffer("x", DType::BF16, {6, 8}, Role::Param),
                buffer("g", DType::BF16, {6, 16}, Role::Param),
-               buffer("dw", DType::BF16, {8, 16}, Role::Output),
-               buffer("db2", DType::F32, {16}, Role::Output)};
+               buffer("dw", DType::F32, {8, 16}, Role::Output),
+               buffer("db2", DType::F32, {16}, Role::Output),
+               buffer("pre_l", DType::BF16, {2, 3, 16}, Role::Param),
+               buffer("dp_l", DType::BF16, {2, 3, 16}, Role::Output),
+               buffer("db_l", DType::BF16, {16}, Role::Output)};
   Function f;
   f.name = "grads";
   Launch weightGrad = launch("matmul_bias_grad", {X, G}, {DW, DB2});
   weightGrad.ints["transpose_a"] = 1;
   f.launches = {launch("matmul_gelu_grad", {DY, W, PRE}, {DP, DB}, true),
                 launch("matmul_gelu_grad", {DY, W, PRE}, {DP2}, true),
+                launch("matmul_gelu_grad", {DY, W, PREL}, {DPL, DBL}, true),
                 weightGrad};
   p.functions.push_back(f);
   planMemory(p);

@@ -438,6 +438,10 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
       desc.biasType < 0 ? out.type : cudaDataType_t(desc.biasType);
   cudaDataType_t auxType =
       desc.auxType < 0 ? out.type : cudaDataType_t(desc.auxType);
+  // cublasLt.h: the bias, its gradient and the GELU aux are of D's type
+  // outside FP8 and integer GEMMs, which gptc does not run.
+  if ((needsBias && biasType != out.type) || (needsAux && auxType != out.type))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   void *biasOut = const_cast<void *>(desc.bias);
   submit([=] {
     std::vector<double> rowSum(size_t(m), 0.0);

@@ -13,9 +13,13 @@
 // bf16: the epilogues keep the float32 accumulator where the unfused chain
 // rounded the product to bf16 before the bias or GELU's derivative, and
 // the bias gradients of matmul_bias_grad sum the bf16 copy of dy the GEMM
-// reads (the ops' definitions). The loss and the gradients then differ by
-// what one bf16 rounding (2^-9 relative) does downstream, through 2 blocks
-// and the bf16 backward GEMMs. Measured: at most 8.7e-3 (forward epilogues
+// reads (the ops' definitions). As cuBLASLt keeps bias, aux and bias
+// gradient in D's type, the c_fc epilogue writes bf16 and so adds a bf16
+// copy of its bias and saves a bf16 aux; its backward's bias gradient is
+// bf16; the weight gradients with a bias gradient are written in float32
+// (never rounded to bf16). The loss and the gradients then differ by what
+// one bf16 rounding (2^-9 relative) does downstream, through 2 blocks and
+// the bf16 backward GEMMs. Measured: at most 8.7e-3 (forward epilogues
 // alone: 9.3e-3), relative, in the infinity norm of each tensor (seed 7);
 // tolerance 2e-2 (about 5 bf16 ulps of the largest element). A wrong bias,
 // GELU, derivative, aux or bias gradient is off by O(1).
@@ -69,6 +73,30 @@ double compare(ModuleOp before, ModuleOp after, double tolerance) {
   for (const char *op : {"gpt.matmul_epilogue", "gpt.matmul_gelu_grad",
                          "gpt.matmul_bias_grad"})
     EXPECT_EQ(countTopLevel(unfused, op), 0) << op;
+  // One type per GEMM (cuBLASLt's): under bf16 the c_fc epilogues and the
+  // GELU derivatives write bf16 with their bias (gradient) and aux; the
+  // weight gradients with a bias gradient are float32, as it is.
+  auto dType = [](Operation *op) {
+    return cast<RankedTensorType>(op->getResult(0).getType())
+        .getElementType();
+  };
+  int narrowEpilogues = 0;
+  fused.walk([&](Operation *op) {
+    if (isa<gpt::MatmulEpilogueOp, gpt::MatmulGeluGradOp>(op)) {
+      narrowEpilogues += dType(op).isBF16();
+      for (Value v : op->getOperands().drop_front(2))
+        EXPECT_EQ(cast<RankedTensorType>(v.getType()).getElementType(),
+                  dType(op));
+      for (Value v : op->getResults())
+        EXPECT_EQ(cast<RankedTensorType>(v.getType()).getElementType(),
+                  dType(op));
+    }
+    if (isa<gpt::MatmulBiasGradOp>(op))
+      EXPECT_TRUE(dType(op).isF32());
+  });
+  // (fp32 has no casts at all.)
+  bool lowPrecision = !fused.getOps<gpt::CastOp>().empty();
+  EXPECT_EQ(narrowEpilogues, lowPrecision ? 2 * 2 : 0);
   auto [want, got] = runBoth(unfused, fused, randomArguments(unfused, 7));
   EXPECT_TRUE(succeeded(want) && succeeded(got));
   if (failed(want) || failed(got) || want->size() != got->size())

@@ -233,6 +233,15 @@ def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
     that is not an [N] bias, a product also used unbiased, an erf GELU, a
     batched weight).
 
+    cuBLASLt keeps the bias, the aux pre-activation and a bias gradient in
+    D's type. When every reader of the epilogue's value narrows it (under
+    bf16, the cast before the next GEMM), the op writes that narrow type:
+    D, the aux (rounded, as autocast saves GELU's bf16 input) and a cast
+    copy of the bias. The backward that reads a narrow aux writes its D
+    and bias gradient narrow too (the gradient widened afterwards), and a
+    weight-gradient GEMM with a bias gradient absorbs the widening cast of
+    its weight gradient, so both are float32.
+
     The backward likewise: `gpt.matmul` (through its widening cast) →
     `gpt.gelu_grad` of the pre-activation → optionally `gpt.reduce_sum` to
     `[N]` becomes one `gpt.matmul_gelu_grad` (DGELU_BGRAD, or DGELU); a
@@ -312,7 +321,8 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "or split (reshapes between seen through) becomes that op's "
            "element-type conversion where that is exact: one kernel moves "
            "and converts; after the layernorm prologues, the cast of a "
-           "gpt.fused_layernorm's result becomes the type it writes "
+           "gpt.fused_layernorm's result becomes the type it writes, and "
+           "a layernorm gradient reads its dy before the widening cast "
            "(lib/Transforms/FoldCasts.cpp)">
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect",

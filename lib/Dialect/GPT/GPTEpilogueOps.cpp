@@ -3,9 +3,12 @@
 // gpt.matmul_epilogue (bias, tanh GELU), gpt.matmul_gelu_grad (GELU's
 // derivative, bias gradient) and gpt.matmul_bias_grad (the weight gradient
 // with the bias gradient) are one GEMM each with cuBLASLt epilogue work
-// (GPTFusedOps.td). The verifiers hold them to the shapes cuBLASLt's
-// epilogues take, so the executor, the CPU backend and the CUDA backend meet
-// nothing else.
+// (GPTFusedOps.td). The verifiers hold them to the shapes and types
+// cuBLASLt's epilogues take, so the executor, the CPU backend and the CUDA
+// backend meet nothing else: one GEMM, a bias (gradient) of length N, and
+// the bias, its gradient and the GELU aux matrix all of D's element type
+// (cuBLASLt's documented default; other types are for FP8 and integer
+// GEMMs only).
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,12 +52,28 @@ LogicalResult verifyOneGemm(Operation *op, Value aValue, Value bValue,
   return success();
 }
 
-/// cuBLASLt reads or writes the bias (gradient) as a vector of length N.
+/// cuBLASLt reads or writes the bias (gradient) as a vector of length N in
+/// D's element type.
 LogicalResult verifyBiasVector(Operation *op, Value bias, int64_t N,
-                               StringRef what) {
+                               StringRef what, Value result) {
   auto t = cast<RankedTensorType>(bias.getType());
-  if (t.getRank() != 1 || t.getDimSize(0) != N || !t.getElementType().isF32())
-    return op->emitOpError() << what << " must be a float32 [" << N << "]";
+  Type element = cast<RankedTensorType>(result.getType()).getElementType();
+  if (t.getRank() != 1 || t.getDimSize(0) != N || t.getElementType() != element)
+    return op->emitOpError() << what << " must be [" << N
+                             << "] of the result's element type " << element;
+  return success();
+}
+
+/// The GELU aux matrix: D's shape and element type.
+LogicalResult verifyPre(Operation *op, Value pre, Value result) {
+  auto p = cast<RankedTensorType>(pre.getType());
+  auto r = cast<RankedTensorType>(result.getType());
+  if (p.getShape() != r.getShape())
+    return op->emitOpError("the pre-activation must have the result's shape");
+  if (p.getElementType() != r.getElementType())
+    return op->emitOpError() << "the pre-activation is " << p.getElementType()
+                             << ", the result " << r.getElementType()
+                             << "; cuBLASLt keeps the GELU input in D's type";
   return success();
 }
 
@@ -64,14 +83,12 @@ LogicalResult MatmulEpilogueOp::verify() {
   int64_t N;
   if (failed(verifyOneGemm(*this, getA(), getB(), getTransposeA(),
                            getTransposeB(), getResult(), N)) ||
-      failed(verifyBiasVector(*this, getBias(), N, "bias")))
+      failed(verifyBiasVector(*this, getBias(), N, "bias", getResult())))
     return failure();
   if (Value pre = getPre()) {
     if (!getGelu())
       return emitOpError("the pre-activation result needs 'gelu'");
-    if (cast<RankedTensorType>(pre.getType()).getShape() !=
-        cast<RankedTensorType>(getResult().getType()).getShape())
-      return emitOpError("the pre-activation must have the result's shape");
+    return verifyPre(*this, pre, getResult());
   }
   return success();
 }
@@ -81,14 +98,10 @@ LogicalResult MatmulGeluGradOp::verify() {
   if (failed(verifyOneGemm(*this, getA(), getB(), getTransposeA(),
                            getTransposeB(), getResult(), N)))
     return failure();
-  auto pre = cast<RankedTensorType>(getPre().getType());
-  auto result = cast<RankedTensorType>(getResult().getType());
-  if (pre.getShape() != result.getShape())
-    return emitOpError("the pre-activation must have the result's shape");
-  if (!pre.getElementType().isF32() || !result.getElementType().isF32())
-    return emitOpError("the pre-activation and the result are float32");
+  if (failed(verifyPre(*this, getPre(), getResult())))
+    return failure();
   if (Value db = getBiasGrad())
-    return verifyBiasVector(*this, db, N, "the bias gradient");
+    return verifyBiasVector(*this, db, N, "the bias gradient", getResult());
   return success();
 }
 
@@ -102,5 +115,6 @@ LogicalResult MatmulBiasGradOp::verify() {
   if (failed(verifyOneGemm(*this, getA(), getB(), getTransposeA(),
                            /*transposeB=*/false, getResult(), N)))
     return failure();
-  return verifyBiasVector(*this, getBiasGrad(), N, "the bias gradient");
+  return verifyBiasVector(*this, getBiasGrad(), N, "the bias gradient",
+                          getResult());
 }

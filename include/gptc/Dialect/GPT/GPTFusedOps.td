@@ -165,7 +165,9 @@ def GPT_MatmulEpilogueOp : GPT_Op<"matmul_epilogue", [Pure]> {
     and each result is rounded once, to its own element type, when it is
     written. `pre`, the optional second result (only with `gelu`), is the
     pre-activation that the backward's `gelu_grad` reads: cuBLASLt's
-    GELU_AUX_BIAS epilogue. Without it the op is BIAS or GELU_BIAS.
+    GELU_AUX_BIAS epilogue. Without it the op is BIAS or GELU_BIAS. The
+    bias and `pre` are of the result's element type, as cuBLASLt keeps
+    them in D's (a bf16 result takes a bf16 bias; the sum is float32).
 
     Under bf16 autocast this is not the unfused chain, which rounds the
     product to bf16 before the bias: the epilogue keeps the float32
@@ -200,9 +202,10 @@ def GPT_MatmulBiasGradOp : GPT_Op<"matmul_bias_grad", [Pure]> {
     with `transpose_a`):
 
         result[k, n]    = sum_m a[m, k] * b[m, n]     float32 accumulation
-        bias_grad[n]    = sum_m b[m, n]               float32
+        bias_grad[n]    = sum_m b[m, n]               float32 accumulation
 
-    the result rounded once to its element type. cuBLASLt's BGRADA
+    each rounded once to its element type, which is one type for both
+    (cuBLASLt writes the bias gradient in D's). cuBLASLt's BGRADA
     epilogue (the operands swap in its column-major view).
 
     Under bf16 autocast `b` is the bf16 copy the GEMM reads, so the bias
@@ -213,7 +216,7 @@ def GPT_MatmulBiasGradOp : GPT_Op<"matmul_bias_grad", [Pure]> {
     ```mlir
     %dw, %db = gpt.matmul_bias_grad %x, %dy {transpose_a}
         : tensor<1024x128xbf16>, tensor<1024x512xbf16>
-        -> tensor<128x512xbf16>, tensor<512xf32>
+        -> tensor<128x512xf32>, tensor<512xf32>
     ```
   }];
   let arguments = (ins GPT_FloatTensor:$a, GPT_FloatTensor:$b,
@@ -244,6 +247,8 @@ def GPT_MatmulGeluGradOp : GPT_Op<"matmul_gelu_grad", [Pure]> {
     gelu_tanh' is the one gpt-fuse-elementwise writes for gpt.gelu_grad,
     operation for operation in float32, so the fp32 step is unchanged bit
     for bit. cuBLASLt's DGELU_BGRAD (DGELU without the bias gradient).
+    `pre` and `bias_grad` are of the result's element type (cuBLASLt keeps
+    the aux and the bias gradient in D's); the sums are float32.
     Under bf16 autocast the product is no longer rounded to bf16 before
     the derivative multiplies it, as in gpt.matmul_epilogue.
 
