@@ -29,7 +29,8 @@
 // its D narrow (its readers narrowed it anyway) and its bias gradient too,
 // widened for the float32 master gradient. A weight-gradient GEMM whose
 // bias gradient it computes writes float32 instead: the widening cast after
-// it is absorbed, so weight and bias gradient share D's type.
+// it is absorbed, so weight and bias gradient share D's type. So does every
+// other weight-gradient GEMM (x^T dy, 2-D) that is only widened.
 //
 // The backward's counterparts (cuBLASLt's DGELU_BGRAD and BGRADA):
 //
@@ -444,6 +445,23 @@ void fuseBiasGrad(ReduceSumOp rs) {
   rs->erase();
 }
 
+/// x^T dy over the flattened batch (a 2-D GEMM reading its left operand
+/// transposed: a weight gradient) whose low-precision result is only
+/// widened for the master weight writes float32 directly, as
+/// gpt.matmul_bias_grad does: rounded once, and one cast kernel fewer.
+void widenWeightGradient(MatmulOp mm) {
+  if (!mm.getTransposeA() || mm.getTransposeB() ||
+      tensorOf(mm.getA()).getRank() != 2 ||
+      tensorOf(mm.getB()).getRank() != 2 || elementOf(mm.getResult()).isF32())
+    return;
+  auto widen = dyn_cast_or_null<CastOp>(onlyUser(mm.getResult()));
+  if (!widen || !elementOf(widen.getResult()).isF32())
+    return;
+  mm.getResult().setType(widen.getResult().getType());
+  widen.getResult().replaceAllUsesWith(mm.getResult());
+  widen->erase();
+}
+
 struct GPTFuseMatmulEpiloguePass
     : impl::GPTFuseMatmulEpilogueBase<GPTFuseMatmulEpiloguePass> {
   void runOnOperation() override {
@@ -464,6 +482,11 @@ struct GPTFuseMatmulEpiloguePass
       func.walk([&](ReduceSumOp rs) { sums.push_back(rs); });
       for (ReduceSumOp rs : sums)
         fuseBiasGrad(rs);
+      // The weight gradients left without a bias: float32 as well.
+      matmuls.clear();
+      func.walk([&](MatmulOp mm) { matmuls.push_back(mm); });
+      for (MatmulOp mm : matmuls)
+        widenWeightGradient(mm);
     });
   }
 };

@@ -360,3 +360,21 @@ func.func @sum_without_weight_grad(%g: tensor<16x32xf32>, %w: tensor<32x8xf32>) 
   %dx = gpt.matmul %g, %w : tensor<16x32xf32>, tensor<32x8xf32> -> tensor<16x8xf32>
   return %dx, %db : tensor<16x8xf32>, tensor<32xf32>
 }
+
+// -----
+
+// A weight gradient without a bias (x^T dy, 2-D), widened for its master
+// weight: the GEMM writes float32 itself. An input gradient (not
+// transposed) keeps its cast: a later pass folds that into its reader.
+// CHECK-LABEL: func.func @weight_grad_f32
+// CHECK-NEXT: %[[DW:.+]] = gpt.matmul %{{.+}}, %{{.+}} {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xf32>
+// CHECK-NEXT: %[[DX:.+]] = gpt.matmul %{{.+}}, %{{.+}} {transpose_b} : tensor<16x32xbf16>, tensor<8x32xbf16> -> tensor<16x8xbf16>
+// CHECK-NEXT: %[[DXF:.+]] = gpt.cast %[[DX]]
+// CHECK-NEXT: return %[[DW]], %[[DXF]]
+func.func @weight_grad_f32(%x: tensor<16x8xbf16>, %g: tensor<16x32xbf16>, %w: tensor<8x32xbf16>) -> (tensor<8x32xf32>, tensor<16x8xf32>) {
+  %dw = gpt.matmul %x, %g {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+  %dwf = gpt.cast %dw : tensor<8x32xbf16> -> tensor<8x32xf32>
+  %dx = gpt.matmul %g, %w {transpose_b} : tensor<16x32xbf16>, tensor<8x32xbf16> -> tensor<16x8xbf16>
+  %dxf = gpt.cast %dx : tensor<16x8xbf16> -> tensor<16x8xf32>
+  return %dwf, %dxf : tensor<8x32xf32>, tensor<16x8xf32>
+}
