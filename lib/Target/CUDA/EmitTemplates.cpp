@@ -182,6 +182,15 @@ static std::string contiguousRows(int64_t rows, int64_t D) {
 }
 
 void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
+  // HeadRows::head computes element offsets in 32 bits.
+  for (size_t i = 0; i < l.inputs.size(); ++i)
+    if (in(i).numel() >= (int64_t(1) << 32))
+      unsupported("an operand has 2^32 elements or more (head offsets are "
+                  "32-bit)");
+  for (size_t i = 0; i < l.outputs.size(); ++i)
+    if (out(i).numel() >= (int64_t(1) << 32))
+      unsupported("a result has 2^32 elements or more (head offsets are "
+                  "32-bit)");
   bool causal = intAttr("causal", 0) != 0;
   std::string scale = floatLiteral(floatAttr("scale", 1.0));
   bool mma = a.bf16 && a.aligned16 && a.T % 64 == 0 && a.S % 64 == 0 &&

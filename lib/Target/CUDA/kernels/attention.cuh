@@ -34,12 +34,15 @@
 ///   part's own columns added to the pointer by the caller):
 ///   HeadRows<H, width, D, T · width>.
 /// The tensor-core kernels load rows 16 bytes at a time: kRowStride, kHead
-/// and the caller's column offset must be multiples of 8 bf16 elements
-/// (the emitter checks).
+/// and the caller's column offset must be multiples of 8 bf16 elements.
+/// Head offsets are 32-bit: in 64-bit arithmetic the packed forward spills
+/// at its 128 registers. Operands have fewer than 2^32 elements (the
+/// emitter checks both).
 template <int kHeads, i64 kRow, i64 kHead, i64 kBatch> struct HeadRows {
   static constexpr i64 kRowStride = kRow;
-  static __device__ __forceinline__ i64 head(i64 bh) {
-    return bh / kHeads * kBatch + bh % kHeads * kHead;
+  static __device__ __forceinline__ u32 head(i64 bh) {
+    const u32 b = u32(bh) / kHeads, h = u32(bh) % kHeads;
+    return b * u32(kBatch) + h * u32(kHead);
   }
 };
 
