@@ -193,4 +193,63 @@ flashAttentionGrad(const HostTensor &q, const HostTensor &k,
   return {std::move(dq), std::move(dk), std::move(dv)};
 }
 
+namespace {
+
+/// Part `part` of `packed` [B, T, parts·H·D] (parts side by side along the
+/// last axis, heads contiguous within each) as [B, H, T, D].
+HostTensor unpackHeads(const HostTensor &packed, int64_t parts, int64_t part,
+                       int64_t heads) {
+  const int64_t B = packed.shape[0], T = packed.shape[1];
+  const int64_t width = packed.shape[2], D = width / parts / heads;
+  HostTensor x = HostTensor::floats({B, heads, T, D});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(packed.data() + (b * T + t) * width + (part * heads + h) * D,
+                    D, x.data() + ((b * heads + h) * T + t) * D);
+  return x;
+}
+
+/// Writes x [B, H, T, D] into part `part` of `packed`: unpackHeads undone.
+void packHeads(const HostTensor &x, int64_t parts, int64_t part,
+               HostTensor &packed) {
+  const int64_t B = x.shape[0], heads = x.shape[1], T = x.shape[2];
+  const int64_t D = x.shape[3], width = parts * heads * D;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(x.data() + ((b * heads + h) * T + t) * D, D,
+                    packed.data() + (b * T + t) * width +
+                        (part * heads + h) * D);
+}
+
+} // namespace
+
+std::vector<HostTensor> flashAttentionQKV(const HostTensor &qkv, int64_t heads,
+                                          float scale, bool causal,
+                                          AttentionTiles tiles) {
+  std::vector<HostTensor> r = flashAttention(
+      unpackHeads(qkv, 3, 0, heads), unpackHeads(qkv, 3, 1, heads),
+      unpackHeads(qkv, 3, 2, heads), scale, causal, tiles);
+  HostTensor out =
+      HostTensor::floats({qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3});
+  packHeads(r[0], 1, 0, out);
+  return {std::move(out), std::move(r[1])};
+}
+
+std::vector<HostTensor>
+flashAttentionQKVGrad(const HostTensor &qkv, const HostTensor &out,
+                      const HostTensor &lse, const HostTensor &dout,
+                      int64_t heads, float scale, bool causal,
+                      AttentionTiles tiles) {
+  std::vector<HostTensor> g = flashAttentionGrad(
+      unpackHeads(qkv, 3, 0, heads), unpackHeads(qkv, 3, 1, heads),
+      unpackHeads(qkv, 3, 2, heads), unpackHeads(out, 1, 0, heads), lse,
+      unpackHeads(dout, 1, 0, heads), scale, causal, tiles);
+  HostTensor dqkv = HostTensor::floats(qkv.shape);
+  for (int64_t part = 0; part < 3; ++part)
+    packHeads(g[size_t(part)], 3, part, dqkv);
+  return {std::move(dqkv)};
+}
+
 } // namespace gptc::exec

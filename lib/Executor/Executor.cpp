@@ -118,6 +118,10 @@ std::vector<HostTensor> evaluate(Operation *op,
         return flashAttention(*in[0], *in[1], *in[2],
                               a.getScale().convertToFloat(), a.getCausal());
       })
+      .Case([&](gpt::FlashAttentionQKVOp a) {
+        return flashAttentionQKV(*in[0], a.getNumHeads(),
+                                 a.getScale().convertToFloat(), a.getCausal());
+      })
       .Case([&](gpt::ReshapeOp r) {
         return one(reshape(*in[0], shapeOf(r.getResult())));
       })
@@ -190,6 +194,12 @@ std::vector<HostTensor> evaluate(Operation *op,
         return flashAttentionGrad(*in[0], *in[1], *in[2], *in[3], *in[4],
                                   *in[5], a.getScale().convertToFloat(),
                                   a.getCausal());
+      })
+      .Case([&](gpt::FlashAttentionQKVGradOp a) {
+        return flashAttentionQKVGrad(*in[0], *in[1], *in[2], *in[3],
+                                     a.getNumHeads(),
+                                     a.getScale().convertToFloat(),
+                                     a.getCausal());
       })
       .Case([&](gpt::NegOp) { return one(unary(UnaryKind::Neg, *in[0])); })
       .Case([&](gpt::ExpOp) { return one(unary(UnaryKind::Exp, *in[0])); })

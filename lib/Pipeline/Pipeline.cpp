@@ -13,7 +13,8 @@ using namespace mlir;
 namespace gptc {
 
 void buildPipeline(OpPassManager &pm, StringRef stage,
-                   const OptimizerOptions &opts, int64_t padMultiple) {
+                   const OptimizerOptions &opts, int64_t padMultiple,
+                   bool packAttention) {
   if (stage == "graph")
     return;
   // First, on the forward graph as written: attention is still spelled out,
@@ -25,8 +26,10 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   }
   if (stage == "padded")
     return;
-  // Before autodiff, so that the backward is flash_attention_grad.
-  pm.addPass(createGPTFuseAttention());
+  // Before autodiff, so that the backward is flash_attention(_qkv)_grad.
+  GPTFuseAttentionOptions attention;
+  attention.packQKV = packAttention;
+  pm.addPass(createGPTFuseAttention(attention));
   if (stage == "attention")
     return;
   // Before autodiff, so the backward GEMMs read the same low-precision copies

@@ -276,6 +276,18 @@ const std::unordered_map<std::string, Kernel> &kernels() {
                                       *in[5], real(l, "scale", 1),
                                       flag(l, "causal"));
     };
+    k["flash_attention_qkv"] = [](const Launch &l, const Inputs &in,
+                                  const Outputs &) {
+      return exec::flashAttentionQKV(*in[0], l.ints.at("num_heads"),
+                                     real(l, "scale", 1), flag(l, "causal"));
+    };
+    k["flash_attention_qkv_grad"] = [](const Launch &l, const Inputs &in,
+                                       const Outputs &) {
+      return exec::flashAttentionQKVGrad(*in[0], *in[1], *in[2], *in[3],
+                                         l.ints.at("num_heads"),
+                                         real(l, "scale", 1),
+                                         flag(l, "causal"));
+    };
     k["transpose"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(exec::transpose(*in[0], l.lists.at("permutation")));
     };

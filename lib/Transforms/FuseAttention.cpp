@@ -8,6 +8,13 @@
 // does, but is not exactly attention, gets a remark at the softmax saying
 // why, and stays as it was.
 //
+// Attention whose q, k and v GPT-2 split out of one [B, T, 3C] tensor, and
+// whose output it merges back into [B, T, C], becomes
+// gpt.flash_attention_qkv on that tensor: the kernel reads the heads in
+// place, so the split, head transposes and merge (copies, and their
+// gradients' copies) go away. Head splits that are nearly that get a
+// remark "did not pack attention" and the [B, H, T, D] op.
+//
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Transforms/Passes.h"
@@ -162,6 +169,121 @@ SmallVector<Value, 3> asHeads(PatternRewriter &rewriter, Location loc,
   return reshaped;
 }
 
+/// `x` as GPT-2 splits heads out of c_attn's output: transpose [·] of
+/// reshape [·] of a gpt.split result (the permutation and shapes are
+/// checked by matchPacked, which says what is off).
+struct HeadSplit {
+  TransposeOp transpose;
+  ReshapeOp reshape;
+  OpResult part;
+};
+
+std::optional<HeadSplit> headSplitOf(Value x) {
+  auto transpose = x.getDefiningOp<TransposeOp>();
+  auto reshape =
+      transpose ? transpose.getX().getDefiningOp<ReshapeOp>() : ReshapeOp();
+  if (!reshape)
+    return std::nullopt;
+  auto part = dyn_cast<OpResult>(reshape.getX());
+  if (!part || !isa<SplitOp>(part.getOwner()))
+    return std::nullopt;
+  return HeadSplit{transpose, reshape, part};
+}
+
+std::string permutationString(ArrayRef<int64_t> perm) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "[";
+  llvm::interleaveComma(perm, os);
+  os << "]";
+  return s;
+}
+
+/// What gpt.flash_attention_qkv replaces beyond the attention itself.
+struct Packed {
+  Value qkv;                    ///< [B, T, 3C], q | k | v
+  int64_t heads;
+  ReshapeOp merged;             ///< the output merged back to [B, T, C]
+  SmallVector<Operation *> ops; ///< head splits then the split, users first
+};
+
+/// Whether the attention of [B, H, T, D] heads q, k, v with result `output`
+/// is GPT-2's: q, k, v parts 0, 1, 2 of one gpt.split along the last axis
+/// of a [B, T, 3C] tensor, each `transpose [0, 2, 1, 3] (reshape [B, T, H,
+/// D])`, and the output merged back by `reshape [B, T, C] (transpose [0, 2,
+/// 1, 3])`. Silent (nullopt, `why` empty) when q, k and v are not all head
+/// splits of split parts; otherwise a failed match says why in `why`.
+std::optional<Packed> matchPacked(Value q, Value k, Value v, MatmulOp output,
+                                  std::string &why) {
+  std::optional<HeadSplit> parts[3] = {headSplitOf(q), headSplitOf(k),
+                                       headSplitOf(v)};
+  if (!parts[0] || !parts[1] || !parts[2])
+    return std::nullopt;
+  auto fail = [&](const Twine &reason) {
+    why = reason.str();
+    return std::nullopt;
+  };
+  Operation *split = parts[0]->part.getOwner();
+  if (parts[1]->part.getOwner() != split || parts[2]->part.getOwner() != split)
+    return fail("q, k and v come from different gpt.split ops");
+  Value qkv = split->getOperand(0);
+  ArrayRef<int64_t> packed = typeOf(qkv).getShape();
+  int64_t axis = cast<SplitOp>(split).getAxis();
+  if (packed.size() != 3 || axis != 2)
+    return fail("q, k and v are split along axis " + Twine(axis) +
+                " of a rank-" + Twine(packed.size()) +
+                " tensor, not the last axis of [B, T, 3C]");
+  if (split->getNumResults() != 3 || packed[2] % 3 != 0 ||
+      llvm::any_of(split->getResults(), [&](Value r) {
+        return typeOf(r).getShape().back() != packed[2] / 3;
+      }))
+    return fail("the split does not cut [B, T, 3C] into three [B, T, C] "
+                "parts");
+  const char *names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    if (parts[i]->part.getResultNumber() != unsigned(i))
+      return fail("q, k and v are parts #" +
+                  Twine(parts[0]->part.getResultNumber()) + ", #" +
+                  Twine(parts[1]->part.getResultNumber()) + " and #" +
+                  Twine(parts[2]->part.getResultNumber()) +
+                  " of the split, not #0, #1 and #2");
+    ArrayRef<int64_t> perm = parts[i]->transpose.getPermutation();
+    if (perm != ArrayRef<int64_t>{0, 2, 1, 3})
+      return fail(Twine(names[i]) + "'s heads are permuted by " +
+                  permutationString(perm) + ", not [0, 2, 1, 3]");
+    ArrayRef<int64_t> heads = typeOf(parts[i]->reshape).getShape();
+    if (heads[0] != packed[0] || heads[1] != packed[1])
+      return fail(Twine(names[i]) + " is reshaped to " + shapeStr(heads) +
+                  ", not [B, T, heads, head size]");
+  }
+  Type elem = typeOf(qkv).getElementType();
+  for (int i = 0; i < 3; ++i)
+    if (typeOf(parts[i]->transpose).getElementType() != elem ||
+        typeOf(parts[i]->part).getElementType() != elem)
+      return fail(Twine(names[i]) + "'s head split converts its element type");
+
+  auto merge = output->hasOneUse()
+                   ? dyn_cast<TransposeOp>(*output->user_begin())
+                   : TransposeOp();
+  auto merged = merge && merge->hasOneUse()
+                    ? dyn_cast<ReshapeOp>(*merge->user_begin())
+                    : ReshapeOp();
+  SmallVector<int64_t> expected = {packed[0], packed[1], packed[2] / 3};
+  if (!merged || merge.getPermutation() != ArrayRef<int64_t>{0, 2, 1, 3} ||
+      typeOf(merged).getShape() != ArrayRef(expected) ||
+      typeOf(merged).getElementType() != elem)
+    return fail("the output is not merged back into [B, T, C] by transpose "
+                "[0, 2, 1, 3] and reshape, and nothing else");
+
+  Packed result{qkv, typeOf(q).getShape()[1], merged, {}};
+  for (int i = 0; i < 3; ++i)
+    result.ops.push_back(parts[i]->transpose);
+  for (int i = 0; i < 3; ++i)
+    result.ops.push_back(parts[i]->reshape);
+  result.ops.push_back(split);
+  return result;
+}
+
 /// Erases the matched ops (each listed after its users) that the fused op
 /// left unused, and the constants that only they used.
 void eraseDead(PatternRewriter &rewriter, ArrayRef<Operation *> ops) {
@@ -180,7 +302,9 @@ void eraseDead(PatternRewriter &rewriter, ArrayRef<Operation *> ops) {
 }
 
 struct FuseAttentionPattern : OpRewritePattern<MatmulOp> {
-  using OpRewritePattern::OpRewritePattern;
+  FuseAttentionPattern(MLIRContext *ctx, bool packQKV)
+      : OpRewritePattern(ctx), packQKV(packQKV) {}
+  bool packQKV;
 
   LogicalResult matchAndRewrite(MatmulOp output,
                                 PatternRewriter &rewriter) const override {
@@ -275,9 +399,39 @@ struct FuseAttentionPattern : OpRewritePattern<MatmulOp> {
                      ", not 1/sqrt(" + Twine(headDim) +
                      ") = " + formatNumber(expected));
 
-    // Replace the chain; the output keeps the matmul's shape.
+    // GPT-2's layout: one op on the packed c_attn output, no head copies.
     Location loc = rewriter.getFusedLoc(
         {scores.getLoc(), softmax.getLoc(), output.getLoc()});
+    SmallVector<Operation *> matched{softmax};
+    matched.append(between);
+    matched.push_back(scores);
+    matched.append(operandOps);
+    std::string why;
+    std::optional<Packed> packed;
+    if (packQKV && typeOf(q).getRank() == 4)
+      packed = matchPacked(q, k, v, output, why);
+    if (!why.empty())
+      softmax->emitRemark("did not pack attention: ") << why;
+    if (packed) {
+      RankedTensorType outType = typeOf(packed->merged);
+      ArrayRef<int64_t> qShape = typeOf(q).getShape();
+      auto fused = rewriter.create<FlashAttentionQKVOp>(
+          loc, outType,
+          RankedTensorType::get({qShape[0], qShape[1], qShape[2]},
+                                rewriter.getF32Type()),
+          packed->qkv, rewriter.getI64IntegerAttr(packed->heads),
+          rewriter.getF32FloatAttr(scale),
+          causal ? rewriter.getUnitAttr() : UnitAttr());
+      Operation *merge = packed->merged.getX().getDefiningOp();
+      rewriter.replaceOp(packed->merged, fused.getOut());
+      rewriter.eraseOp(merge);
+      rewriter.eraseOp(output);
+      matched.append(packed->ops);
+      eraseDead(rewriter, matched);
+      return success();
+    }
+
+    // Otherwise the [B, H, T, D] op; the output keeps the matmul's shape.
     SmallVector<Value, 3> heads = asHeads(rewriter, loc, {q, k, v});
     RankedTensorType qType = typeOf(heads[0]);
     auto fused = rewriter.create<FlashAttentionOp>(
@@ -291,10 +445,6 @@ struct FuseAttentionPattern : OpRewritePattern<MatmulOp> {
       result = rewriter.create<ReshapeOp>(loc, output.getType(), result);
     rewriter.replaceOp(output, result);
 
-    SmallVector<Operation *> matched{softmax};
-    matched.append(between);
-    matched.push_back(scores);
-    matched.append(operandOps);
     // The reshapes that folded heads, when the op took what they folded.
     for (Value x : {q, k, v})
       if (auto fold = x.getDefiningOp<ReshapeOp>())
@@ -306,26 +456,32 @@ struct FuseAttentionPattern : OpRewritePattern<MatmulOp> {
 
 struct GPTFuseAttentionPass
     : gptc::impl::GPTFuseAttentionBase<GPTFuseAttentionPass> {
+  using GPTFuseAttentionBase::GPTFuseAttentionBase;
+
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    gptc::populateFuseAttentionPatterns(patterns);
+    gptc::populateFuseAttentionPatterns(patterns, packQKV);
     FrozenRewritePatternSet frozen(std::move(patterns));
     PatternApplicator applicator(frozen);
     applicator.applyDefaultCostModel();
     // One sweep in program order, each matmul tried once, so a declined
     // attention says why exactly once (a greedy driver would retry it, and
-    // also delete unrelated dead ops). A rewrite erases only ops above its
-    // root, which the walk has already passed.
+    // also delete unrelated dead ops). The matmuls are listed first: a
+    // rewrite erases matmuls only above its root, which the sweep has
+    // passed, but the packed form also erases the head merge below it.
+    SmallVector<MatmulOp> matmuls;
+    getOperation().walk([&](MatmulOp op) { matmuls.push_back(op); });
     PatternRewriter rewriter(&getContext());
-    getOperation().walk([&](MatmulOp op) {
+    for (MatmulOp op : matmuls) {
       rewriter.setInsertionPoint(op);
       (void)applicator.matchAndRewrite(op, rewriter);
-    });
+    }
   }
 };
 
 } // namespace
 
-void gptc::populateFuseAttentionPatterns(RewritePatternSet &patterns) {
-  patterns.add<FuseAttentionPattern>(patterns.getContext());
+void gptc::populateFuseAttentionPatterns(RewritePatternSet &patterns,
+                                         bool packQKV) {
+  patterns.add<FuseAttentionPattern>(patterns.getContext(), packQKV);
 }

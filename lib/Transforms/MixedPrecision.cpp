@@ -1,9 +1,10 @@
 //===- MixedPrecision.cpp - gpt-mixed-precision ---------------------------===//
 //
 // Autocast as a compiler pass. Under bf16 and fp16 every gpt.matmul and
-// gpt.flash_attention of a forward function takes low-precision copies of
-// its float32 operands (gpt.cast) and produces its result in the low type,
-// which one more cast widens back to float32 for the ops that follow:
+// attention op (gpt.flash_attention, gpt.flash_attention_qkv) of a forward
+// function takes low-precision copies of its float32 operands (gpt.cast)
+// and produces its result in the low type, which one more cast widens back
+// to float32 for the ops that follow:
 //
 //   %y = gpt.matmul %x, %w : f32, f32 -> f32
 //
@@ -102,6 +103,22 @@ void castAttention(FlashAttentionOp op, Caster &caster) {
   op.erase();
 }
 
+// Packed attention: one cast on the [B, T, 3C] input (which
+// gpt-fuse-elementwise folds into the c_attn GEMM's epilogue), the output
+// in the low type, lse float32 as above.
+void castPackedAttention(FlashAttentionQKVOp op, Caster &caster) {
+  OpBuilder b(op);
+  auto low = b.create<FlashAttentionQKVOp>(
+      op.getLoc(), withElement(op.getOut(), caster.low()),
+      op.getLse().getType(), caster.narrow(b, op.getQkv()),
+      op.getNumHeadsAttr(), op.getScaleAttr(), op.getCausalAttr());
+  auto wide =
+      b.create<CastOp>(op.getLoc(), op.getOut().getType(), low.getOut());
+  op.getOut().replaceAllUsesWith(wide.getResult());
+  op.getLse().replaceAllUsesWith(low.getLse());
+  op.erase();
+}
+
 bool hasLoss(func::FuncOp func) {
   for (unsigned i = 0; i < func.getNumResults(); ++i)
     if (auto out = func.getResultAttrOfType<StringAttr>(i, kOutputAttr))
@@ -138,12 +155,15 @@ struct GPTMixedPrecisionPass
       Caster caster(low);
       SmallVector<Operation *> targets;
       func.walk([&](Operation *op) {
-        if (isa<MatmulOp, FlashAttentionOp>(op) && allF32(op->getOperands()))
+        if (isa<MatmulOp, FlashAttentionOp, FlashAttentionQKVOp>(op) &&
+            allF32(op->getOperands()))
           targets.push_back(op);
       });
       for (Operation *op : targets) {
         if (auto m = dyn_cast<MatmulOp>(op))
           castMatmul(m, caster);
+        else if (auto packed = dyn_cast<FlashAttentionQKVOp>(op))
+          castPackedAttention(packed, caster);
         else
           castAttention(cast<FlashAttentionOp>(op), caster);
       }

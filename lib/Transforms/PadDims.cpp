@@ -192,6 +192,16 @@ private:
           withShape(tensorType(fa.getOut()), q),
           withShape(tensorType(fa.getLse()), q.drop_back())};
     }
+    if (auto fa = dyn_cast<FlashAttentionQKVOp>(op)) {
+      if (!fa.getCausal())
+        return fail("padded keys would be visible to a non-causal "
+                    "gpt.flash_attention_qkv");
+      ArrayRef<int64_t> qkv = typeOf(fa.getQkv()).getShape();
+      ArrayRef<int64_t> lse = typeOf(fa.getLse()).getShape();
+      return SmallVector<RankedTensorType>{
+          withShape(tensorType(fa.getOut()), {qkv[0], qkv[1], qkv[2] / 3}),
+          withShape(tensorType(fa.getLse()), {lse[0], lse[1], qkv[1]})};
+    }
     if (auto reshape = dyn_cast<ReshapeOp>(op))
       return inferReshape(reshape, why);
     if (auto transpose = dyn_cast<TransposeOp>(op)) {

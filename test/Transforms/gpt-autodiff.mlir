@@ -93,10 +93,34 @@ func.func @flash(%q: tensor<1x2x4x4xf32> {gpt.param = "q"},
 
 // -----
 
+// Packed attention: its gradient is packed too, one op giving d(qkv).
+// CHECK-LABEL: func.func @flash_qkv_grad
+// CHECK: %[[O:.+]], %[[LSE:.+]] = gpt.flash_attention_qkv %[[X:[^ ]+]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32}
+// CHECK: %[[DO:.+]] = gpt.cross_entropy_grad
+// CHECK: %[[DX:.+]] = gpt.flash_attention_qkv_grad %[[X]], %[[O]], %[[LSE]], %[[DO]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32}
+// CHECK: return %{{.+}}, %[[DX]]
+func.func @flash_qkv(%x: tensor<1x4x24xf32> {gpt.param = "x"},
+                     %t: tensor<1x4xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}) {
+  %o, %lse = gpt.flash_attention_qkv %x {causal, num_heads = 2 : i64, scale = 0.5 : f32} : tensor<1x4x24xf32> -> tensor<1x4x8xf32>, tensor<1x2x4xf32>
+  %l = gpt.cross_entropy %o, %t : tensor<1x4x8xf32>, tensor<1x4xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // The logsumexp is an output for the backward pass, not a differentiable one.
 func.func @flash_lse_loss(%q: tensor<1x2x4x4xf32> {gpt.param = "q"}, %t: tensor<1x2xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}) {
   // expected-error @+1 {{'gpt.flash_attention' op has no gradient rule for its lse result (the loss depends on the logsumexp); only out is differentiable}}
   %o, %lse = gpt.flash_attention %q, %q, %q {causal, scale = 0.5 : f32} : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32> -> tensor<1x2x4x4xf32>, tensor<1x2x4xf32>
+  %l = gpt.cross_entropy %lse, %t : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+func.func @flash_qkv_lse_loss(%x: tensor<1x4x24xf32> {gpt.param = "x"}, %t: tensor<1x2xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}) {
+  // expected-error @+1 {{'gpt.flash_attention_qkv' op has no gradient rule for its lse result (the loss depends on the logsumexp); only out is differentiable}}
+  %o, %lse = gpt.flash_attention_qkv %x {causal, num_heads = 2 : i64, scale = 0.5 : f32} : tensor<1x4x24xf32> -> tensor<1x4x8xf32>, tensor<1x2x4xf32>
   %l = gpt.cross_entropy %lse, %t : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
   return %l : tensor<f32>
 }

@@ -1,19 +1,14 @@
 // RUN: gptc-opt %s -split-input-file -gpt-fuse-attention -verify-diagnostics | FileCheck %s
 
-// GPT-2's spelling (models/gpt2.cpp): heads split by reshape + transpose,
-// q·kᵀ as transpose_b, times 1/√d, gpt.causal_mask, softmax, ·v, heads
-// merged again. The split and the merge stay; the rest becomes one op on
-// the [B, H, T, D] tensors, and the constant it used goes with it.
+// GPT-2's spelling (models/gpt2.cpp): q, k and v split from c_attn's
+// [B, T, 3C] output, heads split by reshape + transpose, q·kᵀ as
+// transpose_b, times 1/√d, gpt.causal_mask, softmax, ·v, heads merged
+// again. All of it becomes one op on the packed tensor: the split, the head
+// transposes, the merge and the constant go.
 // CHECK-LABEL: func.func @gpt2
-// CHECK: %[[Q:.+]] = gpt.transpose %{{.+}} [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
-// CHECK: %[[K:.+]] = gpt.transpose %{{.+}} [0, 2, 1, 3]
-// CHECK: %[[V:.+]] = gpt.transpose %{{.+}} [0, 2, 1, 3]
-// CHECK-NOT: gpt.constant
-// CHECK: %[[O:.+]], %{{.+}} = gpt.flash_attention %[[Q]], %[[K]], %[[V]] {causal, scale = 5.000000e-01 : f32} : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>, tensor<2x2x4xf32>
-// CHECK: %[[M:.+]] = gpt.transpose %[[O]] [0, 2, 1, 3]
-// CHECK: %[[Y:.+]] = gpt.reshape %[[M]] : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
-// CHECK: return %[[Y]]
-// CHECK-NOT: gpt.softmax
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<2x4x24xf32>)
+// CHECK-NEXT: %[[Y:.+]], %{{.+}} = gpt.flash_attention_qkv %[[X]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x2x4xf32>
+// CHECK-NEXT: return %[[Y]]
 func.func @gpt2(%x: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
   %q0, %k0, %v0 = gpt.split %x {axis = 2} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
   %q1 = gpt.reshape %q0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
@@ -31,6 +26,140 @@ func.func @gpt2(%x: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
   %ot = gpt.transpose %o [0, 2, 1, 3] : tensor<2x2x4x4xf32> -> tensor<2x4x2x4xf32>
   %y = gpt.reshape %ot : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
   return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// k and q swapped in the split: still attention, on the [B, H, T, D] heads
+// as they are.
+// CHECK-LABEL: func.func @packed_wrong_order
+// CHECK: gpt.split
+// CHECK: %[[O:.+]], %{{.+}} = gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 5.000000e-01 : f32}
+// CHECK: gpt.transpose %[[O]] [0, 2, 1, 3]
+// CHECK-NOT: gpt.flash_attention_qkv
+func.func @packed_wrong_order(%x: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
+  %q0, %k0, %v0 = gpt.split %x {axis = 2} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %q1 = gpt.reshape %k0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %q = gpt.transpose %q1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %k1 = gpt.reshape %q0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %k = gpt.transpose %k1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %v1 = gpt.reshape %v0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %v = gpt.transpose %v1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %s = gpt.matmul %q, %k {transpose_b} : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %c = gpt.constant dense<0.5> : tensor<f32>
+  %ss = gpt.mul %s, %c : tensor<2x2x4x4xf32>, tensor<f32> -> tensor<2x2x4x4xf32>
+  %m = gpt.causal_mask %ss : tensor<2x2x4x4xf32>
+  // expected-remark @+1 {{did not pack attention: q, k and v are parts #1, #0 and #2 of the split, not #0, #1 and #2}}
+  %p = gpt.softmax %m : tensor<2x2x4x4xf32>
+  %o = gpt.matmul %p, %v : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %ot = gpt.transpose %o [0, 2, 1, 3] : tensor<2x2x4x4xf32> -> tensor<2x4x2x4xf32>
+  %y = gpt.reshape %ot : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Heads taken with another permutation ([H, B, T, D], batch and heads
+// swapped): attention over the same positions, but not the packed layout.
+// CHECK-LABEL: func.func @packed_other_permutation
+// CHECK: gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 5.000000e-01 : f32}
+// CHECK-NOT: gpt.flash_attention_qkv
+func.func @packed_other_permutation(%x: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
+  %q0, %k0, %v0 = gpt.split %x {axis = 2} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %q1 = gpt.reshape %q0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %q = gpt.transpose %q1 [2, 0, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %k1 = gpt.reshape %k0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %k = gpt.transpose %k1 [2, 0, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %v1 = gpt.reshape %v0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %v = gpt.transpose %v1 [2, 0, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %s = gpt.matmul %q, %k {transpose_b} : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %c = gpt.constant dense<0.5> : tensor<f32>
+  %ss = gpt.mul %s, %c : tensor<2x2x4x4xf32>, tensor<f32> -> tensor<2x2x4x4xf32>
+  %m = gpt.causal_mask %ss : tensor<2x2x4x4xf32>
+  // expected-remark @+1 {{did not pack attention: q's heads are permuted by [2, 0, 1, 3], not [0, 2, 1, 3]}}
+  %p = gpt.softmax %m : tensor<2x2x4x4xf32>
+  %o = gpt.matmul %p, %v : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %ot = gpt.transpose %o [1, 2, 0, 3] : tensor<2x2x4x4xf32> -> tensor<2x4x2x4xf32>
+  %y = gpt.reshape %ot : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// q, k and v split along the batch axis, not the channels.
+// CHECK-LABEL: func.func @packed_split_axis
+// CHECK: gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 5.000000e-01 : f32}
+// CHECK-NOT: gpt.flash_attention_qkv
+func.func @packed_split_axis(%x: tensor<6x4x8xf32>) -> tensor<2x4x8xf32> {
+  %q0, %k0, %v0 = gpt.split %x {axis = 0} : tensor<6x4x8xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %q1 = gpt.reshape %q0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %q = gpt.transpose %q1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %k1 = gpt.reshape %k0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %k = gpt.transpose %k1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %v1 = gpt.reshape %v0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %v = gpt.transpose %v1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %s = gpt.matmul %q, %k {transpose_b} : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %c = gpt.constant dense<0.5> : tensor<f32>
+  %ss = gpt.mul %s, %c : tensor<2x2x4x4xf32>, tensor<f32> -> tensor<2x2x4x4xf32>
+  %m = gpt.causal_mask %ss : tensor<2x2x4x4xf32>
+  // expected-remark @+1 {{did not pack attention: q, k and v are split along axis 0 of a rank-3 tensor, not the last axis of [B, T, 3C]}}
+  %p = gpt.softmax %m : tensor<2x2x4x4xf32>
+  %o = gpt.matmul %p, %v : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %ot = gpt.transpose %o [0, 2, 1, 3] : tensor<2x2x4x4xf32> -> tensor<2x4x2x4xf32>
+  %y = gpt.reshape %ot : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// q and k from one split, v from another.
+// CHECK-LABEL: func.func @packed_two_splits
+// CHECK: gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 5.000000e-01 : f32}
+// CHECK-NOT: gpt.flash_attention_qkv
+func.func @packed_two_splits(%x: tensor<2x4x24xf32>, %w: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
+  %q0, %k0, %v0 = gpt.split %x {axis = 2} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %a0, %b0, %c0 = gpt.split %w {axis = 2} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %q1 = gpt.reshape %q0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %q = gpt.transpose %q1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %k1 = gpt.reshape %k0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %k = gpt.transpose %k1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %v1 = gpt.reshape %c0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %v = gpt.transpose %v1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %s = gpt.matmul %q, %k {transpose_b} : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %c = gpt.constant dense<0.5> : tensor<f32>
+  %ss = gpt.mul %s, %c : tensor<2x2x4x4xf32>, tensor<f32> -> tensor<2x2x4x4xf32>
+  %m = gpt.causal_mask %ss : tensor<2x2x4x4xf32>
+  // expected-remark @+1 {{did not pack attention: q, k and v come from different gpt.split ops}}
+  %p = gpt.softmax %m : tensor<2x2x4x4xf32>
+  %o = gpt.matmul %p, %v : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %ot = gpt.transpose %o [0, 2, 1, 3] : tensor<2x2x4x4xf32> -> tensor<2x4x2x4xf32>
+  %y = gpt.reshape %ot : tensor<2x4x2x4xf32> -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+// The output stays [B, H, T, D] (returned as it is): the op must produce
+// that layout, so it is the [B, H, T, D] one.
+// CHECK-LABEL: func.func @packed_output_not_merged
+// CHECK: %[[O:.+]], %{{.+}} = gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {causal, scale = 5.000000e-01 : f32}
+// CHECK-NEXT: return %[[O]]
+func.func @packed_output_not_merged(%x: tensor<2x4x24xf32>) -> tensor<2x2x4x4xf32> {
+  %q0, %k0, %v0 = gpt.split %x {axis = 2} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %q1 = gpt.reshape %q0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %q = gpt.transpose %q1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %k1 = gpt.reshape %k0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %k = gpt.transpose %k1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %v1 = gpt.reshape %v0 : tensor<2x4x8xf32> -> tensor<2x4x2x4xf32>
+  %v = gpt.transpose %v1 [0, 2, 1, 3] : tensor<2x4x2x4xf32> -> tensor<2x2x4x4xf32>
+  %s = gpt.matmul %q, %k {transpose_b} : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  %c = gpt.constant dense<0.5> : tensor<f32>
+  %ss = gpt.mul %s, %c : tensor<2x2x4x4xf32>, tensor<f32> -> tensor<2x2x4x4xf32>
+  %m = gpt.causal_mask %ss : tensor<2x2x4x4xf32>
+  // expected-remark @+1 {{did not pack attention: the output is not merged back into [B, T, C] by transpose [0, 2, 1, 3] and reshape, and nothing else}}
+  %p = gpt.softmax %m : tensor<2x2x4x4xf32>
+  %o = gpt.matmul %p, %v : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32> -> tensor<2x2x4x4xf32>
+  return %o : tensor<2x2x4x4xf32>
 }
 
 // -----

@@ -66,6 +66,23 @@ func.func @attention(%q: tensor<1x2x8x4xf32> {gpt.param = "q"}, %t: tensor<1x2x8
 
 // -----
 
+// Packed attention: one cast on the [B, T, 3C] input, out bf16 and widened,
+// lse float32.
+// BF16-LABEL: func.func @attention_qkv
+// BF16-SAME: %[[X:[^:]+]]: tensor<1x8x24xf32>
+// BF16: %[[XL:.+]] = gpt.cast %[[X]] : tensor<1x8x24xf32> -> tensor<1x8x24xbf16>
+// BF16-NOT: gpt.cast %[[X]]
+// BF16: %[[O:.+]], %[[LSE:.+]] = gpt.flash_attention_qkv %[[XL]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32} : tensor<1x8x24xbf16> -> tensor<1x8x8xbf16>, tensor<1x2x8xf32>
+// BF16: gpt.cast %[[O]] : tensor<1x8x8xbf16> -> tensor<1x8x8xf32>
+// BF16: return %{{.+}}, %[[LSE]]
+func.func @attention_qkv(%x: tensor<1x8x24xf32> {gpt.param = "x"}, %t: tensor<1x8xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}, tensor<1x2x8xf32>) {
+  %o, %lse = gpt.flash_attention_qkv %x {causal, num_heads = 2 : i64, scale = 0.5 : f32} : tensor<1x8x24xf32> -> tensor<1x8x8xf32>, tensor<1x2x8xf32>
+  %l = gpt.cross_entropy %o, %t : tensor<1x8x8xf32>, tensor<1x8xi32> -> tensor<f32>
+  return %l, %lse : tensor<f32>, tensor<1x2x8xf32>
+}
+
+// -----
+
 // Functions without a loss (the update, helpers) and matmuls that are
 // already low-precision are left alone.
 // BF16-LABEL: func.func @no_loss

@@ -109,6 +109,16 @@ rt::Program gpt2Launches(DType act) {
                       {p0, p1, m0, m1});
   mt.ints["num_tensors"] = 2;
   mt.body = adamLike();
+  // Attention on GPT-2's packed c_attn output, both directions.
+  int packed = b.buf(act, {B, T, 3 * C}), y = b.buf(act, {B, T, C}),
+      ylse = b.buf(f32, {B, H, T});
+  auto &pa = b.launch("flash_attention_qkv", {packed}, {y, ylse});
+  pa.ints = {{"causal", 1}, {"num_heads", H}};
+  pa.floats["scale"] = 0.125;
+  auto &pag = b.launch("flash_attention_qkv_grad", {packed, y, ylse, y},
+                       {b.buf(act, {B, T, 3 * C})});
+  pag.ints = {{"causal", 1}, {"num_heads", H}};
+  pag.floats["scale"] = 0.125;
   return b.p;
 }
 
@@ -140,10 +150,13 @@ void compileAll(DType act, const std::string &arch) {
     EXPECT_EQ(r.spillStores, 0) << r.name;
     EXPECT_EQ(r.localBytes, 0) << r.name;
   }
-  const cuda::KernelResources *fa = find(rs, "flash_attention_0");
-  ASSERT_TRUE(fa);
-  if (act == DType::BF16)
-    EXPECT_GT(fa->sharedBytes, 0); // the tensor-core path stages tiles
+  for (const char *name :
+       {"flash_attention_0", "flash_attention_qkv_0", "flash_attention_qkv_grad_0"}) {
+    const cuda::KernelResources *fa = find(rs, name);
+    ASSERT_TRUE(fa) << name;
+    if (act == DType::BF16)
+      EXPECT_GT(fa->sharedBytes, 0) << name; // the tensor-core path stages tiles
+  }
 }
 
 } // namespace

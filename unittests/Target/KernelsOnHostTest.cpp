@@ -858,3 +858,88 @@ TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
     expectNear(bw[2], data[a[4]].f32, 2e-2f, "flash_attention_grad dv");
   }
 }
+
+namespace {
+
+/// gpt.flash_attention_qkv and its gradient read q, k and v in place from
+/// a packed [B, T, 3C] tensor and write out [B, T, C] and dqkv [B, T, 3C].
+/// B = H = 2, so both halves of blockIdx.y (batch · H + head) matter; the
+/// reference is the CPU executor's unpack, run, pack. Tensor cores: bf16
+/// inputs (T = 128, D = 64, the Mma kernels), tolerances as above;
+/// otherwise float32 (the Simple kernels), tolerances as for the [B, H, T,
+/// D] op.
+void checkPackedAttention(bool tensorCores) {
+  const DType f32 = DType::F32, in = tensorCores ? DType::BF16 : f32;
+  const int64_t B = 2, H = 2, D = tensorCores ? 64 : 8;
+  const int64_t T = tensorCores ? 128 : 16, C = H * D;
+  const float scale = tensorCores ? 0.125f : 0.35f;
+  Builder b;
+  int qkv = b.buf(in, {B, T, 3 * C}), dout = b.buf(in, {B, T, C});
+  std::vector<int> attn;
+  for (int causal : {1, 0}) {
+    int o = b.buf(f32, {B, T, C}), lse = b.buf(f32, {B, H, T});
+    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+    fa.ints = {{"causal", causal}, {"num_heads", H}};
+    fa.floats["scale"] = scale;
+    int dqkv = b.buf(f32, {B, T, 3 * C});
+    auto &fag =
+        b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
+    fag.ints = {{"causal", causal}, {"num_heads", H}};
+    fag.floats["scale"] = scale;
+    attn.insert(attn.end(), {o, lse, dqkv});
+  }
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  for (const rt::DeviceKernel &k : p.kernels)
+    ASSERT_EQ(k.source.find("Mma<") != std::string::npos, tensorCores)
+        << k.name;
+
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  std::vector<std::vector<uint16_t>> bits(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    data[i] = randomFloats(p.buffers[i].shape, uint32_t(300 + i));
+    if (p.buffers[i].dtype != DType::BF16)
+      continue;
+    for (float &x : data[i].f32) {
+      x = exec::roundToBF16(x);
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      bits[i].push_back(uint16_t(u >> 16));
+    }
+  }
+  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+    std::vector<void *> ptrs;
+    const rt::Launch &l = p.functions[0].launches[i];
+    for (int id : l.inputs)
+      ptrs.push_back(bits[id].empty() ? static_cast<void *>(data[id].f32.data())
+                                      : bits[id].data());
+    for (int id : l.outputs)
+      ptrs.push_back(data[id].f32.data());
+    kernels.run(i, ptrs);
+  }
+  const float outTol = tensorCores ? 1e-2f : 2e-5f;
+  const float lseTol = tensorCores ? 1e-5f : 2e-5f;
+  const float gradTol = tensorCores ? 2e-2f : 1e-4f;
+  for (int c = 0; c < 2; ++c) {
+    bool causal = c == 0;
+    const int *a = attn.data() + 3 * c;
+    std::vector<exec::HostTensor> fw =
+        exec::flashAttentionQKV(data[qkv], H, scale, causal);
+    expectNear(fw[0], data[a[0]].f32, outTol, "flash_attention_qkv out");
+    expectNear(fw[1], data[a[1]].f32, lseTol, "flash_attention_qkv lse");
+    std::vector<exec::HostTensor> bw = exec::flashAttentionQKVGrad(
+        data[qkv], data[a[0]], data[a[1]], data[dout], H, scale, causal);
+    expectNear(bw[0], data[a[2]].f32, gradTol, "flash_attention_qkv_grad");
+  }
+}
+
+} // namespace
+
+TEST(TemplateKernelsOnHost, PackedAttentionMatchesTheCpuExecutor) {
+  checkPackedAttention(/*tensorCores=*/false);
+}
+
+TEST(TemplateKernelsOnHost, PackedTensorCoreAttentionMatchesTheCpuExecutor) {
+  checkPackedAttention(/*tensorCores=*/true);
+}

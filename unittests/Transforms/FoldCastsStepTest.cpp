@@ -7,7 +7,10 @@
 // and narrowed gradient into the loss, then a layernorm result's cast into
 // the layernorm. Compared: the forward function (loss and
 // logits) and the gradient function (loss and every gradient) on random
-// weights and tokens, under bf16 and fp16.
+// weights and tokens, under bf16 and fp16. Attention is left on [B, H, T,
+// D] head copies (gpt-fuse-attention's pack-qkv off), so that GPT-2 has
+// head transposes to fold casts into; PackedAttentionStepTest.cpp covers
+// the packed step, where they do not exist.
 //
 // Tolerance: none. A layout op only moves values, so converting before or
 // after the move gives the same bits; a layernorm rounds its float32 result
@@ -36,12 +39,17 @@ OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
                               bool foldCasts) {
   OptimizerOptions opts;
   opts.precision = precision;
-  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
-    pm.addPass(createGPTFuseMatmulEpilogue());
-    GPTFuseElementwiseOptions fuse;
-    fuse.foldCasts = foldCasts;
-    pm.addPass(createGPTFuseElementwise(fuse));
-  });
+  // Attention on [B, H, T, D] head copies (pack-qkv off): the head splits
+  // and merges are the layout ops whose casts are folded.
+  return compileTinyStep(
+      ctx, opts,
+      [&](PassManager &pm) {
+        pm.addPass(createGPTFuseMatmulEpilogue());
+        GPTFuseElementwiseOptions fuse;
+        fuse.foldCasts = foldCasts;
+        pm.addPass(createGPTFuseElementwise(fuse));
+      },
+      /*packAttention=*/false);
 }
 
 /// Transposes that read one type and write another.

@@ -30,10 +30,11 @@ OwningOpRef<ModuleOp> buildTiny(MLIRContext &ctx, int64_t batch, int64_t seq,
 
 OwningOpRef<ModuleOp>
 compileTinyStep(MLIRContext &ctx, const OptimizerOptions &options,
-                llvm::function_ref<void(PassManager &)> addPasses) {
+                llvm::function_ref<void(PassManager &)> addPasses,
+                bool packAttention) {
   OwningOpRef<ModuleOp> module = buildTiny(ctx, 2, 16, /*nLayer=*/2);
   PassManager pm(&ctx);
-  buildPipeline(pm, "optimizer", options);
+  buildPipeline(pm, "optimizer", options, kDefaultPadMultiple, packAttention);
   addPasses(pm);
   if (failed(pm.run(*module)))
     return nullptr;

@@ -32,10 +32,12 @@ mlir::OwningOpRef<mlir::ModuleOp> buildTiny(mlir::MLIRContext &ctx,
                                             int64_t nLayer = 0);
 
 /// gpt2-tiny with two blocks, batch 2 and sequence 16, through the optimizer
-/// stage with `options`, then the passes `addPasses` adds; null on failure.
+/// stage with `options` (and gpt-fuse-attention's pack-qkv =
+/// `packAttention`), then the passes `addPasses` adds; null on failure.
 mlir::OwningOpRef<mlir::ModuleOp>
 compileTinyStep(mlir::MLIRContext &ctx, const OptimizerOptions &options,
-                llvm::function_ref<void(mlir::PassManager &)> addPasses);
+                llvm::function_ref<void(mlir::PassManager &)> addPasses,
+                bool packAttention = true);
 
 /// How many `opName` ops the body of `func` holds, not counting nested ones.
 int64_t countTopLevel(mlir::func::FuncOp func, llvm::StringRef opName);

@@ -87,6 +87,21 @@ flashAttentionGrad(const HostTensor &q, const HostTensor &k,
                    const HostTensor &v, const HostTensor &out,
                    const HostTensor &lse, const HostTensor &dout, float scale,
                    bool causal, AttentionTiles tiles = {});
+/// gpt.flash_attention_qkv: {out [B, T, C], lse [B, H, T]} from qkv
+/// [B, T, 3C] (q, k, v side by side, `heads` heads of C/heads each). The
+/// reference for the strided GPU kernels: it unpacks the heads, runs
+/// flashAttention and packs out back, so it agrees bit for bit with the
+/// split, transpose, flash_attention, transpose sequence it replaces.
+std::vector<HostTensor> flashAttentionQKV(const HostTensor &qkv, int64_t heads,
+                                          float scale, bool causal,
+                                          AttentionTiles tiles = {});
+/// gpt.flash_attention_qkv_grad: {dqkv [B, T, 3C]}, by way of
+/// flashAttentionGrad as flashAttentionQKV goes by way of flashAttention.
+std::vector<HostTensor>
+flashAttentionQKVGrad(const HostTensor &qkv, const HostTensor &out,
+                      const HostTensor &lse, const HostTensor &dout,
+                      int64_t heads, float scale, bool causal,
+                      AttentionTiles tiles = {});
 
 // Gradients (the adjoints gpt-autodiff emits).
 HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,

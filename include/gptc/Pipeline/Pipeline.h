@@ -47,10 +47,12 @@ inline constexpr int64_t kDefaultPadMultiple = 64;
 
 /// Adds the passes that turn the forward graph into a training step, up to
 /// and including `stage` ("graph", "padded", "attention", "autodiff",
-/// "optimizer", "fused").
+/// "optimizer", "fused"). `packAttention` is gpt-fuse-attention's pack-qkv
+/// (false: attention on [B, H, T, D] head copies, as the step tests compare).
 void buildPipeline(mlir::OpPassManager &pm, llvm::StringRef stage,
                    const OptimizerOptions &opts,
-                   int64_t padMultiple = kDefaultPadMultiple);
+                   int64_t padMultiple = kDefaultPadMultiple,
+                   bool packAttention = true);
 
 /// Builds GPT-2 for a [B, T] batch and runs the whole training pipeline.
 /// Fails (with diagnostics already reported) if a pass fails.

@@ -16,8 +16,11 @@ namespace gptc {
 #define GEN_PASS_REGISTRATION
 #include "gptc/Transforms/Passes.h.inc"
 
-/// gpt-fuse-attention's pattern, rooted at the matmul of probabilities by v.
-void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns);
+/// gpt-fuse-attention's pattern, rooted at the matmul of probabilities by v;
+/// with `packQKV`, attention on heads split from one [B, T, 3C] tensor
+/// becomes gpt.flash_attention_qkv.
+void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns,
+                                   bool packQKV = true);
 
 /// gpt-fuse-elementwise on one function: elementwise chains into
 /// gpt.fused_elementwise, same-bodied ones into gpt.multi_tensor_elementwise,

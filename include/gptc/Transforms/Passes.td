@@ -97,10 +97,23 @@ def GPTFuseAttention : Pass<"gpt-fuse-attention", "mlir::ModuleOp"> {
       makes `causal = false`;
     - the probabilities multiplied by v, `gpt.matmul %p, %v`.
 
-    q, k and v already in [B, H, T, D] (GPT-2 splits heads with reshape and
-    transpose before q·kᵀ) are used as they are; heads folded into one batch
-    dimension ([B·H, T, D]) are unfolded by looking through the reshape that
-    folded them, or by a new reshape, and the output is reshaped back.
+    q, k and v already in [B, H, T, D] are used as they are; heads folded
+    into one batch dimension ([B·H, T, D]) are unfolded by looking through
+    the reshape that folded them, or by a new reshape, and the output is
+    reshaped back.
+
+    GPT-2's layout becomes `gpt.flash_attention_qkv` instead (with
+    `pack-qkv`, the default): q, k and v parts #0, #1 and #2 of one
+    `gpt.split` along the last axis of a [B, T, 3C] tensor, each as
+    `gpt.transpose [0, 2, 1, 3]` of `gpt.reshape` to [B, T, H, D], and the
+    output used only by `gpt.transpose [0, 2, 1, 3]` and a `gpt.reshape`
+    to [B, T, C]. The op reads the heads from the packed tensor in place
+    and writes [B, T, C]; the split, the head transposes and the merge
+    disappear (and with them their gradients' copies after gpt-autodiff).
+    Head splits that are nearly that (the parts in another order, another
+    permutation, a split along another axis, parts of different splits, an
+    output not merged back) keep the [B, H, T, D] op, with a remark
+    `did not pack attention: <why>` at the softmax.
 
     Anything that is not exactly attention stays as it is, with a remark
     `did not fuse attention: <why>` at the softmax: a mask that is not
@@ -125,7 +138,20 @@ def GPTFuseAttention : Pass<"gpt-fuse-attention", "mlir::ModuleOp"> {
         : tensor<2x4x8x32xf32>, tensor<2x4x8x32xf32>, tensor<2x4x8x32xf32>
         -> tensor<2x4x8x32xf32>, tensor<2x4x8xf32>
     ```
+
+    and GPT-2's block, from `%qkv` [B, T, 3C] to the merged `%y` [B, T, C]:
+
+    ```mlir
+    %y, %lse = gpt.flash_attention_qkv %qkv {causal, num_heads = 12 : i64,
+                                             scale = 0.125 : f32}
+        : tensor<4x1024x2304xf32> -> tensor<4x1024x768xf32>, tensor<4x12x1024xf32>
+    ```
   }];
+  let options = [
+    Option<"packQKV", "pack-qkv", "bool", "true",
+           "Read q, k and v split from one [B, T, 3C] tensor in place "
+           "(gpt.flash_attention_qkv); false: always the [B, H, T, D] op">,
+  ];
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }
 
@@ -139,7 +165,8 @@ def GPTMixedPrecision : Pass<"gpt-mixed-precision", "mlir::ModuleOp"> {
     - `tf32`: types stay float32; the module gets `gpt.precision = "tf32"`,
       telling the runtime that its GEMMs may round inputs to TF32 (the CPU
       executor computes in float32 regardless).
-    - `bf16`: autocast. Every `gpt.matmul` and `gpt.flash_attention` of a
+    - `bf16`: autocast. Every `gpt.matmul`, `gpt.flash_attention` and
+      `gpt.flash_attention_qkv` (one cast, on its packed input) of a
       function with a loss gets `gpt.cast` copies of its float32 operands in
       bf16, computes in bf16 with float32 accumulation, writes a bf16
       result, and one `gpt.cast` widens that result back to float32 for the
@@ -151,7 +178,7 @@ def GPTMixedPrecision : Pass<"gpt-mixed-precision", "mlir::ModuleOp"> {
       run-time `gpt.hyper = "loss_scale"` argument (dynamic loss scaling).
 
     Runs after gpt-fuse-attention and before gpt-autodiff, so the backward
-    GEMMs and `flash_attention_grad` read the same low-precision copies and
+    GEMMs and the attention gradients read the same low-precision copies and
     the casts' VJPs return float32 gradients.
 
     Example (bf16):

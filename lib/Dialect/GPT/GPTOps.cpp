@@ -206,6 +206,48 @@ LogicalResult FlashAttentionGradOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// FlashAttentionQKVOp, FlashAttentionQKVGradOp
+//===----------------------------------------------------------------------===//
+
+/// The checks both packed attention ops share: qkv [B, T, 3·H·D], out
+/// [B, T, H·D] of qkv's element type, lse [B, H, T], a usable scale.
+static LogicalResult verifyPackedAttention(Operation *op, Value qkv, Value out,
+                                           Value lse, int64_t heads,
+                                           APFloat scale) {
+  ArrayRef<int64_t> qs = shapeOf(qkv);
+  if (qs.size() != 3)
+    return op->emitOpError() << "qkv must be [batch, positions, 3 * channels], "
+                                "got "
+                             << shapeStr(qs);
+  if (heads <= 0)
+    return op->emitOpError() << "num_heads must be positive, got " << heads;
+  if (qs[2] % (3 * heads) != 0)
+    return op->emitOpError()
+           << "qkv's last dimension " << qs[2] << " is not 3 x num_heads ("
+           << heads << ") x a head size";
+  int64_t channels = qs[2] / 3;
+  if (failed(expectShape(op, "out", shapeOf(out), {qs[0], qs[1], channels})))
+    return failure();
+  if (elemOf(out) != elemOf(qkv))
+    return op->emitOpError("out must have the element type of qkv");
+  if (failed(expectShape(op, "lse", shapeOf(lse), {qs[0], heads, qs[1]})))
+    return failure();
+  if (!scale.isFiniteNonZero() || scale.isNegative())
+    return op->emitOpError("scale must be a positive finite number");
+  return success();
+}
+
+LogicalResult FlashAttentionQKVOp::verify() {
+  return verifyPackedAttention(*this, getQkv(), getOut(), getLse(),
+                               getNumHeads(), getScale());
+}
+
+LogicalResult FlashAttentionQKVGradOp::verify() {
+  return verifyPackedAttention(*this, getQkv(), getOut(), getLse(),
+                               getNumHeads(), getScale());
+}
+
+//===----------------------------------------------------------------------===//
 // ReshapeOp, TransposeOp, SplitOp
 //===----------------------------------------------------------------------===//
 

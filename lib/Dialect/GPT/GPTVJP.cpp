@@ -159,6 +159,19 @@ LogicalResult FlashAttentionOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
   return success();
 }
 
+// The packed op's gradient is packed too: dq, dk and dv land side by side in
+// one [B, T, 3C] tensor, the layout the c_attn backward GEMMs read.
+LogicalResult FlashAttentionQKVOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
+                                            SmallVectorImpl<Value> &dxs) {
+  if (dys[1])
+    return emitOpError("has no gradient rule for its lse result (the loss "
+                       "depends on the logsumexp); only out is differentiable");
+  dxs.push_back(b.create<FlashAttentionQKVGradOp>(
+      getLoc(), getQkv().getType(), getQkv(), getOut(), getLse(), dys[0],
+      getNumHeadsAttr(), getScaleAttr(), getCausalAttr()));
+  return success();
+}
+
 LogicalResult GeluOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
                                SmallVectorImpl<Value> &dxs) {
   dxs.push_back(b.create<GeluGradOp>(getLoc(), getType(), getX(), dys[0],

@@ -153,6 +153,10 @@ std::string Emitter::run(const std::string &name) {
     emitFlashAttention(false);
   else if (k == "flash_attention_grad")
     emitFlashAttention(true);
+  else if (k == "flash_attention_qkv")
+    emitFlashAttentionQKV(false);
+  else if (k == "flash_attention_qkv_grad")
+    emitFlashAttentionQKV(true);
   else if (k == "fused_elementwise")
     emitElementwise(l.body);
   else if (k == "multi_tensor_elementwise")

@@ -164,43 +164,108 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   l.grid[0] = toGrid(rows);
 }
 
+/// What differs between the [B, H, T, D] and the packed attention ops: the
+/// sizes, the HeadRows type of each operand group (attention.cuh) and the
+/// kernel's pointer arguments.
+struct Emitter::AttentionLayout {
+  int64_t D, T, S, heads; ///< heads = B·H, the grid's y
+  std::string lq, lk, lo; ///< q and dq; k, v, dk and dv; out and dout
+  std::string args;       ///< q, k, v, out, lse or q, k, v, o, lse, dout, dq, dk, dv
+  bool bf16;              ///< q, k, v (and dout) are bf16
+  bool aligned16;         ///< every row start is 16-byte aligned
+};
+
+/// HeadRows of [heads, rows, D] contiguous.
+static std::string contiguousRows(int64_t rows, int64_t D) {
+  return "HeadRows<1, " + std::to_string(D) + ", 0, " + i64Literal(rows * D) +
+         ">";
+}
+
+void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
+  // HeadRows::head computes element offsets in 32 bits.
+  for (size_t i = 0; i < l.inputs.size(); ++i)
+    if (in(i).numel() >= (int64_t(1) << 32))
+      unsupported("an operand has 2^32 elements or more (head offsets are "
+                  "32-bit)");
+  for (size_t i = 0; i < l.outputs.size(); ++i)
+    if (out(i).numel() >= (int64_t(1) << 32))
+      unsupported("a result has 2^32 elements or more (head offsets are "
+                  "32-bit)");
+  bool causal = intAttr("causal", 0) != 0;
+  std::string scale = floatLiteral(floatAttr("scale", 1.0));
+  bool mma = a.bf16 && a.aligned16 && a.T % 64 == 0 && a.S % 64 == 0 &&
+             a.D % 16 == 0 && a.D <= 64 && (!causal || a.T == a.S);
+  headers.insert("attention.cuh");
+  std::string tmpl = std::to_string(a.D) + ", " + std::to_string(a.T) + ", " +
+                     std::to_string(a.S) + ", " + (causal ? "true" : "false") +
+                     ", " + a.lq + ", " + a.lk + ", " + a.lo;
+  // The tensor-core forward at 4 blocks an SM fits in 128 registers (left
+  // alone, ptxas spills at small head sizes); the backward needs ~240.
+  begin(entry, mma ? 128 : 64, mma && !grad ? 4 : 0);
+  os << "  attention" << (grad ? "Backward" : "Forward")
+     << (mma ? "Mma" : "Simple") << "<" << tmpl << ">(" << a.args << ", "
+     << scale << ");\n}\n";
+  l.block[0] = mma ? 128 : 64;
+  l.grid[0] =
+      toGrid(grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64) : ceilDiv(a.T, 64));
+  l.grid[1] = uint32_t(a.heads);
+}
+
 void Emitter::emitFlashAttention(bool grad) {
   expectArity(grad ? 6 : 3, grad ? 3 : 2);
   const Shape &q = in(0).shape, &k = in(1).shape;
   if (q.size() < 2 || k.size() != q.size())
     unsupported("q and k need rank 2 or more");
-  int64_t T = q[q.size() - 2], D = q.back(), S = k[k.size() - 2];
-  int64_t heads = numel(q) / (T * D);
-  bool causal = intAttr("causal", 0) != 0;
-  std::string scale = floatLiteral(floatAttr("scale", 1.0));
-  bool bf16 = in(0).dtype == DType::BF16 && in(1).dtype == DType::BF16 &&
-              in(2).dtype == DType::BF16 &&
-              (!grad || in(5).dtype == DType::BF16);
-  bool mma = bf16 && T % 64 == 0 && S % 64 == 0 && D % 16 == 0 && D <= 64 &&
-             (!causal || T == S);
   if (grad && in(4).dtype != DType::F32)
     unsupported("lse must be f32");
-  headers.insert("attention.cuh");
-  std::string dims = std::to_string(D) + ", " + std::to_string(T) + ", " +
-                     std::to_string(S) + ", " + (causal ? "true" : "false");
-  // The tensor-core forward at 4 blocks an SM fits in 128 registers (left
-  // alone, ptxas spills at small head sizes); the backward needs ~240.
-  begin(entry, mma ? 128 : 64, mma && !grad ? 4 : 0);
-  if (!grad && mma)
-    os << "  attentionForwardMma<" << dims << ">(in0, in1, in2, out0, out1, "
-       << scale << ");\n}\n";
-  else if (!grad)
-    os << "  attentionForwardSimple<" << dims << ">(in0, in1, in2, out0, out1, "
-       << scale << ");\n}\n";
-  else if (mma)
-    os << "  attentionBackwardMma<" << dims << ">(in0, in1, in2, in3, in4, "
-       << "in5, out0, out1, out2, " << scale << ");\n}\n";
-  else
-    os << "  attentionBackwardSimple<" << dims << ">(in0, in1, in2, in3, in4, "
-       << "in5, out0, out1, out2, " << scale << ");\n}\n";
-  l.block[0] = mma ? 128 : 64;
-  l.grid[0] = toGrid(grad ? ceilDiv(T, 64) + ceilDiv(S, 64) : ceilDiv(T, 64));
-  l.grid[1] = uint32_t(heads);
+  AttentionLayout a;
+  a.T = q[q.size() - 2];
+  a.D = q.back();
+  a.S = k[k.size() - 2];
+  a.heads = numel(q) / (a.T * a.D);
+  a.lq = a.lo = contiguousRows(a.T, a.D);
+  a.lk = contiguousRows(a.S, a.D);
+  a.args = grad ? "in0, in1, in2, in3, in4, in5, out0, out1, out2"
+                : "in0, in1, in2, out0, out1";
+  a.bf16 = in(0).dtype == DType::BF16 && in(1).dtype == DType::BF16 &&
+           in(2).dtype == DType::BF16 &&
+           (!grad || in(5).dtype == DType::BF16);
+  a.aligned16 = a.D % 8 == 0; // 8 bf16s: rows start at multiples of D
+  emitAttention(a, grad);
+}
+
+void Emitter::emitFlashAttentionQKV(bool grad) {
+  expectArity(grad ? 4 : 1, grad ? 1 : 2);
+  const Shape &qkv = in(0).shape;
+  int64_t H = intAttr("num_heads", 0);
+  if (qkv.size() != 3 || H <= 0 || qkv[2] % (3 * H) != 0)
+    unsupported("expected qkv [B, T, 3 * num_heads * head size]");
+  if (grad && in(2).dtype != DType::F32)
+    unsupported("lse must be f32");
+  AttentionLayout a;
+  const int64_t B = qkv[0], T = qkv[1], C = qkv[2] / 3;
+  a.T = a.S = T;
+  a.D = C / H;
+  a.heads = B * H;
+  // Head h of q at column h·D of [B, T, 3C] rows (k and v: the pointer
+  // moved by C and 2C); out, dout [B, T, C] rows.
+  a.lq = a.lk = "HeadRows<" + std::to_string(H) + ", " + i64Literal(3 * C) +
+                ", " + std::to_string(a.D) + ", " + i64Literal(T * 3 * C) + ">";
+  a.lo = "HeadRows<" + std::to_string(H) + ", " + i64Literal(C) + ", " +
+         std::to_string(a.D) + ", " + i64Literal(T * C) + ">";
+  const std::string c = i64Literal(C), c2 = i64Literal(2 * C);
+  // qkv, out, lse -> out, lse; qkv, out, lse, dout -> dqkv.
+  a.args = grad ? "in0, in0 + " + c + ", in0 + " + c2 +
+                      ", in1, in2, in3, out0, out0 + " + c + ", out0 + " + c2
+                : "in0, in0 + " + c + ", in0 + " + c2 + ", out0, out1";
+  a.bf16 = in(0).dtype == DType::BF16 &&
+           (!grad || in(3).dtype == DType::BF16);
+  // The tensor-core kernels load rows 16 bytes (8 bf16s) at a time: the
+  // row strides (3C, C), the head offsets (h·D) and the part offsets (C,
+  // 2C) must all be multiples of 8. Padded GPT-2 has C a multiple of 64
+  // and D = 64; anything else takes the simple kernel.
+  a.aligned16 = C % 8 == 0 && a.D % 8 == 0;
+  emitAttention(a, grad);
 }
 
 } // namespace gptc::cuda::detail

@@ -172,6 +172,9 @@ private:
   void emitReduceSum();
   void emitCrossEntropy(bool withGrad);
   void emitFlashAttention(bool grad);
+  void emitFlashAttentionQKV(bool grad);
+  struct AttentionLayout;
+  void emitAttention(const AttentionLayout &a, bool grad);
 
   const rt::Program &p;
   Launch &l;

@@ -201,6 +201,78 @@ func.func @attention_grad_lse_shape(%q: tensor<2x4x8x16xf32>, %lse: tensor<2x4x1
 
 // -----
 
+func.func @attention_qkv_rank(%qkv: tensor<2x4x8x48xf32>) {
+  // expected-error @+1 {{qkv must be [batch, positions, 3 * channels], got 2x4x8x48}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x4x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_heads(%qkv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{num_heads must be positive, got 0}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 0 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x0x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_not_divisible(%qkv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{qkv's last dimension 48 is not 3 x num_heads (5) x a head size}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 5 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x5x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_out_shape(%qkv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{out has shape 2x8x48, expected 2x8x16}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32> -> tensor<2x8x48xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_out_type(%qkv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{out must have the element type of qkv}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32> -> tensor<2x8x16xbf16>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_lse_shape(%qkv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{lse has shape 2x8x4, expected 2x4x8}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_scale(%qkv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{scale must be a positive finite number}}
+  %o, %l = gpt.flash_attention_qkv %qkv {num_heads = 4 : i64, scale = -0.5 : f32} : tensor<2x8x48xf32> -> tensor<2x8x16xf32>, tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_grad_dout(%qkv: tensor<2x8x48xf32>, %o: tensor<2x8x16xf32>, %l: tensor<2x4x8xf32>, %do: tensor<2x8x16xbf16>) {
+  // expected-error @+1 {{all of {out, dout} have same type}}
+  %d = "gpt.flash_attention_qkv_grad"(%qkv, %o, %l, %do) {num_heads = 4 : i64, scale = 0.5 : f32} : (tensor<2x8x48xf32>, tensor<2x8x16xf32>, tensor<2x4x8xf32>, tensor<2x8x16xbf16>) -> tensor<2x8x48xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_grad_lse(%qkv: tensor<2x8x48xf32>, %o: tensor<2x8x16xf32>, %l: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{lse has shape 2x4x4, expected 2x4x8}}
+  %d = gpt.flash_attention_qkv_grad %qkv, %o, %l, %o {num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32>, tensor<2x8x16xf32>, tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
 func.func @gelu_approximation(%x: tensor<8xf32>) {
   // expected-error @+1 {{approximate must be "tanh" or "none", got "sigmoid"}}
   %y = gpt.gelu %x {approximate = "sigmoid"} : tensor<8xf32>

@@ -57,6 +57,15 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: ten
   return %o, %dq, %dk, %dv, %x : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>
 }
 
+// CHECK-LABEL: func.func @attention_qkv
+func.func @attention_qkv(%qkv: tensor<2x8x48xbf16>, %do: tensor<2x8x16xbf16>) -> (tensor<2x8x16xbf16>, tensor<2x8x48xbf16>) {
+  // CHECK: %[[O:.+]], %[[L:.+]] = gpt.flash_attention_qkv %[[QKV:.+]] {causal, num_heads = 4 : i64, scale = 5.000000e-01 : f32} : tensor<2x8x48xbf16> -> tensor<2x8x16xbf16>, tensor<2x4x8xf32>
+  %o, %lse = gpt.flash_attention_qkv %qkv {causal, num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xbf16> -> tensor<2x8x16xbf16>, tensor<2x4x8xf32>
+  // CHECK: gpt.flash_attention_qkv_grad %[[QKV]], %[[O]], %[[L]], %{{.+}} {causal, num_heads = 4 : i64, scale = 5.000000e-01 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>
+  %dqkv = gpt.flash_attention_qkv_grad %qkv, %o, %lse, %do {causal, num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>
+  return %o, %dqkv : tensor<2x8x16xbf16>, tensor<2x8x48xbf16>
+}
+
 // CHECK-LABEL: func.func @gelu
 func.func @gelu(%x: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
   // The tanh form is the default and is not printed.

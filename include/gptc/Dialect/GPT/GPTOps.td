@@ -181,6 +181,39 @@ def GPT_FlashAttentionOp : GPT_Op<"flash_attention", [Pure, Differentiable]> {
   let hasVerifier = 1;
 }
 
+def GPT_FlashAttentionQKVOp : GPT_Op<"flash_attention_qkv",
+    [Pure, Differentiable]> {
+  let summary = "Self-attention read from a packed [B, T, 3·H·D] q|k|v tensor";
+  let description = [{
+    gpt.flash_attention in the layout the GEMMs around it use. `qkv` is
+    `[B, T, 3·C]` with `C = num_heads · D`: q, k and v side by side along the
+    last axis, in that order, each with its heads contiguous (head `h` of q
+    is columns `[h·D, (h+1)·D)`, of k `C + h·D`, of v `2·C + h·D`). That is
+    GPT-2's c_attn output and what `split` (axis 2) + `reshape [B, T, H, D]`
+    + `transpose [0, 2, 1, 3]` of it mean. `out` is `[B, T, C]`, the heads
+    merged back (what `transpose [0, 2, 1, 3]` + `reshape [B, T, C]` of
+    gpt.flash_attention's out gives), so the next GEMM reads it as it is.
+    `lse` is `[B, H, T]` f32, as gpt.flash_attention's. Queries and keys are
+    the same T positions, so `causal` needs no further check.
+
+    The kernel addresses heads by stride instead of having them copied into
+    [B, H, T, D] first: no split, transpose or merge launches around it.
+
+    ```mlir
+    %out, %lse = gpt.flash_attention_qkv %qkv {causal, num_heads = 12 : i64,
+                                               scale = 0.125 : f32}
+        : tensor<4x64x2304xbf16> -> tensor<4x64x768xbf16>, tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$qkv, I64Attr:$num_heads,
+                       F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs GPT_FloatTensor:$out, RankedTensorOf<[F32]>:$lse);
+  let assemblyFormat = [{
+    $qkv attr-dict `:` type($qkv) `->` type($out) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Shapes: reshape, transpose, split
 //===----------------------------------------------------------------------===//
@@ -507,6 +540,33 @@ def GPT_FlashAttentionGradOp : GPT_Op<"flash_attention_grad",
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $out `,` $lse `,` $dout attr-dict `:` type($q) `,`
     type($k) `,` type($v) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_FlashAttentionQKVGradOp : GPT_Op<"flash_attention_qkv_grad",
+    [Pure, AllTypesMatch<["qkv", "dqkv"]>, AllTypesMatch<["out", "dout"]>]> {
+  let summary = "Gradient of gpt.flash_attention_qkv, packed as its input";
+  let description = [{
+    gpt.flash_attention_grad in the packed layout: `qkv` `[B, T, 3·C]`,
+    `out` and `dout` `[B, T, C]`, `lse` `[B, H, T]` f32. `dqkv` has the
+    layout of `qkv` (dq, dk, dv side by side, heads contiguous within each):
+    what the c_attn backward GEMMs read, with no concat in between.
+    `num_heads`, `scale` and `causal` are the forward op's.
+
+    ```mlir
+    %dqkv = gpt.flash_attention_qkv_grad %qkv, %out, %lse, %dout
+        {causal, num_heads = 12 : i64, scale = 0.125 : f32}
+        : tensor<4x64x2304xbf16>, tensor<4x64x768xbf16>, tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$qkv, GPT_FloatTensor:$out,
+                       RankedTensorOf<[F32]>:$lse, GPT_FloatTensor:$dout,
+                       I64Attr:$num_heads, F32Attr:$scale, UnitAttr:$causal);
+  let results = (outs GPT_FloatTensor:$dqkv);
+  let assemblyFormat = [{
+    $qkv `,` $out `,` $lse `,` $dout attr-dict `:` type($qkv) `,` type($out)
+    `,` type($lse)
   }];
   let hasVerifier = 1;
 }

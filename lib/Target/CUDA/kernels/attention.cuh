@@ -1,7 +1,12 @@
 //===- attention.cuh - flash attention forward and backward ---------------===//
 //
-// q is [heads, T, D], k and v [heads, S, D] (the leading dimensions
-// flattened), lse [heads, T] float32; blockIdx.y is the head.
+// q has T rows of D per head, k and v S rows; blockIdx.y is the head,
+// batch · H + h, and lse is [B·H, T] float32. Where a head's rows are is a
+// layout type (HeadRows below) per operand, so one kernel serves
+// gpt.flash_attention's [B, H, T, D] tensors and gpt.flash_attention_qkv's
+// heads read in place from the packed [B, T, 3C] c_attn output (and out
+// written as [B, T, C]). LQ places q and dq, LK k, v, dk and dv, LO out and
+// dout.
 //
 // Two implementations of the same definitions as lib/Executor/
 // AttentionKernels.cpp:
@@ -22,29 +27,50 @@
 
 #define GPTC_NEG_INF (-__int_as_float(0x7f800000))
 
+/// Element d of row t of head bh (batch · kHeads + h) is at
+/// head(bh) + t · kRowStride + d:
+/// - [B·H, rows, D] contiguous: HeadRows<1, D, 0, rows · D>;
+/// - one part of packed [B, T, width] rows, head h at column h · D (the
+///   part's own columns added to the pointer by the caller):
+///   HeadRows<H, width, D, T · width>.
+/// The tensor-core kernels load rows 16 bytes at a time: kRowStride, kHead
+/// and the caller's column offset must be multiples of 8 bf16 elements.
+/// Head offsets are 32-bit: in 64-bit arithmetic the packed forward spills
+/// at its 128 registers. Operands have fewer than 2^32 elements (the
+/// emitter checks both).
+template <int kHeads, i64 kRow, i64 kHead, i64 kBatch> struct HeadRows {
+  static constexpr i64 kRowStride = kRow;
+  static __device__ __forceinline__ u32 head(i64 bh) {
+    const u32 b = u32(bh) / kHeads, h = u32(bh) % kHeads;
+    return b * u32(kBatch) + h * u32(kHead);
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Simple kernels
 //===----------------------------------------------------------------------===//
 
 /// blockDim.x threads, one query row each; grid (ceil(T / blockDim.x), heads).
-template <int D, int T, int S, bool kCausal, typename TQ, typename TK,
-          typename TV, typename TO>
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TQ, typename TK, typename TV, typename TO>
 __device__ void attentionForwardSimple(const TQ *q, const TK *k, const TV *v,
                                        TO *out, float *lse, float scale) {
   const i64 h = blockIdx.y;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T)
     return;
+  k += LK::head(h);
+  v += LK::head(h);
   float qr[D], acc[D];
   for (int d = 0; d < D; ++d) {
-    qr[d] = toFloat(q[(h * T + i) * D + d]);
+    qr[d] = toFloat(q[LQ::head(h) + i * LQ::kRowStride + d]);
     acc[d] = 0.0f;
   }
   float m = GPTC_NEG_INF, l = 0.0f;
   const int end = kCausal ? i + 1 : S;
   for (int j = 0; j < end; ++j) {
-    const TK *kr = k + (h * S + j) * D;
-    const TV *vr = v + (h * S + j) * D;
+    const TK *kr = k + j * LK::kRowStride;
+    const TV *vr = v + j * LK::kRowStride;
     float s = 0.0f;
     for (int d = 0; d < D; ++d)
       s += qr[d] * toFloat(kr[d]);
@@ -57,33 +83,37 @@ __device__ void attentionForwardSimple(const TQ *q, const TK *k, const TV *v,
     m = mNew;
   }
   for (int d = 0; d < D; ++d)
-    out[(h * T + i) * D + d] = fromFloat<TO>(acc[d] / l);
+    out[LO::head(h) + i * LO::kRowStride + d] = fromFloat<TO>(acc[d] / l);
   lse[h * T + i] = m + logf(l);
 }
 
 /// Blocks [0, ceil(T/64)) compute dq rows, the rest dk/dv rows; 64 threads,
 /// one row each.
-template <int D, int T, int S, bool kCausal, typename TQ, typename TK,
-          typename TV, typename TO, typename TDO, typename TDQ, typename TDK,
-          typename TDV>
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TQ, typename TK, typename TV, typename TO, typename TDO,
+          typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardSimple(const TQ *q, const TK *k, const TV *v,
                                         const TO *o, const float *lse,
                                         const TDO *dout, TDQ *dq, TDK *dk,
                                         TDV *dv, float scale) {
   const i64 h = blockIdx.y;
   constexpr int kQueryBlocks = (T + 63) / 64;
+  // Row i of this head's q (dq) and out (dout), row j of k and v (dk, dv).
+  auto qRow = [&](int i) { return LQ::head(h) + i * LQ::kRowStride; };
+  auto oRow = [&](int i) { return LO::head(h) + i * LO::kRowStride; };
+  auto kRow = [&](int j) { return LK::head(h) + j * LK::kRowStride; };
   auto rowDot = [&](int i) { // Σ_d dout·out of query row i
     float s = 0.0f;
     for (int d = 0; d < D; ++d)
-      s += toFloat(dout[(h * T + i) * D + d]) * toFloat(o[(h * T + i) * D + d]);
+      s += toFloat(dout[oRow(i) + d]) * toFloat(o[oRow(i) + d]);
     return s;
   };
   if (blockIdx.x < kQueryBlocks) {
     const int i = blockIdx.x * 64 + threadIdx.x;
     if (i >= T)
       return;
-    const TQ *qr = q + (h * T + i) * D;
-    const TDO *dor = dout + (h * T + i) * D;
+    const TQ *qr = q + qRow(i);
+    const TDO *dor = dout + oRow(i);
     float acc[D];
     for (int d = 0; d < D; ++d)
       acc[d] = 0.0f;
@@ -92,15 +122,15 @@ __device__ void attentionBackwardSimple(const TQ *q, const TK *k, const TV *v,
     for (int j = 0; j < end; ++j) {
       float s = 0.0f, dp = 0.0f;
       for (int d = 0; d < D; ++d) {
-        s += toFloat(qr[d]) * toFloat(k[(h * S + j) * D + d]);
-        dp += toFloat(dor[d]) * toFloat(v[(h * S + j) * D + d]);
+        s += toFloat(qr[d]) * toFloat(k[kRow(j) + d]);
+        dp += toFloat(dor[d]) * toFloat(v[kRow(j) + d]);
       }
       float ds = expf(s * scale - rowLse) * (dp - di);
       for (int d = 0; d < D; ++d)
-        acc[d] += ds * toFloat(k[(h * S + j) * D + d]);
+        acc[d] += ds * toFloat(k[kRow(j) + d]);
     }
     for (int d = 0; d < D; ++d)
-      dq[(h * T + i) * D + d] = fromFloat<TDQ>(scale * acc[d]);
+      dq[qRow(i) + d] = fromFloat<TDQ>(scale * acc[d]);
     return;
   }
   const int j = (blockIdx.x - kQueryBlocks) * 64 + threadIdx.x;
@@ -108,27 +138,27 @@ __device__ void attentionBackwardSimple(const TQ *q, const TK *k, const TV *v,
     return;
   // Only the accumulators live in registers; the thread's own k and v rows
   // are re-read from L1 (four rows of D would spill).
-  const TK *kr = k + (h * S + j) * D;
-  const TV *vr = v + (h * S + j) * D;
+  const TK *kr = k + kRow(j);
+  const TV *vr = v + kRow(j);
   float accK[D], accV[D];
   for (int d = 0; d < D; ++d)
     accK[d] = accV[d] = 0.0f;
   for (int i = kCausal ? j : 0; i < T; ++i) {
     float s = 0.0f, dp = 0.0f;
     for (int d = 0; d < D; ++d) {
-      s += toFloat(q[(h * T + i) * D + d]) * toFloat(kr[d]);
-      dp += toFloat(dout[(h * T + i) * D + d]) * toFloat(vr[d]);
+      s += toFloat(q[qRow(i) + d]) * toFloat(kr[d]);
+      dp += toFloat(dout[oRow(i) + d]) * toFloat(vr[d]);
     }
     float p = expf(s * scale - lse[h * T + i]);
     float ds = p * (dp - rowDot(i));
     for (int d = 0; d < D; ++d) {
-      accV[d] += p * toFloat(dout[(h * T + i) * D + d]);
-      accK[d] += ds * toFloat(q[(h * T + i) * D + d]);
+      accV[d] += p * toFloat(dout[oRow(i) + d]);
+      accK[d] += ds * toFloat(q[qRow(i) + d]);
     }
   }
   for (int d = 0; d < D; ++d) {
-    dk[(h * S + j) * D + d] = fromFloat<TDK>(scale * accK[d]);
-    dv[(h * S + j) * D + d] = fromFloat<TDV>(accV[d]);
+    dk[kRow(j) + d] = fromFloat<TDK>(scale * accK[d]);
+    dv[kRow(j) + d] = fromFloat<TDV>(accV[d]);
   }
 }
 
@@ -150,26 +180,30 @@ template <int D> struct Tile {
   static constexpr int kStride = D + 8;
   unsigned short data[64 * kStride];
 
-  /// Rows [row0, row0 + 64) of a [rows, D] bf16 matrix, 16 bytes a thread.
-  __device__ __forceinline__ void load(const bf16 *src, i64 row0) {
+  /// Rows [row0, row0 + 64) of D bf16 elements, `stride` apart from `src`
+  /// on (HeadRows), 16 bytes a thread.
+  __device__ __forceinline__ void load(const bf16 *src, i64 stride, i64 row0) {
     constexpr int kChunks = 64 * D / 8;
     const u32 base = sharedAddress(data);
     for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
       int r = c / (D / 8), col = c % (D / 8) * 8;
       storeShared128(base + 2 * (r * kStride + col),
-                     *reinterpret_cast<const uint4 *>(src + (row0 + r) * D + col));
+                     *reinterpret_cast<const uint4 *>(
+                         src + (row0 + r) * stride + col));
     }
   }
-  /// Elements (r, c) and (r, c + 1) packed, the first in the low half.
   /// load() through cp.async: in flight until the caller waits for it.
-  __device__ __forceinline__ void loadAsync(const bf16 *src, i64 row0) {
+  __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
+                                            i64 row0) {
     constexpr int kChunks = 64 * D / 8;
     const u32 base = sharedAddress(data);
     for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
       int r = c / (D / 8), col = c % (D / 8) * 8;
-      copyAsync16(base + 2 * (r * kStride + col), src + (row0 + r) * D + col);
+      copyAsync16(base + 2 * (r * kStride + col),
+                  src + (row0 + r) * stride + col);
     }
   }
+  /// Elements (r, c) and (r, c + 1) packed, the first in the low half.
   __device__ __forceinline__ u32 pair(int r, int c) const {
     return loadShared32(sharedAddress(data) + 2 * (r * kStride + c));
   }
@@ -260,8 +294,11 @@ __device__ __forceinline__ void accumulatePB(float (&acc)[D / 8][4],
   }
 }
 
-/// Writes a 16 x D accumulator (rows row0.., scaled) to a [rows, D] matrix.
-template <int D, typename T>
+/// Writes a 16 x D accumulator (rows row0.., scaled) to rows of D elements
+/// `stride` apart from `dst` on. A template argument: as a function argument
+/// (constant after inlining all the same) NVRTC's register allocation
+/// differs and the forward spills at 128 registers.
+template <int D, i64 stride, typename T>
 __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
                                          const float (&acc)[D / 8][4],
                                          float scaleLo, float scaleHi) {
@@ -269,10 +306,10 @@ __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt) {
     int c = nt * 8 + 2 * tq;
-    dst[(row0 + g) * D + c] = fromFloat<T>(acc[nt][0] * scaleLo);
-    dst[(row0 + g) * D + c + 1] = fromFloat<T>(acc[nt][1] * scaleLo);
-    dst[(row0 + g + 8) * D + c] = fromFloat<T>(acc[nt][2] * scaleHi);
-    dst[(row0 + g + 8) * D + c + 1] = fromFloat<T>(acc[nt][3] * scaleHi);
+    dst[(row0 + g) * stride + c] = fromFloat<T>(acc[nt][0] * scaleLo);
+    dst[(row0 + g) * stride + c + 1] = fromFloat<T>(acc[nt][1] * scaleLo);
+    dst[(row0 + g + 8) * stride + c] = fromFloat<T>(acc[nt][2] * scaleHi);
+    dst[(row0 + g + 8) * stride + c + 1] = fromFloat<T>(acc[nt][3] * scaleHi);
   }
 }
 
@@ -286,19 +323,24 @@ template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
 
 /// grid (T/64, heads), 128 threads. K and V tiles are double-buffered: the
 /// next tile's cp.async copies run while this one is multiplied.
-template <int D, int T, int S, bool kCausal, typename TO>
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
 __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
                                     const bf16 *v, TO *out, float *lse,
                                     float scale) {
   using namespace mma;
   __shared__ Tile<D> sK[2], sV[2]; // q is staged in sK[1] first
   const i64 h = blockIdx.y;
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  // The head's offsets are recomputed where used: pointers moved once here
+  // would hold registers across the loop (the parameters stay in constant
+  // memory), and at 128 registers the kernel would spill.
   // Causal: the last query tiles see the most keys; start them first.
   const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
   const int rowLo = i0 + warp * 16 + g, rowHi = rowLo + 8;
 
-  sK[1].load(q + h * T * D, i0);
+  sK[1].load(q + LQ::head(h), kQ, i0);
   __syncthreads();
   u32 qa[D / 16][4];
 #pragma unroll
@@ -310,13 +352,13 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   zero(acc);
   float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
   const int keyEnd = kCausal ? i0 + 64 : S;
-  sK[0].loadAsync(k + h * S * D, 0);
-  sV[0].loadAsync(v + h * S * D, 0);
+  sK[0].loadAsync(k + LK::head(h), kK, 0);
+  sV[0].loadAsync(v + LK::head(h), kK, 0);
   commitCopies();
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
     if (j0 + 64 < keyEnd) {
-      sK[buf ^ 1].loadAsync(k + h * S * D, j0 + 64);
-      sV[buf ^ 1].loadAsync(v + h * S * D, j0 + 64);
+      sK[buf ^ 1].loadAsync(k + LK::head(h), kK, j0 + 64);
+      sV[buf ^ 1].loadAsync(v + LK::head(h), kK, j0 + 64);
       commitCopies();
       waitCopies<1>(); // this tile's copies, not the next one's
     } else {
@@ -378,7 +420,8 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
     lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
     lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
   }
-  storeAcc<D>(out + h * T * D, i0 + warp * 16, acc, 1.0f / lLo, 1.0f / lHi);
+  storeAcc<D, LO::kRowStride>(out + LO::head(h), i0 + warp * 16, acc,
+                              1.0f / lLo, 1.0f / lHi);
   if (tq == 0) {
     lse[h * T + rowLo] = mLo + logf(lLo);
     lse[h * T + rowHi] = mHi + logf(lHi);
@@ -387,20 +430,21 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
 
 /// Per-row lse and Σ_d dout·out of queries [i0, i0 + 64) into shared memory:
 /// a warp per row at a time, lanes across d (coalesced), a shuffle sum.
-template <int D, int T, typename TO, typename TDO>
+/// o and dout point at this head's rows, lse at [heads, T].
+template <int D, int T, class LO, typename TO, typename TDO>
 __device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
                                              const float *lse, const TO *o,
                                              const TDO *dout, i64 h, int i0) {
   const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int r = threadIdx.x / 32; r < 64; r += warps) {
-    const i64 row = h * T + i0 + r;
+    const i64 row = (i0 + r) * LO::kRowStride;
     float s = 0.0f;
     for (int d = lane; d < D; d += 32)
-      s += toFloat(dout[row * D + d]) * toFloat(o[row * D + d]);
+      s += toFloat(dout[row + d]) * toFloat(o[row + d]);
     s = warpSum(s);
     if (lane == 0) {
       sDot[r] = s;
-      sLse[r] = lse[row];
+      sLse[r] = lse[h * T + i0 + r];
     }
   }
 }
@@ -408,8 +452,8 @@ __device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
 /// grid (T/64 + S/64, heads), 128 threads. dout must be bf16 (it feeds the
 /// tensor cores); out may be any float type. The tiles a block walks are
 /// double-buffered with cp.async, as in the forward.
-template <int D, int T, int S, bool kCausal, typename TO, typename TDQ,
-          typename TDK, typename TDV>
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
                                      const bf16 *v, const TO *o,
                                      const float *lse, const bf16 *dout,
@@ -424,6 +468,17 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
   constexpr int kQueryBlocks = T / 64;
+  // This head's rows from here on.
+  q += LQ::head(h);
+  dq += LQ::head(h);
+  k += LK::head(h);
+  v += LK::head(h);
+  dk += LK::head(h);
+  dv += LK::head(h);
+  o += LO::head(h);
+  dout += LO::head(h);
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
+                kO = LO::kRowStride;
 
   if (blockIdx.x < kQueryBlocks) {
     // dq = scale · Σ_keys dS · k, dS = P ∘ (dout·vᵀ − rowDot). The last
@@ -432,14 +487,14 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     const int i0 = (kQueryBlocks - 1 - blockIdx.x) * 64;
     const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
     u32 qa[D / 16][4], da[D / 16][4];
-    sC.load(q + h * T * D, i0);
-    loadRowTerms<D, T>(sLse[0], sDot[0], lse, o, dout, h, i0);
+    sC.load(q, kQ, i0);
+    loadRowTerms<D, T, LO>(sLse[0], sDot[0], lse, o, dout, h, i0);
     __syncthreads();
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
       loadA(qa[kc], sC, warp * 16, kc * 16);
     __syncthreads();
-    sC.load(dout + h * T * D, i0);
+    sC.load(dout, kO, i0);
     __syncthreads();
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
@@ -449,13 +504,13 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     float acc[D / 8][4];
     zero(acc);
     const int keyEnd = kCausal ? i0 + 64 : S;
-    sA[0].loadAsync(k + h * S * D, 0);
-    sB[0].loadAsync(v + h * S * D, 0);
+    sA[0].loadAsync(k, kK, 0);
+    sB[0].loadAsync(v, kK, 0);
     commitCopies();
     for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
       if (j0 + 64 < keyEnd) {
-        sA[buf ^ 1].loadAsync(k + h * S * D, j0 + 64);
-        sB[buf ^ 1].loadAsync(v + h * S * D, j0 + 64);
+        sA[buf ^ 1].loadAsync(k, kK, j0 + 64);
+        sB[buf ^ 1].loadAsync(v, kK, j0 + 64);
         commitCopies();
         waitCopies<1>();
       } else {
@@ -479,7 +534,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       accumulatePB<D>(acc, s, sA[buf]);
       __syncthreads(); // done with this buffer before it is refilled
     }
-    storeAcc<D>(dq + h * T * D, i0 + warp * 16, acc, scale, scale);
+    storeAcc<D, kQ>(dq, i0 + warp * 16, acc, scale, scale);
     return;
   }
 
@@ -488,13 +543,13 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   const int j0 = (blockIdx.x - kQueryBlocks) * 64;
   const int kLo = j0 + warp * 16 + g, kHi = kLo + 8;
   u32 ka[D / 16][4], va[D / 16][4];
-  sC.load(k + h * S * D, j0);
+  sC.load(k, kK, j0);
   __syncthreads();
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc)
     loadA(ka[kc], sC, warp * 16, kc * 16);
   __syncthreads();
-  sC.load(v + h * S * D, j0);
+  sC.load(v, kK, j0);
   __syncthreads();
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc)
@@ -503,15 +558,15 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   zero(accK);
   zero(accV);
   const int first = kCausal ? j0 : 0;
-  sA[0].loadAsync(q + h * T * D, first);
-  sB[0].loadAsync(dout + h * T * D, first);
+  sA[0].loadAsync(q, kQ, first);
+  sB[0].loadAsync(dout, kO, first);
   commitCopies();
-  loadRowTerms<D, T>(sLse[0], sDot[0], lse, o, dout, h, first);
+  loadRowTerms<D, T, LO>(sLse[0], sDot[0], lse, o, dout, h, first);
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      sA[buf ^ 1].loadAsync(q + h * T * D, i0 + 64);
-      sB[buf ^ 1].loadAsync(dout + h * T * D, i0 + 64);
+      sA[buf ^ 1].loadAsync(q, kQ, i0 + 64);
+      sB[buf ^ 1].loadAsync(dout, kO, i0 + 64);
       commitCopies();
       waitCopies<1>();
     } else {
@@ -538,10 +593,10 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     accumulatePB<D>(accK, ds, sA[buf]);
     // The next tile's row terms (plain loads) while its copies land.
     if (more)
-      loadRowTerms<D, T>(sLse[buf ^ 1], sDot[buf ^ 1], lse, o, dout, h,
-                         i0 + 64);
+      loadRowTerms<D, T, LO>(sLse[buf ^ 1], sDot[buf ^ 1], lse, o, dout, h,
+                             i0 + 64);
     __syncthreads(); // done with this buffer before it is refilled
   }
-  storeAcc<D>(dk + h * S * D, j0 + warp * 16, accK, scale, scale);
-  storeAcc<D>(dv + h * S * D, j0 + warp * 16, accV, 1.0f, 1.0f);
+  storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
+  storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
 }

@@ -1,0 +1,80 @@
+//===- PackedAttentionStepTest.cpp - packed q|k|v attention, whole step ---===//
+//
+// gpt2-tiny's whole training step on the CPU executor, compiled through
+// every pass (gpt-fuse-matmul-epilogue and gpt-fuse-elementwise included)
+// with gpt-fuse-attention's pack-qkv on and off: attention reading q, k and
+// v in place from c_attn's [B, T, 3C] output and writing [B, T, C]
+// (gpt.flash_attention_qkv), against attention on [B, H, T, D] copies made
+// by split, transpose and merge launches. Compared: the forward function
+// (loss and logits) and the gradient function (loss and every gradient) on
+// random weights and tokens, under fp32 and bf16.
+//
+// Tolerance: none. The packed ops compute each head exactly as the 4-D
+// ones do (the CPU kernels unpack, call the same code, and pack back), and
+// the copies they remove only move values; under bf16, rounding c_attn's
+// output to bf16 once, in its GEMM's epilogue, gives the same bits as
+// rounding each head copy of it. A wrong head, part or stride would not
+// agree.
+//
+//===----------------------------------------------------------------------===//
+
+#include "StepTestUtil.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
+
+#include <gtest/gtest.h>
+
+using namespace gptc;
+using namespace gptc::test;
+using namespace mlir;
+
+namespace {
+
+OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
+                              bool pack) {
+  OptimizerOptions opts;
+  opts.precision = precision;
+  return compileTinyStep(
+      ctx, opts,
+      [&](PassManager &pm) {
+        pm.addPass(createGPTFuseMatmulEpilogue());
+        pm.addPass(createGPTFuseElementwise());
+      },
+      pack);
+}
+
+class PackedAttention : public testing::TestWithParam<const char *> {};
+
+TEST_P(PackedAttention, StepGivesTheUnpackedBits) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> unpacked = compile(ctx, GetParam(), false);
+  OwningOpRef<ModuleOp> packed = compile(ctx, GetParam(), true);
+  ASSERT_TRUE(unpacked && packed);
+  for (StringRef name : {"gpt2_forward", "gpt2_forward_grad"}) {
+    auto before = unpacked->lookupSymbol<func::FuncOp>(name);
+    auto after = packed->lookupSymbol<func::FuncOp>(name);
+    ASSERT_TRUE(before && after) << name.str();
+    // Both blocks' attention is packed, forward and backward, and no head
+    // split or merge is left: GPT-2 has no other transpose, split or concat.
+    bool grad = name == "gpt2_forward_grad";
+    EXPECT_EQ(countTopLevel(before, "gpt.flash_attention"), 2) << name.str();
+    EXPECT_EQ(countTopLevel(after, "gpt.flash_attention"), 0) << name.str();
+    EXPECT_EQ(countTopLevel(after, "gpt.flash_attention_qkv"), 2)
+        << name.str();
+    EXPECT_EQ(countTopLevel(after, "gpt.flash_attention_qkv_grad"),
+              grad ? 2 : 0)
+        << name.str();
+    for (const char *copy : {"gpt.transpose", "gpt.split", "gpt.concat"})
+      EXPECT_EQ(countTopLevel(after, copy), 0) << name.str() << " " << copy;
+    EXPECT_GT(countTopLevel(before, "gpt.transpose"), 0) << name.str();
+
+    expectSameBits(before, after, test::randomArguments(before, 13));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, PackedAttention,
+                         testing::Values("fp32", "bf16"));
+
+} // namespace
