@@ -22,6 +22,8 @@
 // and a gpt.layernorm_grad or gpt.fused_layernorm_grad whose dy is a
 // widened GEMM result reads the narrow one (it widens each element as it
 // loads it).
+// Two casts in a row are one, or none (foldCastPairs: attention's bf16
+// output widened by autodiff's bookkeeping and narrowed for the next GEMM).
 // Exact: moving data does not change a value, so "move, then round" is
 // "round, then move". Two conversions in a row become one only if the
 // first is exact (a widening) or the second is none: bf16 -> f32 -> bf16
@@ -170,6 +172,28 @@ void gptc::foldCastsIntoLoss(func::FuncOp func) {
     narrow.getResult().replaceAllUsesWith(dlogits);
     narrow->erase();
     widen->erase();
+  }
+}
+
+void gptc::foldCastPairs(func::FuncOp func) {
+  SmallVector<CastOp> casts;
+  func.walk([&](CastOp c) { casts.push_back(c); });
+  for (CastOp c : casts) {
+    auto first = c.getX().getDefiningOp<CastOp>();
+    if (!first)
+      continue;
+    Type from = elementOf(first.getX()), mid = elementOf(first.getResult()),
+         to = elementOf(c.getResult());
+    if (!composes(from, mid, to))
+      continue;
+    if (from == to) {
+      c.getResult().replaceAllUsesWith(first.getX());
+      c->erase();
+    } else {
+      c.getXMutable().set(first.getX());
+    }
+    if (first.getResult().use_empty())
+      first->erase();
   }
 }
 

@@ -592,8 +592,10 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
                            bool foldCasts) {
   if (func.getBody().empty())
     return;
-  if (foldCasts)
+  if (foldCasts) {
+    foldCastPairs(func);
     foldCastsIntoLayoutOps(func);
+  }
   fuseCrossEntropyWithGrad(func);
   if (foldCasts)
     foldCastsIntoLoss(func);

@@ -219,3 +219,34 @@ func.func @loss_gradient_also_read(%l: tensor<2x4x64xbf16>, %t: tensor<2x4xi32>,
   %dl = gpt.cast %d : tensor<2x4x64xf32> -> tensor<2x4x64xbf16>
   return %loss, %dl, %d : tensor<f32>, tensor<2x4x64xbf16>, tensor<2x4x64xf32>
 }
+
+// -----
+
+// Two casts in a row: a widening then a narrowing back is nothing (the
+// attention output, widened and narrowed again for the next GEMM); a
+// widening then another narrowing is one cast.
+// CHECK-LABEL: func.func @cast_pairs
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<4x8xbf16>)
+// CHECK-NEXT: %[[H:.+]] = gpt.cast %[[X]] : tensor<4x8xbf16> -> tensor<4x8xf16>
+// CHECK-NEXT: return %[[X]], %[[H]]
+// OFF-LABEL: func.func @cast_pairs
+// OFF-COUNT-3: gpt.cast
+func.func @cast_pairs(%x: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xf16>) {
+  %w = gpt.cast %x : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %n = gpt.cast %w : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %h = gpt.cast %w : tensor<4x8xf32> -> tensor<4x8xf16>
+  return %n, %h : tensor<4x8xbf16>, tensor<4x8xf16>
+}
+
+// -----
+
+// A narrowing then a widening loses bits: both stay.
+// CHECK-LABEL: func.func @cast_pair_rounds
+// CHECK-NEXT: %[[N:.+]] = gpt.cast %{{.+}} : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK-NEXT: %[[W:.+]] = gpt.cast %[[N]] : tensor<4x8xbf16> -> tensor<4x8xf32>
+// CHECK-NEXT: return %[[W]]
+func.func @cast_pair_rounds(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %n = gpt.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %w = gpt.cast %n : tensor<4x8xbf16> -> tensor<4x8xf32>
+  return %w : tensor<4x8xf32>
+}

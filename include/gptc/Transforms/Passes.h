@@ -30,6 +30,11 @@ void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns,
 void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
                      bool foldCasts = true);
 
+/// gpt-fuse-elementwise's very first step: cast(cast(x)) becomes one cast,
+/// or x, where the first conversion loses nothing or the second is none
+/// (bf16 -> f32 -> bf16 is nothing; f32 -> bf16 -> f32 stays).
+void foldCastPairs(mlir::func::FuncOp func);
+
 /// gpt-fuse-elementwise's first step: a gpt.cast next to a layout op
 /// (transpose, slice, pad, concat, split), reshapes between them seen
 /// through, becomes that op's conversion where that is exact
