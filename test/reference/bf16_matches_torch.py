@@ -14,9 +14,10 @@ Two references on the same weights and tokens (gpt2_torch.py's model):
             float32 result is not rounded to bf16 (mm_bias) -- unless
             gpt-pad-dims padded its N to a multiple of 64, which puts a
             slice between GEMM and bias, and the pass declines (proj). The
-            MLP's GELU output only feeds the next GEMM, so that epilogue
-            writes bf16 and, as cuBLASLt reads the bias in D's type, adds
-            a bf16-rounded bias (proj_gelu).
+            MLP's GELU output and c_attn's q|k|v only feed the next GEMM or
+            the attention, so those epilogues write bf16 and, as cuBLASLt
+            reads the bias in D's type, add a bf16-rounded bias
+            (proj_narrow).
   autocast  torch.autocast("cpu", dtype=torch.bfloat16) around the same
             model (torch 1.13: matmul runs in bf16; the bias add promotes the
             result back to float32; the loss is taken in float32 from the
@@ -28,11 +29,16 @@ Metrics as eval_matches_torch.py: logits max|Δ| / max|ref|, loss |Δ|/|ref|.
 
 Tolerances. bf16 keeps 8 significant bits: one rounding is within 2^-9
 (2.0e-3) relative, one unit in the last place is 2^-8 (3.9e-3).
-- emulated, logits 2^-8: gptc and the emulation round the same values, but
-  their float32 sums differ in the last bits, so now and then a value near a
-  rounding tie lands one bf16 ulp apart; at the final lm_head rounding that
-  moves one logit by up to 2^-8 of its size, hence at most 2^-8 of the
-  largest logit. Upstream flips are diluted by the following matmuls.
+- emulated, logits: gptc and the emulation round the same values, but
+  their float32 sums differ in the last bits, so now and then a value near
+  a rounding tie lands one bf16 ulp apart. A flip in q or k moves scores
+  that the softmax (weights of std 0.1 make it sharp) can amplify: over
+  seeds 1-5 the largest logit moved by up to 5.9e-3 of the largest logit
+  (1.5 ulps), while most seeds match to the bit. So two measures: the
+  root-mean-square difference relative to the largest logit, tol 8e-4
+  (measured 0 to 6.2e-4: flips touch few logits), and the largest
+  difference, tol 2^-6 (1.6e-2, four ulps: a wrong rounding point or
+  operand anywhere shows as far more).
   loss 1e-4: the loss averages B*T positions, so a few flipped logits move
   it by far less than one ulp.
 - autocast, logits 2^-5 (3.1e-2), loss 5e-3: autocast adds two bf16 roundings
@@ -41,8 +47,8 @@ Tolerances. bf16 keeps 8 significant bits: one rounding is within 2^-9
   roundings of 2^-9 each on the path to the logits, ~1e-2 for L = 2, times
   a margin of 3).
 The test is not vacuous: the float32 model (no casts) must be farther from
-the emulation than the emulated tolerance, or a policy that did nothing
-would pass.
+the emulation than the emulated RMS tolerance (measured 1.2e-3 to 1.5e-3),
+or a policy that did nothing would pass.
 """
 
 import argparse
@@ -83,12 +89,13 @@ def proj(a, w, bias, pad_multiple=64):
     return mm(a, w) + bias
 
 
-def proj_gelu(a, w, bias, pad_multiple=64):
-    """The MLP's c_fc and GELU: an epilogue that writes bf16 (the bias
-    rounded to bf16 as D's type) when its N is not padded."""
+def proj_narrow(a, w, bias, act=lambda t: t, pad_multiple=64):
+    """A projection (and activation) whose output only a bf16 reader
+    takes: an epilogue that writes bf16, the bias rounded to bf16 as D's
+    type, when its N is not padded."""
     if w.shape[1] % pad_multiple == 0:
-        return rnd(ref.gelu_tanh(mm_bias(a, w, rnd(bias))))
-    return ref.gelu_tanh(mm(a, w) + bias)
+        return rnd(act(mm_bias(a, w, rnd(bias))))
+    return act(mm(a, w) + bias)
 
 
 def emulated_forward(p, cfg, idx, tgt):
@@ -99,7 +106,8 @@ def emulated_forward(p, cfg, idx, tgt):
     for i in range(cfg.n_layer):
         pre = "h.%d." % i
         a = ref.layer_norm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
-        qkv = proj(a, p[pre + "attn.c_attn.weight"], p[pre + "attn.c_attn.bias"])
+        qkv = proj_narrow(a, p[pre + "attn.c_attn.weight"],
+                          p[pre + "attn.c_attn.bias"])
 
         def heads(t):
             return rnd(t.reshape(B, T, H, D).permute(0, 2, 1, 3))
@@ -110,7 +118,8 @@ def emulated_forward(p, cfg, idx, tgt):
         y = y.permute(0, 2, 1, 3).reshape(B, T, C)
         x = x + proj(y, p[pre + "attn.c_proj.weight"], p[pre + "attn.c_proj.bias"])
         m = ref.layer_norm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
-        h = proj_gelu(m, p[pre + "mlp.c_fc.weight"], p[pre + "mlp.c_fc.bias"])
+        h = proj_narrow(m, p[pre + "mlp.c_fc.weight"], p[pre + "mlp.c_fc.bias"],
+                        ref.gelu_tanh)
         x = x + proj(h, p[pre + "mlp.c_proj.weight"], p[pre + "mlp.c_proj.bias"])
     x = ref.layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
     logits = mm(x, p["wte.weight"].t())
@@ -124,6 +133,10 @@ def loss_of(logits, tgt):
 
 def inf_rel(got, want):
     return float((got - want).abs().max() / want.abs().max())
+
+
+def rms_rel(got, want):
+    return float(((got - want) ** 2).mean().sqrt() / want.abs().max())
 
 
 def main(argv):
@@ -173,8 +186,14 @@ def main(argv):
     loss = float(proc.stdout.strip().splitlines()[-1].split()[1])
     logits = ref.read_safetensors(logits_path)["logits"].to(torch.float32)
 
-    tol_emu_logits, tol_emu_loss = 2.0 ** -8, 1e-4
+    tol_emu_rms, tol_emu_logits, tol_emu_loss = 8e-4, 2.0 ** -6, 1e-4
     tol_ac_logits, tol_ac_loss = 2.0 ** -5, 5e-3
+    failures = 0
+    emu_rms = rms_rel(logits, emu_logits)
+    ok = emu_rms <= tol_emu_rms
+    failures += not ok
+    print("%s: gptc bf16 vs emulated: logits rms %.3e (tol %.1e)"
+          % ("PASS" if ok else "FAIL", emu_rms, tol_emu_rms))
     rows = [
         ("emulated", inf_rel(logits, emu_logits),
          abs(loss - float(emu_loss)) / abs(float(emu_loss)),
@@ -183,18 +202,17 @@ def main(argv):
          abs(loss - float(ac_loss)) / abs(float(ac_loss)),
          tol_ac_logits, tol_ac_loss),
     ]
-    failures = 0
     for name, dl, dloss, tl, tloss in rows:
         ok = dl <= tl and dloss <= tloss
         failures += not ok
         print("%s: gptc bf16 vs %s: logits %.3e (tol %.3e), loss %.3e "
               "(tol %.1e)" % ("PASS" if ok else "FAIL", name, dl, tl, dloss,
                               tloss))
-    f32_gap = inf_rel(f32_logits, emu_logits)
-    ok = f32_gap > tol_emu_logits
+    f32_gap = rms_rel(f32_logits, emu_logits)
+    ok = f32_gap > tol_emu_rms
     failures += not ok
-    print("%s: float32 model vs emulated bf16: logits %.3e (must exceed %.3e)"
-          % ("PASS" if ok else "FAIL", f32_gap, tol_emu_logits))
+    print("%s: float32 model vs emulated bf16: logits rms %.3e (must exceed "
+          "%.1e)" % ("PASS" if ok else "FAIL", f32_gap, tol_emu_rms))
     print("info: autocast vs emulated: logits %.3e; losses gptc %.6f "
           "emulated %.6f autocast %.6f float32 %.6f"
           % (inf_rel(ac_logits, emu_logits), loss, float(emu_loss),
