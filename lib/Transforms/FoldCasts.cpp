@@ -21,7 +21,9 @@
 // layernorm writes (foldCastsIntoLayerNorms): it rounds once on store,
 // and a gpt.layernorm_grad or gpt.fused_layernorm_grad whose dy is a
 // widened GEMM result reads the narrow one (it widens each element as it
-// loads it).
+// loads it). A gpt.fused_layernorm_grad value narrowed for the next GEMM
+// becomes one more value of the op, the same scalar rounded on store
+// (foldCastsIntoLayerNormGradValues).
 // Two casts in a row are one, or none (foldCastPairs: attention's bf16
 // output widened by autodiff's bookkeeping and narrowed for the next GEMM).
 // Exact: moving data does not change a value, so "move, then round" is
@@ -148,6 +150,47 @@ void gptc::foldCastsIntoLayerNormGrads(func::FuncOp func) {
     dy->set(widen.getX());
     if (widen.getResult().use_empty())
       widen->erase();
+  }
+}
+
+void gptc::foldCastsIntoLayerNormGradValues(func::FuncOp func) {
+  SmallVector<FusedLayerNormGradOp> grads;
+  func.walk([&](FusedLayerNormGradOp g) { grads.push_back(g); });
+  for (FusedLayerNormGradOp g : grads) {
+    // Per value: the casts of it to one narrow type become one more value,
+    // the same yielded scalar rounded on store (the float32 value stays
+    // for its other readers: the next block's residual gradient).
+    for (unsigned i = 0, e = g.getValues().size(); i < e; ++i) {
+      Value v = g.getValues()[i];
+      SmallVector<CastOp> casts;
+      Type to;
+      for (Operation *user : v.getUsers())
+        if (auto c = dyn_cast<CastOp>(user);
+            c && !exact(elementOf(v), elementOf(c.getResult())) &&
+            (!to || elementOf(c.getResult()) == to)) {
+          to = elementOf(c.getResult());
+          casts.push_back(c);
+        }
+      if (casts.empty())
+        continue;
+      OpBuilder b(g);
+      SmallVector<Type> types(g->getResultTypes());
+      types.push_back(cast<RankedTensorType>(v.getType()).clone(to));
+      auto wider = b.create<FusedLayerNormGradOp>(g.getLoc(), types,
+                                                  g->getOperands(),
+                                                  g->getAttrs());
+      wider.getBody().takeBody(g.getBody());
+      auto yield = cast<YieldOp>(wider.getBody().front().getTerminator());
+      yield->insertOperands(yield->getNumOperands(), yield.getValues()[i]);
+      for (unsigned r = 0; r < g->getNumResults(); ++r)
+        g->getResult(r).replaceAllUsesWith(wider->getResult(r));
+      for (CastOp c : casts) {
+        c.getResult().replaceAllUsesWith(wider->getResults().back());
+        c->erase();
+      }
+      g->erase();
+      g = wider;
+    }
   }
 }
 

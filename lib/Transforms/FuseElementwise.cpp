@@ -606,6 +606,7 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
   if (foldCasts) {
     foldCastsIntoLayerNorms(func);
     foldCastsIntoLayerNormGrads(func);
+    foldCastsIntoLayerNormGradValues(func);
   }
   mergeMultiTensor(func);
   foldReducePrologues(func);

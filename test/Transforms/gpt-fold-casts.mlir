@@ -250,3 +250,24 @@ func.func @cast_pair_rounds(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %w = gpt.cast %n : tensor<4x8xbf16> -> tensor<4x8xf32>
   return %w : tensor<4x8xf32>
 }
+
+// -----
+
+// A fused layernorm gradient's value (the residual gradient) is read as
+// float32 by the next block and narrowed for the next GEMM: the op writes
+// the bf16 copy as one more value, the same yielded scalar.
+// CHECK-LABEL: func.func @layernorm_grad_writes_bf16_copy
+// CHECK: %{{.+}}, %{{.+}}, %[[V:[^ ]+]]:2 = gpt.fused_layernorm_grad {{.+}} -> tensor<8xf32>, tensor<8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xbf16> {
+// CHECK: gpt.yield %[[S:[^ ,]+]], %[[S]] : f32, f32
+// CHECK-NOT: gpt.cast
+// CHECK: gpt.matmul %[[V]]#1
+// CHECK: return %[[V]]#0
+// OFF-LABEL: func.func @layernorm_grad_writes_bf16_copy
+// OFF: gpt.cast
+func.func @layernorm_grad_writes_bf16_copy(%x: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %dy: tensor<2x4x8xf32>, %dres: tensor<2x4x8xf32>, %w: tensor<8x8xbf16>) -> (tensor<2x4x8xf32>, tensor<2x4x8xbf16>) {
+  %dx, %dg, %db = gpt.layernorm_grad %x, %gamma, %dy : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+  %s = gpt.add %dres, %dx : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>
+  %sl = gpt.cast %s : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %m = gpt.matmul %sl, %w : tensor<2x4x8xbf16>, tensor<8x8xbf16> -> tensor<2x4x8xbf16>
+  return %s, %m : tensor<2x4x8xf32>, tensor<2x4x8xbf16>
+}

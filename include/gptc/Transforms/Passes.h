@@ -49,6 +49,10 @@ void foldCastsIntoLayerNorms(mlir::func::FuncOp func);
 /// widening gpt.cast reads the cast's narrow input instead.
 void foldCastsIntoLayerNormGrads(mlir::func::FuncOp func);
 
+/// And: the narrowing casts of a gpt.fused_layernorm_grad value become one
+/// more value of the op, written in the narrow type.
+void foldCastsIntoLayerNormGradValues(mlir::func::FuncOp func);
+
 /// After the loss pattern: a gpt.cross_entropy_with_grad of widened logits
 /// whose gradient only a cast back narrows reads and writes the narrow
 /// type.

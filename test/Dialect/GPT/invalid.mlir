@@ -642,3 +642,18 @@ func.func @pad_int_to_float(%x: tensor<4x8xi32>) {
   %y = gpt.pad %x : tensor<4x8xi32> -> tensor<4x16xf32>
   return
 }
+
+// -----
+
+// The body computes in float32: a bf16 value is rounded on store, not
+// yielded as bf16.
+func.func @layernorm_grad_bf16_yield(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xf32>, %r: tensor<2x8xf32>) {
+  // expected-error @+1 {{body yields 1 values of types 'bf16', expected the result element types 'f32'}}
+  %dg, %db, %v = gpt.fused_layernorm_grad %x, %g, %dy : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32> epilogue(%r : tensor<2x8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xbf16> {
+  ^bb0(%dx: f32, %a: f32):
+    %s = arith.addf %a, %dx : f32
+    %t = arith.truncf %s : f32 to bf16
+    gpt.yield %t : bf16
+  }
+  return
+}

@@ -167,3 +167,17 @@ func.func @converting_layout(%q: tensor<2x8x4x16xf32>, %a: tensor<2x4xbf16>, %b:
   %l = gpt.slice %x : tensor<2x8xf32> -> tensor<2x6xf16>
   return
 }
+
+// A fused layernorm gradient's body yields float32; each value is rounded
+// to its own type when written (here the residual gradient and its bf16
+// copy for the next GEMM).
+// CHECK-LABEL: func.func @layernorm_grad_values
+// CHECK: gpt.fused_layernorm_grad {{.+}} -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xf32>, tensor<2x8xbf16> {
+func.func @layernorm_grad_values(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xbf16>, %r: tensor<2x8xf32>) {
+  %dg, %db, %v:2 = gpt.fused_layernorm_grad %x, %g, %dy : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xbf16> epilogue(%r : tensor<2x8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xf32>, tensor<2x8xbf16> {
+  ^bb0(%dx: f32, %a: f32):
+    %s = arith.addf %a, %dx : f32
+    gpt.yield %s, %s : f32, f32
+  }
+  return
+}

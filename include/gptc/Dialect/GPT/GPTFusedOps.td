@@ -326,10 +326,12 @@ def GPT_FusedLayerNormGradOp : GPT_Op<"fused_layernorm_grad",
     `gamma`, `dy`, `epsilon`); its `dx` (float32, as layernorm_grad computes
     it) is not written but fed to the body with one element of each of
     `inputs` (broadcasting to x's shape): the body's first argument is dx,
-    then the inputs' elements, and it yields one scalar per `values` result
-    (each of x's shape, rounded to its element type). In GPT-2 the body is
-    the residual gradient's add (dres + dx of each block's layernorm), so
-    the sum is written once instead of dx being written and read back.
+    then the inputs' elements, and it yields one float32 scalar per
+    `values` result (each of x's shape, rounded to its element type when
+    written, so one yielded value may be written twice: as float32 and as
+    the bf16 copy the next GEMM reads). In GPT-2 the body is the residual
+    gradient's add (dres + dx of each block's layernorm), so the sum is
+    written once instead of dx being written and read back.
 
     ```mlir
     %dg, %db, %dres = gpt.fused_layernorm_grad %x, %gamma, %dy
