@@ -791,6 +791,41 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   }
 }
 
+namespace {
+/// Random values for every buffer of `p` (seeded `seed` + its index; bf16
+/// ones rounded to bf16 and handed to the kernels as bf16 bits), then every
+/// launch of its first function in order; returns the buffers' values
+/// (float32 outputs written by the kernels).
+std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
+                                              HostKernels &kernels,
+                                              uint32_t seed) {
+  std::vector<exec::HostTensor> data(p.buffers.size());
+  std::vector<std::vector<uint16_t>> bits(p.buffers.size());
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    data[i] = randomFloats(p.buffers[i].shape, uint32_t(seed + i));
+    if (p.buffers[i].dtype != DType::BF16)
+      continue;
+    for (float &x : data[i].f32) {
+      x = exec::roundToBF16(x);
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      bits[i].push_back(uint16_t(u >> 16));
+    }
+  }
+  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+    std::vector<void *> ptrs;
+    const rt::Launch &l = p.functions[0].launches[i];
+    for (int id : l.inputs)
+      ptrs.push_back(bits[id].empty() ? static_cast<void *>(data[id].f32.data())
+                                      : bits[id].data());
+    for (int id : l.outputs)
+      ptrs.push_back(data[id].f32.data());
+    kernels.run(i, ptrs);
+  }
+  return data;
+}
+} // namespace
+
 // The tensor-core attention with bf16 q, k, v, dout: two query and two key
 // tiles of 64, head dim 64, the mma.m16n8k16 fragments emulated as PTX
 // defines them. Probabilities (and dS) are rounded to bf16 between the two
@@ -820,29 +855,7 @@ TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
   for (const rt::DeviceKernel &dk : p.kernels)
     ASSERT_NE(dk.source.find("Mma<"), std::string::npos) << dk.name;
 
-  std::vector<exec::HostTensor> data(p.buffers.size());
-  std::vector<std::vector<uint16_t>> bits(p.buffers.size());
-  for (size_t i = 0; i < p.buffers.size(); ++i) {
-    data[i] = randomFloats(p.buffers[i].shape, uint32_t(200 + i));
-    if (p.buffers[i].dtype != bf)
-      continue;
-    for (float &x : data[i].f32) {
-      x = exec::roundToBF16(x);
-      uint32_t u;
-      std::memcpy(&u, &x, 4);
-      bits[i].push_back(uint16_t(u >> 16));
-    }
-  }
-  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
-    std::vector<void *> ptrs;
-    const rt::Launch &l = p.functions[0].launches[i];
-    for (int id : l.inputs)
-      ptrs.push_back(bits[id].empty() ? static_cast<void *>(data[id].f32.data())
-                                      : bits[id].data());
-    for (int id : l.outputs)
-      ptrs.push_back(data[id].f32.data());
-    kernels.run(i, ptrs);
-  }
+  std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 200);
   for (int c = 0; c < 2; ++c) {
     bool causal = c == 0;
     const int *a = attn.data() + 5 * c;
@@ -895,29 +908,7 @@ void checkPackedAttention(bool tensorCores) {
     ASSERT_EQ(k.source.find("Mma<") != std::string::npos, tensorCores)
         << k.name;
 
-  std::vector<exec::HostTensor> data(p.buffers.size());
-  std::vector<std::vector<uint16_t>> bits(p.buffers.size());
-  for (size_t i = 0; i < p.buffers.size(); ++i) {
-    data[i] = randomFloats(p.buffers[i].shape, uint32_t(300 + i));
-    if (p.buffers[i].dtype != DType::BF16)
-      continue;
-    for (float &x : data[i].f32) {
-      x = exec::roundToBF16(x);
-      uint32_t u;
-      std::memcpy(&u, &x, 4);
-      bits[i].push_back(uint16_t(u >> 16));
-    }
-  }
-  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
-    std::vector<void *> ptrs;
-    const rt::Launch &l = p.functions[0].launches[i];
-    for (int id : l.inputs)
-      ptrs.push_back(bits[id].empty() ? static_cast<void *>(data[id].f32.data())
-                                      : bits[id].data());
-    for (int id : l.outputs)
-      ptrs.push_back(data[id].f32.data());
-    kernels.run(i, ptrs);
-  }
+  std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 300);
   const float outTol = tensorCores ? 1e-2f : 2e-5f;
   const float lseTol = tensorCores ? 1e-5f : 2e-5f;
   const float gradTol = tensorCores ? 2e-2f : 1e-4f;
