@@ -214,7 +214,11 @@ void fuseOne(MatmulOp mm) {
     }
   bool keepPre = gelu && !add.getResult().hasOneUse();
   Value out = gelu ? gelu.getResult() : add.getResult();
+  // Only to the operands' own type: cuBLASLt pairs 16-bit operands with a
+  // 16-bit or float32 D, float32 operands with a float32 D.
   Type narrow = narrowedTo(out);
+  if (narrow != elementOf(mm.getA()))
+    narrow = {};
 
   OpBuilder b(add);
   SmallVector<Location> locs = {mm.getLoc(), add.getLoc()};

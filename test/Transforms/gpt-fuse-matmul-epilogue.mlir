@@ -378,3 +378,19 @@ func.func @weight_grad_f32(%x: tensor<16x8xbf16>, %g: tensor<16x32xbf16>, %w: te
   %dxf = gpt.cast %dx : tensor<16x8xbf16> -> tensor<16x8xf32>
   return %dwf, %dxf : tensor<8x32xf32>, tensor<16x8xf32>
 }
+
+// -----
+
+// A float32 GEMM whose biased output is narrowed: cuBLASLt pairs float32
+// operands with a float32 D, so the epilogue stays float32 and the cast
+// stays after it.
+// CHECK-LABEL: func.func @f32_operands_narrowed
+// CHECK-NEXT: %[[Y:.+]] = gpt.matmul_epilogue %{{.+}}, %{{.+}}, %{{.+}} : tensor<16x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<16x16xf32>
+// CHECK-NEXT: %[[L:.+]] = gpt.cast %[[Y]] : tensor<16x16xf32> -> tensor<16x16xbf16>
+// CHECK-NEXT: return %[[L]]
+func.func @f32_operands_narrowed(%x: tensor<16x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<16x16xbf16> {
+  %mm = gpt.matmul %x, %w : tensor<16x8xf32>, tensor<8x16xf32> -> tensor<16x16xf32>
+  %h = gpt.add %mm, %b : tensor<16x16xf32>, tensor<16xf32> -> tensor<16x16xf32>
+  %l = gpt.cast %h : tensor<16x16xf32> -> tensor<16x16xbf16>
+  return %l : tensor<16x16xbf16>
+}
