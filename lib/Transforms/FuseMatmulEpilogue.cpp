@@ -316,8 +316,11 @@ void fuseGeluGrad(GeluGradOp gg) {
     return; // not the float32 gradient that mixed precision makes
   // A narrow aux from the forward (widened for gelu_grad): D and the bias
   // gradient are then of its type, as cuBLASLt keeps them.
+  // (Only where the GEMM's operands are of that type too: cuBLASLt pairs
+  // float32 operands with a float32 D; otherwise the widened aux is read.)
   CastOp preWiden = pre.getDefiningOp<CastOp>();
-  if (preWiden && elementOf(preWiden.getX()).getIntOrFloatBitWidth() < 32)
+  if (preWiden && elementOf(preWiden.getX()).getIntOrFloatBitWidth() < 32 &&
+      elementOf(preWiden.getX()) == elementOf(mm.getA()))
     pre = preWiden.getX();
   else
     preWiden = {};

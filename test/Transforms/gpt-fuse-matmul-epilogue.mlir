@@ -394,3 +394,19 @@ func.func @f32_operands_narrowed(%x: tensor<16x8xf32>, %w: tensor<8x16xf32>, %b:
   %l = gpt.cast %h : tensor<16x16xf32> -> tensor<16x16xbf16>
   return %l : tensor<16x16xbf16>
 }
+
+// -----
+
+// A float32 backward GEMM with a bf16 aux (widened for gelu_grad): D stays
+// float32, so the op reads the widened aux, all float32 as cuBLASLt wants.
+// CHECK-LABEL: func.func @f32_backward_bf16_aux
+// CHECK-SAME: (%[[DY:[^:]+]]: tensor<16x16xf32>, %[[W:[^:]+]]: tensor<16x32xf32>, %[[PL:[^:]+]]: tensor<16x32xbf16>)
+// CHECK-NEXT: %[[P:.+]] = gpt.cast %[[PL]] : tensor<16x32xbf16> -> tensor<16x32xf32>
+// CHECK-NEXT: %[[DP:.+]] = gpt.matmul_gelu_grad %[[DY]], %[[W]], %[[P]] : tensor<16x16xf32>, tensor<16x32xf32>, tensor<16x32xf32> -> tensor<16x32xf32>{{$}}
+// CHECK-NEXT: return %[[DP]]
+func.func @f32_backward_bf16_aux(%dy: tensor<16x16xf32>, %w: tensor<16x32xf32>, %prel: tensor<16x32xbf16>) -> tensor<16x32xf32> {
+  %pre = gpt.cast %prel : tensor<16x32xbf16> -> tensor<16x32xf32>
+  %mm = gpt.matmul %dy, %w : tensor<16x16xf32>, tensor<16x32xf32> -> tensor<16x32xf32>
+  %dp = gpt.gelu_grad %pre, %mm : tensor<16x32xf32>
+  return %dp : tensor<16x32xf32>
+}
