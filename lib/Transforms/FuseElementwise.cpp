@@ -448,6 +448,50 @@ SmallVector<float> constantsOf(FusedElementwiseOp op) {
   return values;
 }
 
+/// The parameters' low-precision copies (a gpt.cast per weight and bias,
+/// narrowing a function argument) become one gpt.multi_tensor_elementwise
+/// per target type: a body that yields its argument, each result rounded
+/// to its type on store. One launch instead of one per parameter.
+void mergeParameterCasts(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  std::map<std::string, SmallVector<CastOp>> byType;
+  for (auto c : block.getOps<CastOp>()) {
+    auto arg = dyn_cast<BlockArgument>(c.getX());
+    Type from = typeOf(c.getX()).getElementType(),
+         to = typeOf(c.getResult()).getElementType();
+    if (!arg || arg.getOwner() != &block ||
+        !func.getArgAttr(arg.getArgNumber(), kParamAttr) ||
+        !from.isF32() || !(to.isBF16() || to.isF16()))
+      continue;
+    std::string key;
+    llvm::raw_string_ostream(key) << to;
+    byType[key].push_back(c);
+  }
+  for (auto &[key, casts] : byType) {
+    if (casts.size() < 2)
+      continue;
+    OpBuilder b = OpBuilder::atBlockBegin(&block);
+    SmallVector<Value> params;
+    SmallVector<Type> types;
+    SmallVector<Location> locs;
+    for (CastOp c : casts) {
+      params.push_back(c.getX());
+      types.push_back(c.getResult().getType());
+      locs.push_back(c.getLoc());
+    }
+    auto multi = b.create<MultiTensorElementwiseOp>(
+        b.getFusedLoc(locs), types, params, ValueRange{},
+        b.getI64IntegerAttr(int64_t(casts.size())), DenseF32ArrayAttr());
+    Block *body = b.createBlock(&multi.getBody());
+    body->addArgument(b.getF32Type(), multi.getLoc());
+    b.create<YieldOp>(multi.getLoc(), ValueRange{body->getArgument(0)});
+    for (auto [t, c] : llvm::enumerate(casts)) {
+      c.getResult().replaceAllUsesWith(multi.getResult(t));
+      c->erase();
+    }
+  }
+}
+
 void mergeMultiTensor(func::FuncOp func) {
   Block &block = func.getBody().front();
   DenseMap<Operation *, size_t> position;
@@ -582,14 +626,15 @@ struct GPTFuseElementwisePass
   using GPTFuseElementwiseBase::GPTFuseElementwiseBase;
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      gptc::fuseElementwise(func, layernormPrologue, foldCasts);
+      gptc::fuseElementwise(func, layernormPrologue, foldCasts,
+                            parameterCasts);
   }
 };
 
 } // namespace
 
 void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
-                           bool foldCasts) {
+                           bool foldCasts, bool parameterCasts) {
   if (func.getBody().empty())
     return;
   if (foldCasts) {
@@ -609,5 +654,7 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
     foldCastsIntoLayerNormGradValues(func);
   }
   mergeMultiTensor(func);
+  if (parameterCasts)
+    mergeParameterCasts(func);
   foldReducePrologues(func);
 }

@@ -125,3 +125,36 @@ func.func @different_bodies(%p0: tensor<4x8xf32>, %p1: tensor<8xf32>, %lr: tenso
   %e1 = gpt.tanh %y1 : tensor<8xf32>
   return %e0, %e1 : tensor<4x8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// The parameters' bf16 copies (casts of gpt.param arguments) become one
+// multi-tensor op whose body yields its argument, each result rounded to
+// bf16 on store. A cast of an argument that is no parameter stays, and so
+// does a widening one.
+// CHECK-LABEL: func.func @parameter_casts
+// CHECK-SAME: (%[[W:[^:]+]]: tensor<8x16xf32> {gpt.param = "w"}, %[[B:[^:]+]]: tensor<16xf32> {gpt.param = "b"}, %[[X:[^:]+]]: tensor<4x8xf32>, %[[H:[^:]+]]: tensor<16xbf16> {gpt.param = "h"})
+// CHECK-NEXT: %[[P:.+]]:2 = gpt.multi_tensor_elementwise(%[[W]], %[[B]] : tensor<8x16xf32>, tensor<16xf32>) {num_tensors = 2 : i64} -> tensor<8x16xbf16>, tensor<16xbf16> {
+// CHECK-NEXT: ^bb0(%[[A:.+]]: f32):
+// CHECK-NEXT: gpt.yield %[[A]] : f32
+// CHECK: gpt.cast %[[X]] : tensor<4x8xf32> -> tensor<4x8xbf16>
+// CHECK: gpt.cast %[[H]] : tensor<16xbf16> -> tensor<16xf32>
+// CHECK: return %[[P]]#0, %[[P]]#1
+func.func @parameter_casts(%w: tensor<8x16xf32> {gpt.param = "w"}, %b: tensor<16xf32> {gpt.param = "b"}, %x: tensor<4x8xf32>, %h: tensor<16xbf16> {gpt.param = "h"}) -> (tensor<8x16xbf16>, tensor<16xbf16>, tensor<4x8xbf16>, tensor<16xf32>) {
+  %wl = gpt.cast %w : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %bl = gpt.cast %b : tensor<16xf32> -> tensor<16xbf16>
+  %xl = gpt.cast %x : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %hw = gpt.cast %h : tensor<16xbf16> -> tensor<16xf32>
+  return %wl, %bl, %xl, %hw : tensor<8x16xbf16>, tensor<16xbf16>, tensor<4x8xbf16>, tensor<16xf32>
+}
+
+// -----
+
+// A single parameter cast is one launch either way: it stays a cast.
+// CHECK-LABEL: func.func @one_parameter_cast
+// CHECK-NEXT: gpt.cast
+// CHECK-NOT: gpt.multi_tensor_elementwise
+func.func @one_parameter_cast(%w: tensor<8x16xf32> {gpt.param = "w"}) -> tensor<8x16xbf16> {
+  %wl = gpt.cast %w : tensor<8x16xf32> -> tensor<8x16xbf16>
+  return %wl : tensor<8x16xbf16>
+}

@@ -26,9 +26,10 @@ void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns,
 /// gpt.fused_elementwise, same-bodied ones into gpt.multi_tensor_elementwise,
 /// and (unless !layernormPrologue) layernorms with their elementwise
 /// prologues into gpt.fused_layernorm; first (unless !foldCasts) casts into
-/// the layout ops next to them.
+/// the layout ops next to them; last (unless !parameterCasts) the
+/// parameters' casts into one multi-tensor op.
 void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
-                     bool foldCasts = true);
+                     bool foldCasts = true, bool parameterCasts = true);
 
 /// gpt-fuse-elementwise's very first step: cast(cast(x)) becomes one cast,
 /// or x, where the first conversion loses nothing or the second is none

@@ -350,7 +350,12 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "and converts; after the layernorm prologues, the cast of a "
            "gpt.fused_layernorm's result becomes the type it writes, and "
            "a layernorm gradient reads its dy before the widening cast "
-           "(lib/Transforms/FoldCasts.cpp)">
+           "(lib/Transforms/FoldCasts.cpp)">,
+    Option<"parameterCasts", "parameter-casts", "bool", /*default=*/"true",
+           "Last, the parameters' low-precision copies (one gpt.cast of a "
+           "gpt.param argument each) become one gpt.multi_tensor_elementwise "
+           "per target type: one launch per function instead of one per "
+           "weight and bias">
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect",
                            "::mlir::arith::ArithDialect",

@@ -124,8 +124,15 @@ LogicalResult MultiTensorElementwiseOp::verify() {
     if (tensorOf(v).getElementType() != argTypes[i / n])
       return emitOpError() << "operand #" << i
                            << " differs in element type from its argument";
-  for (size_t r = 0; r < getResults().size() / n; ++r)
-    resultTypes.push_back(tensorOf(getResults()[r * n]).getElementType());
+  // One kernel stores result r of every tensor: one element type each. The
+  // body computes in float32, and each result is rounded to its element
+  // type when written (the parameters' bf16 copies are such results).
+  for (auto [i, v] : llvm::enumerate(getResults()))
+    if (tensorOf(v).getElementType() !=
+        tensorOf(getResults()[i / n * n]).getElementType())
+      return emitOpError() << "result #" << i
+                           << " differs in element type from tensor 0's";
+  resultTypes.assign(getResults().size() / n, Float32Type::get(getContext()));
   // Each per-tensor constant is one f32 body argument before the scalars.
   if (std::optional<ArrayRef<float>> perTensor = getPerTensor()) {
     if (perTensor->empty() || perTensor->size() % n)

@@ -657,3 +657,15 @@ func.func @layernorm_grad_bf16_yield(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy
   }
   return
 }
+
+// -----
+
+// One kernel stores result r of every tensor: one element type.
+func.func @multi_tensor_mixed_result_types(%a: tensor<4xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{result #1 differs in element type from tensor 0's}}
+  %r:2 = gpt.multi_tensor_elementwise(%a, %b : tensor<4xf32>, tensor<8xf32>) {num_tensors = 2 : i64} -> tensor<4xbf16>, tensor<8xf32> {
+  ^bb0(%x: f32):
+    gpt.yield %x : f32
+  }
+  return
+}

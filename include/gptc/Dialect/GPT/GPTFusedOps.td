@@ -54,7 +54,10 @@ def GPT_MultiTensorElementwiseOp : GPT_Op<"multi_tensor_elementwise",
     tensor t's shape; `scalars` are rank-0 tensors every tensor shares.
     The body's arguments are one element of each per-tensor argument, then
     the scalars; results are argument-major too (`results[r * num_tensors
-    + t]`, of tensor t's shape). The kernel walks all tensors as one flat
+    + t]`, of tensor t's shape). The body yields float32; result r of every
+    tensor has one element type and is rounded to it when written (the
+    per-step bf16 copies of the parameters are one such op whose body
+    yields its argument). The kernel walks all tensors as one flat
     buffer.
 
     `per_tensor` (optional) are constants that differ per tensor (AdamW's

@@ -1,0 +1,77 @@
+//===- ParameterCastsStepTest.cpp - the parameters' casts as one launch ---===//
+//
+// gpt2-tiny's whole training step on the CPU executor, compiled through
+// every fusion pass with gpt-fuse-elementwise's parameter-casts on and off:
+// the bf16 (fp16) copies of every weight and bias, one gpt.cast each, as
+// one gpt.multi_tensor_elementwise whose body yields its argument and whose
+// results are rounded to their type on store. Compared: the forward
+// function (loss and logits) and the gradient function (loss and every
+// gradient) on random weights and tokens.
+//
+// Tolerance: none. Rounding a float32 parameter to bf16 is the same
+// whether one cast kernel or one multi-tensor kernel stores it; a wrong
+// tensor order, shape or type would not agree.
+//
+//===----------------------------------------------------------------------===//
+
+#include "StepTestUtil.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
+
+#include <gtest/gtest.h>
+
+using namespace gptc;
+using namespace gptc::test;
+using namespace mlir;
+
+namespace {
+
+OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
+                              bool parameterCasts) {
+  OptimizerOptions opts;
+  opts.precision = precision;
+  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
+    pm.addPass(createGPTFuseMatmulEpilogue());
+    GPTFuseElementwiseOptions fuse;
+    fuse.parameterCasts = parameterCasts;
+    pm.addPass(createGPTFuseElementwise(fuse));
+  });
+}
+
+/// gpt.cast ops that narrow a gpt.param argument.
+int64_t parameterCasts(func::FuncOp func) {
+  int64_t n = 0;
+  for (auto c : func.getBody().front().getOps<gpt::CastOp>())
+    if (auto arg = dyn_cast<BlockArgument>(c.getX()))
+      n += bool(func.getArgAttr(arg.getArgNumber(), gpt::kParamAttr));
+  return n;
+}
+
+class ParameterCasts : public testing::TestWithParam<const char *> {};
+
+TEST_P(ParameterCasts, StepGivesTheSameBits) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> apart = compile(ctx, GetParam(), false);
+  OwningOpRef<ModuleOp> merged = compile(ctx, GetParam(), true);
+  ASSERT_TRUE(apart && merged);
+  for (StringRef name : {"gpt2_forward", "gpt2_forward_grad"}) {
+    auto before = apart->lookupSymbol<func::FuncOp>(name);
+    auto after = merged->lookupSymbol<func::FuncOp>(name);
+    ASSERT_TRUE(before && after) << name.str();
+    // Per block the four weight matrices and the c_attn and c_fc biases
+    // (read by bf16 GEMM epilogues): 2 * 6 casts, then one op.
+    EXPECT_EQ(parameterCasts(before), 2 * 6) << name.str();
+    EXPECT_EQ(parameterCasts(after), 0) << name.str();
+    EXPECT_EQ(countTopLevel(after, "gpt.multi_tensor_elementwise"),
+              countTopLevel(before, "gpt.multi_tensor_elementwise") + 1)
+        << name.str();
+    expectSameBits(before, after, test::randomArguments(before, 17));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ParameterCasts,
+                         testing::Values("bf16", "fp16"));
+
+} // namespace
