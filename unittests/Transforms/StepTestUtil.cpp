@@ -109,4 +109,15 @@ void expectSameBits(func::FuncOp unfused, func::FuncOp fused,
   }
 }
 
+void expectSameStepBits(ModuleOp before, ModuleOp after, unsigned seed,
+                        StepCheck check, FloatFiller fill) {
+  for (StringRef name : {"gpt2_forward", "gpt2_forward_grad"}) {
+    auto a = before.lookupSymbol<func::FuncOp>(name);
+    auto b = after.lookupSymbol<func::FuncOp>(name);
+    ASSERT_TRUE(a && b) << name.str();
+    check(a, b, name == "gpt2_forward_grad");
+    expectSameBits(a, b, randomArguments(a, seed, fill));
+  }
+}
+
 } // namespace gptc::test

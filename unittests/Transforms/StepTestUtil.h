@@ -79,6 +79,17 @@ BothResults runBoth(mlir::func::FuncOp unfused, mlir::func::FuncOp fused,
 void expectSameBits(mlir::func::FuncOp unfused, mlir::func::FuncOp fused,
                     const std::vector<exec::HostTensor> &args);
 
+/// Op-count checks of one step function before and after a change.
+using StepCheck = llvm::function_ref<void(
+    mlir::func::FuncOp before, mlir::func::FuncOp after, bool grad)>;
+
+/// For gpt2_forward and gpt2_forward_grad of both modules: `check` (grad
+/// says which), then expectSameBits on arguments drawn from `fill` with
+/// `seed`.
+void expectSameStepBits(mlir::ModuleOp before, mlir::ModuleOp after,
+                        unsigned seed, StepCheck check,
+                        FloatFiller fill = uniformWeights);
+
 } // namespace gptc::test
 
 #endif // GPTC_UNITTESTS_TRANSFORMS_STEPTESTUTIL_H
