@@ -32,6 +32,7 @@ constexpr llvm::StringLiteral kUpdateName = "adamw_update";
 struct Param {
   std::string name;
   RankedTensorType type;
+  Location loc; ///< where the model declares it (its argument's location)
 };
 
 /// Builds ops at one location with scalar constants and broadcasting.
@@ -85,11 +86,21 @@ struct GPTOptimizerPass : impl::GPTOptimizerBase<GPTOptimizerPass> {
                        "weight-decay >= 0 and clip >= 0");
       return signalPassFailure();
     }
+    // Each parameter's update carries the parameter's location, so that a
+    // kernel of the update points at the model source like the others.
+    llvm::StringMap<Location> declared;
+    for (BlockArgument arg : gradFn.getArguments())
+      if (auto name = gradFn.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                          kParamAttr))
+        declared.try_emplace(name.getValue(), arg.getLoc());
     std::vector<Param> params;
     for (unsigned i = 0; i < gradFn.getNumResults(); ++i)
-      if (auto name = gradFn.getResultAttrOfType<StringAttr>(i, kGradAttr))
-        params.push_back(
-            {name.str(), cast<RankedTensorType>(gradFn.getResultTypes()[i])});
+      if (auto name = gradFn.getResultAttrOfType<StringAttr>(i, kGradAttr)) {
+        auto it = declared.find(name.getValue());
+        params.push_back({name.str(),
+                          cast<RankedTensorType>(gradFn.getResultTypes()[i]),
+                          it != declared.end() ? it->second : gradFn.getLoc()});
+      }
     buildUpdate(module, gradFn.getLoc(), params);
   }
 
@@ -123,6 +134,14 @@ struct GPTOptimizerPass : impl::GPTOptimizerBase<GPTOptimizerPass> {
     auto arg = [&](size_t group, size_t i) {
       return func.getArgument(group * n + i);
     };
+    for (size_t group = 0; group < 4; ++group)
+      for (size_t i = 0; i < n; ++i)
+        arg(group, i).setLoc(params[i].loc);
+    // Per parameter: "AdamW" at the parameter's declaration.
+    auto at = [&](size_t i) {
+      return UpdateBuilder{
+          b, NameLoc::get(b.getStringAttr("AdamW"), params[i].loc)};
+    };
     Value lr = func.getArgument(4 * n), step = func.getArgument(4 * n + 1);
     Value gradScale = func.getArgument(4 * n + 2);
     UpdateBuilder u{b, loc};
@@ -131,16 +150,17 @@ struct GPTOptimizerPass : impl::GPTOptimizerBase<GPTOptimizerPass> {
     SmallVector<Value> g;
     Value sumSq;
     for (size_t i = 0; i < n; ++i) {
-      g.push_back(u.mul(arg(1, i), gradScale));
-      Value sq = u.sumAll(u.mul(g[i], g[i]));
-      sumSq = sumSq ? u.add(sumSq, sq) : sq;
+      UpdateBuilder ui = at(i);
+      g.push_back(ui.mul(arg(1, i), gradScale));
+      Value sq = ui.sumAll(ui.mul(g[i], g[i]));
+      sumSq = sumSq ? ui.add(sumSq, sq) : sq;
     }
     Value norm = u.sqrt(sumSq);
     if (clip > 0) {
       Value coef = u.div(u.constant(clip), u.add(norm, u.constant(1e-6)));
       coef = b.create<MinOp>(loc, scalar, coef, u.constant(1.0));
-      for (Value &gi : g)
-        gi = u.mul(gi, coef);
+      for (size_t i = 0; i < n; ++i)
+        g[i] = at(i).mul(g[i], coef);
     }
 
     // Bias corrections 1 - beta^t, with t a run-time value.
@@ -153,6 +173,7 @@ struct GPTOptimizerPass : impl::GPTOptimizerBase<GPTOptimizerPass> {
 
     SmallVector<Value> newP, newM, newV;
     for (size_t i = 0; i < n; ++i) {
+      UpdateBuilder u = at(i);
       Value p = arg(0, i), m = arg(2, i), v = arg(3, i);
       // p · (1 − lr·wd) for every parameter, wd = 0 off the matrices: the
       // same scalar code for all, so gpt-fuse-elementwise makes one
@@ -165,7 +186,7 @@ struct GPTOptimizerPass : impl::GPTOptimizerBase<GPTOptimizerPass> {
         auto type = RankedTensorType::get(params[i].type.getShape(),
                                           b.getF32Type());
         Value wdSplat = b.create<ConstantOp>(
-            loc, type, DenseElementsAttr::get(type, b.getF32FloatAttr(wd)));
+            u.loc, type, DenseElementsAttr::get(type, b.getF32FloatAttr(wd)));
         p = u.mul(p, u.sub(u.constant(1.0), u.mul(lr, wdSplat)));
       }
       Value m1 = u.add(u.mul(m, u.constant(beta1)),
