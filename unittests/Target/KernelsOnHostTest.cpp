@@ -577,6 +577,35 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
 // (LowerToKernels.cpp, addAccumulation): stash_grads copies the gradients
 // into their sums, accumulate_grads adds the sums back over the gradients
 // in place. Both bit for bit: a copy, and one float32 addition.
+// The parameters' bf16 copies: a body that yields its float32 argument,
+// each result rounded to bf16 on store (nearest, ties to even), over
+// tensors of 3000 and 37 elements in one launch.
+TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
+  Builder b;
+  int x0 = b.buf(DType::F32, {3000}), x1 = b.buf(DType::F32, {37});
+  int y0 = b.buf(DType::BF16, {3000}), y1 = b.buf(DType::BF16, {37});
+  auto &copy = b.launch("multi_tensor_elementwise", {x0, x1}, {y0, y1});
+  copy.ints["num_tensors"] = 2;
+  copy.body.numArgs = copy.body.numRegisters = 1;
+  copy.body.results = {0};
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  exec::HostTensor a = randomFloats({3000}, 7), c = randomFloats({37}, 8);
+  // A tie: 1 + 2^-8 lies halfway between two bf16 values; even wins.
+  a.f32[0] = 1.0f + 1.0f / 256.0f;
+  std::vector<uint16_t> out0(3000), out1(37);
+  kernels.run(0, {a.f32.data(), c.f32.data(), out0.data(), out1.data()});
+  for (auto [in, out] : {std::pair{&a, &out0}, std::pair{&c, &out1}})
+    for (size_t i = 0; i < out->size(); ++i) {
+      float want = exec::roundToBF16(in->f32[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &want, 4);
+      ASSERT_EQ((*out)[i], uint16_t(bits >> 16)) << "element " << i;
+    }
+  EXPECT_EQ(out0[0], 0x3f80); // 1.0, the even neighbour
+}
+
 TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
   using exec::Opcode;
   const DType f32 = DType::F32;
