@@ -77,6 +77,18 @@ Launch launch(const char *kernel, std::vector<int> in, std::vector<int> out,
   return l;
 }
 
+/// Plans `p` with `f` as its one function and checks each launch on
+/// `device` against the CPU backend: the mismatch count and the report.
+std::pair<int, std::string> checkOneFunction(Program &p, Function f,
+                                             Backend &device) {
+  p.functions.push_back(std::move(f));
+  planMemory(p);
+  auto cpu = makeCpuBackend();
+  std::ostringstream out;
+  int failures = checkKernels(p, device, *cpu, out);
+  return {failures, out.str()};
+}
+
 enum : int { A, W, T, W2, Y, Q, K, S, G, BIG };
 
 /// Matmuls of each kind (3-D x shared 2-D, transpose_b, batched 4-D bf16 in
@@ -425,12 +437,9 @@ TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
   f.launches = {gelu,
                 launch("matmul_epilogue", {EX, EW2, EBIAS}, {EY2}, true),
                 narrow};
-  p.functions.push_back(f);
-  planMemory(p);
-  auto cpu = makeCpuBackend();
-  std::ostringstream out;
-  EXPECT_EQ(checkKernels(p, *b, *cpu, out), 0) << out.str();
-  EXPECT_NE(out.str().find("matmul_epilogue"), std::string::npos) << out.str();
+  auto [failures, out] = checkOneFunction(p, f, *b);
+  EXPECT_EQ(failures, 0) << out;
+  EXPECT_NE(out.find("matmul_epilogue"), std::string::npos) << out;
 }
 
 /// A bias of another type than D is not cuBLASLt's (outside FP8): planning
@@ -447,13 +456,9 @@ TEST(CudaBackendFake, BiasOfAnotherTypeThanD) {
   Function f;
   f.name = "forward";
   f.launches = {launch("matmul_epilogue", {EX, EW, EBIAS}, {EY})};
-  p.functions.push_back(f);
-  planMemory(p);
-  auto cpu = makeCpuBackend();
-  std::ostringstream out;
   try {
-    checkKernels(p, *b, *cpu, out);
-    ADD_FAILURE() << "planned a bf16 GEMM with a float32 bias: " << out.str();
+    auto [failures, out] = checkOneFunction(p, f, *b);
+    ADD_FAILURE() << "planned a bf16 GEMM with a float32 bias: " << out;
   } catch (const std::exception &e) {
     EXPECT_NE(std::string(e.what()).find(
                   "matmul_epilogue (cuBLASLt) at fake.cpp:3: the bias "
@@ -494,13 +499,10 @@ TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
                 launch("matmul_gelu_grad", {DY, W, PRE}, {DP2}, true),
                 launch("matmul_gelu_grad", {DY, W, PREL}, {DPL, DBL}, true),
                 weightGrad};
-  p.functions.push_back(f);
-  planMemory(p);
-  auto cpu = makeCpuBackend();
-  std::ostringstream out;
-  EXPECT_EQ(checkKernels(p, *b, *cpu, out), 0) << out.str();
+  auto [failures, out] = checkOneFunction(p, f, *b);
+  EXPECT_EQ(failures, 0) << out;
   for (const char *kernel : {"matmul_gelu_grad", "matmul_bias_grad"})
-    EXPECT_NE(out.str().find(kernel), std::string::npos) << out.str();
+    EXPECT_NE(out.find(kernel), std::string::npos) << out;
 }
 
 } // namespace

@@ -8,10 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-template <int kThreads, typename TO>
-__device__ void multiTensorSum(double mine, TO *out, double *partials,
-                               unsigned *counter, unsigned blocks) {
-  __shared__ double tile[kThreads];
+/// The block's threads' `mine` added in a fixed tree through `tile`; the
+/// sum is in tile[0] for every thread after the last barrier.
+template <int kThreads>
+__device__ __forceinline__ void blockTreeSum(double mine, double *tile) {
   tile[threadIdx.x] = mine;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
@@ -19,6 +19,13 @@ __device__ void multiTensorSum(double mine, TO *out, double *partials,
       tile[threadIdx.x] += tile[threadIdx.x + half];
     __syncthreads();
   }
+}
+
+template <int kThreads, typename TO>
+__device__ void multiTensorSum(double mine, TO *out, double *partials,
+                               unsigned *counter, unsigned blocks) {
+  __shared__ double tile[kThreads];
+  blockTreeSum<kThreads>(mine, tile);
   if (threadIdx.x == 0)
     partials[blockIdx.x] = tile[0];
   if (!lastBlockToArrive(counter, blocks))
@@ -26,13 +33,7 @@ __device__ void multiTensorSum(double mine, TO *out, double *partials,
   double s = 0.0;
   for (unsigned b = threadIdx.x; b < blocks; b += kThreads)
     s += __ldcg(partials + b);
-  tile[threadIdx.x] = s;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (int(threadIdx.x) < half)
-      tile[threadIdx.x] += tile[threadIdx.x + half];
-    __syncthreads();
-  }
+  blockTreeSum<kThreads>(s, tile);
   if (threadIdx.x == 0)
     out[0] = fromFloat<TO>(float(tile[0]));
 }
