@@ -11,11 +11,13 @@
 # (every launch on the GPU against the CPU backend); 10 steps of gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
-# bench/gpu/torch_gpt2.py with the same B and T. Peak memory for both comes
+# bench/gpu/torch_gpt2.py with the same B and T; last, --check-kernels of
+# gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
+# refused cuBLASLt epilogue). Peak memory for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -35,7 +37,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -107,6 +109,11 @@ fi
 if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
     --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --out="$logs/torch.json"
+fi
+
+if want fallback; then
+  GPTC_GEMM_FALLBACK=1 step 60 check-tiny-bf16-fallback "${lib[@]}" \
+    "$P/tiny-bf16" --device=cuda --check-kernels
 fi
 
 # One table last; the logs travel back as one archive ($OUT keeps 8 files).

@@ -3,6 +3,7 @@
 
 Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
+  check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
@@ -63,7 +64,7 @@ def main():
     lines = []
 
     # Kernel checks.
-    for prec in ("fp32", "bf16"):
+    for prec in ("fp32", "bf16", "bf16-fallback"):
         text = read(os.path.join(res, f"check-tiny-{prec}.log"))
         m = CHECK.search(text or "")
         if m:
@@ -78,6 +79,18 @@ def main():
                 lines.append(f"    ... {len(fails) - 8} more in check-tiny-{prec}.log")
         else:
             lines.append(f"check-kernels tiny {prec:4}: did not finish (see log)")
+
+    # Epilogues cuBLASLt refused (the runtime ran them as gemm_fallback
+    # kernels; one line per epilogue and shape in any log).
+    refused = set()
+    for name in sorted(os.listdir(res)):
+        if name.endswith(".log") and "fallback" not in name:
+            for line in (read(os.path.join(res, name)) or "").splitlines():
+                if line.startswith("gptc: cuBLASLt refused the epilogue"):
+                    refused.add(line[len("gptc: "):][:200])
+    summary["refused_epilogues"] = sorted(refused)
+    lines.append(f"cuBLASLt epilogues refused: {len(refused) or 'none'}")
+    lines.extend("    " + l for l in sorted(refused)[:8])
 
     # Tiny training: CUDA against the CPU backend, step by step.
     for prec, tol in (("fp32", 1e-3), ("bf16", 2e-2)):

@@ -27,12 +27,14 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #if __has_include(<cuda.h>) && __has_include(<cublasLt.h>)
 #define GPTC_HAVE_CUDA_HEADERS 1
@@ -179,6 +181,23 @@ struct GemmPlan {
   int loops = 1; // GemmMapping::loops, with these byte strides
   uint64_t leftStride = 0, rightStride = 0, outStride = 0;
   std::string shape; // "MxNxK bf16" for the profile
+  /// rt::GemmFallback kernels after the GEMM, for the part of its epilogue
+  /// cuBLASLt had no algorithm for: 1-D blocks of 256 threads, arguments
+  /// of 8 bytes each (pointers and i64 sizes).
+  struct Followup {
+    CUfunction fn = nullptr;
+    uint32_t grid[2] = {1, 1};
+    std::vector<uint64_t> args;
+  };
+  std::vector<Followup> after;
+};
+
+/// How much of a fused GEMM's epilogue cuBLASLt runs; rt::GemmFallback
+/// kernels do the rest after it.
+enum class EpilogueLevel {
+  Full,            ///< all of it (and a plain matmul)
+  WithoutBiasGrad, ///< DGELU_BGRAD as DGELU, the bias gradient after
+  None,            ///< DEFAULT, the whole epilogue after
 };
 
 struct Prepared {
@@ -235,6 +254,7 @@ public:
     profile = envIs("GPTC_PROFILE", "1");
     syncEach = envIs("GPTC_CUDA_SYNC", "1");
     useGraphs = !envIs("GPTC_CUDA_GRAPH", "0") && !profile && !syncEach;
+    forceGemmFallback = envIs("GPTC_GEMM_FALLBACK", "1");
   }
 
   /// Frees whatever exists; ignores errors (it runs after failures too).
@@ -411,9 +431,16 @@ private:
   void prepare(const Function &f);
   int planGemm(const Launch &l, const std::string &label);
   /// The epilogue of a matmul_epilogue (BIAS, GELU_BIAS, GELU_AUX_BIAS),
-  /// matmul_gelu_grad (DGELU, DGELU_BGRAD) or matmul_bias_grad (BGRADA).
-  void setEpilogue(const Launch &l, const GemmMapping &map, GemmPlan &g,
-                   const std::string &label);
+  /// matmul_gelu_grad (DGELU, DGELU_BGRAD) or matmul_bias_grad (BGRADA),
+  /// as far as `level` asks cuBLASLt for it; its name ("DGELU_BGRAD").
+  std::string setEpilogue(const Launch &l, const GemmMapping &map,
+                          GemmPlan &g, const std::string &label,
+                          EpilogueLevel level);
+  /// The kernels after a GEMM planned at `level` < Full.
+  void planFollowups(const Launch &l, const GemmMapping &map, GemmPlan &g,
+                     const std::string &label, EpilogueLevel level);
+  CUfunction fallbackKernel(GemmFallback kind, DType t,
+                            const std::string &label);
   const std::vector<Prepared> &prepared(const Function &f) const;
   void enqueue(const Launch &l, const Prepared &pl, bool timed);
   int profileSlot(const std::string &kernel, const Launch &l);
@@ -427,6 +454,8 @@ private:
   std::string deviceName, deviceArch;
   int ccMajor = 0, ccMinor = 0, maxSharedOptin = 0;
   bool profile = false, syncEach = false, useGraphs = true;
+  bool forceGemmFallback = false; // GPTC_GEMM_FALLBACK=1
+  std::set<std::string> fallbackNotes; // one stderr line per kind and shape
   bool reported = false; // profileReport() was called
 
   const Program *prog = nullptr;
@@ -671,16 +700,6 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
       throw DeviceError(label + ": " + what + " failed: " +
                         lt.cublasLtGetStatusName(s));
   };
-  ltCheck(lt.cublasLtMatmulDescCreate(&g.desc, computeType, CUDA_R_32F),
-          "cublasLtMatmulDescCreate");
-  cublasOperation_t opLeft = map.transLeft ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t opRight = map.transRight ? CUBLAS_OP_T : CUBLAS_OP_N;
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                            &opLeft, sizeof(opLeft)),
-          "setting TRANSA");
-  ltCheck(lt.cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                            &opRight, sizeof(opRight)),
-          "setting TRANSB");
   ltCheck(lt.cublasLtMatrixLayoutCreate(&g.left, bb, uint64_t(map.leftRows),
                                         uint64_t(map.leftCols), map.leftLd),
           "cublasLtMatrixLayoutCreate");
@@ -708,12 +727,13 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   g.leftPtr = address(l.inputs[1]);
   g.rightPtr = address(l.inputs[0]);
   g.outPtr = address(l.outputs[0]);
-  if (epilogue)
-    setEpilogue(l, map, g, label);
 
   cublasLtMatmulPreference_t pref = nullptr;
   ltCheck(lt.cublasLtMatmulPreferenceCreate(&pref),
           "cublasLtMatmulPreferenceCreate");
+  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                  cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+      prefOwner(pref, lt.cublasLtMatmulPreferenceDestroy);
   uint64_t wsBytes = kWorkspaceBytes;
   uint32_t align[3] = {alignmentOf(g.leftPtr | g.leftStride),
                        alignmentOf(g.rightPtr | g.rightStride),
@@ -723,29 +743,79 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  cublasStatus_t s = lt.cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes));
-  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; ++i)
-    s = lt.cublasLtMatmulPreferenceSetAttribute(pref, alignAttr[i],
-                                                &align[std::min(i, 2)],
-                                                sizeof(uint32_t));
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = lt.cublasLtMatmulAlgoGetHeuristic(ltHandle, g.desc, g.left, g.right,
-                                          g.out, g.out, pref, 1, &result,
-                                          &found);
-  lt.cublasLtMatmulPreferenceDestroy(pref);
-  ltCheck(s, "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape);
-  g.algo = result.algo;
+  ltCheck(lt.cublasLtMatmulPreferenceSetAttribute(
+              pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
+              sizeof(wsBytes)),
+          "setting MAX_WORKSPACE_BYTES");
+  for (int i = 0; i < 4; ++i)
+    ltCheck(lt.cublasLtMatmulPreferenceSetAttribute(
+                pref, alignAttr[i], &align[std::min(i, 2)], sizeof(uint32_t)),
+            "setting MIN_ALIGNMENT");
+
+  // The fused epilogue first; where cuBLASLt has no algorithm for it, less
+  // of it, the rest as rt::GemmFallback kernels. GPTC_GEMM_FALLBACK=1 goes
+  // straight to the plain GEMM, to check those kernels on a device whose
+  // cuBLASLt has them all.
+  std::vector<EpilogueLevel> levels;
+  if (epilogue && !forceGemmFallback)
+    levels.push_back(EpilogueLevel::Full);
+  if (l.kernel == "matmul_gelu_grad" && l.outputs.size() > 1 &&
+      !forceGemmFallback)
+    levels.push_back(EpilogueLevel::WithoutBiasGrad);
+  levels.push_back(epilogue ? EpilogueLevel::None : EpilogueLevel::Full);
+  std::string refused; // "DGELU_BGRAD: CUBLAS_STATUS_NOT_SUPPORTED; ..."
+  EpilogueLevel kept = EpilogueLevel::Full;
+  for (EpilogueLevel level : levels) {
+    if (g.desc)
+      lt.cublasLtMatmulDescDestroy(g.desc);
+    g.desc = nullptr;
+    ltCheck(lt.cublasLtMatmulDescCreate(&g.desc, computeType, CUDA_R_32F),
+            "cublasLtMatmulDescCreate");
+    cublasOperation_t opLeft = map.transLeft ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opRight = map.transRight ? CUBLAS_OP_T : CUBLAS_OP_N;
+    ltCheck(lt.cublasLtMatmulDescSetAttribute(
+                g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opLeft, sizeof(opLeft)),
+            "setting TRANSA");
+    ltCheck(lt.cublasLtMatmulDescSetAttribute(
+                g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opRight, sizeof(opRight)),
+            "setting TRANSB");
+    std::string name =
+        epilogue ? setEpilogue(l, map, g, label, level) : "DEFAULT";
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t s = lt.cublasLtMatmulAlgoGetHeuristic(
+        ltHandle, g.desc, g.left, g.right, g.out, g.out, pref, 1, &result,
+        &found);
+    if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+      g.algo = result.algo;
+      kept = level;
+      break;
+    }
+    refused += (refused.empty() ? "" : "; ") + name + ": " +
+               (s == CUBLAS_STATUS_SUCCESS ? std::string("no algorithm")
+                                           : lt.cublasLtGetStatusName(s));
+    if (level == levels.back())
+      throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape +
+                        " (" + refused + ")");
+  }
+  if (kept != EpilogueLevel::Full) {
+    planFollowups(l, map, g, label, kept);
+    g.shape += " + fallback epilogue";
+    std::string note = l.kernel + " " + g.shape;
+    if (!forceGemmFallback && fallbackNotes.insert(note).second)
+      std::fprintf(stderr,
+                   "gptc: cuBLASLt refused the epilogue of %s (%s); it runs "
+                   "as gemm_fallback kernels after the GEMM\n",
+                   label.c_str(), refused.c_str());
+  }
   gemms.push_back(std::move(g));
   return int(gemms.size() - 1);
 }
 
-void CudaBackendImpl::setEpilogue(const Launch &l, const GemmMapping &map,
-                                  GemmPlan &g, const std::string &label) {
+std::string CudaBackendImpl::setEpilogue(const Launch &l,
+                                         const GemmMapping &map, GemmPlan &g,
+                                         const std::string &label,
+                                         EpilogueLevel level) {
   const Lt &lt = cublasLt();
   auto ltCheck = [&](cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS)
@@ -768,26 +838,29 @@ void CudaBackendImpl::setEpilogue(const Launch &l, const GemmMapping &map,
   // are. gpt's b is cuBLASLt's A (the operands swap in the column-major
   // view), so the column sums of gpt's b are BGRADA's.
   cublasLtEpilogue_t epi;
+  std::string name;
   int biasId = -1, auxId = -1;
   if (l.kernel == "matmul_epilogue") {
     bool aux = l.outputs.size() > 1;
     epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
           : aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                 : CUBLASLT_EPILOGUE_GELU_BIAS;
+    name = !gelu ? "BIAS" : aux ? "GELU_AUX_BIAS" : "GELU_BIAS";
     biasId = l.inputs[2];
     if (aux)
       auxId = l.outputs[1];
   } else if (l.kernel == "matmul_gelu_grad") {
-    bool bgrad = l.outputs.size() > 1;
+    bool bgrad = l.outputs.size() > 1 && level == EpilogueLevel::Full;
     epi = bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    name = bgrad ? "DGELU_BGRAD" : "DGELU";
     auxId = l.inputs[2];
     if (bgrad)
       biasId = l.outputs[1];
   } else {
     epi = CUBLASLT_EPILOGUE_BGRADA;
+    name = "BGRADA";
     biasId = l.outputs[1];
   }
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi), "setting EPILOGUE");
   if (biasId >= 0) {
     const Buffer &bias = buffer(biasId);
     if (bias.numel() != map.m)
@@ -800,26 +873,100 @@ void CudaBackendImpl::setEpilogue(const Launch &l, const GemmMapping &map,
       throw DeviceError(label + ": the bias (gradient) is " +
                         dtypeName(bias.dtype) + ", D is " +
                         dtypeName(buffer(l.outputs[0]).dtype));
+  }
+  if (auxId >= 0) {
+    // The GELU input matrix (written by GELU_AUX_BIAS, read by DGELU) has
+    // D's layout and type.
+    const Buffer &aux = buffer(auxId), &d = buffer(l.outputs[0]);
+    if (aux.numel() != d.numel() || aux.dtype != d.dtype)
+      throw DeviceError(label + ": the pre-activation is " +
+                        dtypeName(aux.dtype) + "[" +
+                        std::to_string(aux.numel()) + "], the result " +
+                        dtypeName(d.dtype) + "[" + std::to_string(d.numel()) +
+                        "]");
+  }
+  if (level == EpilogueLevel::None)
+    return "DEFAULT";
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi), "setting EPILOGUE");
+  if (biasId >= 0) {
     void *biasPtr = reinterpret_cast<void *>(address(biasId));
     set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr, sizeof(biasPtr),
         "setting BIAS_POINTER");
   }
-  if (auxId < 0)
-    return;
-  // The GELU input matrix (written by GELU_AUX_BIAS, read by DGELU) has D's
-  // layout and type.
-  const Buffer &aux = buffer(auxId), &d = buffer(l.outputs[0]);
-  if (aux.numel() != d.numel() || aux.dtype != d.dtype)
-    throw DeviceError(label + ": the pre-activation is " +
-                      dtypeName(aux.dtype) + "[" + std::to_string(aux.numel()) +
-                      "], the result " + dtypeName(d.dtype) + "[" +
-                      std::to_string(d.numel()) + "]");
-  void *auxPtr = reinterpret_cast<void *>(address(auxId));
-  int64_t auxLd = map.outLd;
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr, sizeof(auxPtr),
-      "setting EPILOGUE_AUX_POINTER");
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof(auxLd),
-      "setting EPILOGUE_AUX_LD");
+  if (auxId >= 0) {
+    void *auxPtr = reinterpret_cast<void *>(address(auxId));
+    int64_t auxLd = map.outLd;
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr, sizeof(auxPtr),
+        "setting EPILOGUE_AUX_POINTER");
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof(auxLd),
+        "setting EPILOGUE_AUX_LD");
+  }
+  return name;
+}
+
+CUfunction CudaBackendImpl::fallbackKernel(GemmFallback kind, DType t,
+                                           const std::string &label) {
+  std::string name = gemmFallbackKernel(kind, t);
+  for (size_t i = 0; i < prog->kernels.size() && i < entries.size(); ++i)
+    if (prog->kernels[i].name == name)
+      return entries[i];
+  throw DeviceError(label + ": cuBLASLt has no algorithm for its epilogue, "
+                    "and the program has no kernel " + name +
+                    " to run it after the GEMM (compile it again with this "
+                    "gptc)");
+}
+
+void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
+                                    GemmPlan &g, const std::string &label,
+                                    EpilogueLevel level) {
+  const Buffer &d = buffer(l.outputs[0]);
+  const int64_t cols = map.m, rows = d.numel() / cols;
+  auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  auto gridFor = [&](int64_t n) {
+    return uint32_t(std::clamp<int64_t>(ceilDiv(n, 256), 1, 1 << 20));
+  };
+  auto add = [&](GemmFallback kind, DType t, uint32_t gx, uint32_t gy,
+                 std::vector<uint64_t> args) {
+    GemmPlan::Followup f;
+    f.fn = fallbackKernel(kind, t, label);
+    f.grid[0] = gx;
+    f.grid[1] = gy;
+    f.args = std::move(args);
+    g.after.push_back(std::move(f));
+  };
+  // Column sums of x [sumRows, cols] into `out`: partial sums per chunk of
+  // rows in the cuBLASLt workspace (free again once the GEMM ran), then
+  // their sum in chunk order.
+  auto columnSums = [&](int xId, int outId) {
+    const Buffer &x = buffer(xId), &out = buffer(outId);
+    int64_t sumRows = x.numel() / cols, perChunk = 64;
+    while (ceilDiv(sumRows, perChunk) * cols * 4 > int64_t(kWorkspaceBytes) ||
+           ceilDiv(sumRows, perChunk) > 65535)
+      perChunk *= 2;
+    int64_t chunks = std::max<int64_t>(ceilDiv(sumRows, perChunk), 1);
+    add(GemmFallback::ColumnPartials, x.dtype, uint32_t(ceilDiv(cols, 32)),
+        uint32_t(chunks),
+        {address(xId), workspace, uint64_t(sumRows), uint64_t(cols),
+         uint64_t(perChunk)});
+    add(GemmFallback::ColumnSums, out.dtype, gridFor(cols), 1,
+        {workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
+  };
+  if (l.kernel == "matmul_epilogue") {
+    auto it = l.ints.find("gelu");
+    bool gelu = it != l.ints.end() && it->second != 0;
+    uint64_t pre = l.outputs.size() > 1 ? address(l.outputs[1]) : 0;
+    add(GemmFallback::Bias, d.dtype, gridFor(rows * cols), 1,
+        {address(l.outputs[0]), address(l.inputs[2]), pre, uint64_t(rows),
+         uint64_t(cols), uint64_t(gelu)});
+  } else if (l.kernel == "matmul_gelu_grad") {
+    if (level == EpilogueLevel::None)
+      add(GemmFallback::GeluGrad, d.dtype, gridFor(d.numel()), 1,
+          {address(l.outputs[0]), address(l.inputs[2]), uint64_t(d.numel())});
+    if (l.outputs.size() > 1)
+      columnSums(l.outputs[0], l.outputs[1]);
+  } else {
+    columnSums(l.inputs[1], l.outputs[1]);
+  }
 }
 
 const std::vector<Prepared> &
@@ -872,6 +1019,19 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
           s != CUBLAS_STATUS_SUCCESS)
         throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
                           lt.cublasLtGetStatusName(s));
+    }
+    for (const GemmPlan::Followup &f : g.after) {
+      uint64_t values[8];
+      void *params[8];
+      for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
+        values[i] = f.args[i];
+        params[i] = &values[i];
+      }
+      if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256,
+                                         1, 1, 0, compute, params, nullptr);
+          r != CUDA_SUCCESS)
+        throw DeviceError("cannot launch the epilogue fallback of " +
+                          pl.label + ": " + cuError(cu, r));
     }
   } else {
     throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +

@@ -31,6 +31,15 @@ bool isGemm(const std::string &kernel) {
          kernel == "matmul_gelu_grad" || kernel == "matmul_bias_grad";
 }
 
+std::string gemmFallbackKernel(GemmFallback kind, DType t) {
+  const char *what = kind == GemmFallback::Bias       ? "bias"
+                     : kind == GemmFallback::GeluGrad ? "gelu_grad"
+                     : kind == GemmFallback::ColumnPartials
+                         ? "column_partials"
+                         : "column_sums";
+  return std::string("gemm_fallback_") + what + "_" + dtypeName(t);
+}
+
 const char *roleName(Role r) {
   switch (r) {
   case Role::Temp:

@@ -12,8 +12,10 @@
 #include "gptc/Runtime/CudaBackend.h"
 #include "gptc/Runtime/KernelCheck.h"
 
+#include <cublasLt.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -406,16 +408,9 @@ TEST(CudaBackendFake, KernelCheckAgainstCpu) {
       << out.str();
 }
 
-/// gpt.matmul_epilogue through cuBLASLt's epilogues: GELU_AUX_BIAS (bf16
-/// operands; float32 result, pre-activation and bias, or all bf16) and
-/// BIAS (transpose_b). The
-/// fake applies the epilogue only as the descriptor says (EPILOGUE,
-/// BIAS_POINTER, EPILOGUE_AUX_POINTER/LD), so a descriptor the backend did
-/// not set up fails the check against the CPU backend.
-TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
-  REQUIRE_FAKE(b);
+/// A function of matmul_epilogue launches for the tests below.
+Function forwardEpilogues(Program &p) {
   enum : int { EX, EW1, EBIAS, EW2, EH, EPRE, EY2, EBIASL, EHL, EPREL };
-  Program p;
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("x", DType::BF16, {2, 3, 8}, Role::Param),
                buffer("w1", DType::BF16, {8, 16}, Role::Param),
@@ -437,6 +432,19 @@ TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
   f.launches = {gelu,
                 launch("matmul_epilogue", {EX, EW2, EBIAS}, {EY2}, true),
                 narrow};
+  return f;
+}
+
+/// gpt.matmul_epilogue through cuBLASLt's epilogues: GELU_AUX_BIAS (bf16
+/// operands; float32 result, pre-activation and bias, or all bf16) and
+/// BIAS (transpose_b). The
+/// fake applies the epilogue only as the descriptor says (EPILOGUE,
+/// BIAS_POINTER, EPILOGUE_AUX_POINTER/LD), so a descriptor the backend did
+/// not set up fails the check against the CPU backend.
+TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
+  REQUIRE_FAKE(b);
+  Program p;
+  Function f = forwardEpilogues(p);
   auto [failures, out] = checkOneFunction(p, f, *b);
   EXPECT_EQ(failures, 0) << out;
   EXPECT_NE(out.find("matmul_epilogue"), std::string::npos) << out;
@@ -468,15 +476,9 @@ TEST(CudaBackendFake, BiasOfAnotherTypeThanD) {
   }
 }
 
-/// The backward's epilogues: gpt.matmul_gelu_grad as DGELU_BGRAD and DGELU
-/// (the pre-activation is the aux input, the bias gradient D's row sums)
-/// and gpt.matmul_bias_grad as BGRADA (the bias gradient sums gpt's b, which
-/// is cuBLASLt's A). The fake reduces only what the descriptor points at,
-/// so a wrong epilogue, operand or pointer fails the check.
-TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
-  REQUIRE_FAKE(b);
+/// A function of matmul_gelu_grad and matmul_bias_grad launches.
+Function backwardEpilogues(Program &p) {
   enum : int { DY, W, PRE, DP, DB, DP2, X, G, DW, DB2, PREL, DPL, DBL };
-  Program p;
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("dy", DType::BF16, {2, 3, 8}, Role::Param),
                buffer("w", DType::BF16, {16, 8}, Role::Param),
@@ -484,8 +486,9 @@ TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
                buffer("dp", DType::F32, {2, 3, 16}, Role::Output),
                buffer("db", DType::F32, {16}, Role::Output),
                buffer("dp2", DType::F32, {2, 3, 16}, Role::Output),
-               buffer("x", DType::BF16, {6, 8}, Role::Param),
-               buffer("g", DType::BF16, {6, 16}, Role::Param),
+               // 200 rows: the fallback's column sums take 4 chunks.
+               buffer("x", DType::BF16, {200, 8}, Role::Param),
+               buffer("g", DType::BF16, {200, 16}, Role::Param),
                buffer("dw", DType::F32, {8, 16}, Role::Output),
                buffer("db2", DType::F32, {16}, Role::Output),
                buffer("pre_l", DType::BF16, {2, 3, 16}, Role::Param),
@@ -499,10 +502,153 @@ TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
                 launch("matmul_gelu_grad", {DY, W, PRE}, {DP2}, true),
                 launch("matmul_gelu_grad", {DY, W, PREL}, {DPL, DBL}, true),
                 weightGrad};
+  return f;
+}
+
+/// The backward's epilogues: gpt.matmul_gelu_grad as DGELU_BGRAD and DGELU
+/// (the pre-activation is the aux input, the bias gradient D's row sums)
+/// and gpt.matmul_bias_grad as BGRADA (the bias gradient sums gpt's b, which
+/// is cuBLASLt's A). The fake reduces only what the descriptor points at,
+/// so a wrong epilogue, operand or pointer fails the check.
+TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
+  REQUIRE_FAKE(b);
+  Program p;
+  Function f = backwardEpilogues(p);
   auto [failures, out] = checkOneFunction(p, f, *b);
   EXPECT_EQ(failures, 0) << out;
   for (const char *kernel : {"matmul_gelu_grad", "matmul_bias_grad"})
     EXPECT_NE(out.find(kernel), std::string::npos) << out;
+}
+
+/// Every rt::GemmFallback kernel for f32 and bf16, as the emitter adds them
+/// (the fake loads any cubin and runs these by name).
+void addFallbackKernels(Program &p) {
+  for (GemmFallback kind : {GemmFallback::Bias, GemmFallback::GeluGrad,
+                            GemmFallback::ColumnPartials,
+                            GemmFallback::ColumnSums})
+    for (DType t : {DType::F32, DType::BF16}) {
+      DeviceKernel k;
+      k.name = gemmFallbackKernel(kind, t);
+      k.arch = "sm_90a";
+      k.cubin = {'F', 'A', 'K', 'E'};
+      p.kernels.push_back(k);
+    }
+}
+
+/// The names of the kernels the fake launched from launch `from` on.
+std::vector<std::string> launchedSince(int from) {
+  std::vector<std::string> names;
+  int n = hook<int (*)()>("gptcFakeLaunchCount")();
+  for (int i = from; i < n; ++i)
+    names.push_back(hook<const char *(*)(int)>("gptcFakeLaunchName")(i));
+  return names;
+}
+
+bool contains(const std::vector<std::string> &names, const std::string &name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+/// The fake's cuBLASLt refuses the given epilogues until the end of scope.
+struct Refusing {
+  explicit Refusing(std::initializer_list<cublasLtEpilogue_t> epilogues) {
+    for (cublasLtEpilogue_t e : epilogues)
+      hook<void (*)(int)>("gptcFakeRefuseEpilogue")(int(e));
+  }
+  ~Refusing() { hook<void (*)(int)>("gptcFakeRefuseEpilogue")(-1); }
+};
+
+/// A cuBLASLt without the fused epilogues: every fused GEMM runs as a plain
+/// GEMM and the rt::GemmFallback kernels after it, and still matches the
+/// CPU backend (the fake runs those kernels from their arguments, so a
+/// wrong pointer, size or order fails the check).
+TEST(CudaBackendFake, RefusedEpiloguesRunAsFallbackKernels) {
+  REQUIRE_FAKE(b);
+  Refusing refusing({CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS,
+                     CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                     CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADA});
+  int from = hook<int (*)()>("gptcFakeLaunchCount")();
+  Program forward;
+  Function f = forwardEpilogues(forward);
+  addFallbackKernels(forward);
+  auto [failures, out] = checkOneFunction(forward, f, *b);
+  EXPECT_EQ(failures, 0) << out;
+  auto names = launchedSince(from);
+  EXPECT_TRUE(contains(names, "gemm_fallback_bias_f32"));
+  EXPECT_TRUE(contains(names, "gemm_fallback_bias_bf16"));
+
+  b.reset(); // one program per backend
+  b = fakeBackend();
+  ASSERT_TRUE(b);
+  from = hook<int (*)()>("gptcFakeLaunchCount")();
+  Program backward;
+  Function g = backwardEpilogues(backward);
+  addFallbackKernels(backward);
+  std::tie(failures, out) = checkOneFunction(backward, g, *b);
+  EXPECT_EQ(failures, 0) << out;
+  names = launchedSince(from);
+  for (const char *kernel :
+       {"gemm_fallback_gelu_grad_f32", "gemm_fallback_gelu_grad_bf16",
+        "gemm_fallback_column_partials_f32",
+        "gemm_fallback_column_partials_bf16", "gemm_fallback_column_sums_f32",
+        "gemm_fallback_column_sums_bf16"})
+    EXPECT_TRUE(contains(names, kernel)) << kernel;
+}
+
+/// Only DGELU_BGRAD refused: the GEMM keeps DGELU and only the bias
+/// gradient runs after it.
+TEST(CudaBackendFake, RefusedBiasGradientKeepsDgelu) {
+  REQUIRE_FAKE(b);
+  Refusing refusing({CUBLASLT_EPILOGUE_DGELU_BGRAD});
+  int from = hook<int (*)()>("gptcFakeLaunchCount")();
+  Program p;
+  Function f = backwardEpilogues(p);
+  addFallbackKernels(p);
+  auto [failures, out] = checkOneFunction(p, f, *b);
+  EXPECT_EQ(failures, 0) << out;
+  auto names = launchedSince(from);
+  EXPECT_TRUE(contains(names, "gemm_fallback_column_sums_f32"));
+  EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_f32"));
+  EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_bf16"));
+}
+
+/// GPTC_GEMM_FALLBACK=1 runs every fused GEMM through the fallback kernels,
+/// on a cuBLASLt that has every epilogue (to check them on a GPU).
+TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  setenv("GPTC_GEMM_FALLBACK", "1", 1);
+  auto b = fakeBackend();
+  unsetenv("GPTC_GEMM_FALLBACK");
+  ASSERT_TRUE(b);
+  int from = hook<int (*)()>("gptcFakeLaunchCount")();
+  Program p;
+  Function f = backwardEpilogues(p);
+  addFallbackKernels(p);
+  auto [failures, out] = checkOneFunction(p, f, *b);
+  EXPECT_EQ(failures, 0) << out;
+  auto names = launchedSince(from);
+  EXPECT_TRUE(contains(names, "gemm_fallback_gelu_grad_bf16"));
+  EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
+}
+
+/// A refused epilogue in a program without the fallback kernels (one
+/// compiled by an older gptc): one line naming the launch and the kernel.
+TEST(CudaBackendFake, RefusedEpilogueWithoutFallbackKernels) {
+  REQUIRE_FAKE(b);
+  Refusing refusing({CUBLASLT_EPILOGUE_BGRADA});
+  Program p;
+  Function f = backwardEpilogues(p);
+  try {
+    auto [failures, out] = checkOneFunction(p, f, *b);
+    ADD_FAILURE() << "planned a refused BGRADA without its fallback: " << out;
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "grads launch 3: matmul_bias_grad (cuBLASLt) at fake.cpp:8: "
+                  "cuBLASLt has no algorithm for its epilogue, and the "
+                  "program has no kernel gemm_fallback_column_partials_bf16"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 } // namespace

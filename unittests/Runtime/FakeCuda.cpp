@@ -16,12 +16,14 @@
 #include <cublasLt.h>
 #include <cuda.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -39,6 +41,7 @@ Graph captured;
 int failSyncIn = -1;   // the n-th next stream synchronisation fails
 int failLaunchIn = -1; // the n-th next kernel launch fails
 int argCount = 0;      // pointers each kernel launch takes (the test says)
+std::vector<int> refusedEpilogues; // the heuristic finds no algorithm
 std::vector<std::string> launchNames;
 std::vector<std::vector<uint64_t>> launchArgs;
 
@@ -60,6 +63,14 @@ uint64_t gptcFakeLaunchArg(int i, int arg) { return launchArgs.at(i).at(arg); }
 void gptcFakeFailSync(int n) { failSyncIn = n; }
 void gptcFakeFailLaunch(int n) { failLaunchIn = n; }
 void gptcFakeSetArgCount(int n) { argCount = n; }
+/// From now on the heuristic has no algorithm for `epilogue` (a
+/// cublasLtEpilogue_t), as a cuBLASLt without it would; -1 forgets them all.
+void gptcFakeRefuseEpilogue(int epilogue) {
+  if (epilogue < 0)
+    refusedEpilogues.clear();
+  else
+    refusedEpilogues.push_back(epilogue);
+}
 }
 
 //===----------------------------------------------------------------------===//
@@ -192,17 +203,26 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) 
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
   return CUDA_SUCCESS;
 }
+/// 0, or how many arguments a GEMM-epilogue fallback kernel takes.
+int gemmFallbackArgs(const std::string &name);
+void runGemmFallback(const std::string &name, const std::vector<uint64_t> &args);
+
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
                                 unsigned, unsigned, unsigned, unsigned,
                                 CUstream, void **params, void **) {
   if (failLaunchIn >= 0 && failLaunchIn-- == 0)
     return CUDA_ERROR_LAUNCH_FAILED;
-  // The backend passes device pointers only; the test says how many.
-  std::vector<uint64_t> args;
-  for (int i = 0; i < argCount; ++i)
-    args.push_back(*static_cast<uint64_t *>(params[i]));
+  // The backend passes device pointers only, the test says how many; the
+  // GEMM-epilogue fallbacks also take sizes, and they run (below).
   std::string name = reinterpret_cast<Function *>(f)->name;
-  submit([name, args] {
+  int fallbackArgs = gemmFallbackArgs(name);
+  bool fallback = fallbackArgs > 0;
+  std::vector<uint64_t> args;
+  for (int i = 0; i < (fallback ? fallbackArgs : argCount); ++i)
+    args.push_back(*static_cast<uint64_t *>(params[i]));
+  submit([name, args, fallback] {
+    if (fallback)
+      runGemmFallback(name, args);
     launchNames.push_back(name);
     launchArgs.push_back(args);
   });
@@ -307,6 +327,72 @@ void store(void *p, cudaDataType_t t, int64_t i, float v) {
 }
 } // namespace
 
+namespace {
+float gelu(float v) {
+  return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+double geluSlope(double x) {
+  double t = std::tanh(0.7978845608 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) +
+         0.5 * x * (1 - t * t) * 0.7978845608 * (1 + 3 * 0.044715 * x * x);
+}
+} // namespace
+
+int gemmFallbackArgs(const std::string &name) {
+  for (auto [prefix, n] : {std::pair<const char *, int>{"gemm_fallback_bias_", 6},
+                           {"gemm_fallback_gelu_grad_", 3},
+                           {"gemm_fallback_column_partials_", 5},
+                           {"gemm_fallback_column_sums_", 4}})
+    if (name.rfind(prefix, 0) == 0)
+      return n;
+  return 0;
+}
+
+/// The rt::GemmFallback kernels as Program.h defines them, on the host.
+/// The GEMM-epilogue fallbacks are the only kernels the fake runs, so a
+/// test can check their plumbing (which kernels, pointers and sizes)
+/// against the CPU backend; the CUDA source itself runs on the host in
+/// KernelsOnHostTest.
+void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
+  cudaDataType_t t = name.size() > 5 && name.substr(name.size() - 5) == "_bf16"
+                         ? CUDA_R_16BF
+                         : CUDA_R_32F;
+  auto ptr = [&](int i) { return reinterpret_cast<void *>(a[size_t(i)]); };
+  auto num = [&](int i) { return int64_t(a[size_t(i)]); };
+  if (name.rfind("gemm_fallback_bias_", 0) == 0) {
+    int64_t rows = num(3), cols = num(4);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      float v = load(ptr(0), t, i) + load(ptr(1), t, i % cols);
+      if (ptr(2))
+        store(ptr(2), t, i, v);
+      store(ptr(0), t, i, num(5) ? gelu(v) : v);
+    }
+  } else if (name.rfind("gemm_fallback_gelu_grad_", 0) == 0) {
+    for (int64_t i = 0; i < num(2); ++i)
+      store(ptr(0), t, i,
+            float(load(ptr(0), t, i) * geluSlope(load(ptr(1), t, i))));
+  } else if (name.rfind("gemm_fallback_column_partials_", 0) == 0) {
+    int64_t rows = num(2), cols = num(3), perChunk = num(4);
+    float *partial = static_cast<float *>(ptr(1));
+    for (int64_t k = 0; k * perChunk < rows; ++k)
+      for (int64_t c = 0; c < cols; ++c) {
+        double sum = 0;
+        for (int64_t r = k * perChunk; r < std::min(rows, (k + 1) * perChunk); ++r)
+          sum += load(ptr(0), t, r * cols + c);
+        partial[k * cols + c] = float(sum);
+      }
+  } else if (name.rfind("gemm_fallback_column_sums_", 0) == 0) {
+    int64_t chunks = num(2), cols = num(3);
+    const float *partial = static_cast<const float *>(ptr(0));
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum = 0;
+      for (int64_t k = 0; k < chunks; ++k)
+        sum += partial[k * cols + c];
+      store(ptr(1), t, c, float(sum));
+    }
+  }
+}
+
 size_t CUBLASWINAPI cublasLtGetVersion(void) { return 130000; }
 const char *CUBLASWINAPI cublasLtGetStatusName(cublasStatus_t) {
   return "CUBLAS_STATUS_FAKE";
@@ -387,10 +473,16 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
-    cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+    cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t,
     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
     cublasLtMatmulPreference_t, int requested,
     cublasLtMatmulHeuristicResult_t *results, int *count) {
+  int32_t epilogue = reinterpret_cast<Desc *>(d)->epilogue;
+  if (std::find(refusedEpilogues.begin(), refusedEpilogues.end(), epilogue) !=
+      refusedEpilogues.end()) {
+    *count = 0;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   *count = requested > 0 ? 1 : 0;
   if (*count)
     std::memset(&results[0], 0, sizeof(results[0]));
@@ -464,15 +556,9 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
           if (auxOut)
             store(desc.aux, auxType, r + c * desc.auxLd, v);
           if (gelu)
-            v = 0.5f * v *
-                (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-          if (dgelu) {
-            double x = load(desc.aux, auxType, r + c * desc.auxLd);
-            double t = std::tanh(0.7978845608 * (x + 0.044715 * x * x * x));
-            double slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608 *
-                                               (1 + 3 * 0.044715 * x * x);
-            v = float(v * slope);
-          }
+            v = ::gelu(v);
+          if (dgelu)
+            v = float(v * geluSlope(load(desc.aux, auxType, r + c * desc.auxLd)));
           if (gradD)
             rowSum[size_t(r)] += v;
           store(D, out.type, id, v);

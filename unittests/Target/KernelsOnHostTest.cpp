@@ -1,15 +1,16 @@
 //===- KernelsOnHostTest.cpp - generated kernels run on the CPU -----------===//
 //
-// Every kernel but the tensor-core attention compiles as host C++ against a
-// small emulation of the CUDA built-ins (the shim below replaces types.cuh,
-// the only file with inline PTX): each block's threads run as coroutines,
-// so barriers, warp shuffles, ballots, shared memory and the module-scope
-// scratch of the last-block reductions behave as on a GPU. The test
-// compiles the emitted sources with the host compiler, runs every block,
-// and compares each result with the CPU executor's kernel: bit for bit for
-// the glue (index arithmetic, broadcasting, vector paths, the multi-tensor
-// block table), to float32 rounding for the reductions. No GPU needed; the
-// tensor-core attention is left to the runtime's kernel check on a GPU.
+// Every kernel compiles as host C++ against a small emulation of the CUDA
+// built-ins (the shim below replaces types.cuh, the only file with inline
+// PTX; it emulates mma.m16n8k16 and cp.async too): each block's threads run
+// as coroutines, so barriers, warp shuffles, ballots, shared memory and the
+// module-scope scratch of the last-block reductions behave as on a GPU. The
+// test compiles the emitted sources with the host compiler, runs every
+// block, and compares each result with the CPU executor's kernel: bit for
+// bit for the glue (index arithmetic, broadcasting, vector paths, the
+// multi-tensor block table), to float32 rounding for the reductions, to
+// bf16 precision for the tensor-core attention. No GPU needed; timing and
+// the real tensor cores are left to the runtime's kernel check on a GPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -243,7 +244,25 @@ struct AnyPointer {
   void *p;
   template <typename T> operator T *() const { return static_cast<T *>(p); }
 };
+/// A pointer or an i64 size (the GEMM-epilogue fallbacks take both).
+struct AnyArg {
+  unsigned long long v;
+  template <typename T> operator T *() const { return reinterpret_cast<T *>(v); }
+  operator i64() const { return i64(v); }
+};
 )";
+
+/// How many arguments an rt::GemmFallback kernel takes (Program.h), 0 for
+/// the generated kernels.
+int gemmFallbackArgs(const std::string &name) {
+  for (auto [prefix, n] : {std::pair<const char *, int>{"gemm_fallback_bias_", 6},
+                           {"gemm_fallback_gelu_grad_", 3},
+                           {"gemm_fallback_column_partials_", 5},
+                           {"gemm_fallback_column_sums_", 4}})
+    if (name.rfind(prefix, 0) == 0)
+      return n;
+  return 0;
+}
 
 /// The kernels of `p`, compiled for the host: run(launch, buffer data).
 class HostKernels {
@@ -259,8 +278,32 @@ public:
     }
     // Per launch: its body (the kernel call) and a runner over the blocks.
     src += "static void **args;\n";
+    // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
+    // grid x, grid y) with 1-D blocks of 256 threads.
+    src += "static const unsigned long long *fallbackArgs;\n";
+    for (size_t k = 0; k < p.kernels.size(); ++k) {
+      const std::string &name = p.kernels[k].name;
+      if (int n = gemmFallbackArgs(name)) {
+        src += "static void body_" + name + "() {\n  k" + std::to_string(k) +
+               "::" + name + "(";
+        for (int j = 0; j < n; ++j)
+          src += (j ? ", " : "") + std::string("AnyArg{fallbackArgs[") +
+                 std::to_string(j) + "]}";
+        src += ");\n}\n";
+        src += "extern \"C\" void call_" + name +
+               "(const unsigned long long *a, unsigned gx, unsigned gy) {\n"
+               "  fallbackArgs = a;\n  emu::body = body_" + name + ";\n"
+               "  gridDim = {gx, gy, 1};\n  blockDim = {256, 1, 1};\n"
+               "  blockIdx.z = 0;\n"
+               "  for (blockIdx.y = 0; blockIdx.y < gy; ++blockIdx.y)\n"
+               "  for (blockIdx.x = 0; blockIdx.x < gx; ++blockIdx.x)\n"
+               "    emu::runBlock(256);\n}\n";
+      }
+    }
     for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
       const rt::Launch &l = p.functions[0].launches[i];
+      if (l.deviceKernel < 0)
+        continue; // cuBLASLt
       size_t n = l.inputs.size() + l.outputs.size();
       std::string id = std::to_string(i);
       src += "static void body" + id + "() {\n  k" +
@@ -299,6 +342,14 @@ public:
     std::filesystem::remove_all(dir);
   }
   bool ok() const { return handle != nullptr; }
+  /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks.
+  void call(const std::string &name, std::vector<uint64_t> args, unsigned gx,
+            unsigned gy = 1) {
+    auto fn = reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned)>(
+        dlsym(handle, ("call_" + name).c_str()));
+    ASSERT_TRUE(fn) << name;
+    fn(args.data(), gx, gy);
+  }
   void run(size_t launch, std::vector<void *> pointers) {
     auto fn = reinterpret_cast<void (*)(void **)>(
         dlsym(handle, ("run" + std::to_string(launch)).c_str()));
@@ -962,4 +1013,133 @@ TEST(TemplateKernelsOnHost, PackedAttentionMatchesTheCpuExecutor) {
 
 TEST(TemplateKernelsOnHost, PackedTensorCoreAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/true);
+}
+
+namespace {
+
+/// bf16 bits of `t`'s values, rounded to nearest even.
+std::vector<uint16_t> bf16Bits(const exec::HostTensor &t) {
+  std::vector<uint16_t> bits(t.f32.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    bits[i] = exec::bf16BitsOf(t.f32[i]);
+  return bits;
+}
+
+exec::HostTensor fromBf16Bits(const std::vector<uint16_t> &bits, Shape shape) {
+  exec::HostTensor t = exec::HostTensor::floats(std::move(shape));
+  for (size_t i = 0; i < bits.size(); ++i) {
+    uint32_t u = uint32_t(bits[i]) << 16;
+    std::memcpy(&t.f32[i], &u, 4);
+  }
+  return t;
+}
+
+} // namespace
+
+// The kernels that stand in for a fused GEMM epilogue cuBLASLt refuses
+// (gemm_fallback.cuh), on D as a plain GEMM left it. Bias + GELU with its
+// pre-activation and GELU's derivative match the CPU executor's fused GEMMs
+// bit for bit (run on D times the identity, which leaves D exact); the
+// column sums (4 chunks of 64 rows, 2 column blocks, the second partly
+// outside) match to float32 rounding.
+TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
+  const DType bf16 = DType::BF16, f32 = DType::F32;
+  const int64_t rows = 200, cols = 40, k = 16;
+  Builder b;
+  int x = b.buf(bf16, {rows, k}), w = b.buf(bf16, {k, cols}),
+      bias = b.buf(bf16, {cols}), h = b.buf(bf16, {rows, cols}),
+      pre = b.buf(bf16, {rows, cols});
+  b.launch("matmul_epilogue", {x, w, bias}, {h, pre}).ints["gelu"] = 1;
+  int dy = b.buf(bf16, {rows, k}), wt = b.buf(bf16, {cols, k}),
+      dp = b.buf(bf16, {rows, cols}), db = b.buf(bf16, {cols});
+  b.launch("matmul_gelu_grad", {dy, wt, pre}, {dp, db}).ints["transpose_b"] = 1;
+  int dw = b.buf(f32, {k, cols}), db2 = b.buf(f32, {cols});
+  b.launch("matmul_bias_grad", {x, dp}, {dw, db2}).ints["transpose_a"] = 1;
+  // The float32 forms, whose bits show every operation and constant.
+  int biasF = b.buf(f32, {cols}), hF = b.buf(f32, {rows, cols}),
+      preF = b.buf(f32, {rows, cols}), dpF = b.buf(f32, {rows, cols});
+  b.launch("matmul_epilogue", {x, w, biasF}, {hF, preF}).ints["gelu"] = 1;
+  b.launch("matmul_gelu_grad", {dy, wt, preF}, {dpF}).ints["transpose_b"] = 1;
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<std::string> names;
+  for (const rt::DeviceKernel &dk : p.kernels)
+    names.push_back(dk.name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "gemm_fallback_bias_f32", "gemm_fallback_bias_bf16",
+                       "gemm_fallback_gelu_grad_f32",
+                       "gemm_fallback_gelu_grad_bf16",
+                       "gemm_fallback_column_partials_bf16",
+                       "gemm_fallback_column_sums_f32",
+                       "gemm_fallback_column_sums_bf16"}));
+
+  exec::HostTensor identity = exec::HostTensor::floats({cols, cols});
+  for (int64_t i = 0; i < cols; ++i)
+    identity.f32[size_t(i * cols + i)] = 1.0f;
+  auto address = [](auto &v) { return uint64_t(reinterpret_cast<uintptr_t>(v.data())); };
+
+  // Bias and GELU, keeping the pre-activation.
+  exec::HostTensor d = fromBf16Bits(bf16Bits(randomFloats({rows, cols}, 1)),
+                                    {rows, cols});
+  exec::HostTensor bs = fromBf16Bits(bf16Bits(randomFloats({cols}, 2)), {cols});
+  std::vector<uint16_t> dBits = bf16Bits(d), biasBits = bf16Bits(bs),
+                        preBits(dBits.size());
+  kernels.call("gemm_fallback_bias_bf16",
+               {address(dBits), address(biasBits), address(preBits),
+                uint64_t(rows), uint64_t(cols), 1},
+               uint32_t((rows * cols + 255) / 256));
+  std::vector<exec::HostTensor> fused =
+      exec::matmulEpilogue(d, identity, bs, false, false, true, true);
+  EXPECT_EQ(dBits, bf16Bits(fused[0])) << "GELU(d + bias)";
+  EXPECT_EQ(preBits, bf16Bits(fused[1])) << "d + bias";
+
+  // GELU's derivative at that pre-activation, in place.
+  exec::HostTensor d2 = fromBf16Bits(bf16Bits(randomFloats({rows, cols}, 3)),
+                                     {rows, cols});
+  std::vector<uint16_t> d2Bits = bf16Bits(d2);
+  kernels.call("gemm_fallback_gelu_grad_bf16",
+               {address(d2Bits), address(preBits), uint64_t(rows * cols)}, 7);
+  exec::HostTensor preValues = fromBf16Bits(preBits, {rows, cols});
+  EXPECT_EQ(d2Bits, bf16Bits(exec::matmulGeluGrad(d2, identity, preValues,
+                                                  false, false, false)[0]))
+      << "gelu'(pre) * d";
+
+  // The same in float32.
+  exec::HostTensor dF = randomFloats({rows, cols}, 4), biasValues = randomFloats({cols}, 5);
+  exec::HostTensor outF = dF, preOutF = exec::HostTensor::floats({rows, cols});
+  kernels.call("gemm_fallback_bias_f32",
+               {address(outF.f32), address(biasValues.f32),
+                address(preOutF.f32), uint64_t(rows), uint64_t(cols), 1},
+               3);
+  fused = exec::matmulEpilogue(dF, identity, biasValues, false, false, true, true);
+  expectSame(fused[0], outF.f32, "GELU(d + bias) in f32");
+  expectSame(fused[1], preOutF.f32, "d + bias in f32");
+  exec::HostTensor gradF = randomFloats({rows, cols}, 6), dgF = gradF;
+  kernels.call("gemm_fallback_gelu_grad_f32",
+               {address(dgF.f32), address(preOutF.f32), uint64_t(rows * cols)}, 5);
+  expectSame(exec::matmulGeluGrad(gradF, identity, preOutF, false, false, false)[0],
+             dgF.f32, "gelu'(pre) * d in f32");
+
+  // Column sums of d2 into float32 and bf16.
+  const int64_t perChunk = 64, chunks = 4;
+  std::vector<float> partial(size_t(chunks * cols), -1.0f), sums(cols);
+  std::vector<uint16_t> sumBits(cols);
+  kernels.call("gemm_fallback_column_partials_bf16",
+               {address(d2Bits), address(partial), uint64_t(rows),
+                uint64_t(cols), uint64_t(perChunk)},
+               2, uint32_t(chunks));
+  kernels.call("gemm_fallback_column_sums_f32",
+               {address(partial), address(sums), uint64_t(chunks),
+                uint64_t(cols)},
+               1);
+  kernels.call("gemm_fallback_column_sums_bf16",
+               {address(partial), address(sumBits), uint64_t(chunks),
+                uint64_t(cols)},
+               1);
+  exec::HostTensor want =
+      exec::reduceSum(fromBf16Bits(d2Bits, {rows, cols}), {cols});
+  expectNear(want, sums, 1e-5f, "column sums");
+  expectNear(want, fromBf16Bits(sumBits, {cols}).f32, 1.0f / 128,
+             "column sums in bf16");
 }

@@ -15,6 +15,10 @@
 //   GPTC_CUDA_SYNC=1   synchronise after every launch, so an asynchronous
 //                      fault names the exact launch (slow; for debugging)
 //   GPTC_CUBLASLT=PATH the cuBLASLt library to dlopen first
+//   GPTC_GEMM_FALLBACK=1  run every fused GEMM as a plain cuBLASLt GEMM and
+//                      the rt::GemmFallback kernels, as happens by itself
+//                      where cuBLASLt has no algorithm for an epilogue (one
+//                      stderr line per refused epilogue and shape says so)
 //
 //===----------------------------------------------------------------------===//
 

@@ -116,6 +116,24 @@ struct Launch {
 /// "matmul", "matmul_epilogue", "matmul_gelu_grad", "matmul_bias_grad".
 bool isGemm(const std::string &kernel);
 
+/// The kernels the runtime runs after a GEMM whose fused epilogue cuBLASLt
+/// has no algorithm for on the device at hand (the GEMM then runs with the
+/// DEFAULT epilogue, or DGELU without its bias gradient). The CUDA emitter
+/// adds the ones a program's GEMMs could need, from
+/// lib/Target/CUDA/kernels/gemm_fallback.cuh; no launch names them. Unlike
+/// generated kernels they take their sizes after their pointers:
+///   Bias            (T *d, const T *bias, T *pre, i64 rows, i64 cols,
+///                    i64 gelu)       d = act(d + bias) in place, pre: null
+///                                    or d + bias
+///   GeluGrad        (T *d, const T *pre, i64 n)   d = gelu'(pre) * d
+///   ColumnPartials  (const T *x, float *partial, i64 rows, i64 cols,
+///                    i64 rowsPerChunk)   grid (ceil(cols / 32), chunks)
+///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
+/// All are 1-D blocks of 256 threads.
+enum class GemmFallback { Bias, GeluGrad, ColumnPartials, ColumnSums };
+/// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...
+std::string gemmFallbackKernel(GemmFallback kind, DType t);
+
 struct Function {
   std::string name; ///< "forward", "grads", "update", "stash_grads",
                     ///< "accumulate_grads"

@@ -230,6 +230,7 @@ void emitCUDA(rt::Program &p, const std::string &arch) {
       p.kernels[it->second].fuses.push_back(
           "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
     }
+  addGemmFallbackKernels(p);
 }
 
 } // namespace gptc::cuda

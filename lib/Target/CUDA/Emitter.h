@@ -26,6 +26,10 @@ namespace gptc::cuda::detail {
 /// The text of kernels/NAME, embedded at build time.
 const char *embedded(const std::string &name);
 
+/// Appends to p.kernels the rt::GemmFallback kernels its fused GEMMs could
+/// need (EmitGemmFallback.cpp).
+void addGemmFallbackKernels(rt::Program &p);
+
 using rt::Buffer;
 using rt::DType;
 using rt::Launch;

@@ -1,13 +1,14 @@
 //===- EmitCUDA.h - CUDA C++ for a Program's launches -----------*- C++ -*-===//
 //
-// Every launch except "matmul" (cuBLASLt) becomes one self-contained CUDA
+// Every launch except the GEMMs (cuBLASLt) becomes one self-contained CUDA
 // C++ kernel: the templates of lib/Target/CUDA/kernels/*.cuh (embedded at
 // build time) instantiated by a generated `extern "C" __global__` wrapper
 // whose shapes and attributes are constants. Launches with identical
 // sources share one DeviceKernel. No MLIR: this works on rt::Program.
 //
 // The kernel ABI is Program.h's: the device pointers of the launch's inputs
-// then its outputs, nothing else. Kernels that reduce across blocks keep
+// then its outputs, nothing else (the GEMM-epilogue fallback kernels, which
+// no launch names, also take sizes: rt::GemmFallback). Kernels that reduce across blocks keep
 // their partial sums in module-scope __device__ scratch (named in their
 // source), so launches of one kernel must not run concurrently — the
 // runtime runs a function's launches in order on one stream.
@@ -31,8 +32,10 @@ struct EmitError : std::runtime_error {
 };
 
 /// Fills p.kernels (replacing what was there) and, for every launch but
-/// matmul, its deviceKernel, grid, block and sharedBytes (dynamic shared
-/// memory: always 0, the kernels use static shared memory only). `arch` is
+/// the GEMMs, its deviceKernel, grid, block and sharedBytes (dynamic shared
+/// memory: always 0, the kernels use static shared memory only). Appends
+/// the rt::GemmFallback kernels the fused GEMMs could need, which no launch
+/// names. `arch` is
 /// checked (rt::isSupportedArch) and recorded in no kernel: the sources are
 /// the same for every sm_80+ target.
 void emitCUDA(rt::Program &p, const std::string &arch);

@@ -1,0 +1,83 @@
+//===- EmitGemmFallback.cpp - kernels for epilogues cuBLASLt refuses ------===//
+//
+// Whether cuBLASLt has an algorithm for a fused epilogue (BIAS, GELU_AUX_BIAS,
+// DGELU_BGRAD, BGRADA) with gptc's types is only known on the device, so a
+// program carries, beside its generated kernels, the epilogue kernels of
+// kernels/gemm_fallback.cuh for the types its GEMMs use (Program.h:
+// rt::GemmFallback). The runtime launches them only where cuBLASLt refuses.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Emitter.h"
+
+#include <set>
+#include <utility>
+
+namespace gptc::cuda::detail {
+
+namespace {
+
+using rt::GemmFallback;
+
+/// The entry point's parameters and its call of the template.
+std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
+  const std::string T = ctype(t);
+  switch (kind) {
+  case GemmFallback::Bias:
+    return {T + " *d, const " + T + " *bias, " + T +
+                " *pre, i64 rows, i64 cols, i64 gelu",
+            "gemmFallbackBias(d, bias, pre, rows, cols, gelu != 0)"};
+  case GemmFallback::GeluGrad:
+    return {T + " *d, const " + T + " *pre, i64 n",
+            "gemmFallbackGeluGrad(d, pre, n)"};
+  case GemmFallback::ColumnPartials:
+    return {"const " + T +
+                " *x, float *partial, i64 rows, i64 cols, i64 rowsPerChunk",
+            "gemmFallbackColumnPartials(x, partial, rows, cols, rowsPerChunk)"};
+  case GemmFallback::ColumnSums:
+    return {"const float *partial, " + T + " *out, i64 chunks, i64 cols",
+            "gemmFallbackColumnSums(partial, out, chunks, cols)"};
+  }
+  return {};
+}
+
+} // namespace
+
+void addGemmFallbackKernels(rt::Program &p) {
+  // What each fused GEMM would need if its epilogue were refused.
+  std::set<std::pair<GemmFallback, DType>> needed;
+  for (const rt::Function &f : p.functions)
+    for (const Launch &l : f.launches) {
+      if (l.outputs.empty() || l.inputs.size() < 2)
+        continue;
+      DType d = p.buffers.at(l.outputs[0]).dtype;
+      if (l.kernel == "matmul_epilogue") {
+        needed.insert({GemmFallback::Bias, d});
+      } else if (l.kernel == "matmul_gelu_grad") {
+        needed.insert({GemmFallback::GeluGrad, d});
+        if (l.outputs.size() > 1) {
+          needed.insert({GemmFallback::ColumnPartials, d});
+          needed.insert({GemmFallback::ColumnSums, d});
+        }
+      } else if (l.kernel == "matmul_bias_grad" && l.outputs.size() > 1) {
+        needed.insert(
+            {GemmFallback::ColumnPartials, p.buffers.at(l.inputs[1]).dtype});
+        needed.insert({GemmFallback::ColumnSums,
+                       p.buffers.at(l.outputs[1]).dtype});
+      }
+    }
+  for (auto [kind, t] : needed) {
+    rt::DeviceKernel k;
+    k.name = rt::gemmFallbackKernel(kind, t);
+    auto [params, call] = signature(kind, t);
+    k.source = "// gptc: a cuBLASLt epilogue's fallback\n" +
+               std::string(embedded("types.cuh")) + "\n" +
+               embedded("gemm_fallback.cuh") +
+               "\n//===--- generated ---===//\n\n"
+               "extern \"C\" __global__ void __launch_bounds__(256)\n" +
+               k.name + "(" + params + ") {\n  " + call + ";\n}\n";
+    p.kernels.push_back(std::move(k));
+  }
+}
+
+} // namespace gptc::cuda::detail

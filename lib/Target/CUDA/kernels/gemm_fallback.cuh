@@ -1,0 +1,99 @@
+//===- gemm_fallback.cuh - a GEMM epilogue cuBLASLt refused, as kernels ---===//
+//
+// Which epilogue, type and layout combinations cuBLASLt has an algorithm
+// for is only known on the device. When it has none for a fused GEMM, the
+// runtime runs the GEMM with the DEFAULT epilogue (or DGELU without its
+// bias gradient) and these kernels after it on the same stream: the bias
+// and GELU (keeping the pre-activation), GELU's derivative, and a bias
+// gradient as column sums. Unlike generated kernels they take their sizes
+// as arguments, since the runtime decides on them when it plans the GEMM.
+// They compute in float32 and round once on store; the GEMM has rounded D
+// to its type before, so a 16-bit result may differ from the fused
+// epilogue's by that one rounding.
+//
+//===----------------------------------------------------------------------===//
+
+// GELU (tanh) and its derivative with the operations and float32 constants
+// of gpt-fuse-elementwise's bodies and the CPU executor, in their order:
+// k0 = sqrt(2/pi), k1 = 0.044715, k3 = 3 * 0.044715, each rounded to float.
+__device__ __forceinline__ float fallbackGelu(float x) {
+  const float k0 = 0x1.988454p-1f, k1 = 0x1.6e4e26p-5f;
+  float cube = __fmul_rn(__fmul_rn(x, x), x);
+  float t = tanhf(__fmul_rn(k0, __fadd_rn(x, __fmul_rn(k1, cube))));
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+__device__ __forceinline__ float fallbackGeluGrad(float x, float dy) {
+  const float k0 = 0x1.988454p-1f, k1 = 0x1.6e4e26p-5f, k3 = 0x1.12ba9ep-3f;
+  float t = tanhf(
+      __fmul_rn(k0, __fadd_rn(x, __fmul_rn(k1, __fmul_rn(__fmul_rn(x, x), x)))));
+  float dInner = __fmul_rn(k0, __fadd_rn(1.0f, __fmul_rn(k3, __fmul_rn(x, x))));
+  float left = __fmul_rn(0.5f, __fadd_rn(1.0f, t));
+  float right = __fmul_rn(
+      __fmul_rn(__fmul_rn(0.5f, x), __fsub_rn(1.0f, __fmul_rn(t, t))), dInner);
+  return __fmul_rn(__fadd_rn(left, right), dy);
+}
+
+/// d[r, c] = act(d[r, c] + bias[c]) in place, act GELU or the identity;
+/// `pre` (may be null) gets d + bias. A grid-stride loop over rows x cols.
+template <typename T>
+__device__ void gemmFallbackBias(T *d, const T *bias, T *pre, i64 rows,
+                                 i64 cols, bool gelu) {
+  const i64 n = rows * cols;
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += i64(gridDim.x) * blockDim.x) {
+    float v = __fadd_rn(toFloat(d[i]), toFloat(bias[i % cols]));
+    if (pre)
+      pre[i] = fromFloat<T>(v);
+    d[i] = fromFloat<T>(gelu ? fallbackGelu(v) : v);
+  }
+}
+
+/// d = gelu'(pre) * d in place over n elements.
+template <typename T>
+__device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += i64(gridDim.x) * blockDim.x)
+    d[i] = fromFloat<T>(fallbackGeluGrad(toFloat(pre[i]), toFloat(d[i])));
+}
+
+/// The first half of column sums over x [rows, cols]: block (bx, by) of 256
+/// threads sums columns [32 bx, 32 bx + 32) over rows [by * rowsPerChunk,
+/// ...) into partial[by * cols + c]. Each of the 8 warps takes every 8th
+/// row (a warp reads 32 consecutive columns), then warp 0 adds the 8 in
+/// order: deterministic.
+template <typename T>
+__device__ void gemmFallbackColumnPartials(const T *x, float *partial,
+                                           i64 rows, i64 cols,
+                                           i64 rowsPerChunk) {
+  __shared__ float sums[8][33];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const i64 c = i64(blockIdx.x) * 32 + lane;
+  const i64 begin = i64(blockIdx.y) * rowsPerChunk;
+  const i64 end = begin + rowsPerChunk < rows ? begin + rowsPerChunk : rows;
+  float s = 0.0f;
+  if (c < cols)
+    for (i64 r = begin + warp; r < end; r += 8)
+      s = __fadd_rn(s, toFloat(x[r * cols + c]));
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && c < cols) {
+    float total = 0.0f;
+    for (int w = 0; w < 8; ++w)
+      total = __fadd_rn(total, sums[w][lane]);
+    partial[i64(blockIdx.y) * cols + c] = total;
+  }
+}
+
+/// The second half: out[c] = the chunks' partial sums of column c, in
+/// chunk order.
+template <typename O>
+__device__ void gemmFallbackColumnSums(const float *partial, O *out,
+                                       i64 chunks, i64 cols) {
+  for (i64 c = i64(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+       c += i64(gridDim.x) * blockDim.x) {
+    float total = 0.0f;
+    for (i64 k = 0; k < chunks; ++k)
+      total = __fadd_rn(total, partial[k * cols + c]);
+    out[c] = fromFloat<O>(total);
+  }
+}
