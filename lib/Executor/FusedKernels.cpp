@@ -29,6 +29,12 @@ ScalarProgram compileBody(Block &body) {
     reg[arg] = p.numRegisters++;
   p.numArgs = p.numRegisters;
   for (Operation &op : body.without_terminator()) {
+    // Registers are float32 and loads widen, so widening is no instruction
+    // (a body that reads bf16 gradients to yield them as f32).
+    if (auto ext = dyn_cast<arith::ExtFOp>(op)) {
+      reg[ext.getResult()] = reg.lookup(ext.getIn());
+      continue;
+    }
     Instruction in{Opcode::Const, p.numRegisters};
     auto binary = [&](Opcode code) {
       in.op = code;

@@ -492,6 +492,56 @@ void mergeParameterCasts(func::FuncOp func) {
   }
 }
 
+/// The gradients' widening casts (a gpt.cast from bf16 or f16 to f32 whose
+/// only user is the return, as a result marked gpt.grad: the bias gradients
+/// a bf16 GEMM epilogue writes) become one gpt.multi_tensor_elementwise per
+/// type pair, just before the return. Widening is exact, so this only
+/// saves launches; the 16-bit gradients stay alive until the end, which
+/// costs no more than their casts' f32 results would.
+void mergeGradientCasts(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  Operation *ret = block.getTerminator();
+  std::map<std::string, SmallVector<CastOp>> byTypes;
+  for (auto c : block.getOps<CastOp>()) {
+    Type from = typeOf(c.getX()).getElementType(),
+         to = typeOf(c.getResult()).getElementType();
+    if (!(from.isBF16() || from.isF16()) || !to.isF32() ||
+        !c.getResult().hasOneUse() || *c->user_begin() != ret)
+      continue;
+    unsigned result = c.getResult().use_begin()->getOperandNumber();
+    if (!func.getResultAttr(result, kGradAttr))
+      continue;
+    std::string key;
+    llvm::raw_string_ostream(key) << from << "->" << to;
+    byTypes[key].push_back(c);
+  }
+  for (auto &[key, casts] : byTypes) {
+    if (casts.size() < 2)
+      continue;
+    OpBuilder b(ret);
+    SmallVector<Value> grads;
+    SmallVector<Type> types;
+    SmallVector<Location> locs;
+    for (CastOp c : casts) {
+      grads.push_back(c.getX());
+      types.push_back(c.getResult().getType());
+      locs.push_back(c.getLoc());
+    }
+    auto multi = b.create<MultiTensorElementwiseOp>(
+        b.getFusedLoc(locs), types, grads, ValueRange{},
+        b.getI64IntegerAttr(int64_t(casts.size())), DenseF32ArrayAttr());
+    Block *body = b.createBlock(&multi.getBody());
+    Value arg = body->addArgument(typeOf(grads.front()).getElementType(),
+                                  multi.getLoc());
+    Value wide = b.create<arith::ExtFOp>(multi.getLoc(), b.getF32Type(), arg);
+    b.create<YieldOp>(multi.getLoc(), ValueRange{wide});
+    for (auto [t, c] : llvm::enumerate(casts)) {
+      c.getResult().replaceAllUsesWith(multi.getResult(t));
+      c->erase();
+    }
+  }
+}
+
 void mergeMultiTensor(func::FuncOp func) {
   Block &block = func.getBody().front();
   DenseMap<Operation *, size_t> position;
@@ -654,7 +704,9 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
     foldCastsIntoLayerNormGradValues(func);
   }
   mergeMultiTensor(func);
-  if (parameterCasts)
+  if (parameterCasts) {
     mergeParameterCasts(func);
+    mergeGradientCasts(func);
+  }
   foldReducePrologues(func);
 }

@@ -158,3 +158,40 @@ func.func @one_parameter_cast(%w: tensor<8x16xf32> {gpt.param = "w"}) -> tensor<
   %wl = gpt.cast %w : tensor<8x16xf32> -> tensor<8x16xbf16>
   return %wl : tensor<8x16xbf16>
 }
+
+// -----
+
+// The returned gradients' widening casts (the bias gradients a bf16 GEMM
+// epilogue wrote) become one multi-tensor op just before the return. A
+// widening cast into a result that is no gradient stays, and so does one
+// that something else reads too, and a narrowing one.
+// CHECK-LABEL: func.func @gradient_casts
+// CHECK-SAME: (%[[G1:[^:]+]]: tensor<16xbf16>, %[[G2:[^:]+]]: tensor<8x16xbf16>, %[[Y:[^:]+]]: tensor<16xbf16>, %[[Z:[^:]+]]: tensor<16xbf16>, %[[F:[^:]+]]: tensor<16xf32>)
+// CHECK-DAG: %[[KEPT:.+]] = gpt.cast %[[Y]] : tensor<16xbf16> -> tensor<16xf32>
+// CHECK-DAG: %[[SHARED:.+]] = gpt.cast %[[Z]] : tensor<16xbf16> -> tensor<16xf32>
+// CHECK-DAG: %[[NARROW:.+]] = gpt.cast %[[F]] : tensor<16xf32> -> tensor<16xbf16>
+// CHECK: %[[M:.+]]:2 = gpt.multi_tensor_elementwise(%[[G1]], %[[G2]] : tensor<16xbf16>, tensor<8x16xbf16>) {num_tensors = 2 : i64} -> tensor<16xf32>, tensor<8x16xf32> {
+// CHECK-NEXT: ^bb0(%[[A:.+]]: bf16):
+// CHECK-NEXT: %[[E:.+]] = arith.extf %[[A]] : bf16 to f32
+// CHECK-NEXT: gpt.yield %[[E]] : f32
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[M]]#0, %[[M]]#1, %[[KEPT]], %[[SHARED]], %[[SHARED]], %[[NARROW]]
+func.func @gradient_casts(%g1: tensor<16xbf16>, %g2: tensor<8x16xbf16>, %y: tensor<16xbf16>, %z: tensor<16xbf16>, %f: tensor<16xf32>) -> (tensor<16xf32> {gpt.grad = "b1"}, tensor<8x16xf32> {gpt.grad = "w2"}, tensor<16xf32>, tensor<16xf32> {gpt.grad = "b3"}, tensor<16xf32>, tensor<16xbf16> {gpt.grad = "b4"}) {
+  %w1 = gpt.cast %g1 : tensor<16xbf16> -> tensor<16xf32>
+  %w2 = gpt.cast %g2 : tensor<8x16xbf16> -> tensor<8x16xf32>
+  %wy = gpt.cast %y : tensor<16xbf16> -> tensor<16xf32>
+  %wz = gpt.cast %z : tensor<16xbf16> -> tensor<16xf32>
+  %nf = gpt.cast %f : tensor<16xf32> -> tensor<16xbf16>
+  return %w1, %w2, %wy, %wz, %wz, %nf : tensor<16xf32>, tensor<8x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xbf16>
+}
+
+// -----
+
+// A single gradient cast is one launch either way: it stays a cast.
+// CHECK-LABEL: func.func @one_gradient_cast
+// CHECK-NEXT: gpt.cast
+// CHECK-NOT: gpt.multi_tensor_elementwise
+func.func @one_gradient_cast(%g: tensor<16xbf16>) -> (tensor<16xf32> {gpt.grad = "b"}) {
+  %w = gpt.cast %g : tensor<16xbf16> -> tensor<16xf32>
+  return %w : tensor<16xf32>
+}

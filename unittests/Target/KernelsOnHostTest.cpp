@@ -657,6 +657,35 @@ TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
   EXPECT_EQ(out0[0], 0x3f80); // 1.0, the even neighbour
 }
 
+// The gradients' widening casts merged into one multi-tensor launch
+// (gpt-fuse-elementwise): bf16 loads widen, f32 stores keep every bit.
+TEST(MultiTensorKernelsOnHost, GradientsWidenExactly) {
+  Builder b;
+  int g0 = b.buf(DType::BF16, {3000}), g1 = b.buf(DType::BF16, {37});
+  int w0 = b.buf(DType::F32, {3000}), w1 = b.buf(DType::F32, {37});
+  auto &widen = b.launch("multi_tensor_elementwise", {g0, g1}, {w0, w1});
+  widen.ints["num_tensors"] = 2;
+  widen.body.numArgs = widen.body.numRegisters = 1;
+  widen.body.results = {0};
+  rt::Program &p = b.p;
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<uint16_t> in0(3000), in1(37);
+  std::mt19937 rng(9);
+  for (uint16_t &v : in0)
+    v = uint16_t(rng() & 0x7f7f); // finite bf16 bit patterns of both signs
+  for (uint16_t &v : in1)
+    v = uint16_t(rng() & 0xff7f);
+  std::vector<float> out0(3000), out1(37);
+  kernels.run(0, {in0.data(), in1.data(), out0.data(), out1.data()});
+  for (auto [in, out] : {std::pair{&in0, &out0}, std::pair{&in1, &out1}})
+    for (size_t i = 0; i < out->size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &(*out)[i], 4);
+      ASSERT_EQ(bits, uint32_t((*in)[i]) << 16) << "element " << i;
+    }
+}
+
 TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
   using exec::Opcode;
   const DType f32 = DType::F32;

@@ -4,13 +4,14 @@
 // every fusion pass with gpt-fuse-elementwise's parameter-casts on and off:
 // the bf16 (fp16) copies of every weight and bias, one gpt.cast each, as
 // one gpt.multi_tensor_elementwise whose body yields its argument and whose
-// results are rounded to their type on store. Compared: the forward
+// results are rounded to their type on store; the widening casts of the
+// returned bias gradients as another, before the return. Compared: the forward
 // function (loss and logits) and the gradient function (loss and every
 // gradient) on random weights and tokens.
 //
-// Tolerance: none. Rounding a float32 parameter to bf16 is the same
-// whether one cast kernel or one multi-tensor kernel stores it; a wrong
-// tensor order, shape or type would not agree.
+// Tolerance: none. Rounding a float32 parameter to bf16 (or widening a
+// bf16 gradient) is the same whether one cast kernel or one multi-tensor
+// kernel stores it; a wrong tensor order, shape or type would not agree.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +49,17 @@ int64_t parameterCasts(func::FuncOp func) {
   return n;
 }
 
+/// gpt.cast ops that widen a 16-bit value into a returned gradient.
+int64_t gradientCasts(func::FuncOp func) {
+  int64_t n = 0;
+  Operation *ret = func.getBody().front().getTerminator();
+  for (auto c : func.getBody().front().getOps<gpt::CastOp>())
+    for (OpOperand &use : c.getResult().getUses())
+      n += use.getOwner() == ret &&
+           bool(func.getResultAttr(use.getOperandNumber(), gpt::kGradAttr));
+  return n;
+}
+
 class ParameterCasts : public testing::TestWithParam<const char *> {};
 
 TEST_P(ParameterCasts, StepGivesTheSameBits) {
@@ -63,8 +75,14 @@ TEST_P(ParameterCasts, StepGivesTheSameBits) {
     // (read by bf16 GEMM epilogues): 2 * 6 casts, then one op.
     EXPECT_EQ(parameterCasts(before), 2 * 6) << name.str();
     EXPECT_EQ(parameterCasts(after), 0) << name.str();
+    // The gradient function widens each block's c_fc bias gradient, which
+    // its bf16 GEMM wrote: 2 casts, then one op before the return.
+    bool grads = gradientCasts(before) > 0;
+    EXPECT_EQ(gradientCasts(before), grads ? 2 : 0) << name.str();
+    EXPECT_EQ(gradientCasts(after), 0) << name.str();
     EXPECT_EQ(countTopLevel(after, "gpt.multi_tensor_elementwise"),
-              countTopLevel(before, "gpt.multi_tensor_elementwise") + 1)
+              countTopLevel(before, "gpt.multi_tensor_elementwise") + 1 +
+                  (grads ? 1 : 0))
         << name.str();
   });
 }

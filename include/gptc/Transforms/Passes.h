@@ -27,7 +27,8 @@ void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns,
 /// and (unless !layernormPrologue) layernorms with their elementwise
 /// prologues into gpt.fused_layernorm; first (unless !foldCasts) casts into
 /// the layout ops next to them; last (unless !parameterCasts) the
-/// parameters' casts into one multi-tensor op.
+/// parameters' casts, and the returned gradients' widening casts, into one
+/// multi-tensor op each.
 void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
                      bool foldCasts = true, bool parameterCasts = true);
 

@@ -355,7 +355,8 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "Last, the parameters' low-precision copies (one gpt.cast of a "
            "gpt.param argument each) become one gpt.multi_tensor_elementwise "
            "per target type: one launch per function instead of one per "
-           "weight and bias">
+           "weight and bias; likewise the returned gradients' widening "
+           "casts (bf16/f16 to f32), merged just before the return">
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect",
                            "::mlir::arith::ArithDialect",
