@@ -448,6 +448,34 @@ SmallVector<float> constantsOf(FusedElementwiseOp op) {
   return values;
 }
 
+/// One gpt.multi_tensor_elementwise at `b` in place of `casts` (of one
+/// type pair): its body yields its argument as f32 (extf from a 16-bit
+/// one), each result rounded to its type on store.
+void castsAsOneMultiTensor(OpBuilder &b, ArrayRef<CastOp> casts) {
+  SmallVector<Value> inputs;
+  SmallVector<Type> types;
+  SmallVector<Location> locs;
+  for (CastOp c : casts) {
+    inputs.push_back(c.getX());
+    types.push_back(c.getResult().getType());
+    locs.push_back(c.getLoc());
+  }
+  auto multi = b.create<MultiTensorElementwiseOp>(
+      b.getFusedLoc(locs), types, inputs, ValueRange{},
+      b.getI64IntegerAttr(int64_t(casts.size())), DenseF32ArrayAttr());
+  Block *body = b.createBlock(&multi.getBody());
+  Value arg = body->addArgument(typeOf(inputs.front()).getElementType(),
+                                multi.getLoc());
+  if (!arg.getType().isF32())
+    arg = b.create<arith::ExtFOp>(multi.getLoc(), b.getF32Type(), arg);
+  b.create<YieldOp>(multi.getLoc(), ValueRange{arg});
+  for (auto [t, c] : llvm::enumerate(casts)) {
+    CastOp cast = c;
+    cast.getResult().replaceAllUsesWith(multi.getResult(t));
+    cast->erase();
+  }
+}
+
 /// The parameters' low-precision copies (a gpt.cast per weight and bias,
 /// narrowing a function argument) become one gpt.multi_tensor_elementwise
 /// per target type: a body that yields its argument, each result rounded
@@ -471,24 +499,7 @@ void mergeParameterCasts(func::FuncOp func) {
     if (casts.size() < 2)
       continue;
     OpBuilder b = OpBuilder::atBlockBegin(&block);
-    SmallVector<Value> params;
-    SmallVector<Type> types;
-    SmallVector<Location> locs;
-    for (CastOp c : casts) {
-      params.push_back(c.getX());
-      types.push_back(c.getResult().getType());
-      locs.push_back(c.getLoc());
-    }
-    auto multi = b.create<MultiTensorElementwiseOp>(
-        b.getFusedLoc(locs), types, params, ValueRange{},
-        b.getI64IntegerAttr(int64_t(casts.size())), DenseF32ArrayAttr());
-    Block *body = b.createBlock(&multi.getBody());
-    body->addArgument(b.getF32Type(), multi.getLoc());
-    b.create<YieldOp>(multi.getLoc(), ValueRange{body->getArgument(0)});
-    for (auto [t, c] : llvm::enumerate(casts)) {
-      c.getResult().replaceAllUsesWith(multi.getResult(t));
-      c->erase();
-    }
+    castsAsOneMultiTensor(b, casts);
   }
 }
 
@@ -519,26 +530,7 @@ void mergeGradientCasts(func::FuncOp func) {
     if (casts.size() < 2)
       continue;
     OpBuilder b(ret);
-    SmallVector<Value> grads;
-    SmallVector<Type> types;
-    SmallVector<Location> locs;
-    for (CastOp c : casts) {
-      grads.push_back(c.getX());
-      types.push_back(c.getResult().getType());
-      locs.push_back(c.getLoc());
-    }
-    auto multi = b.create<MultiTensorElementwiseOp>(
-        b.getFusedLoc(locs), types, grads, ValueRange{},
-        b.getI64IntegerAttr(int64_t(casts.size())), DenseF32ArrayAttr());
-    Block *body = b.createBlock(&multi.getBody());
-    Value arg = body->addArgument(typeOf(grads.front()).getElementType(),
-                                  multi.getLoc());
-    Value wide = b.create<arith::ExtFOp>(multi.getLoc(), b.getF32Type(), arg);
-    b.create<YieldOp>(multi.getLoc(), ValueRange{wide});
-    for (auto [t, c] : llvm::enumerate(casts)) {
-      c.getResult().replaceAllUsesWith(multi.getResult(t));
-      c->erase();
-    }
+    castsAsOneMultiTensor(b, casts);
   }
 }
 

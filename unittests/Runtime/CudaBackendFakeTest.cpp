@@ -91,6 +91,17 @@ std::pair<int, std::string> checkOneFunction(Program &p, Function f,
   return {failures, out.str()};
 }
 
+/// Checking `f` fails before it runs, with one line that contains `line`.
+void expectCheckRefused(Program &p, Function f, Backend &device,
+                        const std::string &line) {
+  try {
+    auto [failures, out] = checkOneFunction(p, std::move(f), device);
+    ADD_FAILURE() << "expected \"" << line << "\", but it ran: " << out;
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
+  }
+}
+
 enum : int { A, W, T, W2, Y, Q, K, S, G, BIG };
 
 /// Matmuls of each kind (3-D x shared 2-D, transpose_b, batched 4-D bf16 in
@@ -464,16 +475,9 @@ TEST(CudaBackendFake, BiasOfAnotherTypeThanD) {
   Function f;
   f.name = "forward";
   f.launches = {launch("matmul_epilogue", {EX, EW, EBIAS}, {EY})};
-  try {
-    auto [failures, out] = checkOneFunction(p, f, *b);
-    ADD_FAILURE() << "planned a bf16 GEMM with a float32 bias: " << out;
-  } catch (const std::exception &e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "matmul_epilogue (cuBLASLt) at fake.cpp:3: the bias "
-                  "(gradient) is f32, D is bf16"),
-              std::string::npos)
-        << e.what();
-  }
+  expectCheckRefused(p, f, *b,
+                     "matmul_epilogue (cuBLASLt) at fake.cpp:3: the bias "
+                     "(gradient) is f32, D is bf16");
 }
 
 /// A function of matmul_gelu_grad and matmul_bias_grad launches.
@@ -548,6 +552,17 @@ bool contains(const std::vector<std::string> &names, const std::string &name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+/// Checks `f` of `p`, with every fallback kernel added, on `device`
+/// against the CPU backend (no failures expected); the kernels it launched.
+std::vector<std::string> checkWithFallbacks(Program &p, Function f,
+                                            Backend &device) {
+  int from = hook<int (*)()>("gptcFakeLaunchCount")();
+  addFallbackKernels(p);
+  auto [failures, out] = checkOneFunction(p, std::move(f), device);
+  EXPECT_EQ(failures, 0) << out;
+  return launchedSince(from);
+}
+
 /// The fake's cuBLASLt refuses the given epilogues until the end of scope.
 struct Refusing {
   explicit Refusing(std::initializer_list<cublasLtEpilogue_t> epilogues) {
@@ -566,26 +581,16 @@ TEST(CudaBackendFake, RefusedEpiloguesRunAsFallbackKernels) {
   Refusing refusing({CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS,
                      CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
                      CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLASLT_EPILOGUE_BGRADA});
-  int from = hook<int (*)()>("gptcFakeLaunchCount")();
   Program forward;
-  Function f = forwardEpilogues(forward);
-  addFallbackKernels(forward);
-  auto [failures, out] = checkOneFunction(forward, f, *b);
-  EXPECT_EQ(failures, 0) << out;
-  auto names = launchedSince(from);
+  auto names = checkWithFallbacks(forward, forwardEpilogues(forward), *b);
   EXPECT_TRUE(contains(names, "gemm_fallback_bias_f32"));
   EXPECT_TRUE(contains(names, "gemm_fallback_bias_bf16"));
 
   b.reset(); // one program per backend
   b = fakeBackend();
   ASSERT_TRUE(b);
-  from = hook<int (*)()>("gptcFakeLaunchCount")();
   Program backward;
-  Function g = backwardEpilogues(backward);
-  addFallbackKernels(backward);
-  std::tie(failures, out) = checkOneFunction(backward, g, *b);
-  EXPECT_EQ(failures, 0) << out;
-  names = launchedSince(from);
+  names = checkWithFallbacks(backward, backwardEpilogues(backward), *b);
   for (const char *kernel :
        {"gemm_fallback_gelu_grad_f32", "gemm_fallback_gelu_grad_bf16",
         "gemm_fallback_column_partials_f32",
@@ -599,13 +604,8 @@ TEST(CudaBackendFake, RefusedEpiloguesRunAsFallbackKernels) {
 TEST(CudaBackendFake, RefusedBiasGradientKeepsDgelu) {
   REQUIRE_FAKE(b);
   Refusing refusing({CUBLASLT_EPILOGUE_DGELU_BGRAD});
-  int from = hook<int (*)()>("gptcFakeLaunchCount")();
   Program p;
-  Function f = backwardEpilogues(p);
-  addFallbackKernels(p);
-  auto [failures, out] = checkOneFunction(p, f, *b);
-  EXPECT_EQ(failures, 0) << out;
-  auto names = launchedSince(from);
+  auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
   EXPECT_TRUE(contains(names, "gemm_fallback_column_sums_f32"));
   EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_f32"));
   EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_bf16"));
@@ -620,13 +620,8 @@ TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
   auto b = fakeBackend();
   unsetenv("GPTC_GEMM_FALLBACK");
   ASSERT_TRUE(b);
-  int from = hook<int (*)()>("gptcFakeLaunchCount")();
   Program p;
-  Function f = backwardEpilogues(p);
-  addFallbackKernels(p);
-  auto [failures, out] = checkOneFunction(p, f, *b);
-  EXPECT_EQ(failures, 0) << out;
-  auto names = launchedSince(from);
+  auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
   EXPECT_TRUE(contains(names, "gemm_fallback_gelu_grad_bf16"));
   EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
 }
@@ -637,18 +632,11 @@ TEST(CudaBackendFake, RefusedEpilogueWithoutFallbackKernels) {
   REQUIRE_FAKE(b);
   Refusing refusing({CUBLASLT_EPILOGUE_BGRADA});
   Program p;
-  Function f = backwardEpilogues(p);
-  try {
-    auto [failures, out] = checkOneFunction(p, f, *b);
-    ADD_FAILURE() << "planned a refused BGRADA without its fallback: " << out;
-  } catch (const std::exception &e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "grads launch 3: matmul_bias_grad (cuBLASLt) at fake.cpp:8: "
-                  "cuBLASLt has no algorithm for its epilogue, and the "
-                  "program has no kernel gemm_fallback_column_partials_bf16"),
-              std::string::npos)
-        << e.what();
-  }
+  expectCheckRefused(
+      p, backwardEpilogues(p), *b,
+      "grads launch 3: matmul_bias_grad (cuBLASLt) at fake.cpp:8: cuBLASLt "
+      "has no algorithm for its epilogue, and the program has no kernel "
+      "gemm_fallback_column_partials_bf16");
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CudaApi.h"
+#include "gptc/Runtime/Program.h" // GemmFallback: header only
 
 #include <cublasLt.h>
 #include <cuda.h>
@@ -203,8 +204,6 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) 
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
   return CUDA_SUCCESS;
 }
-/// 0, or how many arguments a GEMM-epilogue fallback kernel takes.
-int gemmFallbackArgs(const std::string &name);
 void runGemmFallback(const std::string &name, const std::vector<uint64_t> &args);
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
@@ -215,7 +214,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   // The backend passes device pointers only, the test says how many; the
   // GEMM-epilogue fallbacks also take sizes, and they run (below).
   std::string name = reinterpret_cast<Function *>(f)->name;
-  int fallbackArgs = gemmFallbackArgs(name);
+  int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
   std::vector<uint64_t> args;
   for (int i = 0; i < (fallback ? fallbackArgs : argCount); ++i)
@@ -337,16 +336,6 @@ double geluSlope(double x) {
          0.5 * x * (1 - t * t) * 0.7978845608 * (1 + 3 * 0.044715 * x * x);
 }
 } // namespace
-
-int gemmFallbackArgs(const std::string &name) {
-  for (auto [prefix, n] : {std::pair<const char *, int>{"gemm_fallback_bias_", 6},
-                           {"gemm_fallback_gelu_grad_", 3},
-                           {"gemm_fallback_column_partials_", 5},
-                           {"gemm_fallback_column_sums_", 4}})
-    if (name.rfind(prefix, 0) == 0)
-      return n;
-  return 0;
-}
 
 /// The rt::GemmFallback kernels as Program.h defines them, on the host.
 /// The GEMM-epilogue fallbacks are the only kernels the fake runs, so a

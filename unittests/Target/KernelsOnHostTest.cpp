@@ -252,18 +252,6 @@ struct AnyArg {
 };
 )";
 
-/// How many arguments an rt::GemmFallback kernel takes (Program.h), 0 for
-/// the generated kernels.
-int gemmFallbackArgs(const std::string &name) {
-  for (auto [prefix, n] : {std::pair<const char *, int>{"gemm_fallback_bias_", 6},
-                           {"gemm_fallback_gelu_grad_", 3},
-                           {"gemm_fallback_column_partials_", 5},
-                           {"gemm_fallback_column_sums_", 4}})
-    if (name.rfind(prefix, 0) == 0)
-      return n;
-  return 0;
-}
-
 /// The kernels of `p`, compiled for the host: run(launch, buffer data).
 class HostKernels {
 public:
@@ -283,7 +271,7 @@ public:
     src += "static const unsigned long long *fallbackArgs;\n";
     for (size_t k = 0; k < p.kernels.size(); ++k) {
       const std::string &name = p.kernels[k].name;
-      if (int n = gemmFallbackArgs(name)) {
+      if (int n = rt::gemmFallbackArgCount(name)) {
         src += "static void body_" + name + "() {\n  k" + std::to_string(k) +
                "::" + name + "(";
         for (int j = 0; j < n; ++j)
@@ -624,22 +612,29 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
   EXPECT_EQ(first, data[sum].f32[0]);
 }
 
-// Gradient accumulation's two launches as the lowering builds them
-// (LowerToKernels.cpp, addAccumulation): stash_grads copies the gradients
-// into their sums, accumulate_grads adds the sums back over the gradients
-// in place. Both bit for bit: a copy, and one float32 addition.
-// The parameters' bf16 copies: a body that yields its float32 argument,
-// each result rounded to bf16 on store (nearest, ties to even), over
-// tensors of 3000 and 37 elements in one launch.
-TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
+namespace {
+
+/// One multi-tensor launch copying two tensors (3000 and 37 elements) from
+/// `from` to `to`: a body that yields its argument, as gpt-fuse-elementwise
+/// makes for the parameters' copies and the gradients' widening.
+rt::Program twoTensorCopy(DType from, DType to) {
   Builder b;
-  int x0 = b.buf(DType::F32, {3000}), x1 = b.buf(DType::F32, {37});
-  int y0 = b.buf(DType::BF16, {3000}), y1 = b.buf(DType::BF16, {37});
+  int x0 = b.buf(from, {3000}), x1 = b.buf(from, {37});
+  int y0 = b.buf(to, {3000}), y1 = b.buf(to, {37});
   auto &copy = b.launch("multi_tensor_elementwise", {x0, x1}, {y0, y1});
   copy.ints["num_tensors"] = 2;
   copy.body.numArgs = copy.body.numRegisters = 1;
   copy.body.results = {0};
-  rt::Program &p = b.p;
+  return b.p;
+}
+
+} // namespace
+
+// The parameters' bf16 copies: a body that yields its float32 argument,
+// each result rounded to bf16 on store (nearest, ties to even), over
+// tensors of 3000 and 37 elements in one launch.
+TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
+  rt::Program p = twoTensorCopy(DType::F32, DType::BF16);
   HostKernels kernels(p);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   exec::HostTensor a = randomFloats({3000}, 7), c = randomFloats({37}, 8);
@@ -660,14 +655,7 @@ TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
 // The gradients' widening casts merged into one multi-tensor launch
 // (gpt-fuse-elementwise): bf16 loads widen, f32 stores keep every bit.
 TEST(MultiTensorKernelsOnHost, GradientsWidenExactly) {
-  Builder b;
-  int g0 = b.buf(DType::BF16, {3000}), g1 = b.buf(DType::BF16, {37});
-  int w0 = b.buf(DType::F32, {3000}), w1 = b.buf(DType::F32, {37});
-  auto &widen = b.launch("multi_tensor_elementwise", {g0, g1}, {w0, w1});
-  widen.ints["num_tensors"] = 2;
-  widen.body.numArgs = widen.body.numRegisters = 1;
-  widen.body.results = {0};
-  rt::Program &p = b.p;
+  rt::Program p = twoTensorCopy(DType::BF16, DType::F32);
   HostKernels kernels(p);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<uint16_t> in0(3000), in1(37);
@@ -686,6 +674,10 @@ TEST(MultiTensorKernelsOnHost, GradientsWidenExactly) {
     }
 }
 
+// Gradient accumulation's two launches as the lowering builds them
+// (LowerToKernels.cpp, addAccumulation): stash_grads copies the gradients
+// into their sums, accumulate_grads adds the sums back over the gradients
+// in place. Both bit for bit: a copy, and one float32 addition.
 TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
   using exec::Opcode;
   const DType f32 = DType::F32;

@@ -43,6 +43,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gptc::rt {
@@ -133,6 +134,18 @@ bool isGemm(const std::string &kernel);
 enum class GemmFallback { Bias, GeluGrad, ColumnPartials, ColumnSums };
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...
 std::string gemmFallbackKernel(GemmFallback kind, DType t);
+/// How many (8-byte) arguments the GemmFallback kernel `name` takes, 0 if
+/// `name` is none. Inline: the fake driver and host tests use it alone.
+inline int gemmFallbackArgCount(std::string_view name) {
+  for (auto [prefix, count] : {std::pair<std::string_view, int>{
+                                   "gemm_fallback_bias_", 6},
+                               {"gemm_fallback_gelu_grad_", 3},
+                               {"gemm_fallback_column_partials_", 5},
+                               {"gemm_fallback_column_sums_", 4}})
+    if (name.substr(0, prefix.size()) == prefix)
+      return count;
+  return 0;
+}
 
 struct Function {
   std::string name; ///< "forward", "grads", "update", "stash_grads",
