@@ -614,17 +614,24 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
 
 namespace {
 
-/// One multi-tensor launch copying two tensors (3000 and 37 elements) from
-/// `from` to `to`: a body that yields its argument, as gpt-fuse-elementwise
-/// makes for the parameters' copies and the gradients' widening.
+/// A multi-tensor launch whose body yields its argument: `from[t]` copied
+/// to `to[t]`, each rounded to its type on store (gpt-fuse-elementwise's
+/// parameter copies and gradient widening, stash_grads' copy).
+void addCopy(Builder &b, std::vector<int> from, std::vector<int> to) {
+  int64_t n = int64_t(from.size());
+  auto &copy =
+      b.launch("multi_tensor_elementwise", std::move(from), std::move(to));
+  copy.ints["num_tensors"] = n;
+  copy.body.numArgs = copy.body.numRegisters = 1;
+  copy.body.results = {0};
+}
+
+/// Two tensors (3000 and 37 elements) copied from `from` to `to`.
 rt::Program twoTensorCopy(DType from, DType to) {
   Builder b;
   int x0 = b.buf(from, {3000}), x1 = b.buf(from, {37});
   int y0 = b.buf(to, {3000}), y1 = b.buf(to, {37});
-  auto &copy = b.launch("multi_tensor_elementwise", {x0, x1}, {y0, y1});
-  copy.ints["num_tensors"] = 2;
-  copy.body.numArgs = copy.body.numRegisters = 1;
-  copy.body.results = {0};
+  addCopy(b, {x0, x1}, {y0, y1});
   return b.p;
 }
 
@@ -684,10 +691,7 @@ TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
   Builder b;
   int g0 = b.buf(f32, {3000}), g1 = b.buf(f32, {37});
   int s0 = b.buf(f32, {3000}), s1 = b.buf(f32, {37});
-  auto &stash = b.launch("multi_tensor_elementwise", {g0, g1}, {s0, s1});
-  stash.ints["num_tensors"] = 2;
-  stash.body.numArgs = stash.body.numRegisters = 1;
-  stash.body.results = {0};
+  addCopy(b, {g0, g1}, {s0, s1}); // stash_grads
   auto &add =
       b.launch("multi_tensor_elementwise", {g0, g1, s0, s1}, {g0, g1});
   add.ints["num_tensors"] = 2;
