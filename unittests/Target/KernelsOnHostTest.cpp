@@ -2,15 +2,16 @@
 //
 // Every kernel compiles as host C++ against a small emulation of the CUDA
 // built-ins (the shim below replaces types.cuh, the only file with inline
-// PTX; it emulates mma.m16n8k16 and cp.async too): each block's threads run
-// as coroutines, so barriers, warp shuffles, ballots, shared memory and the
-// module-scope scratch of the last-block reductions behave as on a GPU. The
-// test compiles the emitted sources with the host compiler, runs every
-// block, and compares each result with the CPU executor's kernel: bit for
-// bit for the glue (index arithmetic, broadcasting, vector paths, the
-// multi-tensor block table), to float32 rounding for the reductions, to
-// bf16 precision for the tensor-core attention. No GPU needed; timing and
-// the real tensor cores are left to the runtime's kernel check on a GPU.
+// PTX; it emulates mma.m16n8k16, ldmatrix and cp.async too): each block's
+// threads run as coroutines, so barriers, warp shuffles, ballots, shared
+// memory and the module-scope scratch of the last-block reductions behave
+// as on a GPU. The test compiles the emitted sources with the host
+// compiler, runs every block, and compares each result with the CPU
+// executor's kernel: bit for bit for the glue (index arithmetic,
+// broadcasting, vector paths, the multi-tensor block table), to float32
+// rounding for the reductions, to bf16 precision for the tensor-core
+// attention. No GPU needed; timing and the real tensor cores are left to
+// the runtime's kernel check on a GPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -200,13 +201,43 @@ inline u32 sharedAddress(const void *p) {
   return u32(static_cast<const char *>(p) - sharedBase);
 }
 inline char *sharedPointer(u32 a) { return sharedBase + (long long)(int)a; }
-inline u32 loadShared32(u32 a) { u32 v; std::memcpy(&v, sharedPointer(a), 4); return v; }
-inline u32 loadShared16(u32 a) {
-  unsigned short v; std::memcpy(&v, sharedPointer(a), 2); return v;
+/// 16-byte shared accesses (vector stores, cp.async, ldmatrix rows) must be
+/// 16-byte aligned on the GPU; here a misaligned one aborts.
+inline char *aligned16(u32 a) {
+  char *p = sharedPointer(a);
+  if (reinterpret_cast<unsigned long long>(p) % 16) {
+    std::fprintf(stderr, "misaligned 16-byte shared access\n");
+    std::abort();
+  }
+  return p;
 }
-inline void storeShared128(u32 a, uint4 v) { std::memcpy(sharedPointer(a), &v, 16); }
+inline void storeShared128(u32 a, uint4 v) { std::memcpy(aligned16(a), &v, 16); }
+/// ldmatrix.x4 (.trans): a warp-wide collective. Every lane deposits its
+/// row address; lane l then takes row l/4, columns 2(l%4) and 2(l%4)+1 of
+/// each 8x8 matrix m (rows from lanes 8m..8m+7), or, transposed, rows
+/// 2(l%4) and 2(l%4)+1 of column l/4.
+static u32 matrixRows[1024];
+inline void ldmatrix(u32 (&r)[4], u32 a, bool transposed) {
+  int me = emu::current, first = me & ~31, lane = me & 31;
+  matrixRows[me] = a;
+  aligned16(a);
+  emu::wait(emu::AtWarpBarrier);
+  for (int m = 0; m < 4; ++m) {
+    auto at = [&](int row, int col) {
+      unsigned short v;
+      std::memcpy(&v, sharedPointer(matrixRows[first + 8 * m + row] + 2 * col), 2);
+      return u32(v);
+    };
+    int g = lane / 4, t = lane % 4;
+    r[m] = transposed ? at(2 * t, g) | at(2 * t + 1, g) << 16
+                      : at(g, 2 * t) | at(g, 2 * t + 1) << 16;
+  }
+  emu::wait(emu::AtWarpBarrier);
+}
+inline void loadMatrices(u32 (&r)[4], u32 a) { ldmatrix(r, a, false); }
+inline void loadMatricesTransposed(u32 (&r)[4], u32 a) { ldmatrix(r, a, true); }
 // cp.async completes at once here.
-inline void copyAsync16(u32 a, const void *g) { std::memcpy(sharedPointer(a), g, 16); }
+inline void copyAsync16(u32 a, const void *g) { std::memcpy(aligned16(a), g, 16); }
 inline void commitCopies() {}
 template <int N> inline void waitCopies() {}
 

@@ -174,11 +174,12 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const u32 (&a)[4],
   mmaBf16m16n8k16(c, a, b0, b1);
 }
 
-/// A 64 x D bf16 tile in shared memory; rows padded by 8 elements so the
-/// fragment loads below hit 32 different banks.
+/// A 64 x D bf16 tile in shared memory; rows padded by 8 elements (16
+/// bytes) so that the 8 rows an ldmatrix reads at once hit 32 different
+/// banks.
 template <int D> struct Tile {
   static constexpr int kStride = D + 8;
-  unsigned short data[64 * kStride];
+  alignas(16) unsigned short data[64 * kStride];
 
   /// Rows [row0, row0 + 64) of D bf16 elements, `stride` apart from `src`
   /// on (HeadRows), 16 bytes a thread.
@@ -203,14 +204,13 @@ template <int D> struct Tile {
                   src + (row0 + r) * stride + col);
     }
   }
-  /// Elements (r, c) and (r, c + 1) packed, the first in the low half.
-  __device__ __forceinline__ u32 pair(int r, int c) const {
-    return loadShared32(sharedAddress(data) + 2 * (r * kStride + c));
-  }
-  /// Elements (r, c) and (r + 1, c) packed, the first in the low half.
-  __device__ __forceinline__ u32 column(int r, int c) const {
-    u32 at = sharedAddress(data) + 2 * (r * kStride + c);
-    return loadShared16(at) | loadShared16(at + 2 * kStride) << 16;
+  /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
+  /// c0): matrix m is the 8 x 8 block at rows r0 + 8·(m % 2), columns c0 +
+  /// 8·(m / 2).
+  __device__ __forceinline__ u32 block(int r0, int c0) const {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    return sharedAddress(data) +
+           2 * ((r0 + 8 * (m % 2) + lane % 8) * kStride + c0 + 8 * (m / 2));
   }
 };
 
@@ -218,34 +218,22 @@ template <int D> struct Tile {
 // t = lane % 4: A (16x16) a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g,
 // 2t+8..), a3 = (g+8, 2t+8..); B (16x8) b0 = (k 2t..2t+1, n g), b1 = (k
 // 2t+8.., n g); C (16x8) c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..).
+// Tile::block's matrix order is A's: one loadMatrices is an A fragment.
 
 /// A fragment of rows [r0, r0+16) x columns [k0, k0+16) of a tile.
 template <int D>
 __device__ __forceinline__ void loadA(u32 (&a)[4], const Tile<D> &t, int r0,
                                       int k0) {
-  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  a[0] = t.pair(r0 + g, k0 + 2 * tq);
-  a[1] = t.pair(r0 + g + 8, k0 + 2 * tq);
-  a[2] = t.pair(r0 + g, k0 + 2 * tq + 8);
-  a[3] = t.pair(r0 + g + 8, k0 + 2 * tq + 8);
+  loadMatrices(a, t.block(r0, k0));
 }
 
-/// B[k][n] = tile[n0 + n][k0 + k]: the tile's rows are B's columns (k·qᵀ).
-template <int D>
-__device__ __forceinline__ void loadBRows(u32 &b0, u32 &b1, const Tile<D> &t,
-                                          int n0, int k0) {
-  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  b0 = t.pair(n0 + g, k0 + 2 * tq);
-  b1 = t.pair(n0 + g, k0 + 2 * tq + 8);
+__device__ __forceinline__ void zero(float (&c)[4]) {
+  c[0] = c[1] = c[2] = c[3] = 0.0f;
 }
-
-/// B[k][n] = tile[k0 + k][n0 + n]: the tile's rows are B's rows (p·v).
-template <int D>
-__device__ __forceinline__ void loadBCols(u32 &b0, u32 &b1, const Tile<D> &t,
-                                          int k0, int n0) {
-  int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  b0 = t.column(k0 + 2 * tq, n0 + g);
-  b1 = t.column(k0 + 2 * tq + 8, n0 + g);
+template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    zero(c[i]);
 }
 
 /// The A fragment of columns [16kc, 16kc+16) of a 16x64 accumulator held
@@ -259,24 +247,32 @@ __device__ __forceinline__ void accToA(u32 (&a)[4], const float (&c)[8][4],
 }
 
 /// c[8][4] = rows [r0, r0+16) of `a` times the 64 rows of `b`, transposed:
-/// a 16 x 64 block of a·bᵀ over D.
+/// a 16 x 64 block of a·bᵀ over D. B[k][n] = b[n][k]: the tile's rows are
+/// B's columns, so one loadMatrices of the 16 x 16 block at (16np, 16kc)
+/// holds two n-tiles' fragments, b0 and b1 of 2np in registers 0 and 2, of
+/// 2np+1 in 1 and 3.
 template <int D>
 __device__ __forceinline__ void productABt(float (&c)[8][4],
                                            const u32 (&a)[D / 16][4],
                                            const Tile<D> &b) {
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+  for (int np = 0; np < 4; ++np) {
+    zero(c[2 * np]);
+    zero(c[2 * np + 1]);
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) {
-      u32 b0, b1;
-      loadBRows(b0, b1, b, nt * 8, kc * 16);
-      mma16816(c[nt], a[kc], b0, b1);
+      u32 f[4];
+      loadMatrices(f, b.block(np * 16, kc * 16));
+      mma16816(c[2 * np], a[kc], f[0], f[2]);
+      mma16816(c[2 * np + 1], a[kc], f[1], f[3]);
     }
   }
 }
 
 /// acc[D/8][4] += p (16 x 64, as C fragments) times the 64 x D tile.
+/// B[k][n] = b[k][n]: B's fragments run down the tile's columns, which
+/// loadMatricesTransposed of the block at (16kc, 16np) delivers: b0 and b1
+/// of n-tile 2np in registers 0 and 1, of 2np+1 in 2 and 3.
 template <int D>
 __device__ __forceinline__ void accumulatePB(float (&acc)[D / 8][4],
                                              const float (&p)[8][4],
@@ -286,10 +282,11 @@ __device__ __forceinline__ void accumulatePB(float (&acc)[D / 8][4],
     u32 a[4];
     accToA(a, p, kc);
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      u32 b0, b1;
-      loadBCols(b0, b1, b, kc * 16, nt * 8);
-      mma16816(acc[nt], a, b0, b1);
+    for (int np = 0; np < D / 16; ++np) {
+      u32 f[4];
+      loadMatricesTransposed(f, b.block(kc * 16, np * 16));
+      mma16816(acc[2 * np], a, f[0], f[1]);
+      mma16816(acc[2 * np + 1], a, f[2], f[3]);
     }
   }
 }
@@ -311,12 +308,6 @@ __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
     dst[(row0 + g + 8) * stride + c] = fromFloat<T>(acc[nt][2] * scaleHi);
     dst[(row0 + g + 8) * stride + c + 1] = fromFloat<T>(acc[nt][3] * scaleHi);
   }
-}
-
-template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-    c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
 }
 
 } // namespace mma

@@ -101,15 +101,25 @@ __device__ __forceinline__ void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4]
 __device__ __forceinline__ u32 sharedAddress(const void *p) {
   return u32(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ u32 loadShared32(u32 address) {
-  u32 v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address));
-  return v;
+/// Four 8x8 matrices of 16-bit elements from shared memory, one register
+/// each (ldmatrix.x4): lanes 8m..8m+7 give the addresses of matrix m's rows
+/// (16 bytes each, 16-byte aligned), and lane l receives row l/4, columns
+/// 2(l%4) and 2(l%4)+1 of every matrix, the first in the low half: the
+/// layout of mma's fragments.
+__device__ __forceinline__ void loadMatrices(u32 (&r)[4], u32 address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
 }
-__device__ __forceinline__ u32 loadShared16(u32 address) {
-  unsigned short v;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(address));
-  return v;
+/// loadMatrices of the transposes: lane l receives rows 2(l%4) and
+/// 2(l%4)+1 of column l/4.
+__device__ __forceinline__ void loadMatricesTransposed(u32 (&r)[4],
+                                                       u32 address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
 }
 /// 16 bytes from global to shared memory without a register round trip
 /// (sm_80 cp.async); complete after commitCopies() and waitCopies<N>().
