@@ -223,6 +223,17 @@ std::string shapeOf(const Buffer &b) {
 double kernelCheckTolerance(const Program &p, const Launch &l, DType dtype) {
   switch (dtype) {
   case DType::BF16:
+    // The tensor-core attention backward rounds each tile's probabilities
+    // and dS to bf16 between its products, as FlashAttention does; the
+    // reference keeps them fp32. dv = Σ_i P·dout and dk = Σ_i dS·q cancel
+    // (dout and dS change sign), so 2^-9 per term grows, measured on
+    // gpt2-tiny's data (ProgramKernelsTest), to 1.9e-2 at T=64 and 4.8e-2
+    // at T=256, worst at the keys every query attends to. With the
+    // reference rounding P and dS as well, the two agree within 2^-7. A
+    // wrong index or a dropped term is still off by O(1).
+    if (l.kernel == "flash_attention_grad" ||
+        l.kernel == "flash_attention_qkv_grad")
+      return 0x1p-4;
     // 8 significant bits: one ulp is 2^-8..2^-7 of the value, and two
     // implementations that round at different points (a fused kernel keeps
     // an fp32 intermediate the reference rounds, or the reverse) differ by

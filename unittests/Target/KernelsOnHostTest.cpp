@@ -1,20 +1,18 @@
 //===- KernelsOnHostTest.cpp - generated kernels run on the CPU -----------===//
 //
-// Every kernel compiles as host C++ against a small emulation of the CUDA
-// built-ins (the shim below replaces types.cuh, the only file with inline
-// PTX; it emulates mma.m16n8k16, ldmatrix and cp.async too): each block's
-// threads run as coroutines, so barriers, warp shuffles, ballots, shared
-// memory and the module-scope scratch of the last-block reductions behave
-// as on a GPU. The test compiles the emitted sources with the host
-// compiler, runs every block, and compares each result with the CPU
-// executor's kernel: bit for bit for the glue (index arithmetic,
-// broadcasting, vector paths, the multi-tensor block table), to float32
-// rounding for the reductions, to bf16 precision for the tensor-core
-// attention. No GPU needed; timing and the real tensor cores are left to
-// the runtime's kernel check on a GPU.
+// Each kernel, compiled as host C++ by HostKernels (HostKernels.h: the CUDA
+// built-ins and the inline PTX emulated, each block's threads run as
+// coroutines), against the CPU executor's kernel on small hand-built
+// programs: bit for bit for the glue (index arithmetic, broadcasting,
+// vector paths, the multi-tensor block table), to float32 rounding for the
+// reductions, to bf16 precision for the tensor-core attention. No GPU
+// needed; timing and the real tensor cores are left to the runtime's
+// kernel check on a GPU. ProgramKernelsTest runs a whole program's kernels
+// this way.
 //
 //===----------------------------------------------------------------------===//
 
+#include "HostKernels.h"
 #include "TargetTestUtil.h"
 
 #include "gptc/Executor/FusedLayerNorm.h"
@@ -27,9 +25,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 using namespace gptc;
@@ -38,354 +33,6 @@ using rt::DType;
 using Shape = std::vector<int64_t>;
 
 namespace {
-
-/// The CUDA built-ins the kernels use, on the host, and types.cuh's
-/// replacement. Each block runs its threads as coroutines (ucontext):
-/// __syncthreads and the warp operations switch to a scheduler that resumes
-/// the threads once all live threads of the block (or warp) arrived, so
-/// barriers, shuffles and shared memory behave as on a GPU.
-const char *kShim = R"(
-#include <algorithm>
-#include <cmath>
-#include <math.h>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ucontext.h>
-#include <vector>
-typedef long long i64;
-typedef unsigned int u32;
-struct Dim3 { unsigned x = 1, y = 1, z = 1; };
-static Dim3 blockIdx, gridDim, blockDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __constant__ static
-#define __shared__ static
-#define __launch_bounds__(...)
-
-namespace emu {
-enum State { Running, AtBarrier, AtWarpBarrier, Done };
-struct Thread {
-  ucontext_t context;
-  std::vector<char> stack;
-  Dim3 index;
-  State state = Running;
-};
-static std::vector<Thread> threads;
-static int current;
-static ucontext_t scheduler;
-static void (*body)();
-static float floatSlots[1024];
-static int intSlots[1024];
-
-static void entry() {
-  body();
-  threads[current].state = Done;
-  swapcontext(&threads[current].context, &scheduler);
-}
-static void wait(State s) {
-  threads[current].state = s;
-  swapcontext(&threads[current].context, &scheduler);
-}
-/// Releases threads waiting at a barrier that every live thread reached.
-static bool release(int first, int count, State s) {
-  bool any = false;
-  for (int t = first; t < first + count; ++t) {
-    if (threads[t].state == Running) return false;
-    any |= threads[t].state == s;
-  }
-  if (!any) return false;
-  for (int t = first; t < first + count; ++t)
-    if (threads[t].state == s) threads[t].state = Running;
-  return true;
-}
-static void runBlock(int n) {
-  threads.assign(n, Thread());
-  for (int t = 0; t < n; ++t) {
-    Thread &th = threads[t];
-    th.index.x = t;
-    th.stack.resize(256 * 1024);
-    getcontext(&th.context);
-    th.context.uc_stack.ss_sp = th.stack.data();
-    th.context.uc_stack.ss_size = th.stack.size();
-    th.context.uc_link = nullptr;
-    makecontext(&th.context, entry, 0);
-  }
-  for (;;) {
-    for (int t = 0; t < n; ++t)
-      if (threads[t].state == Running) {
-        current = t;
-        swapcontext(&scheduler, &threads[t].context);
-      }
-    bool progress = false;
-    for (int w = 0; w < n; w += 32)
-      progress |= release(w, std::min(32, n - w), AtWarpBarrier);
-    progress |= release(0, n, AtBarrier);
-    if (progress) continue;
-    for (int t = 0; t < n; ++t)
-      if (threads[t].state != Done) {
-        std::fprintf(stderr, "emulated block deadlocked\n");
-        std::abort();
-      }
-    return;
-  }
-}
-} // namespace emu
-
-#define threadIdx (emu::threads[emu::current].index)
-inline void __syncthreads() { emu::wait(emu::AtBarrier); }
-inline void __threadfence() {}
-inline float __shfl_xor_sync(unsigned, float v, int mask) {
-  int me = emu::current;
-  emu::floatSlots[me] = v;
-  emu::wait(emu::AtWarpBarrier);
-  float r = emu::floatSlots[(me & ~31) | ((me & 31) ^ mask)];
-  emu::wait(emu::AtWarpBarrier);
-  return r;
-}
-inline unsigned __ballot_sync(unsigned, bool p) {
-  int me = emu::current, first = me & ~31;
-  emu::intSlots[me] = p;
-  emu::wait(emu::AtWarpBarrier);
-  unsigned r = 0;
-  for (int l = 0; l < 32 && first + l < int(emu::threads.size()); ++l)
-    if (emu::threads[first + l].state != emu::Done && emu::intSlots[first + l])
-      r |= 1u << l;
-  emu::wait(emu::AtWarpBarrier);
-  return r;
-}
-inline int __popc(unsigned x) { return __builtin_popcount(x); }
-inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p += v; return o; }
-template <typename T> inline T __ldcg(const T *p) { return *p; }
-inline int min(int a, int b) { return a < b ? a : b; }
-inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-
-// types.cuh
-struct bf16 { unsigned short bits; };
-struct f16 { unsigned short bits; };
-inline float toFloat(float x) { return x; }
-inline float toFloat(int x) { return float(x); }
-inline float toFloat(bf16 x) { return __uint_as_float(u32(x.bits) << 16); }
-template <typename T> T fromFloat(float x);
-template <> inline float fromFloat<float>(float x) { return x; }
-template <> inline int fromFloat<int>(float x) { return int(x); }
-template <> inline bf16 fromFloat<bf16>(float x) {
-  u32 u; std::memcpy(&u, &x, 4);
-  if (std::isnan(x)) return bf16{(unsigned short)((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{(unsigned short)(u >> 16)};
-}
-template <typename T> inline void load4(const T *p, float (&x)[4]) {
-  for (int i = 0; i < 4; ++i) x[i] = toFloat(p[i]);
-}
-template <typename T> inline void store4(T *p, const float (&x)[4]) {
-  for (int i = 0; i < 4; ++i) p[i] = fromFloat<T>(x[i]);
-}
-
-struct uint4 { u32 x, y, z, w; };
-inline u32 packBf16(float lo, float hi) {
-  return u32(fromFloat<bf16>(lo).bits) | u32(fromFloat<bf16>(hi).bits) << 16;
-}
-// Shared memory: 32-bit offsets from a symbol of this library.
-static char sharedBase[16];
-inline u32 sharedAddress(const void *p) {
-  return u32(static_cast<const char *>(p) - sharedBase);
-}
-inline char *sharedPointer(u32 a) { return sharedBase + (long long)(int)a; }
-/// 16-byte shared accesses (vector stores, cp.async, ldmatrix rows) must be
-/// 16-byte aligned on the GPU; here a misaligned one aborts.
-inline char *aligned16(u32 a) {
-  char *p = sharedPointer(a);
-  if (reinterpret_cast<unsigned long long>(p) % 16) {
-    std::fprintf(stderr, "misaligned 16-byte shared access\n");
-    std::abort();
-  }
-  return p;
-}
-inline void storeShared128(u32 a, uint4 v) { std::memcpy(aligned16(a), &v, 16); }
-/// ldmatrix.x4 (.trans): a warp-wide collective. Every lane deposits its
-/// row address; lane l then takes row l/4, columns 2(l%4) and 2(l%4)+1 of
-/// each 8x8 matrix m (rows from lanes 8m..8m+7), or, transposed, rows
-/// 2(l%4) and 2(l%4)+1 of column l/4.
-static u32 matrixRows[1024];
-inline void ldmatrix(u32 (&r)[4], u32 a, bool transposed) {
-  int me = emu::current, first = me & ~31, lane = me & 31;
-  matrixRows[me] = a;
-  aligned16(a);
-  emu::wait(emu::AtWarpBarrier);
-  for (int m = 0; m < 4; ++m) {
-    auto at = [&](int row, int col) {
-      unsigned short v;
-      std::memcpy(&v, sharedPointer(matrixRows[first + 8 * m + row] + 2 * col), 2);
-      return u32(v);
-    };
-    int g = lane / 4, t = lane % 4;
-    r[m] = transposed ? at(2 * t, g) | at(2 * t + 1, g) << 16
-                      : at(g, 2 * t) | at(g, 2 * t + 1) << 16;
-  }
-  emu::wait(emu::AtWarpBarrier);
-}
-inline void loadMatrices(u32 (&r)[4], u32 a) { ldmatrix(r, a, false); }
-inline void loadMatricesTransposed(u32 (&r)[4], u32 a) { ldmatrix(r, a, true); }
-// cp.async completes at once here.
-inline void copyAsync16(u32 a, const void *g) { std::memcpy(aligned16(a), g, 16); }
-inline void commitCopies() {}
-template <int N> inline void waitCopies() {}
-
-/// mma.m16n8k16 as the PTX ISA defines its fragments (g = lane / 4,
-/// t = lane % 4): A(r, k) is in lane (r % 8)·4 + (k % 8)/2, register
-/// (r / 8) + 2·(k / 8), half k % 2; B(k, n) in lane n·4 + (k % 8)/2,
-/// register k / 8, half k % 2; C(r, n) in lane (r % 8)·4 + n/2, register
-/// 2·(r / 8) + n % 2. A warp-wide collective: every lane deposits its
-/// fragments, then computes its own accumulators.
-static u32 fragA[1024][4], fragB[1024][2];
-inline float half(u32 reg, int h) {
-  return toFloat(bf16{(unsigned short)(h ? reg >> 16 : reg & 0xffffu)});
-}
-inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  int me = emu::current, first = me & ~31, lane = me & 31;
-  for (int i = 0; i < 4; ++i) fragA[me][i] = a[i];
-  fragB[me][0] = b0;
-  fragB[me][1] = b1;
-  emu::wait(emu::AtWarpBarrier);
-  for (int i = 0; i < 4; ++i) {
-    int r = lane / 4 + 8 * (i / 2), n = 2 * (lane % 4) + i % 2;
-    float sum = 0.0f;
-    for (int k = 0; k < 16; ++k) {
-      float av = half(fragA[first + (r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k % 2);
-      float bv = half(fragB[first + n * 4 + (k % 8) / 2][k / 8], k % 2);
-      sum += av * bv;
-    }
-    c[i] += sum;
-  }
-  emu::wait(emu::AtWarpBarrier);
-}
-
-/// Converts to whatever pointer type the kernel parameter has.
-struct AnyPointer {
-  void *p;
-  template <typename T> operator T *() const { return static_cast<T *>(p); }
-};
-/// A pointer or an i64 size (the GEMM-epilogue fallbacks take both).
-struct AnyArg {
-  unsigned long long v;
-  template <typename T> operator T *() const { return reinterpret_cast<T *>(v); }
-  operator i64() const { return i64(v); }
-};
-)";
-
-/// The kernels of `p`, compiled for the host: run(launch, buffer data).
-class HostKernels {
-public:
-  explicit HostKernels(rt::Program &p) : p(p) {
-    cuda::emitCUDA(p, "sm_80");
-    std::string src = kShim;
-    const std::string types = cuda::kernelTemplate("types.cuh");
-    for (size_t k = 0; k < p.kernels.size(); ++k) {
-      std::string s = p.kernels[k].source;
-      s.replace(s.find(types), types.size(), "");
-      src += "namespace k" + std::to_string(k) + " {\n" + s + "}\n";
-    }
-    // Per launch: its body (the kernel call) and a runner over the blocks.
-    src += "static void **args;\n";
-    // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
-    // grid x, grid y) with 1-D blocks of 256 threads.
-    src += "static const unsigned long long *fallbackArgs;\n";
-    for (size_t k = 0; k < p.kernels.size(); ++k) {
-      const std::string &name = p.kernels[k].name;
-      if (int n = rt::gemmFallbackArgCount(name)) {
-        src += "static void body_" + name + "() {\n  k" + std::to_string(k) +
-               "::" + name + "(";
-        for (int j = 0; j < n; ++j)
-          src += (j ? ", " : "") + std::string("AnyArg{fallbackArgs[") +
-                 std::to_string(j) + "]}";
-        src += ");\n}\n";
-        src += "extern \"C\" void call_" + name +
-               "(const unsigned long long *a, unsigned gx, unsigned gy) {\n"
-               "  fallbackArgs = a;\n  emu::body = body_" + name + ";\n"
-               "  gridDim = {gx, gy, 1};\n  blockDim = {256, 1, 1};\n"
-               "  blockIdx.z = 0;\n"
-               "  for (blockIdx.y = 0; blockIdx.y < gy; ++blockIdx.y)\n"
-               "  for (blockIdx.x = 0; blockIdx.x < gx; ++blockIdx.x)\n"
-               "    emu::runBlock(256);\n}\n";
-      }
-    }
-    for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
-      const rt::Launch &l = p.functions[0].launches[i];
-      if (l.deviceKernel < 0)
-        continue; // cuBLASLt
-      size_t n = l.inputs.size() + l.outputs.size();
-      std::string id = std::to_string(i);
-      src += "static void body" + id + "() {\n  k" +
-             std::to_string(l.deviceKernel) + "::" +
-             p.kernels[l.deviceKernel].name + "(";
-      for (size_t j = 0; j < n; ++j)
-        src += (j ? ", " : "") + std::string("AnyPointer{args[") +
-               std::to_string(j) + "]}";
-      src += ");\n}\n";
-      src += "extern \"C\" void run" + id + "(void **a) {\n  args = a;\n"
-             "  emu::body = body" + id + ";\n"
-             "  gridDim = {" + dims(l.grid) + "};\n"
-             "  blockDim = {" + dims(l.block) + "};\n"
-             "  for (blockIdx.z = 0; blockIdx.z < gridDim.z; ++blockIdx.z)\n"
-             "  for (blockIdx.y = 0; blockIdx.y < gridDim.y; ++blockIdx.y)\n"
-             "  for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x)\n"
-             "    emu::runBlock(blockDim.x);\n}\n";
-    }
-    char tmpl[] = "/tmp/gptc-host-kernels-XXXXXX";
-    dir = mkdtemp(tmpl);
-    std::ofstream(dir + "/kernels.cpp") << src;
-    std::string cmd = std::string(GPTC_HOST_CXX) +
-                      " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -o " +
-                      dir + "/kernels.so " + dir + "/kernels.cpp 2> " + dir +
-                      "/errors.txt";
-    if (std::system(cmd.c_str()) != 0) {
-      std::ifstream in(dir + "/errors.txt");
-      error = std::string(std::istreambuf_iterator<char>(in), {});
-      return;
-    }
-    handle = dlopen((dir + "/kernels.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  }
-  ~HostKernels() {
-    if (handle)
-      dlclose(handle);
-    std::filesystem::remove_all(dir);
-  }
-  bool ok() const { return handle != nullptr; }
-  /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks.
-  void call(const std::string &name, std::vector<uint64_t> args, unsigned gx,
-            unsigned gy = 1) {
-    auto fn = reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned)>(
-        dlsym(handle, ("call_" + name).c_str()));
-    ASSERT_TRUE(fn) << name;
-    fn(args.data(), gx, gy);
-  }
-  void run(size_t launch, std::vector<void *> pointers) {
-    auto fn = reinterpret_cast<void (*)(void **)>(
-        dlsym(handle, ("run" + std::to_string(launch)).c_str()));
-    ASSERT_TRUE(fn);
-    fn(pointers.data());
-  }
-  std::string error;
-
-private:
-  static std::string dims(const uint32_t (&d)[3]) {
-    return std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " +
-           std::to_string(d[2]);
-  }
-  rt::Program &p;
-  std::string dir;
-  void *handle = nullptr;
-};
 
 exec::HostTensor randomFloats(Shape shape, uint32_t seed) {
   exec::HostTensor t = exec::HostTensor::floats(std::move(shape));
@@ -478,7 +125,7 @@ TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
   mt.body = updateLike();
 
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
 
   // Host data per buffer (floats, ids or bf16 bits).
@@ -602,7 +249,7 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
   reduce.body = scaledSquare();
 
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<exec::HostTensor> data(p.buffers.size());
   for (size_t i = 0; i < p.buffers.size(); ++i)
@@ -673,7 +320,7 @@ rt::Program twoTensorCopy(DType from, DType to) {
 // tensors of 3000 and 37 elements in one launch.
 TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
   rt::Program p = twoTensorCopy(DType::F32, DType::BF16);
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   exec::HostTensor a = randomFloats({3000}, 7), c = randomFloats({37}, 8);
   // A tie: 1 + 2^-8 lies halfway between two bf16 values; even wins.
@@ -694,7 +341,7 @@ TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
 // (gpt-fuse-elementwise): bf16 loads widen, f32 stores keep every bit.
 TEST(MultiTensorKernelsOnHost, GradientsWidenExactly) {
   rt::Program p = twoTensorCopy(DType::BF16, DType::F32);
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<uint16_t> in0(3000), in1(37);
   std::mt19937 rng(9);
@@ -732,7 +379,7 @@ TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
   add.body.results = {2};
 
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<exec::HostTensor> data(p.buffers.size());
   for (size_t i = 0; i < p.buffers.size(); ++i)
@@ -855,7 +502,7 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   }
 
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<exec::HostTensor> data(p.buffers.size());
   for (size_t i = 0; i < p.buffers.size(); ++i)
@@ -986,7 +633,7 @@ TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
     attn.insert(attn.end(), {o, lse, dq, dk, dv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &dk : p.kernels)
     ASSERT_NE(dk.source.find("Mma<"), std::string::npos) << dk.name;
@@ -1038,7 +685,7 @@ void checkPackedAttention(bool tensorCores) {
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &k : p.kernels)
     ASSERT_EQ(k.source.find("Mma<") != std::string::npos, tensorCores)
@@ -1117,7 +764,7 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   b.launch("matmul_epilogue", {x, w, biasF}, {hF, preF}).ints["gelu"] = 1;
   b.launch("matmul_gelu_grad", {dy, wt, preF}, {dpF}).ints["transpose_b"] = 1;
   rt::Program &p = b.p;
-  HostKernels kernels(p);
+  HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<std::string> names;
   for (const rt::DeviceKernel &dk : p.kernels)

@@ -1,0 +1,70 @@
+//===- HostKernels.h - generated CUDA kernels compiled for the CPU -*- C++ -*-===//
+//
+// The CUDA emitter's kernels as host C++: every kernel source of a Program
+// (types.cuh swapped for a small emulation of the CUDA built-ins and of the
+// inline PTX: mma.m16n8k16, ldmatrix, cp.async) compiled with the host
+// compiler into a shared library, one runner per launch. Each block's
+// threads run as coroutines, so barriers, warp shuffles, ballots, shared
+// memory and the module-scope scratch of the last-block reductions behave
+// as on a GPU. HostKernelBackend puts that behind rt::Backend, so a whole
+// program can be checked launch by launch against the CPU backend, as
+// `train_gpt2 --check-kernels` does on a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef GPTC_UNITTESTS_TARGET_HOSTKERNELS_H
+#define GPTC_UNITTESTS_TARGET_HOSTKERNELS_H
+
+#include "gptc/Runtime/Backend.h"
+#include "gptc/Runtime/Program.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gptc::test {
+
+/// The kernels of a Program, compiled for the host.
+class HostKernels {
+public:
+  /// Compiles the kernel sources `p` holds (cuda::emitCUDA wrote them);
+  /// ok() says whether that worked, error what the compiler said.
+  explicit HostKernels(const rt::Program &p);
+  ~HostKernels();
+  HostKernels(const HostKernels &) = delete;
+  HostKernels &operator=(const HostKernels &) = delete;
+
+  bool ok() const { return handle != nullptr; }
+  /// Runs launch `launch` of function `function` over every block of its
+  /// grid; `pointers` are its inputs', then its outputs' host addresses.
+  void run(size_t function, size_t launch, std::vector<void *> pointers);
+  /// run() in the first function.
+  void run(size_t launch, std::vector<void *> pointers) {
+    run(0, launch, std::move(pointers));
+  }
+  /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks.
+  void call(const std::string &name, std::vector<uint64_t> args, unsigned gx,
+            unsigned gy = 1);
+
+  std::string error;
+
+private:
+  void *symbol(const std::string &name) const;
+
+  std::string dir;
+  void *handle = nullptr;
+};
+
+/// Emits `p`'s kernels for sm_80 and returns it, for HostKernels.
+rt::Program &emitForHost(rt::Program &p);
+
+/// rt::Backend over HostKernels: a host arena laid out by the program's
+/// memory plan, each generated kernel run from its CUDA source, and the
+/// GEMMs (cuBLASLt's on a GPU) on an inner CPU backend, their operands
+/// copied across. load() needs the kernel sources (emitForHost).
+std::unique_ptr<rt::Backend> makeHostKernelBackend();
+
+} // namespace gptc::test
+
+#endif // GPTC_UNITTESTS_TARGET_HOSTKERNELS_H
