@@ -147,3 +147,43 @@ func.func @norm_over_positions(%tok: tensor<2x100xi32> {gpt.input = "tokens"}, %
   %loss = gpt.cross_entropy %y, %tgt : tensor<2x100x64xf32>, tensor<2x100xi32> -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// The packed attention (gpt-fuse-attention forms it after padding in the
+// pipeline, but the pass takes it anywhere): causal, so T = 100 → 128 pads
+// its rows, lse and output with the rest of the sequence; the three parts
+// of each row (3C = 192) keep their width.
+// CHECK-LABEL: func.func @packed_attention
+// CHECK: %[[QKV:.+]] = gpt.matmul %{{.+}}, %{{.+}} : tensor<2x128x64xf32>, tensor<64x192xf32> -> tensor<2x128x192xf32>
+// CHECK: %[[Y:.+]], %[[LSE:.+]] = gpt.flash_attention_qkv %[[QKV]] {causal, num_heads = 4 : i64, scale = 2.500000e-01 : f32} : tensor<2x128x192xf32> -> tensor<2x128x64xf32>, tensor<2x4x128xf32>
+// CHECK: %[[L:.+]] = gpt.matmul %[[Y]], %{{.+}} {transpose_b} : tensor<2x128x64xf32>, tensor<64x64xf32> -> tensor<2x128x64xf32>
+// CHECK: gpt.slice %[[L]] : tensor<2x128x64xf32> -> tensor<2x100x64xf32>
+func.func @packed_attention(%tok: tensor<2x100xi32> {gpt.input = "tokens"}, %tgt: tensor<2x100xi32> {gpt.input = "targets"},
+                            %wte: tensor<64x64xf32> {gpt.param = "wte"}, %w: tensor<64x192xf32> {gpt.param = "c_attn"})
+    -> (tensor<f32> {gpt.output = "loss"}, tensor<2x100x64xf32> {gpt.output = "logits"}) {
+  %x = gpt.embedding %wte, %tok : tensor<64x64xf32>, tensor<2x100xi32> -> tensor<2x100x64xf32>
+  %qkv = gpt.matmul %x, %w : tensor<2x100x64xf32>, tensor<64x192xf32> -> tensor<2x100x192xf32>
+  %y, %lse = gpt.flash_attention_qkv %qkv {causal, num_heads = 4 : i64, scale = 0.25 : f32} : tensor<2x100x192xf32> -> tensor<2x100x64xf32>, tensor<2x4x100xf32>
+  %l = gpt.matmul %y, %wte {transpose_b} : tensor<2x100x64xf32>, tensor<64x64xf32> -> tensor<2x100x64xf32>
+  %loss = gpt.cross_entropy %l, %tgt : tensor<2x100x64xf32>, tensor<2x100xi32> -> tensor<f32>
+  return %loss, %l : tensor<f32>, tensor<2x100x64xf32>
+}
+
+// -----
+
+// Without the causal flag, real queries would see the padded keys.
+// CHECK-LABEL: func.func @packed_attention_not_causal
+// CHECK-NOT: gpt.pad
+// CHECK: gpt.flash_attention_qkv %{{.+}} {num_heads = 4 : i64, scale = 2.500000e-01 : f32} : tensor<2x100x192xf32>
+func.func @packed_attention_not_causal(%tok: tensor<2x100xi32> {gpt.input = "tokens"}, %tgt: tensor<2x100xi32> {gpt.input = "targets"},
+                                       %wte: tensor<64x64xf32> {gpt.param = "wte"}, %w: tensor<64x192xf32> {gpt.param = "c_attn"})
+    -> (tensor<f32> {gpt.output = "loss"}) {
+  %x = gpt.embedding %wte, %tok : tensor<64x64xf32>, tensor<2x100xi32> -> tensor<2x100x64xf32>
+  %qkv = gpt.matmul %x, %w : tensor<2x100x64xf32>, tensor<64x192xf32> -> tensor<2x100x192xf32>
+  // expected-remark @below {{did not pad the sequence 100 to 128: padded keys would be visible to a non-causal gpt.flash_attention_qkv}}
+  %y, %lse = gpt.flash_attention_qkv %qkv {num_heads = 4 : i64, scale = 0.25 : f32} : tensor<2x100x192xf32> -> tensor<2x100x64xf32>, tensor<2x4x100xf32>
+  %l = gpt.matmul %y, %wte {transpose_b} : tensor<2x100x64xf32>, tensor<64x64xf32> -> tensor<2x100x64xf32>
+  %loss = gpt.cross_entropy %l, %tgt : tensor<2x100x64xf32>, tensor<2x100xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
