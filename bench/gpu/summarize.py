@@ -146,9 +146,20 @@ def main():
     prof = read(os.path.join(res, "gpt2-bf16-profile.log"))
     if prof and "total ms" in prof:
         lines.append("")
-        lines.append("top kernels (GPTC_PROFILE=1):")
+        lines.append("top kernels (GPTC_PROFILE=1), each against its floor "
+                     "(bytes at the DRAM peak or FLOPs at the bf16 peak):")
         start = prof.index("total ms")
-        lines.extend(prof[start:].splitlines()[:16])
+        table = prof[start:].splitlines()
+        lines.extend(table[:16])
+        # The totals and the peaks the floors used, wherever the cut fell.
+        for row in table[16:]:
+            if " all " in row and "kernels" in row or row.startswith("floors:"):
+                lines.append(row)
+        for row in table:
+            m = re.match(r"\s*([0-9.]+)\s+\d+\s+100\.0%\s+([0-9.]+)\s+([0-9.]+)%\s+all", row)
+            if m:
+                summary["profile"] = {"total_ms": float(m.group(1)),
+                                      "of_floor": float(m.group(3)) / 100}
 
     text = "\n".join(lines)
     print(text)

@@ -206,6 +206,7 @@ struct Prepared {
   std::vector<void *> argPtrs; // cuLaunchKernel's kernelParams, into args
   int gemm = -1;               // into gemms
   int profileSlot = -1;
+  double floorMs = 0; // the profile's floor of this launch (launchCost)
   std::string label; // "forward launch 12: layernorm (k12) at loc"
 };
 
@@ -238,6 +239,11 @@ public:
     ccMajor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     ccMinor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     maxSharedOptin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    // DRAM peak for the profile's floors: two transfers a clock (DDR)
+    // over the bus (H100 SXM: 2.619 GHz, 5120 bits, 3.35 TB/s).
+    peakBytesPerSecond =
+        2.0 * 1e3 * double(attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)) *
+        double(attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)) / 8.0;
     // The "a" targets (wgmma, setmaxnreg) exist from Hopper on; a cubin for
     // them runs on exactly this compute capability.
     deviceArch = "sm_" + std::to_string(ccMajor) + std::to_string(ccMinor) +
@@ -350,11 +356,24 @@ private:
   struct TimedLaunch {
     int slot;
     CUevent start, end;
+    double floorMs;
   };
+  /// The least time a launch of this cost takes on this device: its bytes
+  /// at the DRAM peak or its FLOPs at the dense bf16 peak, whichever is
+  /// longer; 0 where a peak is unknown.
+  double floorMs(const LaunchCost &c) const {
+    double flopsPeak = peakBf16Flops();
+    if (peakBytesPerSecond <= 0 || flopsPeak <= 0)
+      return 0;
+    return 1e3 * std::max(double(c.bytes) / peakBytesPerSecond,
+                          c.flops / flopsPeak);
+  }
   struct ProfileEntry {
     std::string kernel, op, loc;
     int64_t calls = 0;
     double ms = 0;
+    /// Σ over the timed calls of max(bytes / DRAM peak, FLOPs / bf16 peak).
+    double floorMs = 0;
   };
   struct GraphState {
     int calls = 0;
@@ -453,6 +472,7 @@ private:
   CUevent computeMark = nullptr, copyMark = nullptr;
   std::string deviceName, deviceArch;
   int ccMajor = 0, ccMinor = 0, maxSharedOptin = 0;
+  double peakBytesPerSecond = 0;
   bool profile = false, syncEach = false, useGraphs = true;
   bool forceGemmFallback = false; // GPTC_GEMM_FALLBACK=1
   std::set<std::string> fallbackNotes; // one stderr line per kind and shape
@@ -629,6 +649,8 @@ void CudaBackendImpl::prepare(const Function &f) {
       if (profile)
         pl.profileSlot = profileSlot("cuBLASLt " + gemms[pl.gemm].shape, l);
     }
+    if (profile)
+      pl.floorMs = floorMs(launchCost(*prog, l));
     // Anything else has no CUDA implementation: run() says so by name, so a
     // kernel check can still test every launch that has one.
   }
@@ -1040,7 +1062,7 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   if (start) {
     CUevent end = pooledEvent(timingPool, true);
     check(cu.cuEventRecord(end, compute), "cuEventRecord");
-    pendingTimes.push_back({pl.profileSlot, start, end});
+    pendingTimes.push_back({pl.profileSlot, start, end, pl.floorMs});
   }
 }
 
@@ -1213,6 +1235,7 @@ void CudaBackendImpl::collectTimes() {
     if (cu.cuEventElapsedTime(&ms, t.start, t.end) == CUDA_SUCCESS) {
       profileEntries[t.slot].ms += ms;
       profileEntries[t.slot].calls += 1;
+      profileEntries[t.slot].floorMs += t.floorMs;
     }
     timingPool.push_back(t.start);
     timingPool.push_back(t.end);
@@ -1225,6 +1248,7 @@ void CudaBackendImpl::resetProfile() {
   for (ProfileEntry &e : profileEntries) {
     e.calls = 0;
     e.ms = 0;
+    e.floorMs = 0;
   }
 }
 
@@ -1234,34 +1258,60 @@ std::string CudaBackendImpl::profileReport(size_t top) {
   reported = true;
   synchronize();
   std::vector<const ProfileEntry *> order;
-  double total = 0;
+  double total = 0, totalFloor = 0;
   int64_t calls = 0;
   for (const ProfileEntry &e : profileEntries)
     if (e.calls > 0) {
       order.push_back(&e);
       total += e.ms;
+      totalFloor += e.floorMs;
       calls += e.calls;
     }
   std::sort(order.begin(), order.end(),
             [](const ProfileEntry *a, const ProfileEntry *b) {
               return a->ms > b->ms;
             });
+  // "floor us": a call's floor (launchCost's bytes at the DRAM peak or its
+  // FLOPs at the bf16 peak); "of floor": floor / time, 100% is the limit.
+  auto floorColumns = [&](double floorMs, double ms, int64_t n) {
+    char s[64];
+    if (floorMs <= 0 || ms <= 0)
+      std::snprintf(s, sizeof(s), "%10s %8s", "-", "-");
+    else
+      std::snprintf(s, sizeof(s), "%10.2f %7.1f%%",
+                    n ? 1000.0 * floorMs / double(n) : 1000.0 * floorMs,
+                    100.0 * floorMs / ms);
+    return std::string(s);
+  };
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof(line), "%10s %8s %10s %6s  %s\n", "total ms",
-                "calls", "mean us", "share", "kernel (op at first location)");
+  std::snprintf(line, sizeof(line), "%10s %8s %10s %6s %10s %8s  %s\n",
+                "total ms", "calls", "mean us", "share", "floor us",
+                "of floor", "kernel (op at first location)");
   os << line;
   for (size_t i = 0; i < order.size() && i < top; ++i) {
     const ProfileEntry &e = *order[i];
-    std::snprintf(line, sizeof(line), "%10.3f %8lld %10.2f %5.1f%%  %s (%s at %s)\n",
-                  e.ms, (long long)e.calls, 1000.0 * e.ms / double(e.calls),
-                  total > 0 ? 100.0 * e.ms / total : 0.0, e.kernel.c_str(),
-                  e.op.c_str(), e.loc.empty() ? "?" : e.loc.c_str());
+    std::snprintf(line, sizeof(line),
+                  "%10.3f %8lld %10.2f %5.1f%% %s  %s (%s at %s)\n", e.ms,
+                  (long long)e.calls, 1000.0 * e.ms / double(e.calls),
+                  total > 0 ? 100.0 * e.ms / total : 0.0,
+                  floorColumns(e.floorMs, e.ms, e.calls).c_str(),
+                  e.kernel.c_str(), e.op.c_str(),
+                  e.loc.empty() ? "?" : e.loc.c_str());
     os << line;
   }
-  std::snprintf(line, sizeof(line), "%10.3f %8lld %10s %5.1f%%  all %zu kernels\n",
-                total, (long long)calls, "", 100.0, order.size());
+  std::snprintf(line, sizeof(line), "%10.3f %8lld %10s %5.1f%% %s  all %zu kernels\n",
+                total, (long long)calls, "", 100.0,
+                floorColumns(totalFloor, total, 0).c_str(), order.size());
   os << line;
+  if (totalFloor > 0) {
+    std::snprintf(line, sizeof(line),
+                  "floors: %.0f GB/s DRAM (device attributes), %.0f TFLOP/s "
+                  "dense bf16 (%s)\n",
+                  peakBytesPerSecond / 1e9, peakBf16Flops() / 1e12,
+                  deviceName.c_str());
+    os << line;
+  }
   return os.str();
 }
 

@@ -31,6 +31,54 @@ bool isGemm(const std::string &kernel) {
          kernel == "matmul_gelu_grad" || kernel == "matmul_bias_grad";
 }
 
+LaunchCost launchCost(const Program &p, const Launch &l) {
+  LaunchCost c;
+  for (int id : l.inputs)
+    c.bytes += p.buffers.at(id).bytes();
+  for (int id : l.outputs)
+    c.bytes += p.buffers.at(id).bytes();
+  auto flag = [&](const char *name) {
+    auto it = l.ints.find(name);
+    return it != l.ints.end() && it->second != 0;
+  };
+  if (isGemm(l.kernel) && l.inputs.size() >= 2 && !l.outputs.empty()) {
+    const std::vector<int64_t> &a = p.buffers.at(l.inputs[0]).shape;
+    if (a.size() >= 2) {
+      int64_t k = flag("transpose_a") ? a[a.size() - 2] : a.back();
+      c.flops = 2.0 * double(p.buffers.at(l.outputs[0]).numel()) * double(k);
+    }
+    return c;
+  }
+  // Heads, query rows T, key rows S and head size D.
+  double heads = 0, T = 0, S = 0, D = 0;
+  bool forward = l.kernel == "flash_attention" ||
+                 l.kernel == "flash_attention_qkv";
+  bool backward = l.kernel == "flash_attention_grad" ||
+                  l.kernel == "flash_attention_qkv_grad";
+  if (!(forward || backward) || l.inputs.empty())
+    return c;
+  const std::vector<int64_t> &x = p.buffers.at(l.inputs[0]).shape;
+  if (l.kernel == "flash_attention" || l.kernel == "flash_attention_grad") {
+    if (x.size() < 2 || l.inputs.size() < 2)
+      return c;
+    const std::vector<int64_t> &k = p.buffers.at(l.inputs[1]).shape;
+    T = double(x[x.size() - 2]);
+    D = double(x.back());
+    S = k.size() >= 2 ? double(k[k.size() - 2]) : 0;
+    heads = double(p.buffers.at(l.inputs[0]).numel()) / (T * D);
+  } else {
+    auto h = l.ints.find("num_heads");
+    if (x.size() != 3 || h == l.ints.end() || h->second <= 0)
+      return c;
+    T = S = double(x[1]);
+    heads = double(x[0]) * double(h->second);
+    D = double(x[2]) / 3.0 / double(h->second);
+  }
+  c.flops = 4.0 * heads * T * S * D * (flag("causal") ? 0.5 : 1.0) *
+            (backward ? 2.5 : 1.0);
+  return c;
+}
+
 std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"

@@ -3,7 +3,8 @@
 // writeProgram/readProgram round-trip the gpt2-tiny kernel program exactly
 // and turn damaged bytes into one FormatError line; planMemory never lets
 // two buffers that are alive at once share a byte (checked by brute force
-// over every pair), views share their base's offset, offsets are aligned.
+// over every pair), views share their base's offset, offsets are aligned;
+// launchCost counts what the profile's floors are made of.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +19,7 @@
 #include "mlir/IR/MLIRContext.h"
 
 #include <gtest/gtest.h>
+#include <map>
 #include <nlohmann/json.hpp>
 
 using namespace gptc;
@@ -396,3 +398,38 @@ TEST(ProgramTest, PlanReusesDeadTempsAndKeepsViewsBasesAlive) {
 }
 
 } // namespace
+
+// The profile's floors (GPTC_PROFILE=1) come from these: gpt2-tiny with one
+// block, B=2, C=128, 4 heads of 32, T=8 padded to 64 and the vocabulary to
+// 50304.
+TEST(ProgramTest, LaunchCostsCountOperandsAndProducts) {
+  const Program &p = tinyProgram();
+  std::map<std::string, int> seen;
+  for (const Function &f : p.functions)
+    for (const Launch &l : f.launches) {
+      LaunchCost c = launchCost(p, l);
+      int64_t bytes = 0;
+      for (int id : l.inputs)
+        bytes += p.buffers[id].bytes();
+      for (int id : l.outputs)
+        bytes += p.buffers[id].bytes();
+      EXPECT_EQ(c.bytes, bytes) << l.kernel;
+      ++seen[l.kernel];
+      if (l.kernel == "flash_attention_qkv") {
+        // 4 · (B·H = 8) · T · T · D / 2 (causal).
+        EXPECT_EQ(c.flops, 4.0 * 8 * 64 * 64 * 32 / 2);
+      } else if (l.kernel == "flash_attention_qkv_grad") {
+        EXPECT_EQ(c.flops, 2.5 * 4.0 * 8 * 64 * 64 * 32 / 2);
+      } else if (isGemm(l.kernel)) {
+        const Buffer &out = p.buffers[l.outputs[0]];
+        if (out.shape.back() == 50304) // the lm head: B·T rows, K = C
+          EXPECT_EQ(c.flops, 2.0 * 128 * 50304 * 128);
+        EXPECT_GT(c.flops, 0) << l.kernel;
+      } else {
+        EXPECT_EQ(c.flops, 0) << l.kernel << " is bound by its bytes";
+      }
+    }
+  EXPECT_GT(seen["flash_attention_qkv"], 0);
+  EXPECT_GT(seen["flash_attention_qkv_grad"], 0);
+  EXPECT_GT(seen["matmul_epilogue"], 0);
+}

@@ -51,8 +51,11 @@ public:
   /// Forgets the times so far (call after the warm-up steps).
   virtual void resetProfile() = 0;
   /// The `top` kernels by total time, one line each (total ms, calls,
-  /// mean us, share, kernel, op and location), then the total; waits for
-  /// the device first. "" when not profiling.
+  /// mean us, share, the floor of one call and the share of the time the
+  /// floor is, kernel, op and location), then the totals and the peaks the
+  /// floors use; waits for the device first. "" when not profiling. A
+  /// floor is launchCost's bytes at the DRAM peak (memory clock and bus
+  /// width) or its FLOPs at the dense bf16 peak, whichever is longer.
   virtual std::string profileReport(size_t top = 25) = 0;
 };
 

@@ -117,6 +117,19 @@ struct Launch {
 /// "matmul", "matmul_epilogue", "matmul_gelu_grad", "matmul_bias_grad".
 bool isGemm(const std::string &kernel);
 
+/// The least a launch costs, for the profile's floors: the bytes of its
+/// operands and results, each read or written once, and the FLOPs of its
+/// products. GEMMs: 2·M·N·K. Attention: the model's, 4·T·S·D a head
+/// forward (halved when causal) and 2.5 times that backward, the five
+/// products of FlashAttention-2 (gptc's backward runs seven). Elementwise
+/// and reduction work counts 0: those launches are bound by their bytes.
+struct LaunchCost {
+  int64_t bytes = 0;
+  double flops = 0;
+};
+struct Program;
+LaunchCost launchCost(const Program &p, const Launch &l);
+
 /// The kernels the runtime runs after a GEMM whose fused epilogue cuBLASLt
 /// has no algorithm for on the device at hand (the GEMM then runs with the
 /// DEFAULT epilogue, or DGELU without its bias gradient). The CUDA emitter
