@@ -268,11 +268,14 @@ TEST(KernelCheck, Tolerances) {
   EXPECT_EQ(kernelCheckTolerance(p, mm, DType::BF16), 0x1p-7);
   EXPECT_EQ(kernelCheckTolerance(p, mm, DType::F32), 1e-4);
   EXPECT_EQ(kernelCheckTolerance(p, mm, DType::I32), 0);
-  // The tensor-core attention backward rounds P and dS to bf16.
-  Launch attentionGrad;
-  attentionGrad.kernel = "flash_attention_qkv_grad";
-  EXPECT_EQ(kernelCheckTolerance(p, attentionGrad, DType::BF16), 0x1p-4);
-  EXPECT_EQ(kernelCheckTolerance(p, attentionGrad, DType::F32), 1e-4);
+  // The tensor-core attention rounds P (and dS) to bf16.
+  for (const char *kernel : {"flash_attention", "flash_attention_qkv",
+                             "flash_attention_grad", "flash_attention_qkv_grad"}) {
+    Launch attention;
+    attention.kernel = kernel;
+    EXPECT_EQ(kernelCheckTolerance(p, attention, DType::BF16), 0x1p-4);
+    EXPECT_EQ(kernelCheckTolerance(p, attention, DType::F32), 1e-4);
+  }
   p.meta["precision"] = "tf32";
   EXPECT_EQ(kernelCheckTolerance(p, mm, DType::F32), 0x1p-8);
 }

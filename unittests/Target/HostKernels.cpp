@@ -28,6 +28,7 @@ const char *kShim = R"(
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <ucontext.h>
 #include <vector>
 typedef long long i64;
@@ -45,26 +46,89 @@ static Dim3 blockIdx, gridDim, blockDim;
 namespace emu {
 enum State { Running, AtBarrier, AtWarpBarrier, Done };
 struct Thread {
-  ucontext_t context;
-  std::vector<char> stack;
   Dim3 index;
   State state = Running;
 };
 static std::vector<Thread> threads;
 static int current;
-static ucontext_t scheduler;
 static void (*body)();
 static float floatSlots[1024];
 static int intSlots[1024];
 
-static void entry() {
-  body();
-  threads[current].state = Done;
-  swapcontext(&threads[current].context, &scheduler);
+/// One coroutine per thread slot, made once and reused by every block: a
+/// thread that finished waits at the top of its loop for the next block.
+/// On x86-64 a switch saves the callee-saved registers and the stack
+/// pointer and nothing else (swapcontext also makes a signal-mask system
+/// call, and a block of the attention switches a million times);
+/// elsewhere, ucontext.
+constexpr size_t kStackBytes = 256 * 1024;
+struct Coroutine {
+  std::unique_ptr<char[]> stack{new char[kStackBytes]};
+  void *sp = nullptr;
+  ucontext_t context;
+};
+static std::vector<std::unique_ptr<Coroutine>> coroutines;
+static void *schedulerSp;
+static ucontext_t scheduler;
+
+#if defined(__x86_64__)
+extern "C" void gptcEmuSwitch(void **save, void *load);
+asm(".text\n.globl gptcEmuSwitch\n.hidden gptcEmuSwitch\n"
+    ".type gptcEmuSwitch, @function\ngptcEmuSwitch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n"
+    "  pushq %r14\n  pushq %r15\n  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n"
+    "  popq %rbp\n  ret\n");
+#endif
+
+static void yield() {
+#if defined(__x86_64__)
+  gptcEmuSwitch(&coroutines[current]->sp, schedulerSp);
+#else
+  swapcontext(&coroutines[current]->context, &scheduler);
+#endif
 }
+static void resume(int t) {
+  current = t;
+#if defined(__x86_64__)
+  gptcEmuSwitch(&schedulerSp, coroutines[t]->sp);
+#else
+  swapcontext(&scheduler, &coroutines[t]->context);
+#endif
+}
+static void loop() {
+  for (;;) {
+    body();
+    threads[current].state = Done;
+    yield();
+  }
+}
+static std::unique_ptr<Coroutine> newCoroutine() {
+  auto c = std::make_unique<Coroutine>();
+#if defined(__x86_64__)
+  // What gptcEmuSwitch pops: six registers, then loop() as the return
+  // address, entered with the stack as a call leaves it (16n + 8).
+  char *top = c->stack.get() + kStackBytes;
+  top -= reinterpret_cast<unsigned long long>(top) % 16;
+  void **sp = reinterpret_cast<void **>(top);
+  *--sp = nullptr;
+  *--sp = reinterpret_cast<void *>(&loop);
+  for (int i = 0; i < 6; ++i)
+    *--sp = nullptr;
+  c->sp = sp;
+#else
+  getcontext(&c->context);
+  c->context.uc_stack.ss_sp = c->stack.get();
+  c->context.uc_stack.ss_size = kStackBytes;
+  c->context.uc_link = nullptr;
+  makecontext(&c->context, loop, 0);
+#endif
+  return c;
+}
+
 static void wait(State s) {
   threads[current].state = s;
-  swapcontext(&threads[current].context, &scheduler);
+  yield();
 }
 /// Releases threads waiting at a barrier that every live thread reached.
 static bool release(int first, int count, State s) {
@@ -80,22 +144,14 @@ static bool release(int first, int count, State s) {
 }
 static void runBlock(int n) {
   threads.assign(n, Thread());
-  for (int t = 0; t < n; ++t) {
-    Thread &th = threads[t];
-    th.index.x = t;
-    th.stack.resize(256 * 1024);
-    getcontext(&th.context);
-    th.context.uc_stack.ss_sp = th.stack.data();
-    th.context.uc_stack.ss_size = th.stack.size();
-    th.context.uc_link = nullptr;
-    makecontext(&th.context, entry, 0);
-  }
+  while (int(coroutines.size()) < n)
+    coroutines.push_back(newCoroutine());
+  for (int t = 0; t < n; ++t)
+    threads[t].index.x = t;
   for (;;) {
     for (int t = 0; t < n; ++t)
-      if (threads[t].state == Running) {
-        current = t;
-        swapcontext(&scheduler, &threads[t].context);
-      }
+      if (threads[t].state == Running)
+        resume(t);
     bool progress = false;
     for (int w = 0; w < n; w += 32)
       progress |= release(w, std::min(32, n - w), AtWarpBarrier);
