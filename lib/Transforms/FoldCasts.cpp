@@ -23,7 +23,9 @@
 // widened GEMM result reads the narrow one (it widens each element as it
 // loads it). A gpt.fused_layernorm_grad value narrowed for the next GEMM
 // becomes one more value of the op, the same scalar rounded on store
-// (foldCastsIntoLayerNormGradValues).
+// (foldCastsIntoLayerNormGradValues); so does the narrowing of a plain
+// gpt.layernorm_grad's dx that float32 readers need too (ln_f's), the op
+// becoming a gpt.fused_layernorm_grad whose body yields dx.
 // Two casts in a row are one, or none (foldCastPairs: attention's bf16
 // output widened by autodiff's bookkeeping and narrowed for the next GEMM).
 // Exact: moving data does not change a value, so "move, then round" is
@@ -153,7 +155,45 @@ void gptc::foldCastsIntoLayerNormGrads(func::FuncOp func) {
   }
 }
 
+/// A gpt.layernorm_grad whose dx is narrowed for a GEMM and also read as
+/// float32 (ln_f's: the lm head's backward GEMMs read it as bf16, the last
+/// block's residual gradient as float32) as a gpt.fused_layernorm_grad
+/// with no epilogue inputs that yields dx: the narrowing then folds into
+/// it like any other value's. A dx that only casts read is left alone
+/// (GPT-2 has none; it would want the op without its float32 value).
+static void layerNormGradsAsFused(func::FuncOp func) {
+  SmallVector<LayerNormGradOp> grads;
+  func.walk([&](LayerNormGradOp g) { grads.push_back(g); });
+  for (LayerNormGradOp g : grads) {
+    Value dx = g.getDx();
+    bool narrowed = false, read = false;
+    for (Operation *user : dx.getUsers()) {
+      auto c = dyn_cast<CastOp>(user);
+      bool narrowing = c && !exact(elementOf(dx), elementOf(c.getResult()));
+      narrowed |= narrowing;
+      read |= !narrowing;
+    }
+    if (!narrowed || !read)
+      continue;
+    OpBuilder b(g);
+    auto fused = b.create<FusedLayerNormGradOp>(
+        g.getLoc(),
+        TypeRange{g.getDgamma().getType(), g.getDbeta().getType(),
+                  dx.getType()},
+        g.getX(), g.getGamma(), g.getDy(), ValueRange{}, g.getEpsilonAttr());
+    Block *body = b.createBlock(&fused.getBody(), {}, {b.getF32Type()},
+                                {g.getLoc()});
+    b.setInsertionPointToEnd(body);
+    b.create<YieldOp>(g.getLoc(), body->getArgument(0));
+    g.getDgamma().replaceAllUsesWith(fused.getDgamma());
+    g.getDbeta().replaceAllUsesWith(fused.getDbeta());
+    dx.replaceAllUsesWith(fused.getValues()[0]);
+    g->erase();
+  }
+}
+
 void gptc::foldCastsIntoLayerNormGradValues(func::FuncOp func) {
+  layerNormGradsAsFused(func);
   SmallVector<FusedLayerNormGradOp> grads;
   func.walk([&](FusedLayerNormGradOp g) { grads.push_back(g); });
   for (FusedLayerNormGradOp g : grads) {

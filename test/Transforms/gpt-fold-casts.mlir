@@ -192,6 +192,45 @@ func.func @layernorm_grad_dy_also_read(%x: tensor<2x4x8xf32>, %gamma: tensor<8xf
 
 // -----
 
+// ln_f's gradient: its dx is the last block's float32 residual gradient and,
+// narrowed, the bf16 input of the lm_head's backward GEMMs. The
+// layernorm_grad becomes a fused one with no epilogue inputs that yields dx
+// twice, once rounded to bf16 on store: no cast kernel.
+// CHECK-LABEL: func.func @layernorm_grad_writes_bf16
+// CHECK-NOT: gpt.cast
+// CHECK-NOT: gpt.layernorm_grad
+// CHECK: %[[DG:[^,]+]], %[[DB:[^,]+]], %[[V:.+]]:2 = gpt.fused_layernorm_grad %{{.+}}, %{{.+}}, %{{.+}} : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32> epilogue() -> tensor<8xf32>, tensor<8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xbf16> {
+// CHECK-NEXT: ^bb0(%[[DX:.+]]: f32):
+// CHECK-NEXT: gpt.yield %[[DX]], %[[DX]] : f32, f32
+// CHECK: %[[M:.+]] = gpt.matmul %[[V]]#1
+// CHECK: return %[[V]]#0, %[[M]], %[[DG]], %[[DB]]
+// OFF-LABEL: func.func @layernorm_grad_writes_bf16
+// OFF: gpt.layernorm_grad
+// OFF: gpt.cast
+func.func @layernorm_grad_writes_bf16(%x: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %dy: tensor<2x4x8xf32>, %w: tensor<8x16xbf16>) -> (tensor<2x4x8xf32>, tensor<2x4x16xbf16>, tensor<8xf32>, tensor<8xf32>) {
+  %dx, %dg, %db = gpt.layernorm_grad %x, %gamma, %dy : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+  %n = gpt.cast %dx : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %m = gpt.matmul %n, %w : tensor<2x4x8xbf16>, tensor<8x16xbf16> -> tensor<2x4x16xbf16>
+  return %dx, %m, %dg, %db : tensor<2x4x8xf32>, tensor<2x4x16xbf16>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A dx that only the narrowing reads stays a layernorm_grad and a cast
+// (GPT-2 has none: folding it would mean a fused op without its float32
+// value, which this step does not make).
+// CHECK-LABEL: func.func @layernorm_grad_only_narrowed
+// CHECK: gpt.layernorm_grad
+// CHECK: gpt.cast
+// CHECK-NOT: gpt.fused_layernorm_grad
+func.func @layernorm_grad_only_narrowed(%x: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %dy: tensor<2x4x8xf32>) -> (tensor<2x4x8xbf16>, tensor<8xf32>, tensor<8xf32>) {
+  %dx, %dg, %db = gpt.layernorm_grad %x, %gamma, %dy : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+  %n = gpt.cast %dx : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  return %n, %dg, %db : tensor<2x4x8xbf16>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
 // The loss of bf16 logits in the gradient function: widened for the loss,
 // the gradient narrowed for the lm_head's backward GEMMs. The op reads and
 // writes bf16 instead (float32 inside, one rounding on store).
