@@ -30,6 +30,7 @@ const char *kShim = R"(
 #include <cstring>
 #include <memory>
 #include <ucontext.h>
+#include <unordered_map>
 #include <vector>
 typedef long long i64;
 typedef unsigned int u32;
@@ -130,6 +131,100 @@ static void wait(State s) {
   threads[current].state = s;
   yield();
 }
+
+/// Shared-memory race checking for the 16-byte accesses of the inline-PTX
+/// helpers (vector stores, cp.async, ldmatrix rows; plain C++ accesses are
+/// not seen). Time is counted in barrier intervals of the block. A 16-byte
+/// chunk another thread wrote is readable from the interval after its
+/// write, and after the writer waited for it when it came by cp.async; a
+/// chunk another warp read may not be written in the same interval. The
+/// emulation runs threads one after another, so without this a missing
+/// __syncthreads would pass here and fail, now and then, on a GPU.
+namespace race {
+struct Chunk {
+  int writer = -1, writeEpoch = -1, visibleFrom = 0;
+  bool pending = false; // a cp.async its writer has not waited for
+  int readerWarp = -1, readEpoch = -1;
+  bool manyWarps = false;
+};
+static std::unordered_map<unsigned long long, Chunk> chunks;
+static int epoch;
+struct Copies {
+  int committed = 0;
+  std::vector<std::pair<unsigned long long, int>> pending; // chunk, group
+};
+static std::vector<Copies> copies;
+static int count;
+static char first[512];
+
+static void report(const char *what, unsigned long long key, const Chunk &c) {
+  if (count++ == 0)
+    std::snprintf(first, sizeof(first),
+                  "shared-memory race in block (%u, %u, %u): thread %d %s "
+                  "the 16 bytes at %#llx, last written by thread %d",
+                  blockIdx.x, blockIdx.y, blockIdx.z, current, what, key * 16,
+                  c.writer);
+}
+static void reset(int n) {
+  chunks.clear();
+  epoch = 0;
+  copies.assign(n, Copies());
+}
+static void write(const void *at, bool async) {
+  unsigned long long key = reinterpret_cast<unsigned long long>(at) / 16;
+  Chunk &c = chunks[key];
+  if (c.readEpoch == epoch && (c.manyWarps || c.readerWarp != current / 32))
+    report("writes, in the barrier interval another warp reads,", key, c);
+  else if (c.writer >= 0 && c.writer != current && c.writeEpoch == epoch)
+    report("writes, in the barrier interval another thread writes,", key, c);
+  c.writer = current;
+  c.writeEpoch = epoch;
+  c.pending = async;
+  c.visibleFrom = epoch + 1;
+  if (async)
+    copies[current].pending.push_back({key, copies[current].committed});
+}
+static void commit() { ++copies[current].committed; }
+/// All but the newest `newest` committed groups of this thread are done.
+static void waitFor(int newest) {
+  Copies &cp = copies[current];
+  int done = cp.committed - newest;
+  std::vector<std::pair<unsigned long long, int>> left;
+  for (auto [key, group] : cp.pending) {
+    if (group >= done) {
+      left.push_back({key, group});
+      continue;
+    }
+    Chunk &c = chunks[key];
+    if (c.writer == current && c.pending) {
+      c.pending = false;
+      c.visibleFrom = epoch + 1;
+    }
+  }
+  cp.pending = left;
+}
+static void read(const void *at) {
+  unsigned long long key = reinterpret_cast<unsigned long long>(at) / 16;
+  auto it = chunks.find(key);
+  if (it == chunks.end()) {
+    Chunk none;
+    report("reads, never written,", key, none);
+    return;
+  }
+  Chunk &c = it->second;
+  if (c.pending)
+    report("reads a cp.async its writer has not waited for:", key, c);
+  else if (epoch < c.visibleFrom && c.writer / 32 != current / 32)
+    report("reads, in the barrier interval another warp writes,", key, c);
+  if (c.readEpoch != epoch) {
+    c.readEpoch = epoch;
+    c.readerWarp = current / 32;
+    c.manyWarps = false;
+  } else if (c.readerWarp != current / 32) {
+    c.manyWarps = true;
+  }
+}
+} // namespace race
 /// Releases threads waiting at a barrier that every live thread reached.
 static bool release(int first, int count, State s) {
   bool any = false;
@@ -144,6 +239,7 @@ static bool release(int first, int count, State s) {
 }
 static void runBlock(int n) {
   threads.assign(n, Thread());
+  race::reset(n);
   while (int(coroutines.size()) < n)
     coroutines.push_back(newCoroutine());
   for (int t = 0; t < n; ++t)
@@ -155,7 +251,10 @@ static void runBlock(int n) {
     bool progress = false;
     for (int w = 0; w < n; w += 32)
       progress |= release(w, std::min(32, n - w), AtWarpBarrier);
-    progress |= release(0, n, AtBarrier);
+    if (release(0, n, AtBarrier)) {
+      ++race::epoch;
+      progress = true;
+    }
     if (progress) continue;
     for (int t = 0; t < n; ++t)
       if (threads[t].state != Done) {
@@ -243,7 +342,10 @@ inline char *aligned16(u32 a) {
   }
   return p;
 }
-inline void storeShared128(u32 a, uint4 v) { std::memcpy(aligned16(a), &v, 16); }
+inline void storeShared128(u32 a, uint4 v) {
+  emu::race::write(aligned16(a), false);
+  std::memcpy(sharedPointer(a), &v, 16);
+}
 /// ldmatrix.x4 (.trans): a warp-wide collective. Every lane deposits its
 /// row address; lane l then takes row l/4, columns 2(l%4) and 2(l%4)+1 of
 /// each 8x8 matrix m (rows from lanes 8m..8m+7), or, transposed, rows
@@ -252,7 +354,7 @@ static u32 matrixRows[1024];
 inline void ldmatrix(u32 (&r)[4], u32 a, bool transposed) {
   int me = emu::current, first = me & ~31, lane = me & 31;
   matrixRows[me] = a;
-  aligned16(a);
+  emu::race::read(aligned16(a));
   emu::wait(emu::AtWarpBarrier);
   for (int m = 0; m < 4; ++m) {
     auto at = [&](int row, int col) {
@@ -268,10 +370,22 @@ inline void ldmatrix(u32 (&r)[4], u32 a, bool transposed) {
 }
 inline void loadMatrices(u32 (&r)[4], u32 a) { ldmatrix(r, a, false); }
 inline void loadMatricesTransposed(u32 (&r)[4], u32 a) { ldmatrix(r, a, true); }
-// cp.async completes at once here.
-inline void copyAsync16(u32 a, const void *g) { std::memcpy(aligned16(a), g, 16); }
-inline void commitCopies() {}
-template <int N> inline void waitCopies() {}
+// cp.async lands at once here; the race check tracks when it may be read.
+inline void copyAsync16(u32 a, const void *g) {
+  emu::race::write(aligned16(a), true);
+  std::memcpy(sharedPointer(a), g, 16);
+}
+inline void commitCopies() { emu::race::commit(); }
+template <int N> inline void waitCopies() { emu::race::waitFor(N); }
+
+/// The races since the last call: their number, the first one's message.
+extern "C" int gptcEmuTakeRaces(char *message, int size) {
+  int n = emu::race::count;
+  std::snprintf(message, size_t(size), "%s", emu::race::first);
+  emu::race::count = 0;
+  emu::race::first[0] = 0;
+  return n;
+}
 
 /// mma.m16n8k16 as the PTX ISA defines its fragments (g = lane / 4,
 /// t = lane % 4): A(r, k) is in lane (r % 8)·4 + (k % 8)/2, register
@@ -423,6 +537,7 @@ void HostKernels::run(size_t function, size_t launch,
   auto fn = reinterpret_cast<void (*)(void **)>(symbol(
       "run_" + std::to_string(function) + "_" + std::to_string(launch)));
   fn(pointers.data());
+  throwOnRaces();
 }
 
 void HostKernels::call(const std::string &name, std::vector<uint64_t> args,
@@ -430,6 +545,15 @@ void HostKernels::call(const std::string &name, std::vector<uint64_t> args,
   auto fn = reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned)>(
       symbol("call_" + name));
   fn(args.data(), gx, gy);
+  throwOnRaces();
+}
+
+void HostKernels::throwOnRaces() {
+  auto take = reinterpret_cast<int (*)(char *, int)>(symbol("gptcEmuTakeRaces"));
+  char first[512];
+  if (int n = take(first, sizeof(first)))
+    throw std::runtime_error(std::string(first) + " (" + std::to_string(n) +
+                             " race" + (n > 1 ? "s" : "") + " in all)");
 }
 
 rt::Program &emitForHost(rt::Program &p) {
@@ -478,7 +602,12 @@ public:
           pointers.push_back(at(id));
         for (int id : l.outputs)
           pointers.push_back(at(id));
-        kernels_->run(function, i, std::move(pointers));
+        try {
+          kernels_->run(function, i, std::move(pointers));
+        } catch (const std::runtime_error &e) {
+          throw rt::DeviceError(f.name + " launch " + std::to_string(i) +
+                                ": " + e.what());
+        }
       } else if (rt::isGemm(l.kernel)) {
         for (int id : l.inputs)
           gemms_->upload(id, at(id));

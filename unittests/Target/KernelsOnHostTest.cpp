@@ -23,6 +23,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -709,6 +710,60 @@ void checkPackedAttention(bool tensorCores) {
 }
 
 } // namespace
+
+// The race check (HostKernels.cpp) sees what the emulation, one thread
+// after another, would hide: every barrier of the tensor-core attention
+// orders shared-memory tiles, and without any one of them (taken out of the
+// emitted source, one at a time) the forward or the backward races. Three
+// tiles of 64 at least, so that a double buffer is refilled.
+TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
+  const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
+  Builder b;
+  int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
+      dout = b.buf(DType::BF16, {B, T, C});
+  int o = b.buf(DType::F32, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+  auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+  fa.ints = {{"causal", 1}, {"num_heads", H}};
+  fa.floats["scale"] = 0.125;
+  int dqkv = b.buf(DType::F32, {B, T, 3 * C});
+  auto &fag = b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
+  fag.ints = {{"causal", 1}, {"num_heads", H}};
+  fag.floats["scale"] = 0.125;
+  rt::Program &p = emitForHost(b.p);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  const std::string barrier = "__syncthreads();";
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    const std::string source = p.kernels[k].source;
+    // The barriers of the template this kernel instantiates.
+    bool grad = p.kernels[k].name.find("grad") != std::string::npos;
+    size_t from = source.find(grad ? "void attentionBackwardMma("
+                                   : "void attentionForwardMma(");
+    size_t to = source.find(grad ? "extern \"C\"" : "void loadRowTerms(", from);
+    ASSERT_NE(from, std::string::npos);
+    ASSERT_NE(to, std::string::npos);
+    int removed = 0;
+    for (size_t at = source.find(barrier, from); at < to;
+         at = source.find(barrier, at + 1)) {
+      rt::Program mutated = p;
+      mutated.kernels[k].source = source.substr(0, at) +
+                                  source.substr(at + barrier.size());
+      HostKernels kernels(mutated);
+      ASSERT_TRUE(kernels.ok()) << kernels.error;
+      size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
+      try {
+        runOnRandomData(mutated, kernels, 7);
+        ADD_FAILURE() << p.kernels[k].name << ": no race without the barrier "
+                      << "at line " << line;
+      } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("shared-memory race"),
+                  std::string::npos)
+            << e.what();
+      }
+      ++removed;
+    }
+    EXPECT_GE(removed, 3) << p.kernels[k].name;
+  }
+}
 
 TEST(TemplateKernelsOnHost, PackedAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/false);
