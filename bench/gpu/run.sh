@@ -13,11 +13,13 @@
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T; last, --check-kernels of
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
-# refused cuBLASLt epilogue). Peak memory for gptc and PyTorch comes
+# refused cuBLASLt epilogue); then, with what time is left, GPT-2 124M
+# again with GPTC_GEMM_TUNE=1 (cuBLASLt algorithms timed at load, the
+# fastest kept). Peak memory for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -37,7 +39,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -114,6 +116,11 @@ fi
 if want fallback; then
   GPTC_GEMM_FALLBACK=1 step 60 check-tiny-bf16-fallback "${lib[@]}" \
     "$P/tiny-bf16" --device=cuda --check-kernels
+fi
+
+if want tuned; then
+  GPTC_GEMM_TUNE=1 step 120 gpt2-bf16-tuned "${lib[@]}" "$P/gpt2-bf16" \
+    --device=cuda --data="$data" --steps=20 --seed=1
 fi
 
 # One table last; the logs travel back as one archive ($OUT keeps 8 files).

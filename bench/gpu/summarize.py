@@ -7,6 +7,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
+  gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   torch.json                                 bench/gpu/torch_gpt2.py --out
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
@@ -112,15 +113,16 @@ def main():
     # The benchmark table.
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
-    g = steps(read(os.path.join(res, "gpt2-bf16.log")))
-    timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
-    if timed:
-        ms = statistics.median(s[2] for s in timed)
-        tok = batch * seq / (ms / 1000)
-        rows.append({"impl": "gptc", "ms_per_step": ms, "tok_per_s": tok,
-                     "mfu": fpt * tok / peak,
-                     "peak_mib": peak_mib(os.path.join(res, "gpt2-bf16.mem")),
-                     "loss_first": g[0][1], "loss_last": g[-1][1]})
+    for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned")):
+        g = steps(read(os.path.join(res, log + ".log")))
+        timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
+        if timed:
+            ms = statistics.median(s[2] for s in timed)
+            tok = batch * seq / (ms / 1000)
+            rows.append({"impl": impl, "ms_per_step": ms, "tok_per_s": tok,
+                         "mfu": fpt * tok / peak,
+                         "peak_mib": peak_mib(os.path.join(res, log + ".mem")),
+                         "loss_first": g[0][1], "loss_last": g[-1][1]})
     t = read(os.path.join(res, "torch.json"))
     if t:
         j = json.loads(t)
@@ -142,6 +144,11 @@ def main():
                      f"{r['loss_last']:.3f}")
     if not rows:
         lines.append("(no timings: see gpt2-bf16.log and torch.log)")
+    tuned = read(os.path.join(res, "gpt2-bf16-tuned.log")) or ""
+    for line in tuned.splitlines():
+        if "GPTC_GEMM_TUNE:" in line:
+            lines.append(line.strip())
+            summary["gemm_tuning"] = line.strip()
 
     prof = read(os.path.join(res, "gpt2-bf16-profile.log"))
     if prof and "total ms" in prof:

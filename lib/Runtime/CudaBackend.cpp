@@ -143,6 +143,8 @@ using namespace cudaapi;
 //===----------------------------------------------------------------------===//
 
 constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's, per GEMM
+/// GPTC_GEMM_TUNE=1: how many of the heuristic's algorithms to time.
+constexpr int kTuneCandidates = 8;
 constexpr size_t kStagingBytes = 64u << 20;   // pinned host ring
 constexpr size_t kChunkBytes = kStagingBytes / 4;
 
@@ -181,6 +183,11 @@ struct GemmPlan {
   int loops = 1; // GemmMapping::loops, with these byte strides
   uint64_t leftStride = 0, rightStride = 0, outStride = 0;
   std::string shape; // "MxNxK bf16" for the profile
+  /// GPTC_GEMM_TUNE=1: the heuristic's candidates, its first choice first,
+  /// and what GEMMs with the same tuning result share (kernel, shape and
+  /// epilogue).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  std::string tuneKey;
   /// rt::GemmFallback kernels after the GEMM, for the part of its epilogue
   /// cuBLASLt had no algorithm for: 1-D blocks of 256 threads, arguments
   /// of 8 bytes each (pointers and i64 sizes).
@@ -261,6 +268,7 @@ public:
     syncEach = envIs("GPTC_CUDA_SYNC", "1");
     useGraphs = !envIs("GPTC_CUDA_GRAPH", "0") && !profile && !syncEach;
     forceGemmFallback = envIs("GPTC_GEMM_FALLBACK", "1");
+    tuneGemms = envIs("GPTC_GEMM_TUNE", "1");
   }
 
   /// Frees whatever exists; ignores errors (it runs after failures too).
@@ -475,6 +483,11 @@ private:
   double peakBytesPerSecond = 0;
   bool profile = false, syncEach = false, useGraphs = true;
   bool forceGemmFallback = false; // GPTC_GEMM_FALLBACK=1
+  bool tuneGemms = false;         // GPTC_GEMM_TUNE=1
+  void tune();
+  /// One GEMM of `g` with `algo` on the compute stream (all its loops).
+  cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo);
+  void zeroArenaAndUploadConstants();
   std::set<std::string> fallbackNotes; // one stderr line per kind and shape
   bool reported = false; // profileReport() was called
 
@@ -512,13 +525,24 @@ void CudaBackendImpl::load(const Program &program) {
   arenaBytes = program.arenaBytes;
   check(cu.cuMemAlloc(&arena, size_t(std::max<int64_t>(arenaBytes, 256))),
         "cuMemAlloc (the arena)");
+  zeroArenaAndUploadConstants();
+  loadKernels();
+  for (const Function &f : program.functions)
+    prepare(f);
+  if (tuneGemms && !gemms.empty()) {
+    tune();
+    zeroArenaAndUploadConstants(); // tuning wrote GEMM outputs
+  }
+}
+
+void CudaBackendImpl::zeroArenaAndUploadConstants() {
   // Zeros, as the CPU backend's arena starts, so a padded region nothing
   // writes reads the same on both.
   check(cu.cuMemsetD8Async(arena, 0, size_t(std::max<int64_t>(arenaBytes, 256)),
                            compute),
         "cuMemsetD8Async");
-  for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const Buffer &b = program.buffers[i];
+  for (size_t i = 0; i < prog->buffers.size(); ++i) {
+    const Buffer &b = prog->buffers[i];
     if (b.role != Role::Constant || b.viewOf >= 0)
       continue;
     if (int64_t(b.init.size()) != b.bytes())
@@ -527,9 +551,6 @@ void CudaBackendImpl::load(const Program &program) {
                         std::to_string(b.bytes()));
     upload(int(i), b.init.data());
   }
-  loadKernels();
-  for (const Function &f : program.functions)
-    prepare(f);
 }
 
 void CudaBackendImpl::loadKernels() {
@@ -803,13 +824,17 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
             "setting TRANSB");
     std::string name =
         epilogue ? setEpilogue(l, map, g, label, level) : "DEFAULT";
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
     int found = 0;
     cublasStatus_t s = lt.cublasLtMatmulAlgoGetHeuristic(
-        ltHandle, g.desc, g.left, g.right, g.out, g.out, pref, 1, &result,
-        &found);
+        ltHandle, g.desc, g.left, g.right, g.out, g.out, pref,
+        tuneGemms ? kTuneCandidates : 1, results, &found);
     if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
-      g.algo = result.algo;
+      g.algo = results[0].algo;
+      for (int i = 0; tuneGemms && i < found; ++i)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS)
+          g.candidates.push_back(results[i].algo);
+      g.tuneKey = l.kernel + " " + g.shape + " " + name;
       kept = level;
       break;
     }
@@ -1027,21 +1052,9 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   } else if (pl.gemm >= 0) {
     const Lt &lt = cublasLt();
     const GemmPlan &g = gemms[pl.gemm];
-    const float alpha = 1.0f, beta = 0.0f;
-    for (int i = 0; i < g.loops; ++i) {
-      auto at = [&](CUdeviceptr p, uint64_t stride) {
-        return reinterpret_cast<void *>(p + stride * uint64_t(i));
-      };
-      void *out = at(g.outPtr, g.outStride);
-      if (cublasStatus_t s = lt.cublasLtMatmul(
-              ltHandle, g.desc, &alpha, at(g.leftPtr, g.leftStride), g.left,
-              at(g.rightPtr, g.rightStride), g.right, &beta, out, g.out, out,
-              g.out, &g.algo, reinterpret_cast<void *>(workspace),
-              kWorkspaceBytes, compute);
-          s != CUBLAS_STATUS_SUCCESS)
-        throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
-                          lt.cublasLtGetStatusName(s));
-    }
+    if (cublasStatus_t s = gemmOnce(g, g.algo); s != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
+                        lt.cublasLtGetStatusName(s));
     for (const GemmPlan::Followup &f : g.after) {
       uint64_t values[8];
       void *params[8];
@@ -1064,6 +1077,99 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
     check(cu.cuEventRecord(end, compute), "cuEventRecord");
     pendingTimes.push_back({pl.profileSlot, start, end, pl.floorMs});
   }
+}
+
+cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
+                                         const cublasLtMatmulAlgo_t &algo) {
+  const Lt &lt = cublasLt();
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int i = 0; i < g.loops; ++i) {
+    auto at = [&](CUdeviceptr p, uint64_t stride) {
+      return reinterpret_cast<void *>(p + stride * uint64_t(i));
+    };
+    void *out = at(g.outPtr, g.outStride);
+    if (cublasStatus_t s = lt.cublasLtMatmul(
+            ltHandle, g.desc, &alpha, at(g.leftPtr, g.leftStride), g.left,
+            at(g.rightPtr, g.rightStride), g.right, &beta, out, g.out, out,
+            g.out, &algo, reinterpret_cast<void *>(workspace), kWorkspaceBytes,
+            compute);
+        s != CUBLAS_STATUS_SUCCESS)
+      return s;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// GPTC_GEMM_TUNE=1, at load: every GEMM of the program with each of the
+// heuristic's candidates, timed on the device, the fastest kept (GEMMs of
+// one kernel, shape and epilogue share the result). The arena then holds
+// nothing but constants, and the GEMMs write only temps, gradients and
+// outputs, so running them is harmless; their inputs are set to 0x3f bytes
+// (0.75 as bf16 and as float32: finite, non-zero) and the arena is zeroed
+// again afterwards. Timing picks the algorithm, so two runs may pick
+// differently, and their bits differ: the default takes the heuristic's
+// first choice and is reproducible.
+void CudaBackendImpl::tune() {
+  check(cu.cuMemsetD8Async(arena, 0x3f,
+                           size_t(std::max<int64_t>(arenaBytes, 256)), compute),
+        "cuMemsetD8Async");
+  CUevent start = newEvent(true), stop = newEvent(true);
+  struct Tuned {
+    double first = 0, best = 0; // ms a GEMM: the heuristic's first, ours
+    int gemms = 0;
+    bool timed = false, changed = false;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::string, Tuned> byKey;
+  constexpr int kRuns = 5;
+  for (GemmPlan &g : gemms) {
+    Tuned &t = byKey[g.tuneKey];
+    ++t.gemms;
+    if (t.timed) {
+      g.algo = t.algo;
+      continue;
+    }
+    t.timed = true;
+    t.algo = g.algo;
+    double best = -1;
+    for (size_t c = 0; c < g.candidates.size(); ++c) {
+      if (gemmOnce(g, g.candidates[c]) != CUBLAS_STATUS_SUCCESS)
+        continue; // (warm-up) this candidate cannot run here after all
+      check(cu.cuEventRecord(start, compute), "cuEventRecord");
+      for (int r = 0; r < kRuns; ++r)
+        gemmOnce(g, g.candidates[c]);
+      check(cu.cuEventRecord(stop, compute), "cuEventRecord");
+      check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
+      float ms = 0;
+      check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+      double each = double(ms) / kRuns;
+      if (c == 0)
+        t.first = each;
+      if (best < 0 || each < best) {
+        best = each;
+        t.algo = g.candidates[c];
+        t.changed = c != 0;
+      }
+    }
+    t.best = best < 0 ? t.first : best;
+    g.algo = t.algo;
+  }
+  synchronize();
+  cu.cuEventDestroy(start);
+  cu.cuEventDestroy(stop);
+  double first = 0, best = 0;
+  int changed = 0;
+  for (const auto &[key, t] : byKey) {
+    first += t.first * t.gemms;
+    best += t.best * t.gemms;
+    changed += t.changed;
+  }
+  std::fprintf(stderr,
+               "gptc: GPTC_GEMM_TUNE: up to %d cuBLASLt algorithms timed for "
+               "each of %zu GEMM shapes, %d changed; all %zu GEMM launches "
+               "once: %.3f ms with the heuristic's first choice, %.3f ms "
+               "tuned\n",
+               kTuneCandidates, byKey.size(), changed, gemms.size(), first,
+               best);
 }
 
 void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {

@@ -635,6 +635,48 @@ TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
   EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
 }
 
+/// GPTC_GEMM_TUNE=1: at load every GEMM shape runs with each of the
+/// heuristic's candidates (the fake offers three; its timer makes the third
+/// the fastest), the fastest is kept, one stderr line gives the totals, and
+/// the results still match the CPU backend. Without it: the first choice.
+TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
+  REQUIRE_FAKE(plain);
+  auto lastAlgo = hook<int (*)()>("gptcFakeLastAlgo");
+  {
+    Program p;
+    auto [failures, out] = checkOneFunction(p, forwardEpilogues(p), *plain);
+    EXPECT_EQ(failures, 0) << out;
+    EXPECT_EQ(lastAlgo(), 0);
+  }
+  plain.reset();
+  setenv("GPTC_GEMM_TUNE", "1", 1);
+  auto b = fakeBackend();
+  unsetenv("GPTC_GEMM_TUNE");
+  ASSERT_TRUE(b);
+  Program p;
+  testing::internal::CaptureStderr();
+  auto [failures, out] = checkOneFunction(p, forwardEpilogues(p), *b);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(failures, 0) << out;
+  EXPECT_EQ(lastAlgo(), 2);
+  // The fake times a whole interval (five runs) at 0.5 ms with the first
+  // choice, 0.3 ms with the third: 0.1 and 0.06 ms a GEMM.
+  EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: up to 8 cuBLASLt algorithms "
+                     "timed for each of "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("changed; all "), std::string::npos) << err;
+  int gemms = 0;
+  for (const Launch &l : p.functions[0].launches)
+    gemms += isGemm(l.kernel);
+  char totals[128];
+  std::snprintf(totals, sizeof(totals),
+                "once: %.3f ms with the heuristic's first choice, %.3f ms "
+                "tuned",
+                0.1 * gemms, 0.06 * gemms);
+  EXPECT_NE(err.find(totals), std::string::npos) << err;
+}
+
 /// A refused epilogue in a program without the fallback kernels (one
 /// compiled by an older gptc): one line naming the launch and the kernel.
 TEST(CudaBackendFake, RefusedEpilogueWithoutFallbackKernels) {

@@ -19,6 +19,10 @@
 //                      the rt::GemmFallback kernels, as happens by itself
 //                      where cuBLASLt has no algorithm for an epilogue (one
 //                      stderr line per refused epilogue and shape says so)
+//   GPTC_GEMM_TUNE=1   at load, time up to 8 of cuBLASLt's candidate
+//                      algorithms for each GEMM shape and keep the fastest
+//                      (one stderr line gives both totals); without it the
+//                      heuristic's first choice, reproducible run to run
 //
 //===----------------------------------------------------------------------===//
 
