@@ -52,6 +52,15 @@ std::unique_ptr<CudaBackend> fakeBackend() {
   return nullptr;
 }
 
+/// fakeBackend() made with the environment switch `name` set to 1 (the
+/// backend reads its switches once, when it is made).
+std::unique_ptr<CudaBackend> fakeBackendWith(const char *name) {
+  setenv(name, "1", 1);
+  auto b = fakeBackend();
+  unsetenv(name);
+  return b;
+}
+
 #define REQUIRE_FAKE(b)                                                        \
   auto b = fakeBackend();                                                      \
   if (!b)                                                                      \
@@ -319,9 +328,7 @@ TEST(CudaBackendFake, ErrorsNameTheLaunch) {
 }
 
 TEST(CudaBackendFake, Profile) {
-  setenv("GPTC_PROFILE", "1", 1);
-  auto b = fakeBackend();
-  unsetenv("GPTC_PROFILE");
+  auto b = fakeBackendWith("GPTC_PROFILE");
   if (!b)
     GTEST_SKIP() << "the fake driver did not load";
   hook<void (*)(int)>("gptcFakeSetArgCount")(2);
@@ -625,9 +632,7 @@ TEST(CudaBackendFake, RefusedBiasGradientKeepsDgelu) {
 TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
   REQUIRE_FAKE(plain);
   plain.reset();
-  setenv("GPTC_GEMM_FALLBACK", "1", 1);
-  auto b = fakeBackend();
-  unsetenv("GPTC_GEMM_FALLBACK");
+  auto b = fakeBackendWith("GPTC_GEMM_FALLBACK");
   ASSERT_TRUE(b);
   Program p;
   auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
@@ -649,9 +654,7 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
     EXPECT_EQ(lastAlgo(), 0);
   }
   plain.reset();
-  setenv("GPTC_GEMM_TUNE", "1", 1);
-  auto b = fakeBackend();
-  unsetenv("GPTC_GEMM_TUNE");
+  auto b = fakeBackendWith("GPTC_GEMM_TUNE");
   ASSERT_TRUE(b);
   Program p;
   testing::internal::CaptureStderr();
