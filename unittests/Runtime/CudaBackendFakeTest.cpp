@@ -100,6 +100,18 @@ std::pair<int, std::string> checkOneFunction(Program &p, Function f,
   return {failures, out.str()};
 }
 
+/// The function `build` makes, checked against the CPU backend: no
+/// failures, and each of `ops` among the checked launches.
+void expectMatchesCpu(Function (*build)(Program &), Backend &device,
+                      std::initializer_list<const char *> ops) {
+  Program p;
+  Function f = build(p);
+  auto [failures, out] = checkOneFunction(p, std::move(f), device);
+  EXPECT_EQ(failures, 0) << out;
+  for (const char *op : ops)
+    EXPECT_NE(out.find(op), std::string::npos) << op << "\n" << out;
+}
+
 /// Checking `f` fails before it runs, with one line that contains `line`.
 void expectCheckRefused(Program &p, Function f, Backend &device,
                         const std::string &line) {
@@ -470,11 +482,7 @@ Function forwardEpilogues(Program &p) {
 /// not set up fails the check against the CPU backend.
 TEST(CudaBackendFake, MatmulEpiloguesAgainstCpu) {
   REQUIRE_FAKE(b);
-  Program p;
-  Function f = forwardEpilogues(p);
-  auto [failures, out] = checkOneFunction(p, f, *b);
-  EXPECT_EQ(failures, 0) << out;
-  EXPECT_NE(out.find("matmul_epilogue"), std::string::npos) << out;
+  expectMatchesCpu(forwardEpilogues, *b, {"matmul_epilogue"});
 }
 
 /// A bias of another type than D is not cuBLASLt's (outside FP8): planning
@@ -532,12 +540,8 @@ Function backwardEpilogues(Program &p) {
 /// so a wrong epilogue, operand or pointer fails the check.
 TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
   REQUIRE_FAKE(b);
-  Program p;
-  Function f = backwardEpilogues(p);
-  auto [failures, out] = checkOneFunction(p, f, *b);
-  EXPECT_EQ(failures, 0) << out;
-  for (const char *kernel : {"matmul_gelu_grad", "matmul_bias_grad"})
-    EXPECT_NE(out.find(kernel), std::string::npos) << out;
+  expectMatchesCpu(backwardEpilogues, *b,
+                   {"matmul_gelu_grad", "matmul_bias_grad"});
 }
 
 /// Every rt::GemmFallback kernel for f32 and bf16, as the emitter adds them
@@ -647,12 +651,8 @@ TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
 TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
   REQUIRE_FAKE(plain);
   auto lastAlgo = hook<int (*)()>("gptcFakeLastAlgo");
-  {
-    Program p;
-    auto [failures, out] = checkOneFunction(p, forwardEpilogues(p), *plain);
-    EXPECT_EQ(failures, 0) << out;
-    EXPECT_EQ(lastAlgo(), 0);
-  }
+  expectMatchesCpu(forwardEpilogues, *plain, {"matmul_epilogue"});
+  EXPECT_EQ(lastAlgo(), 0);
   plain.reset();
   auto b = fakeBackendWith("GPTC_GEMM_TUNE");
   ASSERT_TRUE(b);
