@@ -17,6 +17,7 @@
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -100,10 +101,42 @@ struct LaunchInfo {
   std::vector<bool> readsArgument;
 };
 
-/// The value whose storage `v` is (through reshapes) is a block argument.
-bool isArgumentStorage(Value v) {
-  while (auto reshape = v.getDefiningOp<gpt::ReshapeOp>())
-    v = reshape.getX();
+} // namespace
+
+bool isPrefixSlice(gpt::SliceOp slice) {
+  auto in = cast<RankedTensorType>(slice.getX().getType());
+  auto out = cast<RankedTensorType>(slice.getType());
+  if (in.getElementType() != out.getElementType() ||
+      in.getRank() != out.getRank())
+    return false;
+  ArrayRef<int64_t> a = in.getShape(), b = out.getShape();
+  size_t first = 0; // the first dimension the slice shortens
+  while (first < a.size() && a[first] == b[first])
+    ++first;
+  if (first == a.size())
+    return true; // the whole tensor
+  for (size_t d = 0; d < a.size(); ++d)
+    if ((d < first && b[d] != 1) || (d > first && a[d] != b[d]))
+      return false;
+  return true;
+}
+
+namespace {
+
+/// The value `v` is a view of (a reshape's or a prefix slice's operand), or
+/// null. `views` holds the slices lowered as views.
+Value viewSource(Value v, const llvm::DenseSet<Value> &views) {
+  if (auto reshape = v.getDefiningOp<gpt::ReshapeOp>())
+    return reshape.getX();
+  if (auto slice = v.getDefiningOp<gpt::SliceOp>(); slice && views.count(v))
+    return slice.getX();
+  return nullptr;
+}
+
+/// The value whose storage `v` is (through views) is a block argument.
+bool isArgumentStorage(Value v, const llvm::DenseSet<Value> &views) {
+  while (Value source = viewSource(v, views))
+    v = source;
   return isa<BlockArgument>(v);
 }
 
@@ -255,6 +288,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
     return os.str();
   };
   DenseMap<Value, int> buf;
+  llvm::DenseSet<Value> views; // the slices lowered as views
   if (!func.getBody().hasOneBlock())
     return func.emitError() << "@" << func.getSymName()
                             << " has more than one block; a step function "
@@ -319,14 +353,22 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
   std::vector<LaunchInfo> info; // beside out.launches
   for (Operation &op : body.without_terminator()) {
     StringRef full = op.getName().getStringRef();
-    if (auto reshape = dyn_cast<gpt::ReshapeOp>(op)) {
+    // Views share their operand's storage from its first byte. A slice
+    // whose result is bound (a function result) is copied by its launch.
+    auto slice = dyn_cast<gpt::SliceOp>(op);
+    if (slice && (!isPrefixSlice(slice) || buf.count(slice.getResult())))
+      slice = nullptr;
+    if (isa<gpt::ReshapeOp>(op) || slice) {
+      Value result = op.getResult(0), source = op.getOperand(0);
       rt::Buffer b;
-      if (failed(describe(reshape.getType(), b,
+      if (failed(describe(result.getType(), b,
                           [&] { return op.emitError(); })))
         return failure();
-      b.name = ssaName(reshape.getResult());
-      b.viewOf = rootOf(buf.lookup(reshape.getX()));
-      buf[reshape.getResult()] = add(std::move(b));
+      b.name = ssaName(result);
+      b.viewOf = rootOf(buf.lookup(source));
+      buf[result] = add(std::move(b));
+      if (slice)
+        views.insert(result);
       continue;
     }
     if (auto constant = dyn_cast<gpt::ConstantOp>(op)) {
@@ -394,7 +436,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
     }
     LaunchInfo li{&op, {}};
     for (Value v : op.getOperands())
-      li.readsArgument.push_back(isArgumentStorage(v));
+      li.readsArgument.push_back(isArgumentStorage(v, views));
     out.launches.push_back(std::move(l));
     info.push_back(std::move(li));
   }
@@ -413,7 +455,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
     l.body.results = {0};
     l.loc = locString(ret.getLoc());
     out.launches.push_back(std::move(l));
-    info.push_back({nullptr, {isArgumentStorage(c.value)}});
+    info.push_back({nullptr, {isArgumentStorage(c.value, views)}});
   }
 
   if (gradNorm >= 0) {

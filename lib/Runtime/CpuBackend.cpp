@@ -332,7 +332,8 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     };
     k["embedding_grad"] = [](const Launch &, const Inputs &in,
                              const Outputs &out) {
-      return one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape));
+      return one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape,
+                                     in.size() > 2 ? in[2] : nullptr));
     };
     // The executor's two steps (FusedLayerNorm.h): the unfused pair's bits.
     k["fused_layernorm"] = [](const Launch &l, const Inputs &in,
@@ -463,9 +464,10 @@ private:
     for (size_t i = 0; i < bs.size(); ++i) {
       const Buffer &b = bs[i];
       if (b.viewOf >= 0) {
-        if (b.bytes() != bs[base_[i]].bytes())
+        // A reshape has its buffer's bytes, a prefix slice fewer.
+        if (b.bytes() > bs[base_[i]].bytes())
           planError("view " + b.name + " has " + std::to_string(b.bytes()) +
-                    " bytes, its buffer " + bs[base_[i]].name + " " +
+                    " bytes, its buffer " + bs[base_[i]].name + " only " +
                     std::to_string(bs[base_[i]].bytes()));
         continue;
       }

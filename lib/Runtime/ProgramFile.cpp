@@ -245,6 +245,10 @@ Program readProgram(const uint8_t *data, size_t size,
     // A view follows its base (so views never form a cycle).
     if (b.viewOf < -1 || b.viewOf >= i)
       r.fail("field '" + path + ".view_of' names no earlier buffer");
+    if (b.viewOf >= 0 && b.bytes() > p.buffers[b.viewOf].bytes())
+      r.fail("buffer '" + path + "' is a view of " +
+             std::to_string(p.buffers[b.viewOf].bytes()) + " bytes but has " +
+             std::to_string(b.bytes()));
     b.offset = r.get<int64_t>(j, "offset", path);
     b.init = r.bytes(j, "init", path);
     if (b.role == Role::Constant && int64_t(b.init.size()) != b.bytes())

@@ -343,3 +343,49 @@ module {
     return %x : tensor<4xf32>
   }
 }
+
+// -----
+
+// A gpt.slice that keeps its operand's first bytes is a view, like a
+// reshape: the padded dimension is the first one cut, dimensions before it
+// are 1 and after it whole, and the element type stays ([6x4] -> [5x4],
+// [1x6x4] -> [1x5x4]). A slice that cuts an inner dimension, or converts,
+// is a launch; so is a prefix slice that is a function result, which is
+// written into its bound buffer.
+// CHECK: // gptc kernel program
+// CHECK:      %4  temp     f32[6x4]                        1024
+// CHECK-NEXT: %5  temp     f32[5x4]                        1024          80  %1 (view of %4)
+// CHECK-NEXT: %6  temp     f32[6x3]
+// CHECK-NEXT: %7  temp     f32[1x5x4]                       256          80  %3 (view of %1)
+// CHECK:      func forward: 10 launches
+// CHECK:      %4 = transpose(%0)
+// CHECK-NEXT: %6 = slice(%4) : f32[6x3]
+// CHECK-NEXT: %8 = slice(%4) : bf16[5x4]
+// CHECK-NEXT: // %5 = view of %4 : f32[5x4]
+// CHECK-NEXT: %9 = reduce_sum(%5)
+// CHECK-NEXT: %10 = reduce_sum(%6)
+// CHECK-NEXT: // %7 = view of %1 : f32[1x5x4]
+// CHECK-NEXT: %11 = reduce_sum(%7)
+// CHECK:      %3 = slice(%4) : f32[5x4]
+func.func @fwd(%x: tensor<4x6xf32> {gpt.param = "x"}, %y: tensor<1x6x4xf32> {gpt.param = "y"})
+    -> (tensor<f32> {gpt.output = "loss"}, tensor<5x4xf32> {gpt.output = "logits"}) {
+  %e = gpt.transpose %x [1, 0] : tensor<4x6xf32> -> tensor<6x4xf32>
+  %p = gpt.slice %e : tensor<6x4xf32> -> tensor<5x4xf32>
+  %c = gpt.slice %e : tensor<6x4xf32> -> tensor<6x3xf32>
+  %q = gpt.slice %y : tensor<1x6x4xf32> -> tensor<1x5x4xf32>
+  %h = gpt.slice %e : tensor<6x4xf32> -> tensor<5x4xbf16>
+  %s1 = gpt.reduce_sum %p : tensor<5x4xf32> -> tensor<f32>
+  %s2 = gpt.reduce_sum %c : tensor<6x3xf32> -> tensor<f32>
+  %s3 = gpt.reduce_sum %q : tensor<1x5x4xf32> -> tensor<f32>
+  %h2 = gpt.cast %h : tensor<5x4xbf16> -> tensor<5x4xf32>
+  %s4 = gpt.reduce_sum %h2 : tensor<5x4xf32> -> tensor<f32>
+  %l = gpt.fused_elementwise(%s1, %s2, %s3, %s4 : tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: f32, %b: f32, %c2: f32, %d: f32):
+    %0 = arith.addf %a, %b : f32
+    %1 = arith.addf %c2, %d : f32
+    %2 = arith.addf %0, %1 : f32
+    gpt.yield %2 : f32
+  }
+  %r = gpt.slice %e : tensor<6x4xf32> -> tensor<5x4xf32>
+  return %l, %r : tensor<f32>, tensor<5x4xf32>
+}

@@ -2,6 +2,7 @@
 
 #include "LaunchStats.h"
 
+#include "gptc/Conversion/LowerToKernels.h"
 #include "gptc/Dialect/GPT/GPTOps.h"
 
 #include "llvm/Support/Format.h"
@@ -12,6 +13,11 @@ namespace gptc::cli {
 
 namespace {
 bool isLaunch(Operation &op) {
+  // A prefix slice is a view too, unless it is returned (LowerToKernels.h).
+  if (auto slice = dyn_cast<gpt::SliceOp>(op))
+    return !isPrefixSlice(slice) ||
+           llvm::any_of(slice->getUsers(),
+                        [](Operation *u) { return isa<func::ReturnOp>(u); });
   return !isa<gpt::ConstantOp, gpt::IotaOp, gpt::ReshapeOp, func::ReturnOp>(
       op);
 }

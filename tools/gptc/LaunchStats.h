@@ -3,8 +3,8 @@
 // What `gptc emit --stats` counts: every op that will be a kernel launch
 // (a GEMM, attention, a reduction, a fused group, a copy such as transpose
 // or concat) and an estimate of the bytes it moves, its operands read once
-// and its results written once. Not launches: constants, iota and reshapes
-// (metadata only), and the return.
+// and its results written once. Not launches: constants, iota, reshapes
+// and prefix slices (views: metadata only), and the return.
 //
 //===----------------------------------------------------------------------===//
 

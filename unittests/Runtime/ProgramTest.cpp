@@ -272,6 +272,17 @@ TEST(ProgramTest, MissingOrBadFieldsAreNamed) {
   EXPECT_EQ(formatErrorOf(doc),
             "prog.bin: field 'buffers[3].view_of' names no earlier buffer");
 
+  // A view may be shorter than its buffer (a prefix slice), not longer.
+  size_t big = 1;
+  while (p.buffers[big].bytes() <= p.buffers[0].bytes())
+    ++big;
+  doc = documentOf(p);
+  doc["buffers"][big]["view_of"] = 0;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: buffer 'buffers[" + std::to_string(big) +
+                "]' is a view of " + std::to_string(p.buffers[0].bytes()) +
+                " bytes but has " + std::to_string(p.buffers[big].bytes()));
+
   doc = documentOf(p);
   doc["functions"][0]["name"] = 7;
   EXPECT_EQ(formatErrorOf(doc),

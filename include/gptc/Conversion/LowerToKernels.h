@@ -12,7 +12,7 @@
 //   gpt.adam_v, gpt.input, gpt.hyper, gpt.output -> Output.
 // - A result computed by a launch of its function is written straight into
 //   its bound buffer (the launch's output is that buffer). A result that is
-//   an argument, a view (gpt.reshape), a constant, or a value already bound
+//   an argument, a view (gpt.reshape, a prefix gpt.slice), a constant, or a value already bound
 //   to another result is copied into its bound buffer by an identity
 //   fused_elementwise launch at the end of the function (float dtypes only;
 //   the fused step never needs one).
@@ -45,6 +45,7 @@
 #ifndef GPTC_CONVERSION_LOWERTOKERNELS_H
 #define GPTC_CONVERSION_LOWERTOKERNELS_H
 
+#include "gptc/Dialect/GPT/GPTOps.h"
 #include "gptc/Pipeline/Pipeline.h"
 #include "gptc/Runtime/Program.h"
 
@@ -72,6 +73,14 @@ mlir::FailureOr<rt::Program>
 lowerToKernels(const TrainingProgram &program, const models::GPT2Config &cfg,
                int64_t batch, int64_t seq, const OptimizerOptions &opts,
                int64_t padMultiple);
+
+/// A gpt.slice whose result is the first bytes of its operand: the same
+/// element type, the dimensions after the first one it shortens kept
+/// whole and the ones before it of size 1. GPT-2's is the lm_head's padded
+/// weight gradient cut to the vocabulary, [50304, C] -> [50257, C]. The
+/// lowering makes its result a view, not a launch, unless the result is
+/// also a function result (then the launch writes it into its buffer).
+bool isPrefixSlice(gpt::SliceOp slice);
 
 /// Removes the results of `func` bound as gpt.output to one of `names`,
 /// then every op whose results nobody reads any more; returns how many

@@ -18,6 +18,9 @@
 //   arguments after the per-tensor elements and before the scalars).
 //   Shapes and dtypes are the buffers'.
 // - gpt.reshape is no launch: its result is a view (`viewOf`) of its operand.
+//   Nor is a gpt.slice that keeps its operand's first bytes (the padded
+//   lm_head gradient cut to the vocabulary): a view may be shorter than its
+//   buffer, never longer.
 // - gpt.constant is no launch: its result is a Constant buffer with `init`.
 // - Buffers are shared across functions by role and binding: the parameter
 //   "wte.weight" is one buffer that forward, grads and update all read; the
@@ -77,7 +80,7 @@ struct Buffer {
   std::vector<int64_t> shape;
   Role role = Role::Temp;
   std::string binding; ///< parameter, input, hyper or output name
-  int viewOf = -1;     ///< a reshape: same storage as this buffer
+  int viewOf = -1;     ///< a view: this buffer's storage, from its start
   int64_t offset = -1; ///< byte offset in the arena (planMemory)
   std::vector<uint8_t> init; ///< Constant: its bytes, row-major
 
