@@ -168,7 +168,8 @@ std::vector<HostTensor> evaluate(Operation *op,
       })
       .Case([&](gpt::ConcatOp c) { return one(concat(in, c.getAxis())); })
       .Case([&](gpt::EmbeddingGradOp o) {
-        return one(embeddingGrad(*in[0], *in[1], shapeOf(o)));
+        return one(embeddingGrad(*in[0], *in[1], shapeOf(o),
+                                 in.size() > 2 ? in[2] : nullptr));
       })
       .Case([&](gpt::LayerNormGradOp l) {
         return layernormGrad(*in[0], *in[1], *in[2],

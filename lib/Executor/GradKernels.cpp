@@ -68,8 +68,12 @@ HostTensor concat(const std::vector<const HostTensor *> &inputs,
 }
 
 HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
-                         const std::vector<int64_t> &tableShape) {
+                         const std::vector<int64_t> &tableShape,
+                         const HostTensor *addend) {
   int64_t C = tableShape[1], n = ids.numel();
+  if (addend && addend->shape != tableShape)
+    throw KernelError("embedding_grad: the addend is not of the table's "
+                      "shape");
   std::vector<double> acc(numElements(tableShape), 0.0);
   for (int64_t i = 0; i < n; ++i) {
     int64_t row = ids.i32[i];
@@ -82,7 +86,7 @@ HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
   }
   HostTensor out = HostTensor::floats(tableShape);
   for (size_t i = 0; i < acc.size(); ++i)
-    out.f32[i] = float(acc[i]);
+    out.f32[i] = addend ? addend->f32[i] + float(acc[i]) : float(acc[i]);
   return out;
 }
 

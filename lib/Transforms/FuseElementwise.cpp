@@ -7,8 +7,10 @@
 // last op (buildGroup). Step 2 merges fused ops with identical bodies into
 // one gpt.multi_tensor_elementwise (mergeMultiTensor); bodies that differ
 // only in constant values merge too, with those constants per tensor. Before
-// both, the loss and its gradient become one op (FuseLoss.cpp) and a sum of
-// full reductions one gpt.multi_tensor_reduce; after them, the reduction
+// both, the loss and its gradient become one op (FuseLoss.cpp), a tied
+// table's two gradients the scatter-add with an addend
+// (FuseEmbeddingGrad.cpp) and a sum of full reductions one
+// gpt.multi_tensor_reduce; after them, the reduction
 // takes in the multi-tensor body that feeds it (MultiTensorReduce.cpp).
 //
 // Why a producer may join a group (the fused op sits at the group's root,
@@ -669,14 +671,15 @@ struct GPTFuseElementwisePass
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
       gptc::fuseElementwise(func, layernormPrologue, foldCasts,
-                            parameterCasts);
+                            parameterCasts, embeddingGradAddend);
   }
 };
 
 } // namespace
 
 void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
-                           bool foldCasts, bool parameterCasts) {
+                           bool foldCasts, bool parameterCasts,
+                           bool embeddingGradAddends) {
   if (func.getBody().empty())
     return;
   if (foldCasts) {
@@ -686,6 +689,8 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
   fuseCrossEntropyWithGrad(func);
   if (foldCasts)
     foldCastsIntoLoss(func);
+  if (embeddingGradAddends)
+    fuseEmbeddingGradAddends(func);
   formMultiTensorReduce(func);
   fuseChains(func);
   if (layernormPrologue)

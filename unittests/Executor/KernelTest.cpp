@@ -226,4 +226,23 @@ TEST(Kernels, EmbeddingGradScatterAddsRepeatedIds) {
   EXPECT_FLOAT_EQ(d.f32[4], 0.0f);
 }
 
+// With an addend: the bits of the plain scatter-add with an add after it.
+TEST(Kernels, EmbeddingGradAddsItsAddendLast) {
+  HostTensor dy = random({4, 3}, 17), ids = HostTensor::ids({4});
+  ids.i32 = {2, 0, 2, 2};
+  HostTensor addend = random({3, 3}, 18);
+  HostTensor plain = embeddingGrad(dy, ids, {3, 3});
+  HostTensor d = embeddingGrad(dy, ids, {3, 3}, &addend);
+  for (int64_t i = 0; i < 9; ++i)
+    EXPECT_EQ(d.f32[i], addend.f32[i] + plain.f32[i]) << i;
+  HostTensor wrong = random({2, 3}, 19);
+  try {
+    embeddingGrad(dy, ids, {3, 3}, &wrong);
+    FAIL() << "an addend of another shape was accepted";
+  } catch (const KernelError &e) {
+    EXPECT_STREQ(e.what(),
+                 "embedding_grad: the addend is not of the table's shape");
+  }
+}
+
 } // namespace

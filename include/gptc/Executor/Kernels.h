@@ -104,8 +104,11 @@ flashAttentionQKVGrad(const HostTensor &qkv, const HostTensor &out,
                       AttentionTiles tiles = {});
 
 // Gradients (the adjoints gpt-autodiff emits).
+/// With `addend` (float32, the table's shape): addend + the scatter-add,
+/// the bits of the two ops apart.
 HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
-                         const std::vector<int64_t> &tableShape);
+                         const std::vector<int64_t> &tableShape,
+                         const HostTensor *addend = nullptr);
 /// dx, dgamma, dbeta.
 std::vector<HostTensor> layernormGrad(const HostTensor &x,
                                       const HostTensor &gamma,

@@ -30,7 +30,8 @@ void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns,
 /// parameters' casts, and the returned gradients' widening casts, into one
 /// multi-tensor op each.
 void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
-                     bool foldCasts = true, bool parameterCasts = true);
+                     bool foldCasts = true, bool parameterCasts = true,
+                     bool embeddingGradAddends = true);
 
 /// gpt-fuse-elementwise's very first step: cast(cast(x)) becomes one cast,
 /// or x, where the first conversion loses nothing or the second is none
@@ -59,6 +60,12 @@ void foldCastsIntoLayerNormGradValues(mlir::func::FuncOp func);
 /// whose gradient only a cast back narrows reads and writes the narrow
 /// type.
 void foldCastsIntoLoss(mlir::func::FuncOp func);
+
+/// After the loss pattern: a float32 gpt.add of a gpt.embedding_grad that
+/// nothing else reads (tied embeddings' two gradients) becomes that
+/// embedding_grad with the add's other operand as its addend
+/// (FuseEmbeddingGrad.cpp).
+void fuseEmbeddingGradAddends(mlir::func::FuncOp func);
 
 /// gpt-fuse-elementwise's loss pattern: a cross_entropy and a
 /// cross_entropy_grad of the same logits into gpt.cross_entropy_with_grad.

@@ -289,7 +289,9 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
 
     1. A `gpt.cross_entropy` and a `gpt.cross_entropy_grad` of the same
        logits and targets become one `gpt.cross_entropy_with_grad`, which
-       reads the logits once (lib/Transforms/FuseLoss.cpp).
+       reads the logits once (lib/Transforms/FuseLoss.cpp); a tied
+       embedding's summed gradients, one `gpt.embedding_grad` with an
+       addend (FuseEmbeddingGrad.cpp).
     2. Producer→consumer chains of float32 elementwise ops (`gpt.add`,
        `sub`, `mul`, `div`, `max`, `min`, `neg`, `exp`, `log`, `tanh`,
        `sqrt`, `rsqrt`, `gelu`, `gelu_grad`) of one shape become one
@@ -351,6 +353,13 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "gpt.fused_layernorm's result becomes the type it writes, and "
            "a layernorm gradient reads its dy before the widening cast "
            "(lib/Transforms/FoldCasts.cpp)">,
+    Option<"embeddingGradAddend", "embedding-grad-addend", "bool",
+           /*default=*/"true",
+           "After the loss pattern, a float32 gpt.add of a "
+           "gpt.embedding_grad that nothing else reads (a tied table's two "
+           "gradients) becomes that embedding_grad with the other operand "
+           "as its addend: the sum is no kernel of its own "
+           "(lib/Transforms/FuseEmbeddingGrad.cpp)">,
     Option<"parameterCasts", "parameter-casts", "bool", /*default=*/"true",
            "Last, the parameters' low-precision copies (one gpt.cast of a "
            "gpt.param argument each) become one gpt.multi_tensor_elementwise "

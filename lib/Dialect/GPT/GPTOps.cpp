@@ -437,7 +437,17 @@ LogicalResult EmbeddingGradOp::verify() {
                          << shapeStr(table);
   SmallVector<int64_t> expected(shapeOf(getIds()));
   expected.push_back(table[1]);
-  return expectShape(*this, "dy", shapeOf(getDy()), expected);
+  if (failed(expectShape(*this, "dy", shapeOf(getDy()), expected)))
+    return failure();
+  if (!getAddend())
+    return success();
+  if (getAddend().getType() != getType())
+    return emitOpError() << "addend must have the result's type "
+                         << getType() << ", got " << getAddend().getType();
+  // Float32 sums need no rounding between the scatter and the add.
+  if (!getType().getElementType().isF32())
+    return emitOpError("with an addend, the result must be float32");
+  return success();
 }
 
 LogicalResult LayerNormGradOp::verify() {

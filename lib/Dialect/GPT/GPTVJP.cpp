@@ -80,7 +80,7 @@ Value reshapeTo(OpBuilder &b, Location loc, Value x, ArrayRef<int64_t> shape) {
 LogicalResult EmbeddingOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
                                     SmallVectorImpl<Value> &dxs) {
   dxs.push_back(b.create<EmbeddingGradOp>(getLoc(), getTable().getType(),
-                                          dys[0], getIds()));
+                                          dys[0], getIds(), Value()));
   dxs.push_back(nullptr);
   return success();
 }

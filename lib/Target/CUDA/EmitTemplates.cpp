@@ -30,10 +30,13 @@ void Emitter::emitEmbedding() {
 }
 
 void Emitter::emitEmbeddingGrad() {
-  expectArity(2, 1);
+  bool addend = l.inputs.size() == 3; // the tied lm_head's gradient
+  expectArity(addend ? 3 : 2, 1);
   const Shape &table = out(0).shape;
   if (table.size() != 2 || in(1).dtype != DType::I32)
     unsupported("expected a [V, C] result and i32 ids");
+  if (addend && (in(2).dtype != DType::F32 || out(0).dtype != DType::F32))
+    unsupported("an addend needs a float32 addend and result");
   headers.insert("embedding.cuh");
   int64_t C = table[1];
   // Rows per block: as many as fit 24 KiB of float accumulators.
@@ -43,7 +46,8 @@ void Emitter::emitEmbeddingGrad() {
                 " columns do not fit in shared memory");
   begin(entry, 128);
   os << "  embeddingBackward<" << C << ", " << i64Literal(in(1).numel()) << ", "
-     << table[0] << ", " << rows << ">(in0, in1, out0);\n}\n";
+     << table[0] << ", " << rows << ">(in0, in1, out0"
+     << (addend ? ", in2" : "") << ");\n}\n";
   l.block[0] = 128;
   l.grid[0] = toGrid(ceilDiv(table[0], rows));
 }

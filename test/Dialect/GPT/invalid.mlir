@@ -669,3 +669,22 @@ func.func @multi_tensor_mixed_result_types(%a: tensor<4xf32>, %b: tensor<8xf32>)
   }
   return
 }
+
+// -----
+
+// An embedding gradient's addend has the table's type.
+func.func @embedding_grad_addend_shape(%dy: tensor<2x8x16xf32>, %ids: tensor<2x8xi32>, %head: tensor<32x16xf32>) {
+  // expected-error @+1 {{addend must have the result's type 'tensor<64x16xf32>', got 'tensor<32x16xf32>'}}
+  %g = gpt.embedding_grad %dy, %ids, %head : tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<32x16xf32> -> tensor<64x16xf32>
+  return
+}
+
+// -----
+
+// With an addend, float32 only: the sum would otherwise need a rounding
+// between the scatter and the add.
+func.func @embedding_grad_addend_bf16(%dy: tensor<2x8x16xbf16>, %ids: tensor<2x8xi32>, %head: tensor<64x16xbf16>) {
+  // expected-error @+1 {{with an addend, the result must be float32}}
+  %g = gpt.embedding_grad %dy, %ids, %head : tensor<2x8x16xbf16>, tensor<2x8xi32>, tensor<64x16xbf16> -> tensor<64x16xbf16>
+  return
+}

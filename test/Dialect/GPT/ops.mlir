@@ -9,6 +9,17 @@ func.func @embedding(%wte: tensor<64x16xf32>, %ids: tensor<2x8xi32>) -> tensor<2
   return %x : tensor<2x8x16xf32>
 }
 
+// The scatter-add of an embedding's gradient, alone and with an addend
+// (a tied table's other gradient).
+// CHECK-LABEL: func.func @embedding_grad
+func.func @embedding_grad(%dy: tensor<2x8x16xf32>, %ids: tensor<2x8xi32>, %head: tensor<64x16xf32>) -> (tensor<64x16xf32>, tensor<64x16xf32>) {
+  // CHECK: gpt.embedding_grad %{{.+}}, %{{.+}} : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<64x16xf32>
+  %a = gpt.embedding_grad %dy, %ids : tensor<2x8x16xf32>, tensor<2x8xi32> -> tensor<64x16xf32>
+  // CHECK: gpt.embedding_grad %{{.+}}, %{{.+}}, %{{.+}} : tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<64x16xf32> -> tensor<64x16xf32>
+  %b = gpt.embedding_grad %dy, %ids, %head : tensor<2x8x16xf32>, tensor<2x8xi32>, tensor<64x16xf32> -> tensor<64x16xf32>
+  return %a, %b : tensor<64x16xf32>, tensor<64x16xf32>
+}
+
 // CHECK-LABEL: func.func @iota_and_constant
 func.func @iota_and_constant() -> (tensor<8xi32>, tensor<f32>) {
   // CHECK: gpt.iota : tensor<8xi32>

@@ -443,12 +443,25 @@ def GPT_ConcatOp : GPT_Op<"concat", [Pure]> {
 def GPT_EmbeddingGradOp : GPT_Op<"embedding_grad", [Pure]> {
   let summary = "Scatter-adds output-gradient rows into a [V, C] table";
   let description = [{
-    `result[v, c] = sum over positions p with ids[p] == v of dy[p, c]`.
+    `result[v, c] = sum over positions p with ids[p] == v of dy[p, c]`,
+    rounded to the result's type.
+
+    With an `addend` (of the result's type, which must then be float32),
+    the result is `addend + that`: exactly a `gpt.add` of the addend and
+    the plain op's result. gpt-fuse-elementwise makes it for tied
+    embeddings, whose table gradient is the lm_head's plus the
+    embedding's, so that the sum is not a kernel of its own.
+
+    ```mlir
+    %dwte = gpt.embedding_grad %dx, %ids, %dhead : tensor<4x64x768xf32>, tensor<4x64xi32>, tensor<50257x768xf32> -> tensor<50257x768xf32>
+    ```
   }];
-  let arguments = (ins GPT_FloatTensor:$dy, GPT_IdTensor:$ids);
+  let arguments = (ins GPT_FloatTensor:$dy, GPT_IdTensor:$ids,
+                       Optional<GPT_FloatTensor>:$addend);
   let results = (outs GPT_FloatTensor:$result);
   let assemblyFormat = [{
-    $dy `,` $ids attr-dict `:` type($dy) `,` type($ids) `->` type($result)
+    $dy `,` $ids (`,` $addend^)? attr-dict `:` type($dy) `,` type($ids)
+    (`,` type($addend)^)? `->` type($result)
   }];
   let hasVerifier = 1;
 }

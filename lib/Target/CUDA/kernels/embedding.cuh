@@ -8,7 +8,8 @@
 // adds the dy row of each id it owns, then writes its rows once. Each table
 // row is summed by one block in position order, so the result is
 // deterministic without atomics or a sort. The ids (B·T int32) stay in L2
-// across blocks.
+// across blocks. With an addend (float32, the tied lm_head's gradient) a
+// row is written as addend + sum, the bits of the sum and an add after it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,7 +28,8 @@ __device__ void embeddingForward(const TT *table, const int *ids, TO *out) {
 /// blockDim.x == 128.
 template <int C, i64 kPositions, int kV, int kRowsPerBlock, typename TD,
           typename TO>
-__device__ void embeddingBackward(const TD *dy, const int *ids, TO *out) {
+__device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
+                                  const float *addend = nullptr) {
   const int first = blockIdx.x * kRowsPerBlock;
   const int last = min(first + kRowsPerBlock, kV);
   __shared__ float acc[kRowsPerBlock * C];
@@ -63,6 +65,8 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out) {
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < (last - first) * C; i += blockDim.x)
-    out[i64(first) * C + i] = fromFloat<TO>(acc[i]);
+  for (int i = threadIdx.x; i < (last - first) * C; i += blockDim.x) {
+    i64 at = i64(first) * C + i;
+    out[at] = fromFloat<TO>(addend ? __fadd_rn(addend[at], acc[i]) : acc[i]);
+  }
 }
