@@ -321,6 +321,22 @@ template <typename T> inline void load4(const T *p, float (&x)[4]) {
 template <typename T> inline void store4(T *p, const float (&x)[4]) {
   for (int i = 0; i < 4; ++i) p[i] = fromFloat<T>(x[i]);
 }
+/// 16-byte global accesses must be 16-byte aligned on the GPU; here a
+/// misaligned one aborts.
+inline void globalAligned16(const void *p) {
+  if (reinterpret_cast<unsigned long long>(p) % 16) {
+    std::fprintf(stderr, "misaligned 16-byte global access\n");
+    std::abort();
+  }
+}
+template <typename T> inline void load8(const T *p, float (&x)[8]) {
+  globalAligned16(p);
+  for (int i = 0; i < 8; ++i) x[i] = toFloat(p[i]);
+}
+template <typename T> inline void store8(T *p, const float (&x)[8]) {
+  globalAligned16(p);
+  for (int i = 0; i < 8; ++i) p[i] = fromFloat<T>(x[i]);
+}
 
 struct uint4 { u32 x, y, z, w; };
 inline u32 packBf16(float lo, float hi) {

@@ -478,6 +478,14 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   auto &ceg = b.launch("cross_entropy_with_grad", {logits, targets, dloss},
                        {loss2, dlogits});
   ceg.ints = {{"num_classes", 45}, {"ignore_index", -1}};
+  // Again over a vocabulary of 64 (a multiple of 8: 16-byte chunks), one of
+  // which straddles the 45 real classes.
+  int logits8 = b.buf(f32, {3, 7, 64}), loss8 = b.buf(f32, {}),
+      lossg8 = b.buf(f32, {}), dlogits8 = b.buf(f32, {3, 7, 64});
+  b.launch("cross_entropy", {logits8, targets}, {loss8}).ints = ce.ints;
+  b.launch("cross_entropy_with_grad", {logits8, targets, dloss},
+           {lossg8, dlogits8})
+      .ints = ce.ints;
   // Embedding rows and their scatter-add, with repeated ids.
   int table = b.buf(f32, {20, 12}), ids = b.buf(i32, {3, 5});
   int rows = b.buf(f32, {3, 5, 12}), dyRows = b.buf(f32, {3, 5, 12});
@@ -555,6 +563,14 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   expectNear(exec::crossEntropyGrad(data[logits], data[targets], data[dloss],
                                     45, -1),
              data[dlogits].f32, tol, "cross_entropy_with_grad dlogits");
+  exec::HostTensor wantLoss8 =
+      exec::crossEntropy(data[logits8], data[targets], 45, -1);
+  expectNear(wantLoss8, data[loss8].f32, tol, "cross_entropy, V=64");
+  expectNear(wantLoss8, data[lossg8].f32, tol,
+             "cross_entropy_with_grad loss, V=64");
+  expectNear(exec::crossEntropyGrad(data[logits8], data[targets],
+                                    data[dloss], 45, -1),
+             data[dlogits8].f32, tol, "cross_entropy_with_grad dlogits, V=64");
   expectSame(exec::embedding(data[table], data[ids]), data[rows].f32,
              "embedding");
   expectNear(exec::embeddingGrad(data[dyRows], data[ids], {20, 12}),

@@ -153,9 +153,13 @@ void Emitter::emitCrossEntropy(bool withGrad) {
       << "__device__ double gptcLosses[" << rows << "];\n"
       << "__device__ unsigned gptcCounter;\n\n";
   begin(entry, threads);
+  // 8-element chunks (16-byte accesses) when rows are a multiple of 8 long
+  // (the padded vocabulary's always are), else one element at a time.
+  int vec = V % 8 == 0 ? 8 : 1;
   std::string consts = std::to_string(V) + ", " + std::to_string(classes) +
                        ", " + i64Literal(rows) + ", " + i64Literal(ignore) +
-                       ", " + (hasIgnore ? "true" : "false");
+                       ", " + (hasIgnore ? "true" : "false") + ", " +
+                       std::to_string(vec);
   if (withGrad)
     os << "  crossEntropyWithGrad<" << consts
        << ">(in0, in1, in2, out0, out1, gptcLosses, &gptcCounter);\n}\n";

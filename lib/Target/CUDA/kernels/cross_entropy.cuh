@@ -2,8 +2,7 @@
 //
 // One block per row of logits ([positions, V], the vocabulary padded to V;
 // columns from kClasses on take no part). A row's max and sum of exp come
-// from one online pass (each thread rescales its running sum when its max
-// grows), combined across the block. The loss is the mean over the
+// from one online pass, combined across the block. The loss is the mean over the
 // positions whose target is not kIgnore; the per-row terms go to scratch
 // memory and the last block adds them in double in a fixed order (the CPU
 // executor sums in row order). A target outside [0, kClasses) that is not ignored (the CPU
@@ -13,7 +12,38 @@
 // from a second read of the row (it is still in L2); padded columns and
 // ignored rows get 0.
 //
+// The row is read in chunks of kVec consecutive elements (8 when V is a
+// multiple of 8: one 16-byte load of bf16, two of float32), each thread
+// kUnroll chunks at a time, all loads issued before any is used. A
+// bandwidth-bound kernel needs bytes in flight: one 2-byte load at a time
+// per thread, as a plain loop compiles (the online update depends on the
+// previous element), keeps about a quarter of an H100's DRAM busy.
+//
 //===----------------------------------------------------------------------===//
+
+constexpr int kCrossEntropyUnroll = 4;
+
+/// kVec consecutive elements of `p` as floats (kVec 8: p 16-byte aligned).
+template <int kVec, typename T>
+__device__ __forceinline__ void loadChunk(const T *p, float (&x)[kVec]) {
+  if constexpr (kVec == 8) {
+    load8(p, x);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      x[i] = toFloat(p[i]);
+  }
+}
+template <int kVec, typename T>
+__device__ __forceinline__ void storeChunk(T *p, const float (&x)[kVec]) {
+  if constexpr (kVec == 8) {
+    store8(p, x);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      p[i] = fromFloat<T>(x[i]);
+  }
+}
 
 struct MaxSum {
   float max, sum;
@@ -26,19 +56,54 @@ __device__ __forceinline__ MaxSum combine(MaxSum a, MaxSum b) {
   return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
 }
 
-/// The max of row[0, n) and the sum of exp(row[i] - max) over the block.
-template <int kN, typename T>
+/// The max of the loaded chunks' elements below kN, and their sum of exp
+/// against it. kChecked: some element may lie at kN or beyond (the row's
+/// last chunks); otherwise none is tested.
+template <int kN, int kVec, bool kChecked>
+__device__ __forceinline__ MaxSum
+loadedMaxSum(const float (&x)[kCrossEntropyUnroll][kVec], int first) {
+  auto inside = [&](int u, int e) {
+    return !kChecked || (first + u * int(blockDim.x)) * kVec + e < kN;
+  };
+  float m = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int u = 0; u < kCrossEntropyUnroll; ++u)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      if (inside(u, e))
+        m = fmaxf(m, x[u][e]);
+  float sum = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kCrossEntropyUnroll; ++u)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      if (inside(u, e))
+        sum += expf(x[u][e] - m);
+  return {m, sum};
+}
+
+/// The max of row[0, kN) and the sum of exp(row[i] - max) over the block;
+/// the row is read in chunks of kVec (kVec divides the row's length). Each
+/// round's loaded elements are combined once (two exps per
+/// kUnroll · kVec elements).
+template <int kN, int kVec, typename T>
 __device__ MaxSum blockMaxSum(const T *row) {
   __shared__ MaxSum warps[32];
+  constexpr int kChunks = (kN + kVec - 1) / kVec;
   MaxSum ms{-__int_as_float(0x7f800000), 0.0f};
-  for (int c = threadIdx.x; c < kN; c += blockDim.x) {
-    float x = toFloat(row[c]);
-    if (x > ms.max) {
-      ms.sum = ms.sum * expf(ms.max - x) + 1.0f;
-      ms.max = x;
-    } else {
-      ms.sum += expf(x - ms.max);
+  for (int first = threadIdx.x; first < kChunks;
+       first += kCrossEntropyUnroll * blockDim.x) {
+    float x[kCrossEntropyUnroll][kVec];
+#pragma unroll
+    for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+      int chunk = first + u * blockDim.x;
+      if (chunk < kChunks)
+        loadChunk<kVec>(row + i64(chunk) * kVec, x[u]);
     }
+    bool whole =
+        (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) * kVec <= kN;
+    ms = combine(ms, whole ? loadedMaxSum<kN, kVec, false>(x, first)
+                           : loadedMaxSum<kN, kVec, true>(x, first));
   }
   for (int o = 16; o > 0; o >>= 1) {
     MaxSum other{__shfl_xor_sync(0xffffffffu, ms.max, o),
@@ -102,14 +167,14 @@ __device__ void finishLoss(const int *targets, float *loss, double *losses,
 }
 
 template <int V, int kClasses, i64 kRows, i64 kIgnore, bool kHasIgnore,
-          typename TL>
+          int kVec, typename TL>
 __device__ void crossEntropy(const TL *logits, const int *targets, float *loss,
                              double *losses, unsigned *counter) {
   const i64 row = blockIdx.x;
   const int target = targets[row];
   double term = 0.0;
   if (!(kHasIgnore && target == kIgnore)) {
-    MaxSum ms = blockMaxSum<kClasses>(logits + row * V);
+    MaxSum ms = blockMaxSum<kClasses, kVec>(logits + row * V);
     term = target >= 0 && target < kClasses
                ? double(logf(ms.sum)) + ms.max -
                      toFloat(logits[row * V + target])
@@ -118,8 +183,58 @@ __device__ void crossEntropy(const TL *logits, const int *targets, float *loss,
   finishLoss<kRows, kIgnore, kHasIgnore>(targets, loss, losses, counter, term);
 }
 
+/// The loaded chunks' dlogits, in place, and their stores. kChecked: some
+/// chunk may lie beyond the row, or an element at kClasses or beyond.
+template <int V, int kClasses, int kVec, bool kChecked, typename TG>
+__device__ __forceinline__ void
+storeGradients(float (&v)[kCrossEntropyUnroll][kVec], int first, TG *g,
+               MaxSum ms, float inverseSum, int target, float scale) {
+#pragma unroll
+  for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+    int chunk = first + u * blockDim.x;
+    if (kChecked && chunk >= V / kVec)
+      continue;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      int c = chunk * kVec + e;
+      float p = expf(v[u][e] - ms.max) * inverseSum;
+      v[u][e] = (p - (c == target ? 1.0f : 0.0f)) * scale;
+      if (kChecked && c >= kClasses)
+        v[u][e] = 0.0f;
+    }
+    storeChunk<kVec>(g + i64(chunk) * kVec, v[u]);
+  }
+}
+
+/// dlogits of one row: (exp(x - max) / sum - onehot) · scale, 0 from
+/// kClasses on; every thread kUnroll chunks of kVec at a time.
+template <int V, int kClasses, int kVec, typename TL, typename TG>
+__device__ void rowGradient(const TL *x, TG *g, MaxSum ms, int target,
+                            float scale) {
+  constexpr int kChunks = V / kVec;
+  const float inverseSum = 1.0f / ms.sum;
+  for (int first = threadIdx.x; first < kChunks;
+       first += kCrossEntropyUnroll * blockDim.x) {
+    float v[kCrossEntropyUnroll][kVec];
+#pragma unroll
+    for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+      int chunk = first + u * blockDim.x;
+      if (chunk < kChunks)
+        loadChunk<kVec>(x + i64(chunk) * kVec, v[u]);
+    }
+    bool whole = (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) *
+                     kVec <= kClasses;
+    if (whole)
+      storeGradients<V, kClasses, kVec, false>(v, first, g, ms, inverseSum,
+                                               target, scale);
+    else
+      storeGradients<V, kClasses, kVec, true>(v, first, g, ms, inverseSum,
+                                              target, scale);
+  }
+}
+
 template <int V, int kClasses, i64 kRows, i64 kIgnore, bool kHasIgnore,
-          typename TL, typename TG>
+          int kVec, typename TL, typename TG>
 __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
                                      const float *dloss, float *loss,
                                      TG *dlogits, double *losses,
@@ -130,18 +245,13 @@ __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
   TG *g = dlogits + row * V;
   double term = 0.0;
   if (kHasIgnore && target == kIgnore) {
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-      g[c] = fromFloat<TG>(0.0f);
+    const float zeros[kVec] = {};
+    for (int chunk = threadIdx.x; chunk < V / kVec; chunk += blockDim.x)
+      storeChunk<kVec>(g + i64(chunk) * kVec, zeros);
   } else {
-    MaxSum ms = blockMaxSum<kClasses>(x);
+    MaxSum ms = blockMaxSum<kClasses, kVec>(x);
     const float scale = *dloss / countedRows<kRows, kIgnore, kHasIgnore>(targets);
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-      float d = 0.0f;
-      if (c < kClasses)
-        d = (expf(toFloat(x[c]) - ms.max) / ms.sum - (c == target ? 1.0f : 0.0f)) *
-            scale;
-      g[c] = fromFloat<TG>(d);
-    }
+    rowGradient<V, kClasses, kVec>(x, g, ms, target, scale);
     term = target >= 0 && target < kClasses
                ? double(logf(ms.sum)) + ms.max - toFloat(x[target])
                : __longlong_as_double(0x7ff8000000000000ll);

@@ -84,6 +84,38 @@ __device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
   *reinterpret_cast<uint2 *>(p) = v;
 }
 
+// Eight consecutive elements as one 16-byte access (bf16, f16) or two
+// (f32); the address is 16-byte aligned (the caller's rows are a multiple
+// of 8 elements long).
+__device__ __forceinline__ void load8(const float *p, float (&x)[8]) {
+  float4 a = reinterpret_cast<const float4 *>(p)[0];
+  float4 b = reinterpret_cast<const float4 *>(p)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+  x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+template <typename T>
+__device__ __forceinline__ void load8(const T *p, float (&x)[8]) {
+  uint4 v = *reinterpret_cast<const uint4 *>(p);
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+  for (int i = 0; i < 4; ++i) {
+    T lo, hi;
+    lo.bits = w[i] & 0xffffu, hi.bits = w[i] >> 16;
+    x[2 * i] = toFloat(lo), x[2 * i + 1] = toFloat(hi);
+  }
+}
+__device__ __forceinline__ void store8(float *p, const float (&x)[8]) {
+  reinterpret_cast<float4 *>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
+  reinterpret_cast<float4 *>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
+}
+template <typename T>
+__device__ __forceinline__ void store8(T *p, const float (&x)[8]) {
+  u32 w[4];
+  for (int i = 0; i < 4; ++i)
+    w[i] = u32(fromFloat<T>(x[2 * i]).bits) |
+           u32(fromFloat<T>(x[2 * i + 1]).bits) << 16;
+  *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /// c += a · b for one 16x8x16 tile on the tensor cores: bf16 operands, float32
 /// accumulators, fragments as PTX's mma.m16n8k16 lays them out.
 __device__ __forceinline__ void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
