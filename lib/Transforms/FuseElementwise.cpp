@@ -322,6 +322,15 @@ private:
   }
 };
 
+/// The 16-bit value a float32 `v` widens (`v` = gpt.cast of it), or null.
+Value widenedFrom(Value v) {
+  auto c = v.getDefiningOp<CastOp>();
+  if (!c || !typeOf(v).getElementType().isF32())
+    return {};
+  Type from = typeOf(c.getX()).getElementType();
+  return from.isBF16() || from.isF16() ? c.getX() : Value();
+}
+
 /// Replaces the group by one gpt.fused_elementwise at its root. Returns the
 /// original values the fused op now computes and their replacements; the
 /// caller swaps uses once all groups are built (so that a recomputed
@@ -367,12 +376,22 @@ void buildGroup(Group &g, const DenseMap<Operation *, SmallVector<Group *>> &in,
   SmallVector<Type> resultTypes;
   for (Value r : outputs)
     resultTypes.push_back(r.getType());
+  // A widened 16-bit input is read narrow and widened in the body (extf:
+  // the same values), so its float32 copy need not exist.
+  SmallVector<Value> operands;
+  for (Value v : inputs)
+    operands.push_back(widenedFrom(v) ? widenedFrom(v) : v);
   auto fused = b.create<FusedElementwiseOp>(g.root->getLoc(), resultTypes,
-                                            inputs.getArrayRef());
+                                            operands);
   Block *body = b.createBlock(&fused.getBody());
   IRMapping scalars;
-  for (Value v : inputs)
-    scalars.map(v, body->addArgument(typeOf(v).getElementType(), v.getLoc()));
+  for (auto [v, operand] : llvm::zip(inputs, operands)) {
+    Value arg = body->addArgument(typeOf(operand).getElementType(),
+                                  v.getLoc());
+    if (operand != v)
+      arg = b.create<arith::ExtFOp>(v.getLoc(), b.getF32Type(), arg);
+    scalars.map(v, arg);
+  }
   for (Operation *op : ops) {
     ScalarBuilder sb{b, op->getLoc()};
     SmallVector<Value> operands;
@@ -408,9 +427,11 @@ void fuseChains(func::FuncOp func) {
       return !groupsOf.count(use.getOwner());
     });
   // The originals are used only by each other now; erase users first.
+  // Widening casts that only groups read are read narrow now.
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
     if (groupsOf.count(&op) ||
-        (isa<ConstantOp>(op) && op.use_empty()))
+        (isa<ConstantOp>(op) && op.use_empty()) ||
+        (isa<CastOp>(op) && op.use_empty() && widenedFrom(op.getResult(0))))
       op.erase();
 }
 

@@ -15,17 +15,20 @@
 //                                                      -> f32, f32
 //
 // where %z, the pre-activation (the aux output), is only kept if something
-// besides the GELU reads it (the backward's gelu_grad does). The cast that
-// gpt-mixed-precision put after the GEMM disappears: the epilogue rounds
-// once, to the float32 of the add, so the product is no longer rounded to
-// bf16 before the bias (GPTFusedOps.td; docs/pipeline.md says why).
+// besides the GELU reads it (the backward's gelu_grad does); fp32 shown.
+// Under autocast the cast gpt-mixed-precision put after the GEMM is seen
+// through and the epilogue rounds once, after the bias (and GELU), to the
+// operands' bf16 (or f16), as torch.autocast's linear does: the product is
+// no longer rounded before the bias (GPTFusedOps.td; docs/pipeline.md says
+// why).
 //
 // cuBLASLt reads the bias, and writes the aux matrix and a bias gradient, in
-// D's type. So when every reader of %h narrows it again (autocast's cast
-// before the next GEMM), the epilogue writes that narrow type: D, the aux
+// D's type, so the epilogue writes the narrow type throughout: D, the aux
 // %z (rounded, as autocast saves GELU's bf16 input) and a bias cast to it
-// (as autocast's linear casts its bias). Other float32 readers of %z get a
-// widening cast of the aux. The backward then reads the narrow aux, writes
+// (as autocast's linear casts its bias). Readers that narrowed %h again
+// (autocast's cast before the next GEMM) take it as it is; float32 readers
+// of %h (an output projection's residual add) or %z get a widening cast,
+// which gpt-fuse-elementwise folds into the group that reads it. The backward then reads the narrow aux, writes
 // its D narrow (its readers narrowed it anyway) and its bias gradient too,
 // widened for the float32 master gradient. A weight-gradient GEMM whose
 // bias gradient it computes writes float32 instead: the widening cast after
@@ -219,6 +222,16 @@ void fuseOne(MatmulOp mm) {
   Type narrow = narrowedTo(out);
   if (narrow != elementOf(mm.getA()))
     narrow = {};
+  // Under autocast (a widened 16-bit product) the epilogue writes the
+  // operands' type even where float32 reads the value (an output
+  // projection's residual add), as torch.autocast's linear does; those
+  // readers get a widening cast, which the elementwise fusion folds into
+  // them: half the bytes written and read.
+  bool widenAfter = false;
+  if (!narrow && widen) {
+    narrow = elementOf(mm.getA());
+    widenAfter = true;
+  }
 
   OpBuilder b(add);
   SmallVector<Location> locs = {mm.getLoc(), add.getLoc()};
@@ -243,7 +256,9 @@ void fuseOne(MatmulOp mm) {
       b.getFusedLoc(locs), types,
       ValueRange{mm.getA(), mm.getB(), bias}, attrs);
 
-  if (narrow)
+  if (widenAfter)
+    out.replaceAllUsesWith(castAfterDef(b, ep.getResult(), b.getF32Type()));
+  else if (narrow)
     replaceCasts(out, ep.getResult());
   else
     out.replaceAllUsesWith(ep.getResult());

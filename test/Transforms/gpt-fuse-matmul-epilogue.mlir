@@ -13,15 +13,20 @@ func.func @bias(%x: tensor<2x8x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>)
 
 // -----
 
-// bf16 autocast: the widening cast after the GEMM is seen through and
-// disappears (the epilogue writes float32); bias + product in either order;
-// transpose_b carries over. The residual add after it stays.
+// bf16 autocast: the widening cast after the GEMM is seen through; the
+// epilogue rounds once, after the bias, to the operands' bf16 (as
+// autocast's linear writes it), reading a bf16 copy of the bias (cuBLASLt
+// keeps the bias in D's type), and its float32 reader (the residual add
+// after an output projection) gets a widening cast. Bias + product in
+// either order; transpose_b carries over.
 // CHECK-LABEL: func.func @bf16_bias_transposed
 // CHECK-SAME: (%[[X:[^:]+]]: tensor<2x8x8xf32>, %[[W:[^:]+]]: tensor<16x8xf32>, %[[B:[^:]+]]: tensor<16xf32>, %[[R:[^:]+]]: tensor<2x8x16xf32>)
+// CHECK: %[[BL:.+]] = gpt.cast %[[B]] : tensor<16xf32> -> tensor<16xbf16>
 // CHECK: %[[XL:.+]] = gpt.cast %[[X]]
 // CHECK: %[[WL:.+]] = gpt.cast %[[W]]
-// CHECK-NEXT: %[[Y:.+]] = gpt.matmul_epilogue %[[XL]], %[[WL]], %[[B]] {transpose_b} : tensor<2x8x8xbf16>, tensor<16x8xbf16>, tensor<16xf32> -> tensor<2x8x16xf32>
-// CHECK-NEXT: %[[S:.+]] = gpt.add %[[R]], %[[Y]]
+// CHECK-NEXT: %[[Y:.+]] = gpt.matmul_epilogue %[[XL]], %[[WL]], %[[BL]] {transpose_b} : tensor<2x8x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16> -> tensor<2x8x16xbf16>
+// CHECK-NEXT: %[[YW:.+]] = gpt.cast %[[Y]] : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>
+// CHECK-NEXT: %[[S:.+]] = gpt.add %[[R]], %[[YW]]
 // CHECK-NEXT: return %[[S]]
 func.func @bf16_bias_transposed(%x: tensor<2x8x8xf32>, %w: tensor<16x8xf32>, %b: tensor<16xf32>, %r: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
   %xl = gpt.cast %x : tensor<2x8x8xf32> -> tensor<2x8x8xbf16>
@@ -36,13 +41,16 @@ func.func @bf16_bias_transposed(%x: tensor<2x8x8xf32>, %w: tensor<16x8xf32>, %b:
 // -----
 
 // Bias and tanh GELU whose pre-activation the backward's gelu_grad reads:
-// GELU_AUX_BIAS, the aux result serves the gelu_grad.
+// GELU_AUX_BIAS, the aux result serves the gelu_grad. Both are bf16, and
+// widened for their float32 readers.
 // CHECK-LABEL: func.func @gelu_aux
 // CHECK-SAME: (%[[X:[^:]+]]: tensor<2x8x8xf32>, %[[W:[^:]+]]: tensor<8x16xf32>, %[[B:[^:]+]]: tensor<16xf32>, %[[DY:[^:]+]]: tensor<2x8x16xf32>)
-// CHECK: %[[H:[^ ,]+]], %[[PRE:[^ ]+]] = gpt.matmul_epilogue %{{.+}}, %{{.+}}, %[[B]] {gelu} : tensor<2x8x8xbf16>, tensor<8x16xbf16>, tensor<16xf32> -> tensor<2x8x16xf32>, tensor<2x8x16xf32>
+// CHECK: %[[H:[^ ,]+]], %[[PRE:[^ ]+]] = gpt.matmul_epilogue %{{.+}}, %{{.+}}, %{{.+}} {gelu} : tensor<2x8x8xbf16>, tensor<8x16xbf16>, tensor<16xbf16> -> tensor<2x8x16xbf16>, tensor<2x8x16xbf16>
 // CHECK-NOT: gpt.gelu %
-// CHECK: %[[DX:.+]] = gpt.gelu_grad %[[PRE]], %[[DY]]
-// CHECK: return %[[H]], %[[DX]]
+// CHECK-DAG: %[[PW:.+]] = gpt.cast %[[PRE]] : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>
+// CHECK-DAG: %[[HW:.+]] = gpt.cast %[[H]] : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>
+// CHECK: %[[DX:.+]] = gpt.gelu_grad %[[PW]], %[[DY]]
+// CHECK: return %[[HW]], %[[DX]]
 func.func @gelu_aux(%x: tensor<2x8x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, %dy: tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
   %xl = gpt.cast %x : tensor<2x8x8xf32> -> tensor<2x8x8xbf16>
   %wl = gpt.cast %w : tensor<8x16xf32> -> tensor<8x16xbf16>

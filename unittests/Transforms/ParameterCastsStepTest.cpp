@@ -71,9 +71,9 @@ TEST_P(ParameterCasts, StepGivesTheSameBits) {
   expectSameStepBits(*apart, *merged, 17, [](func::FuncOp before,
                                             func::FuncOp after, bool) {
     StringRef name = before.getSymName();
-    // Per block the four weight matrices and the c_attn and c_fc biases
-    // (read by bf16 GEMM epilogues): 2 * 6 casts, then one op.
-    EXPECT_EQ(parameterCasts(before), 2 * 6) << name.str();
+    // Per block the four weight matrices and their four biases (read by
+    // bf16 GEMM epilogues): 2 * 8 casts, then one op.
+    EXPECT_EQ(parameterCasts(before), 2 * 8) << name.str();
     EXPECT_EQ(parameterCasts(after), 0) << name.str();
     // The gradient function widens each block's c_fc bias gradient, which
     // its bf16 GEMM wrote: 2 casts, then one op before the return.

@@ -254,17 +254,21 @@ def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
     (tanh form) becomes one `gpt.matmul_epilogue`: cuBLASLt's BIAS,
     GELU_BIAS or GELU_AUX_BIAS epilogue, the last keeping the
     pre-activation that the backward's `gelu_grad` reads. The product is
-    accumulated, biased and activated in float32 and rounded once, to the
-    add's float32: the unfused bf16 chain rounded it to bf16 first.
+    accumulated, biased and activated in float32 and rounded once: to the
+    operands' type under autocast (bf16, f16), as torch.autocast's linear
+    writes it, else to float32. The unfused bf16 chain rounded the product
+    to bf16 before the bias.
     Declines with a remark when the chain is not exactly that (an addend
     that is not an [N] bias, a product also used unbiased, an erf GELU, a
     batched weight).
 
     cuBLASLt keeps the bias, the aux pre-activation and a bias gradient in
-    D's type. When every reader of the epilogue's value narrows it (under
-    bf16, the cast before the next GEMM), the op writes that narrow type:
-    D, the aux (rounded, as autocast saves GELU's bf16 input) and a cast
-    copy of the bias. The backward that reads a narrow aux writes its D
+    D's type. Under autocast the op writes the operands' narrow type: D,
+    the aux (rounded, as autocast saves GELU's bf16 input) and a cast copy
+    of the bias. Readers that narrowed the value take it as it is; float32
+    readers (an output projection's residual add) get a widening cast,
+    which gpt-fuse-elementwise folds into their group (it reads the bf16
+    value and widens it per element). The backward that reads a narrow aux writes its D
     and bias gradient narrow too (the gradient widened afterwards), and a
     weight-gradient GEMM with a bias gradient absorbs the widening cast of
     its weight gradient, so both are float32.
@@ -304,7 +308,10 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
        group, with at most one non-scalar operand, is instead recomputed in
        each group that needs it (it costs no extra reads); nothing else is
        ever computed twice. Reductions, matmuls, layernorm, softmax,
-       attention and the loss are boundaries.
+       attention and the loss are boundaries. An input that is a widening
+       `gpt.cast` of a bf16 or f16 value is read narrow and widened in the
+       body (`arith.extf`: the same values); the cast goes if nothing
+       else reads it.
     3. `gpt.fused_elementwise` ops with identical bodies over full-shape
        tensors and shared scalars (the per-parameter AdamW updates) merge
        into one `gpt.multi_tensor_elementwise`, when one place in the
