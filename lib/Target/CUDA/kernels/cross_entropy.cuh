@@ -45,6 +45,24 @@ __device__ __forceinline__ void storeChunk(T *p, const float (&x)[kVec]) {
   }
 }
 
+/// One round of a thread: chunks first, first + blockDim.x, ... (kUnroll of
+/// them, those below kChunks), all loads issued before any is used.
+template <int kChunks, int kVec, typename T>
+__device__ __forceinline__ void
+loadRound(const T *row, int first, float (&x)[kCrossEntropyUnroll][kVec]) {
+#pragma unroll
+  for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+    int chunk = first + u * blockDim.x;
+    if (chunk < kChunks)
+      loadChunk<kVec>(row + i64(chunk) * kVec, x[u]);
+  }
+}
+
+/// One past the last element of the round that starts at chunk `first`.
+template <int kVec> __device__ __forceinline__ int roundEnd(int first) {
+  return (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) * kVec;
+}
+
 struct MaxSum {
   float max, sum;
 };
@@ -94,14 +112,8 @@ __device__ MaxSum blockMaxSum(const T *row) {
   for (int first = threadIdx.x; first < kChunks;
        first += kCrossEntropyUnroll * blockDim.x) {
     float x[kCrossEntropyUnroll][kVec];
-#pragma unroll
-    for (int u = 0; u < kCrossEntropyUnroll; ++u) {
-      int chunk = first + u * blockDim.x;
-      if (chunk < kChunks)
-        loadChunk<kVec>(row + i64(chunk) * kVec, x[u]);
-    }
-    bool whole =
-        (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) * kVec <= kN;
+    loadRound<kChunks>(row, first, x);
+    bool whole = roundEnd<kVec>(first) <= kN;
     ms = combine(ms, whole ? loadedMaxSum<kN, kVec, false>(x, first)
                            : loadedMaxSum<kN, kVec, true>(x, first));
   }
@@ -216,14 +228,8 @@ __device__ void rowGradient(const TL *x, TG *g, MaxSum ms, int target,
   for (int first = threadIdx.x; first < kChunks;
        first += kCrossEntropyUnroll * blockDim.x) {
     float v[kCrossEntropyUnroll][kVec];
-#pragma unroll
-    for (int u = 0; u < kCrossEntropyUnroll; ++u) {
-      int chunk = first + u * blockDim.x;
-      if (chunk < kChunks)
-        loadChunk<kVec>(x + i64(chunk) * kVec, v[u]);
-    }
-    bool whole = (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) *
-                     kVec <= kClasses;
+    loadRound<kChunks>(x, first, v);
+    bool whole = roundEnd<kVec>(first) <= kClasses;
     if (whole)
       storeGradients<V, kClasses, kVec, false>(v, first, g, ms, inverseSum,
                                                target, scale);
