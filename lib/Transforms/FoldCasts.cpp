@@ -120,6 +120,14 @@ bool foldIntoConsumer(Operation *layout) {
 
 } // namespace
 
+Value gptc::widenedFrom(Value v) {
+  auto c = v.getDefiningOp<CastOp>();
+  if (!c || !elementOf(v).isF32())
+    return {};
+  Type from = elementOf(c.getX());
+  return from.isBF16() || from.isF16() ? c.getX() : Value();
+}
+
 void gptc::foldCastsIntoLayerNorms(func::FuncOp func) {
   SmallVector<CastOp> casts;
   func.walk([&](CastOp c) { casts.push_back(c); });
@@ -145,12 +153,12 @@ void gptc::foldCastsIntoLayerNormGrads(func::FuncOp func) {
   });
   for (auto [op, dy] : grads) {
     // Only a widening: the op computes in float32 from the same values.
-    auto widen = dy->get().getDefiningOp<CastOp>();
-    if (!widen || !elementOf(widen.getResult()).isF32() ||
-        !exact(elementOf(widen.getX()), elementOf(widen.getResult())))
+    Value narrow = widenedFrom(dy->get());
+    if (!narrow)
       continue;
-    dy->set(widen.getX());
-    if (widen.getResult().use_empty())
+    Operation *widen = dy->get().getDefiningOp();
+    dy->set(narrow);
+    if (widen->use_empty())
       widen->erase();
   }
 }
@@ -241,16 +249,16 @@ void gptc::foldCastsIntoLoss(func::FuncOp func) {
     // The logits widened for the loss, and the gradient narrowed for the
     // lm_head's backward GEMMs: the op reads and writes the narrow type
     // (its verifier wants one type for both, so both or neither).
-    auto widen = ce.getLogits().getDefiningOp<CastOp>();
+    Value logits = widenedFrom(ce.getLogits());
     Value dlogits = ce.getDlogits();
-    if (!widen || !widen.getResult().hasOneUse() || !dlogits.hasOneUse())
+    if (!logits || !ce.getLogits().hasOneUse() || !dlogits.hasOneUse())
       continue;
+    Operation *widen = ce.getLogits().getDefiningOp();
     auto narrow = dyn_cast<CastOp>(*dlogits.getUsers().begin());
-    Type low = elementOf(widen.getX());
-    if (!narrow || elementOf(narrow.getResult()) != low ||
-        !exact(low, elementOf(widen.getResult())))
+    Type low = elementOf(logits);
+    if (!narrow || elementOf(narrow.getResult()) != low)
       continue;
-    ce.getLogitsMutable().assign(widen.getX());
+    ce.getLogitsMutable().assign(logits);
     retype(dlogits, low);
     narrow.getResult().replaceAllUsesWith(dlogits);
     narrow->erase();

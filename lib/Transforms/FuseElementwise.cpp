@@ -322,15 +322,6 @@ private:
   }
 };
 
-/// The 16-bit value a float32 `v` widens (`v` = gpt.cast of it), or null.
-Value widenedFrom(Value v) {
-  auto c = v.getDefiningOp<CastOp>();
-  if (!c || !typeOf(v).getElementType().isF32())
-    return {};
-  Type from = typeOf(c.getX()).getElementType();
-  return from.isBF16() || from.isF16() ? c.getX() : Value();
-}
-
 /// Replaces the group by one gpt.fused_elementwise at its root. Returns the
 /// original values the fused op now computes and their replacements; the
 /// caller swaps uses once all groups are built (so that a recomputed
@@ -380,7 +371,7 @@ void buildGroup(Group &g, const DenseMap<Operation *, SmallVector<Group *>> &in,
   // the same values), so its float32 copy need not exist.
   SmallVector<Value> operands;
   for (Value v : inputs)
-    operands.push_back(widenedFrom(v) ? widenedFrom(v) : v);
+    operands.push_back(gptc::widenedFrom(v) ? gptc::widenedFrom(v) : v);
   auto fused = b.create<FusedElementwiseOp>(g.root->getLoc(), resultTypes,
                                             operands);
   Block *body = b.createBlock(&fused.getBody());
@@ -431,7 +422,8 @@ void fuseChains(func::FuncOp func) {
   for (Operation &op : llvm::make_early_inc_range(llvm::reverse(block)))
     if (groupsOf.count(&op) ||
         (isa<ConstantOp>(op) && op.use_empty()) ||
-        (isa<CastOp>(op) && op.use_empty() && widenedFrom(op.getResult(0))))
+        (isa<CastOp>(op) && op.use_empty() &&
+         gptc::widenedFrom(op.getResult(0))))
       op.erase();
 }
 

@@ -33,6 +33,11 @@ void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
                      bool foldCasts = true, bool parameterCasts = true,
                      bool embeddingGradAddends = true);
 
+/// The bf16 or f16 value that the float32 `v` widens (`v` is a gpt.cast of
+/// it), or null: a value a kernel can read narrow and widen as it loads,
+/// the same values (FoldCasts.cpp).
+mlir::Value widenedFrom(mlir::Value v);
+
 /// gpt-fuse-elementwise's very first step: cast(cast(x)) becomes one cast,
 /// or x, where the first conversion loses nothing or the second is none
 /// (bf16 -> f32 -> bf16 is nothing; f32 -> bf16 -> f32 stays).
