@@ -29,13 +29,8 @@ namespace {
 
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
                               bool addend) {
-  OptimizerOptions opts;
-  opts.precision = precision;
-  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
-    pm.addPass(createGPTFuseMatmulEpilogue());
-    GPTFuseElementwiseOptions fuse;
+  return compileFusedTinyStep(ctx, precision, [&](auto &fuse) {
     fuse.embeddingGradAddend = addend;
-    pm.addPass(createGPTFuseElementwise(fuse));
   });
 }
 

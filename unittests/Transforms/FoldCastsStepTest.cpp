@@ -37,18 +37,10 @@ namespace {
 
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
                               bool foldCasts) {
-  OptimizerOptions opts;
-  opts.precision = precision;
   // Attention on [B, H, T, D] head copies (pack-qkv off): the head splits
   // and merges are the layout ops whose casts are folded.
-  return compileTinyStep(
-      ctx, opts,
-      [&](PassManager &pm) {
-        pm.addPass(createGPTFuseMatmulEpilogue());
-        GPTFuseElementwiseOptions fuse;
-        fuse.foldCasts = foldCasts;
-        pm.addPass(createGPTFuseElementwise(fuse));
-      },
+  return compileFusedTinyStep(
+      ctx, precision, [&](auto &fuse) { fuse.foldCasts = foldCasts; },
       /*packAttention=*/false);
 }
 

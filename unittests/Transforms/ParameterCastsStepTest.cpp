@@ -30,13 +30,8 @@ namespace {
 
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
                               bool parameterCasts) {
-  OptimizerOptions opts;
-  opts.precision = precision;
-  return compileTinyStep(ctx, opts, [&](PassManager &pm) {
-    pm.addPass(createGPTFuseMatmulEpilogue());
-    GPTFuseElementwiseOptions fuse;
+  return compileFusedTinyStep(ctx, precision, [&](auto &fuse) {
     fuse.parameterCasts = parameterCasts;
-    pm.addPass(createGPTFuseElementwise(fuse));
   });
 }
 

@@ -41,6 +41,23 @@ compileTinyStep(MLIRContext &ctx, const OptimizerOptions &options,
   return module;
 }
 
+OwningOpRef<ModuleOp> compileFusedTinyStep(
+    MLIRContext &ctx, const std::string &precision,
+    llvm::function_ref<void(GPTFuseElementwiseOptions &)> configure,
+    bool packAttention) {
+  OptimizerOptions opts;
+  opts.precision = precision;
+  return compileTinyStep(
+      ctx, opts,
+      [&](PassManager &pm) {
+        pm.addPass(createGPTFuseMatmulEpilogue());
+        GPTFuseElementwiseOptions fuse;
+        configure(fuse);
+        pm.addPass(createGPTFuseElementwise(fuse));
+      },
+      packAttention);
+}
+
 int64_t countTopLevel(func::FuncOp func, StringRef opName) {
   int64_t n = 0;
   for (Operation &op : func.getBody().front())

@@ -12,6 +12,7 @@
 
 #include "gptc/Executor/HostTensor.h"
 #include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace gptc::test {
@@ -38,6 +40,15 @@ mlir::OwningOpRef<mlir::ModuleOp>
 compileTinyStep(mlir::MLIRContext &ctx, const OptimizerOptions &options,
                 llvm::function_ref<void(mlir::PassManager &)> addPasses,
                 bool packAttention = true);
+
+/// compileTinyStep under `precision`, then gpt-fuse-matmul-epilogue and
+/// gpt-fuse-elementwise with the options `configure` sets: the step a
+/// fusion test compiles with one of gpt-fuse-elementwise's switches on and
+/// off.
+mlir::OwningOpRef<mlir::ModuleOp> compileFusedTinyStep(
+    mlir::MLIRContext &ctx, const std::string &precision,
+    llvm::function_ref<void(GPTFuseElementwiseOptions &)> configure,
+    bool packAttention = true);
 
 /// How many `opName` ops the body of `func` holds, not counting nested ones.
 int64_t countTopLevel(mlir::func::FuncOp func, llvm::StringRef opName);
