@@ -15,7 +15,9 @@
 // Reshapes between the two are views and are seen through (retyped).
 // The loss: a gpt.cross_entropy_with_grad of widened bf16 logits whose
 // gradient is narrowed back reads and writes bf16 (foldCastsIntoLoss): it
-// computes in float32 and rounds the gradient once on store either way.
+// computes in float32 and rounds the gradient once on store either way;
+// a plain gpt.cross_entropy of widened logits (the evaluation forward's)
+// reads them narrow, widening each element as it loads it.
 // After the layernorms took their prologues, the cast of a
 // gpt.fused_layernorm's result for the next GEMM becomes the type the
 // layernorm writes (foldCastsIntoLayerNorms): it rounds once on store,
@@ -263,6 +265,17 @@ void gptc::foldCastsIntoLoss(func::FuncOp func) {
     narrow.getResult().replaceAllUsesWith(dlogits);
     narrow->erase();
     widen->erase();
+  }
+  SmallVector<CrossEntropyOp> plain;
+  func.walk([&](CrossEntropyOp ce) { plain.push_back(ce); });
+  for (CrossEntropyOp ce : plain) {
+    Value logits = widenedFrom(ce.getLogits());
+    if (!logits)
+      continue;
+    Operation *widen = ce.getLogits().getDefiningOp();
+    ce.getLogitsMutable().assign(logits);
+    if (widen->use_empty())
+      widen->erase();
   }
 }
 

@@ -310,3 +310,40 @@ func.func @layernorm_grad_writes_bf16_copy(%x: tensor<2x4x8xf32>, %gamma: tensor
   %m = gpt.matmul %sl, %w : tensor<2x4x8xbf16>, tensor<8x8xbf16> -> tensor<2x4x8xbf16>
   return %s, %m : tensor<2x4x8xf32>, tensor<2x4x8xbf16>
 }
+
+// -----
+
+// The evaluation loss of bf16 logits: it reads them narrow (the widening is
+// exact, so the same loss), and the widened copy goes.
+// CHECK-LABEL: func.func @eval_loss_reads_bf16
+// CHECK-NEXT: gpt.cross_entropy %{{.+}}, %{{.+}} : tensor<2x4x64xbf16>, tensor<2x4xi32> -> tensor<f32>
+// CHECK-NEXT: return
+func.func @eval_loss_reads_bf16(%l: tensor<2x4x64xbf16>, %t: tensor<2x4xi32>) -> tensor<f32> {
+  %lw = gpt.cast %l : tensor<2x4x64xbf16> -> tensor<2x4x64xf32>
+  %loss = gpt.cross_entropy %lw, %t : tensor<2x4x64xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// The widened logits are also returned: the loss reads the narrow ones, and
+// the cast stays for the other reader.
+// CHECK-LABEL: func.func @eval_loss_widened_also_read
+// CHECK: %[[W:.+]] = gpt.cast
+// CHECK-NEXT: gpt.cross_entropy %{{.+}}, %{{.+}} : tensor<2x4x64xbf16>
+// CHECK-NEXT: return %{{.+}}, %[[W]]
+func.func @eval_loss_widened_also_read(%l: tensor<2x4x64xbf16>, %t: tensor<2x4xi32>) -> (tensor<f32>, tensor<2x4x64xf32>) {
+  %lw = gpt.cast %l : tensor<2x4x64xbf16> -> tensor<2x4x64xf32>
+  %loss = gpt.cross_entropy %lw, %t : tensor<2x4x64xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %loss, %lw : tensor<f32>, tensor<2x4x64xf32>
+}
+
+// -----
+
+// Logits that are float32 from the start are no widening: nothing changes.
+// CHECK-LABEL: func.func @eval_loss_f32
+// CHECK-NEXT: gpt.cross_entropy %{{.+}}, %{{.+}} : tensor<2x4x64xf32>
+func.func @eval_loss_f32(%l: tensor<2x4x64xf32>, %t: tensor<2x4xi32>) -> tensor<f32> {
+  %loss = gpt.cross_entropy %l, %t : tensor<2x4x64xf32>, tensor<2x4xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}

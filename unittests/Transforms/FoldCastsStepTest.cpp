@@ -85,7 +85,9 @@ TEST_P(FoldCasts, StepGivesTheUnfoldedBits) {
     // so does ln_f's layernorm_grad, which becomes a fused one to: 1 cast.
     // And per block, in each function's forward: c_attn's epilogue writes
     // bf16 (every 16-bit GEMM does), widened for the head split; the
-    // widening goes with the split's narrowing casts: 1 cast.
+    // widening goes with the split's narrowing casts: 1 cast. The
+    // forward's loss reads the bf16 logits too, but no cast goes: the
+    // widened logits are also returned.
     EXPECT_EQ(convertingTransposes(before), 0) << name.str();
     EXPECT_EQ(convertingTransposes(after), 2 * (grad ? 3 + 3 : 3))
         << name.str();
