@@ -49,12 +49,17 @@ enum State { Running, AtBarrier, AtWarpBarrier, Done };
 struct Thread {
   Dim3 index;
   State state = Running;
+  long long orCalls = 0; ///< __syncthreads_or calls so far
 };
 static std::vector<Thread> threads;
 static int current;
 static void (*body)();
 static float floatSlots[1024];
 static int intSlots[1024];
+/// __syncthreads_or's predicates tagged with the call's index: call n's are
+/// read after its barrier, while a thread may already have written call
+/// n + 1's (the bank alternates); a thread that left early has no tag.
+static long long orSlots[2][1024];
 
 /// One coroutine per thread slot, made once and reused by every block: a
 /// thread that finished waits at the top of its loop for the next block.
@@ -239,6 +244,7 @@ static bool release(int first, int count, State s) {
 }
 static void runBlock(int n) {
   threads.assign(n, Thread());
+  std::memset(orSlots, 0, sizeof orSlots);
   race::reset(n);
   while (int(coroutines.size()) < n)
     coroutines.push_back(newCoroutine());
@@ -269,6 +275,17 @@ static void runBlock(int n) {
 #define threadIdx (emu::threads[emu::current].index)
 inline void __syncthreads() { emu::wait(emu::AtBarrier); }
 inline void __threadfence() {}
+inline int __syncthreads_or(int p) {
+  int me = emu::current;
+  long long call = emu::threads[me].orCalls++;
+  long long *slots = emu::orSlots[call & 1];
+  slots[me] = call << 1 | (p != 0);
+  emu::wait(emu::AtBarrier);
+  for (size_t t = 0; t < emu::threads.size(); ++t)
+    if (slots[t] == (call << 1 | 1))
+      return 1;
+  return 0;
+}
 inline float __shfl_xor_sync(unsigned, float v, int mask) {
   int me = emu::current;
   emu::floatSlots[me] = v;
@@ -328,6 +345,10 @@ inline void globalAligned16(const void *p) {
     std::fprintf(stderr, "misaligned 16-byte global access\n");
     std::abort();
   }
+}
+inline void loadIds4(const int *p, int (&x)[4]) {
+  globalAligned16(p);
+  for (int i = 0; i < 4; ++i) x[i] = p[i];
 }
 template <typename T> inline void load8(const T *p, float (&x)[8]) {
   globalAligned16(p);

@@ -626,6 +626,74 @@ std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
 }
 } // namespace
 
+// embedding_grad's id scan (4 ids a thread, 512 a round) over rows of
+// 1000 columns: 6 table rows a block, 4 blocks, so every round holds ids of
+// several blocks and most hold many of each. 1000 is not a multiple of the
+// block's 128 threads, so a thread writes out sums that other threads
+// added up: the barrier before the write is needed. Each table row is summed in
+// float32 in position order, so the result is that sum's bits: the
+// reference below, not the executor's double sum (which it is near).
+// Positions: 1200 (16-byte id loads; rounds of 512, 512, 176), 1203 (one
+// id at a time, the last round partial), and 1200 ids that start 4 bytes
+// past a 16-byte boundary (a view: one at a time too); the last with the
+// tied table's float32 addend.
+TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  const int64_t V = 20, C = 1000;
+  struct Case {
+    int64_t positions;
+    int skew; ///< ids start this many int32 past a 16-byte boundary
+    bool addend;
+  };
+  for (Case c : {Case{1200, 0, false}, Case{1203, 0, false},
+                 Case{1200, 1, true}}) {
+    SCOPED_TRACE("positions " + std::to_string(c.positions) + ", skew " +
+                 std::to_string(c.skew));
+    Builder b;
+    int ids = b.buf(i32, {c.positions}), dy = b.buf(f32, {c.positions, C});
+    int add = b.buf(f32, {V, C}), out = b.buf(f32, {V, C});
+    std::vector<int> in = {dy, ids};
+    if (c.addend)
+      in.push_back(add);
+    b.launch("embedding_grad", in, {out});
+    HostKernels kernels(emitForHost(b.p));
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+
+    exec::HostTensor grad = randomFloats({c.positions, C}, 31);
+    exec::HostTensor addend = randomFloats({V, C}, 32);
+    exec::HostTensor idT = exec::HostTensor::ids({c.positions});
+    std::mt19937 rng(33);
+    for (int32_t &id : idT.i32)
+      id = int32_t(rng() % V);
+    // 16-byte aligned storage, the ids at the skew.
+    struct alignas(16) Ids4 {
+      int32_t v[4];
+    };
+    std::vector<Ids4> storage(size_t(c.positions) / 4 + 2);
+    int32_t *idPtr = reinterpret_cast<int32_t *>(storage.data()) + c.skew;
+    std::copy(idT.i32.begin(), idT.i32.end(), idPtr);
+    std::vector<float> got(V * C, -1.0f);
+    std::vector<void *> ptrs = {grad.f32.data(), idPtr};
+    if (c.addend)
+      ptrs.push_back(addend.f32.data());
+    ptrs.push_back(got.data());
+    kernels.run(0, ptrs);
+
+    std::vector<float> want(V * C, 0.0f);
+    for (int64_t p = 0; p < c.positions; ++p)
+      for (int64_t k = 0; k < C; ++k)
+        want[idT.i32[p] * C + k] += grad.f32[p * C + k];
+    for (int64_t i = 0; i < V * C; ++i) {
+      float w = c.addend ? addend.f32[i] + want[i] : want[i];
+      ASSERT_EQ(w, got[i]) << "element " << i;
+    }
+    exec::HostTensor near = exec::embeddingGrad(grad, idT, {V, C},
+                                                c.addend ? &addend : nullptr);
+    expectNear(near, got, 2e-5f, "embedding_grad");
+  }
+}
+
+
 // The tensor-core attention with bf16 q, k, v, dout: two query and two key
 // tiles of 64, head dim 64, the mma.m16n8k16 fragments emulated as PTX
 // defines them. Probabilities (and dS) are rounded to bf16 between the two

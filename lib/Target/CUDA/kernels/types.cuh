@@ -84,6 +84,12 @@ __device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
   *reinterpret_cast<uint2 *>(p) = v;
 }
 
+// Four consecutive int32 ids as one 16-byte access; p is 16-byte aligned.
+__device__ __forceinline__ void loadIds4(const int *p, int (&x)[4]) {
+  int4 v = *reinterpret_cast<const int4 *>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+
 // Eight consecutive elements as one 16-byte access (bf16, f16) or two
 // (f32); the address is 16-byte aligned (the caller's rows are a multiple
 // of 8 elements long).
