@@ -144,8 +144,9 @@ std::vector<std::string> nvrtcOptions(const std::string &arch) {
                       "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
   // No --use_fast_math: the CPU reference computes expf/logf/tanhf/erff
   // exactly, and the checks against it should only see summation-order
-  // differences. Kernels call the __expf-style intrinsics where they can
-  // afford it (softmax in flash attention), visibly in their source.
+  // differences. Kernels call the approximate special-function unit where
+  // they can afford it, visibly in their source (fastExp2 in types.cuh:
+  // the tensor-core flash attention's softmax).
   return {"-std=c++17", "--gpu-architecture=" + arch, "-default-device",
           "--ptxas-options=-v", "-lineinfo"};
 }

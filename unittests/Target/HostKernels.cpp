@@ -346,6 +346,7 @@ inline void globalAligned16(const void *p) {
     std::abort();
   }
 }
+inline float fastExp2(float x) { return std::exp2(x); }
 inline void loadIds4(const int *p, int (&x)[4]) {
   globalAligned16(p);
   for (int i = 0; i < 4; ++i) x[i] = p[i];

@@ -16,6 +16,11 @@
 //   (or queries) go through shared memory; scores, probabilities and
 //   accumulators stay in registers (float32), and a tile's probabilities are
 //   rounded to bf16 to feed the next product, as FlashAttention does.
+//   Scores are kept in log2 units (times scale · log2 e), so that each
+//   exponential is one ex2.approx (fastExp2, within a few ulp) rather than
+//   expf's dozen instructions: per score, the softmax's arithmetic is what
+//   bounds these kernels next to the mma.sync products. The causal mask is
+//   applied on the diagonal tile only; the others have no later key.
 // - attention*Simple: any dtype and shape, one thread per row, float32 on
 //   CUDA cores. Correct, not fast: the fp32 and fp16 paths.
 // The backward is deterministic without atomics: a grid of T/64 "dq" blocks
@@ -310,6 +315,26 @@ __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
   }
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// On the diagonal tile, sets the scores whose key comes after their query
+/// to `value`. This lane holds rows rowLo and rowLo + 8 of the tile, columns
+/// nt·8 + 2tq + (e & 1); kRowsAreKeys: rows are keys and columns queries
+/// (the dk/dv products), else the other way round.
+template <bool kRowsAreKeys>
+__device__ __forceinline__ void maskFuture(float (&s)[8][4], int rowLo,
+                                           float value) {
+  const int tq = threadIdx.x % 4;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int col = nt * 8 + 2 * tq + (e & 1), row = rowLo + (e < 2 ? 0 : 8);
+      if (kRowsAreKeys ? col < row : col > row)
+        s[nt][e] = value;
+    }
+}
+
 } // namespace mma
 
 /// grid (T/64, heads), 128 threads. K and V tiles are double-buffered: the
@@ -341,7 +366,9 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
 
   float acc[D / 8][4];
   zero(acc);
+  // Row maxima in log2 units, and the rows' sums.
   float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
+  const float scaleLog2 = scale * kLog2e;
   const int keyEnd = kCausal ? i0 + 64 : S;
   sK[0].loadAsync(k + LK::head(h), kK, 0);
   sV[0].loadAsync(v + LK::head(h), kK, 0);
@@ -359,22 +386,19 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
     float s[8][4];
     productABt<D>(s, qa, sK[buf]);
 
-    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int col = j0 + nt * 8 + 2 * tq + (e & 1);
-        int row = e < 2 ? rowLo : rowHi;
-        float x = s[nt][e] * scale;
-        if (kCausal && col > row)
-          x = GPTC_NEG_INF;
-        s[nt][e] = x;
-        if (e < 2)
-          tileLo = fmaxf(tileLo, x);
-        else
-          tileHi = fmaxf(tileHi, x);
-      }
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] *= scaleLog2;
+    if (kCausal && j0 == i0)
+      maskFuture<false>(s, warp * 16 + g, GPTC_NEG_INF);
+    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
+      tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
+    }
     // The four lanes of a quad hold one row pair.
     for (int o = 1; o <= 2; o <<= 1) {
       tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
@@ -382,16 +406,16 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
     }
     // Every row sees key 0 in the first tile: the max is finite from then on.
     float newLo = fmaxf(mLo, tileLo), newHi = fmaxf(mHi, tileHi);
-    float corrLo = expf(mLo - newLo), corrHi = expf(mHi - newHi);
+    float corrLo = fastExp2(mLo - newLo), corrHi = fastExp2(mHi - newHi);
     mLo = newLo;
     mHi = newHi;
     float sumLo = 0.0f, sumHi = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = expf(s[nt][0] - mLo);
-      s[nt][1] = expf(s[nt][1] - mLo);
-      s[nt][2] = expf(s[nt][2] - mHi);
-      s[nt][3] = expf(s[nt][3] - mHi);
+      s[nt][0] = fastExp2(s[nt][0] - mLo);
+      s[nt][1] = fastExp2(s[nt][1] - mLo);
+      s[nt][2] = fastExp2(s[nt][2] - mHi);
+      s[nt][3] = fastExp2(s[nt][3] - mHi);
       sumLo += s[nt][0] + s[nt][1];
       sumHi += s[nt][2] + s[nt][3];
     }
@@ -414,14 +438,16 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   storeAcc<D, LO::kRowStride>(out + LO::head(h), i0 + warp * 16, acc,
                               1.0f / lLo, 1.0f / lHi);
   if (tq == 0) {
-    lse[h * T + rowLo] = mLo + logf(lLo);
-    lse[h * T + rowHi] = mHi + logf(lHi);
+    constexpr float kLn2 = 0.6931471805599453f; // lse in natural units
+    lse[h * T + rowLo] = mLo * kLn2 + logf(lLo);
+    lse[h * T + rowHi] = mHi * kLn2 + logf(lHi);
   }
 }
 
-/// Per-row lse and Σ_d dout·out of queries [i0, i0 + 64) into shared memory:
-/// a warp per row at a time, lanes across d (coalesced), a shuffle sum.
-/// o and dout point at this head's rows, lse at [heads, T].
+/// Per-row −lse·log2 e (what a score in log2 units is offset by) and
+/// Σ_d dout·out of queries [i0, i0 + 64) into shared memory: a warp per row
+/// at a time, lanes across d (coalesced), a shuffle sum. o and dout point
+/// at this head's rows, lse at [heads, T].
 template <int D, int T, class LO, typename TO, typename TDO>
 __device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
                                              const float *lse, const TO *o,
@@ -435,7 +461,7 @@ __device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
     s = warpSum(s);
     if (lane == 0) {
       sDot[r] = s;
-      sLse[r] = lse[h * T + i0 + r];
+      sLse[r] = -lse[h * T + i0 + r] * mma::kLog2e;
     }
   }
 }
@@ -490,7 +516,8 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
       loadA(da[kc], sC, warp * 16, kc * 16);
-    const float lseLo = sLse[0][rLo], lseHi = sLse[0][rHi];
+    const float lseLo = sLse[0][rLo], lseHi = sLse[0][rHi]; // −lse·log2 e
+    const float scaleLog2 = scale * kLog2e;
     const float dotLo = sDot[0][rLo], dotHi = sDot[0][rHi];
     float acc[D / 8][4];
     zero(acc);
@@ -514,14 +541,16 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int col = j0 + nt * 8 + 2 * tq + (e & 1);
-          int row = i0 + (e < 2 ? rLo : rHi);
-          float p = kCausal && col > row
-                        ? 0.0f
-                        : expf(s[nt][e] * scale - (e < 2 ? lseLo : lseHi));
-          s[nt][e] = p * (dp[nt][e] - (e < 2 ? dotLo : dotHi));
-        }
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] =
+              fastExp2(fmaf(s[nt][e], scaleLog2, e < 2 ? lseLo : lseHi));
+      if (kCausal && j0 == i0)
+        maskFuture<false>(s, rLo, 0.0f);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] *= dp[nt][e] - (e < 2 ? dotLo : dotHi);
       accumulatePB<D>(acc, s, sA[buf]);
       __syncthreads(); // done with this buffer before it is refilled
     }
@@ -532,7 +561,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   // dv = Σ_queries Pᵀ · dout, dk = scale · Σ_queries dSᵀ · q, computed as
   // transposed products: rows are keys, columns queries.
   const int j0 = (blockIdx.x - kQueryBlocks) * 64;
-  const int kLo = j0 + warp * 16 + g, kHi = kLo + 8;
+  const float scaleLog2 = scale * kLog2e;
   u32 ka[D / 16][4], va[D / 16][4];
   sC.load(k, kK, j0);
   __syncthreads();
@@ -564,7 +593,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       waitCopies<0>();
     }
     __syncthreads();
-    const float *tileLse = sLse[buf], *tileDot = sDot[buf];
+    const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
     float p[8][4], ds[8][4];
     productABt<D>(p, ka, sA[buf]);
     productABt<D>(ds, va, sB[buf]);
@@ -573,12 +602,17 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int c = nt * 8 + 2 * tq + (e & 1); // query within the tile
-        int key = e < 2 ? kLo : kHi;
-        float x = kCausal && i0 + c < key
-                      ? 0.0f
-                      : expf(p[nt][e] * scale - tileLse[c]);
-        p[nt][e] = x;
-        ds[nt][e] = x * (ds[nt][e] - tileDot[c]);
+        p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
+      }
+    // Causal: the first query tile is the diagonal one.
+    if (kCausal && i0 == j0)
+      maskFuture<true>(p, warp * 16 + g, 0.0f);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int c = nt * 8 + 2 * tq + (e & 1);
+        ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
       }
     accumulatePB<D>(accV, p, sB[buf]);
     accumulatePB<D>(accK, ds, sA[buf]);

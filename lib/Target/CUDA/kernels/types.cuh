@@ -84,6 +84,15 @@ __device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
   *reinterpret_cast<uint2 *>(p) = v;
 }
 
+/// 2^x on the special-function unit: ex2.approx.ftz, within a few ulp,
+/// results below 2^-126 flush to 0 (-inf gives 0). For softmax terms that
+/// are rounded to bf16 next.
+__device__ __forceinline__ float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Four consecutive int32 ids as one 16-byte access; p is 16-byte aligned.
 __device__ __forceinline__ void loadIds4(const int *p, int (&x)[4]) {
   int4 v = *reinterpret_cast<const int4 *>(p);
