@@ -152,7 +152,9 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   pre << "// Per-row loss terms and the arrival counter.\n"
       << "__device__ double gptcLosses[" << rows << "];\n"
       << "__device__ unsigned gptcCounter;\n\n";
-  begin(entry, threads);
+  // Two 512-thread blocks an SM (64 registers a thread): while one block
+  // waits at a barrier between the passes, the other's loads keep DRAM busy.
+  begin(entry, threads, 2);
   // 8-element chunks (16-byte accesses) when rows are a multiple of 8 long
   // (the padded vocabulary's always are), else one element at a time.
   int vec = V % 8 == 0 ? 8 : 1;
