@@ -233,62 +233,67 @@ exec::ScalarProgram scaledSquare() {
 // reduction (block partials, the last block adding them in order) against
 // the CPU executor: the elementwise kernel bit for bit, the sum to float32
 // rounding (both add the float32 terms in double, in different orders).
+// The second tensor's length: 37 takes the one-element-a-thread loop, 36
+// (every length a multiple of 4) the 4-element vector accesses.
 TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
-  const DType f32 = DType::F32;
-  Builder b;
-  // 0: x · (1 − s·c) over 3000 and 37 elements, c = 0.1 and 0.
-  int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {37}), s = b.buf(f32, {});
-  int y0 = b.buf(f32, {3000}), y1 = b.buf(f32, {37});
-  auto &decay = b.launch("multi_tensor_elementwise", {x0, x1, s}, {y0, y1});
-  decay.ints["num_tensors"] = 2;
-  decay.floatLists["per_tensor"] = {0.1f, 0.0f};
-  decay.body = decayLike();
-  // 1: Σ (x · s)² over 3000, 37 and 5000 elements: 3 + 1 + 5 blocks.
-  int x2 = b.buf(f32, {50, 100}), sum = b.buf(f32, {});
-  auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
-  reduce.ints["num_tensors"] = 3;
-  reduce.body = scaledSquare();
+  for (int64_t n1 : {37, 36}) {
+    SCOPED_TRACE("second tensor of " + std::to_string(n1));
+    const DType f32 = DType::F32;
+    Builder b;
+    // 0: x · (1 − s·c) over 3000 and n1 elements, c = 0.1 and 0.
+    int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {n1}), s = b.buf(f32, {});
+    int y0 = b.buf(f32, {3000}), y1 = b.buf(f32, {n1});
+    auto &decay = b.launch("multi_tensor_elementwise", {x0, x1, s}, {y0, y1});
+    decay.ints["num_tensors"] = 2;
+    decay.floatLists["per_tensor"] = {0.1f, 0.0f};
+    decay.body = decayLike();
+    // 1: Σ (x · s)² over 3000, n1 and 5000 elements: 3 + 1 + 5 blocks.
+    int x2 = b.buf(f32, {50, 100}), sum = b.buf(f32, {});
+    auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
+    reduce.ints["num_tensors"] = 3;
+    reduce.body = scaledSquare();
 
-  rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p));
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  std::vector<exec::HostTensor> data(p.buffers.size());
-  for (size_t i = 0; i < p.buffers.size(); ++i)
-    data[i] = randomFloats(p.buffers[i].shape, uint32_t(100 + i));
-  data[s].f32[0] = 0.75f;
-  for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
-    std::vector<void *> ptrs;
-    for (int id : p.functions[0].launches[i].inputs)
-      ptrs.push_back(data[id].f32.data());
-    for (int id : p.functions[0].launches[i].outputs)
-      ptrs.push_back(data[id].f32.data());
-    kernels.run(i, ptrs);
+    rt::Program &p = b.p;
+    HostKernels kernels(emitForHost(p));
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<exec::HostTensor> data(p.buffers.size());
+    for (size_t i = 0; i < p.buffers.size(); ++i)
+      data[i] = randomFloats(p.buffers[i].shape, uint32_t(100 + i));
+    data[s].f32[0] = 0.75f;
+    for (size_t i = 0; i < p.functions[0].launches.size(); ++i) {
+      std::vector<void *> ptrs;
+      for (int id : p.functions[0].launches[i].inputs)
+        ptrs.push_back(data[id].f32.data());
+      for (int id : p.functions[0].launches[i].outputs)
+        ptrs.push_back(data[id].f32.data());
+      kernels.run(i, ptrs);
+    }
+
+    exec::HostTensor c0 = exec::HostTensor::floats({}, 0.1f);
+    exec::HostTensor c1 = exec::HostTensor::floats({}, 0.0f);
+    exec::HostTensor w0 = exec::HostTensor::floats({3000});
+    exec::HostTensor w1 = exec::HostTensor::floats({n1});
+    exec::runScalarProgram(
+        decayLike(), {{&data[x0], &c0, &data[s]}, {&data[x1], &c1, &data[s]}},
+        {{w0.data()}, {w1.data()}}, {{3000}, {n1}});
+    expectSame(w0, data[y0].f32, "per-tensor decay 0");
+    expectSame(w1, data[y1].f32, "per-tensor decay 1");
+    // wd = 0: the tensor comes back unchanged, bit for bit.
+    expectSame(data[x1], data[y1].f32, "decay by 1 - s*0");
+
+    double want = exec::sumScalarProgram(
+        scaledSquare(),
+        {{&data[x0], &data[s]}, {&data[x1], &data[s]}, {&data[x2], &data[s]}},
+        {{3000}, {n1}, {50, 100}});
+    EXPECT_NEAR(data[sum].f32[0], want, 1e-6 * want);
+    // The scratch counter was reset: a second launch gives the same bits.
+    float first = data[sum].f32[0];
+    std::vector<void *> again = {data[x0].f32.data(), data[x1].f32.data(),
+                                 data[x2].f32.data(), data[s].f32.data(),
+                                 data[sum].f32.data()};
+    kernels.run(1, again);
+    EXPECT_EQ(first, data[sum].f32[0]);
   }
-
-  exec::HostTensor c0 = exec::HostTensor::floats({}, 0.1f);
-  exec::HostTensor c1 = exec::HostTensor::floats({}, 0.0f);
-  exec::HostTensor w0 = exec::HostTensor::floats({3000});
-  exec::HostTensor w1 = exec::HostTensor::floats({37});
-  exec::runScalarProgram(
-      decayLike(), {{&data[x0], &c0, &data[s]}, {&data[x1], &c1, &data[s]}},
-      {{w0.data()}, {w1.data()}}, {{3000}, {37}});
-  expectSame(w0, data[y0].f32, "per-tensor decay 0");
-  expectSame(w1, data[y1].f32, "per-tensor decay 1");
-  // wd = 0: the tensor comes back unchanged, bit for bit.
-  expectSame(data[x1], data[y1].f32, "decay by 1 - s*0");
-
-  double want = exec::sumScalarProgram(
-      scaledSquare(),
-      {{&data[x0], &data[s]}, {&data[x1], &data[s]}, {&data[x2], &data[s]}},
-      {{3000}, {37}, {50, 100}});
-  EXPECT_NEAR(data[sum].f32[0], want, 1e-6 * want);
-  // The scratch counter was reset: a second launch gives the same bits.
-  float first = data[sum].f32[0];
-  std::vector<void *> again = {data[x0].f32.data(), data[x1].f32.data(),
-                               data[x2].f32.data(), data[s].f32.data(),
-                               data[sum].f32.data()};
-  kernels.run(1, again);
-  EXPECT_EQ(first, data[sum].f32[0]);
 }
 
 namespace {
@@ -305,11 +310,11 @@ void addCopy(Builder &b, std::vector<int> from, std::vector<int> to) {
   copy.body.results = {0};
 }
 
-/// Two tensors (3000 and 37 elements) copied from `from` to `to`.
-rt::Program twoTensorCopy(DType from, DType to) {
+/// Two tensors (3000 and n1 elements) copied from `from` to `to`.
+rt::Program twoTensorCopy(DType from, DType to, int64_t n1) {
   Builder b;
-  int x0 = b.buf(from, {3000}), x1 = b.buf(from, {37});
-  int y0 = b.buf(to, {3000}), y1 = b.buf(to, {37});
+  int x0 = b.buf(from, {3000}), x1 = b.buf(from, {n1});
+  int y0 = b.buf(to, {3000}), y1 = b.buf(to, {n1});
   addCopy(b, {x0, x1}, {y0, y1});
   return b.p;
 }
@@ -320,44 +325,50 @@ rt::Program twoTensorCopy(DType from, DType to) {
 // each result rounded to bf16 on store (nearest, ties to even), over
 // tensors of 3000 and 37 elements in one launch.
 TEST(MultiTensorKernelsOnHost, ParameterCopiesRoundOnStore) {
-  rt::Program p = twoTensorCopy(DType::F32, DType::BF16);
-  HostKernels kernels(emitForHost(p));
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  exec::HostTensor a = randomFloats({3000}, 7), c = randomFloats({37}, 8);
-  // A tie: 1 + 2^-8 lies halfway between two bf16 values; even wins.
-  a.f32[0] = 1.0f + 1.0f / 256.0f;
-  std::vector<uint16_t> out0(3000), out1(37);
-  kernels.run(0, {a.f32.data(), c.f32.data(), out0.data(), out1.data()});
-  for (auto [in, out] : {std::pair{&a, &out0}, std::pair{&c, &out1}})
-    for (size_t i = 0; i < out->size(); ++i) {
-      float want = exec::roundToBF16(in->f32[i]);
-      uint32_t bits;
-      std::memcpy(&bits, &want, 4);
-      ASSERT_EQ((*out)[i], uint16_t(bits >> 16)) << "element " << i;
-    }
-  EXPECT_EQ(out0[0], 0x3f80); // 1.0, the even neighbour
+  for (int64_t n1 : {37, 36}) { // one element a thread; vector accesses
+    SCOPED_TRACE("second tensor of " + std::to_string(n1));
+    rt::Program p = twoTensorCopy(DType::F32, DType::BF16, n1);
+    HostKernels kernels(emitForHost(p));
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    exec::HostTensor a = randomFloats({3000}, 7), c = randomFloats({n1}, 8);
+    // A tie: 1 + 2^-8 lies halfway between two bf16 values; even wins.
+    a.f32[0] = 1.0f + 1.0f / 256.0f;
+    std::vector<uint16_t> out0(3000), out1(n1);
+    kernels.run(0, {a.f32.data(), c.f32.data(), out0.data(), out1.data()});
+    for (auto [in, out] : {std::pair{&a, &out0}, std::pair{&c, &out1}})
+      for (size_t i = 0; i < out->size(); ++i) {
+        float want = exec::roundToBF16(in->f32[i]);
+        uint32_t bits;
+        std::memcpy(&bits, &want, 4);
+        ASSERT_EQ((*out)[i], uint16_t(bits >> 16)) << "element " << i;
+      }
+    EXPECT_EQ(out0[0], 0x3f80); // 1.0, the even neighbour
+  }
 }
 
 // The gradients' widening casts merged into one multi-tensor launch
 // (gpt-fuse-elementwise): bf16 loads widen, f32 stores keep every bit.
 TEST(MultiTensorKernelsOnHost, GradientsWidenExactly) {
-  rt::Program p = twoTensorCopy(DType::BF16, DType::F32);
-  HostKernels kernels(emitForHost(p));
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  std::vector<uint16_t> in0(3000), in1(37);
-  std::mt19937 rng(9);
-  for (uint16_t &v : in0)
-    v = uint16_t(rng() & 0x7f7f); // finite bf16 bit patterns of both signs
-  for (uint16_t &v : in1)
-    v = uint16_t(rng() & 0xff7f);
-  std::vector<float> out0(3000), out1(37);
-  kernels.run(0, {in0.data(), in1.data(), out0.data(), out1.data()});
-  for (auto [in, out] : {std::pair{&in0, &out0}, std::pair{&in1, &out1}})
-    for (size_t i = 0; i < out->size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &(*out)[i], 4);
-      ASSERT_EQ(bits, uint32_t((*in)[i]) << 16) << "element " << i;
-    }
+  for (int64_t n1 : {37, 36}) { // one element a thread; vector accesses
+    SCOPED_TRACE("second tensor of " + std::to_string(n1));
+    rt::Program p = twoTensorCopy(DType::BF16, DType::F32, n1);
+    HostKernels kernels(emitForHost(p));
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<uint16_t> in0(3000), in1(n1);
+    std::mt19937 rng(9);
+    for (uint16_t &v : in0)
+      v = uint16_t(rng() & 0x7f7f); // finite bf16 bit patterns of both signs
+    for (uint16_t &v : in1)
+      v = uint16_t(rng() & 0xff7f);
+    std::vector<float> out0(3000), out1(n1);
+    kernels.run(0, {in0.data(), in1.data(), out0.data(), out1.data()});
+    for (auto [in, out] : {std::pair{&in0, &out0}, std::pair{&in1, &out1}})
+      for (size_t i = 0; i < out->size(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &(*out)[i], 4);
+        ASSERT_EQ(bits, uint32_t((*in)[i]) << 16) << "element " << i;
+      }
+  }
 }
 
 // Gradient accumulation's two launches as the lowering builds them

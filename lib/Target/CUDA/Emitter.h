@@ -162,7 +162,15 @@ private:
   multiTensorHead(const MultiTensorLayout &m,
                   const std::vector<int64_t> &numels,
                   const std::vector<std::pair<std::string, std::string>> &outs);
-  void multiTensorLoads(const MultiTensorLayout &m);
+  /// Whether every tensor's length is a multiple of 4: a thread then takes
+  /// 4 consecutive elements with vector accesses.
+  static bool multiTensorVectorizes(const std::vector<int64_t> &numels);
+  /// Opens the per-element code: a loop over this thread's elements `i` with
+  /// the per-tensor arguments as `rJ`, or (vec) a block over elements
+  /// [i, i + 4) with them loaded as `xJ[4]` (or broadcast `sJ`).
+  void multiTensorLoop(const MultiTensorLayout &m, bool vec);
+  /// In the vector case, inside `for (int e ...)`: the arguments as `rJ`.
+  void multiTensorElement(const MultiTensorLayout &m);
   /// The body's instructions as `float rN = ...;` lines.
   void scalarCode(const exec::ScalarProgram &body, const std::string &indent);
   // EmitTemplates.cpp
