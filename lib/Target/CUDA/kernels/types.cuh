@@ -53,6 +53,26 @@ __device__ __forceinline__ u32 packBf16(float lo, float hi) {
   return r;
 }
 
+/// 16- and 8-byte global stores in PTX, for store4: written as a C++ float4
+/// or uint2 assignment, the compiler may split them into 4-byte stores (it
+/// does where the pointer comes out of the multi-tensor kernels' switch):
+/// four times the store instructions, each writing part of 16 sectors.
+/// store8 keeps its assignments: they stay whole in the loss kernel, where
+/// these stores would spill at sm_80 under its 64-register bound.
+__device__ __forceinline__ void storeGlobal128(void *p, u32 a, u32 b, u32 c,
+                                               u32 d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(
+                   __cvta_generic_to_global(p)),
+               "r"(a), "r"(b), "r"(c), "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void storeGlobal64(void *p, u32 a, u32 b) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(
+                   __cvta_generic_to_global(p)),
+               "r"(a), "r"(b)
+               : "memory");
+}
+
 // Four consecutive elements as one 16-byte (f32, i32) or 8-byte (bf16,
 // f16) access; the address is aligned (arena offsets are 256-aligned and
 // the emitter only vectorises rows whose length is a multiple of 4).
@@ -74,14 +94,15 @@ __device__ __forceinline__ void load4(const T *p, float (&x)[4]) {
     x[i] = toFloat(e[i]);
 }
 __device__ __forceinline__ void store4(float *p, const float (&x)[4]) {
-  *reinterpret_cast<float4 *>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  storeGlobal128(p, __float_as_uint(x[0]), __float_as_uint(x[1]),
+                 __float_as_uint(x[2]), __float_as_uint(x[3]));
 }
 template <typename T>
 __device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
   uint2 v;
   v.x = u32(fromFloat<T>(x[0]).bits) | u32(fromFloat<T>(x[1]).bits) << 16;
   v.y = u32(fromFloat<T>(x[2]).bits) | u32(fromFloat<T>(x[3]).bits) << 16;
-  *reinterpret_cast<uint2 *>(p) = v;
+  storeGlobal64(p, v.x, v.y);
 }
 
 /// 2^x on the special-function unit: ex2.approx.ftz, within a few ulp,
