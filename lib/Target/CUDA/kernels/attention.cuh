@@ -315,8 +315,6 @@ __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
   }
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 /// On the diagonal tile, sets the scores whose key comes after their query
 /// to `value`. This lane holds rows rowLo and rowLo + 8 of the tile, columns
 /// nt·8 + 2tq + (e & 1); kRowsAreKeys: rows are keys and columns queries
@@ -368,7 +366,7 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   zero(acc);
   // Row maxima in log2 units, and the rows' sums.
   float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
-  const float scaleLog2 = scale * kLog2e;
+  const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
   sK[0].loadAsync(k + LK::head(h), kK, 0);
   sV[0].loadAsync(v + LK::head(h), kK, 0);
@@ -461,7 +459,7 @@ __device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
     s = warpSum(s);
     if (lane == 0) {
       sDot[r] = s;
-      sLse[r] = -lse[h * T + i0 + r] * mma::kLog2e;
+      sLse[r] = -lse[h * T + i0 + r] * log2e();
     }
   }
 }
@@ -517,7 +515,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     for (int kc = 0; kc < D / 16; ++kc)
       loadA(da[kc], sC, warp * 16, kc * 16);
     const float lseLo = sLse[0][rLo], lseHi = sLse[0][rHi]; // −lse·log2 e
-    const float scaleLog2 = scale * kLog2e;
+    const float scaleLog2 = scale * log2e();
     const float dotLo = sDot[0][rLo], dotHi = sDot[0][rHi];
     float acc[D / 8][4];
     zero(acc);
@@ -561,7 +559,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   // dv = Σ_queries Pᵀ · dout, dk = scale · Σ_queries dSᵀ · q, computed as
   // transposed products: rows are keys, columns queries.
   const int j0 = (blockIdx.x - kQueryBlocks) * 64;
-  const float scaleLog2 = scale * kLog2e;
+  const float scaleLog2 = scale * log2e();
   u32 ka[D / 16][4], va[D / 16][4];
   sC.load(k, kK, j0);
   __syncthreads();

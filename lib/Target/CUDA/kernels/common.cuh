@@ -4,6 +4,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+/// e^x = 2^(x · log2 e): the softmaxes (attention, the loss) exponentiate
+/// with fastExp2 (types.cuh) in log2 units. A function, not a constant:
+/// kernels that do not use it compile without an unused-variable warning.
+__device__ __forceinline__ constexpr float log2e() {
+  return 1.4426950408889634f;
+}
+
 __device__ __forceinline__ float warpSum(float x) {
   for (int o = 16; o > 0; o >>= 1)
     x += __shfl_xor_sync(0xffffffffu, x, o);

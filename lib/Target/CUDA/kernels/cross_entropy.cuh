@@ -28,7 +28,6 @@
 //===----------------------------------------------------------------------===//
 
 constexpr int kCrossEntropyUnroll = 4;
-constexpr float kCrossEntropyLog2e = 1.4426950408889634f;
 
 /// kVec consecutive elements of `p` as floats (kVec 8: p 16-byte aligned).
 template <int kVec, typename T>
@@ -98,13 +97,13 @@ loadedMaxSum(const float (&x)[kCrossEntropyUnroll][kVec], int first) {
       if (inside(u, e))
         m = fmaxf(m, x[u][e]);
   float sum = 0.0f;
-  const float offset = -m * kCrossEntropyLog2e;
+  const float offset = -m * log2e();
 #pragma unroll
   for (int u = 0; u < kCrossEntropyUnroll; ++u)
 #pragma unroll
     for (int e = 0; e < kVec; ++e)
       if (inside(u, e))
-        sum += fastExp2(fmaf(x[u][e], kCrossEntropyLog2e, offset));
+        sum += fastExp2(fmaf(x[u][e], log2e(), offset));
   return {m, sum};
 }
 
@@ -209,7 +208,7 @@ template <int V, int kClasses, int kVec, bool kChecked, typename TG>
 __device__ __forceinline__ void
 storeGradients(float (&v)[kCrossEntropyUnroll][kVec], int first, TG *g,
                MaxSum ms, float inverseSum, int target, float scale) {
-  const float offset = -ms.max * kCrossEntropyLog2e;
+  const float offset = -ms.max * log2e();
 #pragma unroll
   for (int u = 0; u < kCrossEntropyUnroll; ++u) {
     int chunk = first + u * blockDim.x;
@@ -219,7 +218,7 @@ storeGradients(float (&v)[kCrossEntropyUnroll][kVec], int first, TG *g,
     for (int e = 0; e < kVec; ++e) {
       int c = chunk * kVec + e;
       float p =
-          fastExp2(fmaf(v[u][e], kCrossEntropyLog2e, offset)) * inverseSum;
+          fastExp2(fmaf(v[u][e], log2e(), offset)) * inverseSum;
       v[u][e] = (p - (c == target ? 1.0f : 0.0f)) * scale;
       if (kChecked && c >= kClasses)
         v[u][e] = 0.0f;
