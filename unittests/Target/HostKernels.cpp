@@ -29,13 +29,15 @@ const char *kShim = R"(
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <ucontext.h>
 #include <unordered_map>
 #include <vector>
 typedef long long i64;
 typedef unsigned int u32;
 struct Dim3 { unsigned x = 1, y = 1, z = 1; };
-static Dim3 blockIdx, gridDim, blockDim;
+/// What blockIdx, gridDim and blockDim read (the runners set them).
+static Dim3 blockIndex, gridSize, blockSize;
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -43,6 +45,8 @@ static Dim3 blockIdx, gridDim, blockDim;
 #define __constant__ static
 #define __shared__ static
 #define __launch_bounds__(...)
+/// Emulation code the race checker's instrumentation must not see.
+#define EMU_UNCHECKED __attribute__((no_sanitize("thread")))
 
 namespace emu {
 enum State { Running, AtBarrier, AtWarpBarrier, Done };
@@ -50,6 +54,7 @@ struct Thread {
   Dim3 index;
   State state = Running;
   long long orCalls = 0; ///< __syncthreads_or calls so far
+  long long warpOps = 0; ///< warp-wide operations (shuffles, mma, ...) so far
 };
 static std::vector<Thread> threads;
 static int current;
@@ -94,13 +99,21 @@ static void yield() {
   swapcontext(&coroutines[current]->context, &scheduler);
 #endif
 }
+static bool inThread; // a kernel thread runs (not the scheduler)
+namespace race {
+static const char *stackLo, *stackHi; // the running thread's stack
+}
 static void resume(int t) {
   current = t;
+  race::stackLo = coroutines[t]->stack.get();
+  race::stackHi = race::stackLo + kStackBytes;
+  inThread = true;
 #if defined(__x86_64__)
   gptcEmuSwitch(&schedulerSp, coroutines[t]->sp);
 #else
   swapcontext(&scheduler, &coroutines[t]->context);
 #endif
+  inThread = false;
 }
 static void loop() {
   for (;;) {
@@ -133,101 +146,368 @@ static std::unique_ptr<Coroutine> newCoroutine() {
 }
 
 static void wait(State s) {
+  if (s == AtWarpBarrier) ++threads[current].warpOps;
   threads[current].state = s;
   yield();
 }
 
-/// Shared-memory race checking for the 16-byte accesses of the inline-PTX
-/// helpers (vector stores, cp.async, ldmatrix rows; plain C++ accesses are
-/// not seen). Time is counted in barrier intervals of the block. A 16-byte
-/// chunk another thread wrote is readable from the interval after its
-/// write, and after the writer waited for it when it came by cp.async; a
-/// chunk another warp read may not be written in the same interval. The
-/// emulation runs threads one after another, so without this a missing
-/// __syncthreads would pass here and fail, now and then, on a GPU.
+/// Race checking within a block. Every access to a __shared__ variable, and
+/// to a launch's buffers, is seen: the plain C++ ones through GCC's
+/// -fsanitize=thread instrumentation (the __tsan_* hooks below; HostKernels
+/// registers each __shared__ variable where it is declared and each buffer
+/// when its launch starts), and the inline-PTX helpers' (vector stores,
+/// cp.async, ldmatrix rows) through explicit calls. Memory is tracked in
+/// 2-byte granules (bf16 elements), time in barrier intervals of the block.
+/// A granule another thread wrote is readable from the interval after its
+/// write, and after the writer waited for it when it came by cp.async;
+/// within the interval, by another lane of the writer's warp once a
+/// warp-wide operation (a shuffle, ballot, ldmatrix or mma) came between.
+/// A granule another warp read may not be written in the same interval.
+/// The emulation runs threads one after another, so without this a missing
+/// __syncthreads would pass here and fail, now and then, on a GPU. (Blocks
+/// run one after another and each starts afresh: what one block wrote and
+/// another reads, through lastBlockToArrive, is not checked.)
+///
+/// The checker is called for every load and store of the kernels, so it
+/// keeps to plain arrays: code it calls is instrumented too (and not
+/// inlined into it), so std containers here would recurse and crawl.
 namespace race {
-struct Chunk {
-  int writer = -1, writeEpoch = -1, visibleFrom = 0;
+struct Granule {
+  long long block = -1;        // the block run this state belongs to
+  long long writerWarpOps = 0; // the writer's warp-wide operations by then
+  int writer = -1, writeEpoch = -1, visibleFrom = 0, readEpoch = -1;
+  int readerWarp = -1;
   bool pending = false; // a cp.async its writer has not waited for
-  int readerWarp = -1, readEpoch = -1;
   bool manyWarps = false;
 };
-static std::unordered_map<unsigned long long, Chunk> chunks;
+/// A __shared__ variable, with its granules, or global memory a launch
+/// writes (an output, or a kernel's __device__ scratch), whose granules a
+/// block touches few of (by page). Inputs are not tracked: what no thread
+/// writes cannot race (an input that is also an output is found by address).
+struct Region {
+  const char *begin, *end;
+  char name[40];
+  Granule *granules; // shared only
+};
+constexpr int kMaxRegions = 2048;
+struct Regions {
+  Region all[kMaxRegions];
+  int size = 0;
+  const char *lowest = nullptr, *highest = nullptr;
+};
+static Regions shared, outputs, scratch;
+/// Memory known to hold no region: the gaps around the last accesses that
+/// found none (inputs, mostly; kernels read several in turn), so that the
+/// next ones there are turned away at once. Emptied when regions are added.
+struct Gap {
+  const char *lo = nullptr, *hi = nullptr;
+};
+constexpr int kGaps = 2;
+static Gap gaps[kGaps];
+static int nextGap;
+/// Global granules, by 4 KB page: the pages this block touched, found by
+/// page number (open addressing; a slot of an earlier block is free), each
+/// holding its granules (stamped with their block, so reusing a page for
+/// another block needs no clearing). Pages keep a block's accesses, which
+/// run along rows, together in the cache.
+constexpr int kPageGranules = 2048;
+struct Page {
+  Granule granules[kPageGranules];
+};
+struct PageSlot {
+  unsigned long long number = 0;
+  long long block = -1;
+  Page *page = nullptr;
+};
+static PageSlot *slots;
+static unsigned long long slotMask;
+static int pagesUsed; // by this block: pool[0, pagesUsed)
+static std::vector<Page *> pool;
+static PageSlot *lastSlot;
+static long long block; // serial number of the block run
 static int epoch;
+/// A thread's cp.async groups: committed so far, and granules in flight.
+struct Pending {
+  Granule *granule;
+  int group;
+};
 struct Copies {
   int committed = 0;
-  std::vector<std::pair<unsigned long long, int>> pending; // chunk, group
+  std::vector<Pending> pending;
 };
 static std::vector<Copies> copies;
 static int count;
 static char first[512];
+/// Set while the checker runs: what it calls must not recurse into it.
+static bool busy;
+struct Busy {
+  bool was;
+  EMU_UNCHECKED Busy() : was(busy) { busy = true; }
+  EMU_UNCHECKED ~Busy() { busy = was; }
+};
 
-static void report(const char *what, unsigned long long key, const Chunk &c) {
-  if (count++ == 0)
-    std::snprintf(first, sizeof(first),
-                  "shared-memory race in block (%u, %u, %u): thread %d %s "
-                  "the 16 bytes at %#llx, last written by thread %d",
-                  blockIdx.x, blockIdx.y, blockIdx.z, current, what, key * 16,
-                  c.writer);
+EMU_UNCHECKED static void add(Regions &rs, const char *p, size_t bytes,
+                              const char *name, bool withGranules) {
+  if (rs.size == kMaxRegions) {
+    std::fprintf(stderr, "race checker: more than %d regions\n", kMaxRegions);
+    std::abort();
+  }
+  // Kept in order of address, for find's binary search.
+  int at = rs.size++;
+  for (; at > 0 && rs.all[at - 1].begin > p; --at)
+    rs.all[at] = rs.all[at - 1];
+  Region &r = rs.all[at];
+  for (Gap &gap : gaps)
+    gap = Gap();
+  r.begin = p;
+  r.end = p + bytes;
+  std::snprintf(r.name, sizeof(r.name), "%s", name);
+  r.granules = withGranules ? new Granule[(bytes + 1) / 2] : nullptr;
+  rs.lowest = rs.lowest && rs.lowest < p ? rs.lowest : p;
+  rs.highest = rs.highest && rs.highest > r.end ? rs.highest : r.end;
 }
-static void reset(int n) {
-  chunks.clear();
+/// The region of `rs` holding `p`: the last that begins at or before it
+/// (regions do not overlap). If none, narrows [lo, hi) to the gap around
+/// `p` between `rs`'s regions.
+EMU_UNCHECKED static Region *find(Regions &rs, const char *p, const char *&lo,
+                                  const char *&hi) {
+  int first = 0, last = rs.size; // all[first - 1].begin <= p < all[last].begin
+  while (first < last) {
+    int mid = (first + last) / 2;
+    if (rs.all[mid].begin <= p)
+      first = mid + 1;
+    else
+      last = mid;
+  }
+  if (first > 0 && p < rs.all[first - 1].end) return &rs.all[first - 1];
+  if (first > 0) lo = std::max(lo, rs.all[first - 1].end);
+  if (first < rs.size) hi = std::min(hi, rs.all[first].begin);
+  return nullptr;
+}
+/// A __shared__ variable, where it is declared (each time; the first counts).
+EMU_UNCHECKED static void declare(const void *at, size_t bytes,
+                                  const char *name) {
+  Busy guard;
+  const char *p = static_cast<const char *>(at);
+  for (int i = 0; i < shared.size; ++i)
+    if (shared.all[i].begin == p) return;
+  add(shared, p, bytes, name, true);
+}
+/// A kernel's __device__ variable (module-scope scratch), when loaded.
+EMU_UNCHECKED static void declareScratch(const void *at, size_t bytes,
+                                         const char *name) {
+  Busy guard;
+  add(scratch, static_cast<const char *>(at), bytes, name, false);
+}
+/// The outputs of the launch about to run, in place of the last one's.
+EMU_UNCHECKED static void launchOutputs(void *const *pointers,
+                                        const long long *bytes, int n) {
+  Busy guard;
+  outputs.size = 0;
+  outputs.lowest = outputs.highest = nullptr;
+  for (int i = 0; i < n; ++i) {
+    char name[24];
+    std::snprintf(name, sizeof(name), "output %d", i);
+    add(outputs, static_cast<const char *>(pointers[i]), size_t(bytes[i]),
+        name, false);
+  }
+  // Outputs that overlap (views of one buffer) become one region.
+  int kept = 0;
+  for (int i = 1; i < outputs.size; ++i) {
+    Region &last = outputs.all[kept];
+    if (outputs.all[i].begin < last.end)
+      last.end = std::max(last.end, outputs.all[i].end);
+    else
+      outputs.all[++kept] = outputs.all[i];
+  }
+  outputs.size = n ? kept + 1 : 0;
+}
+/// Page `number`'s slot; a new one gets `page`, or the pool's next.
+EMU_UNCHECKED static PageSlot *pageSlot(unsigned long long number,
+                                        Page *page = nullptr) {
+  for (unsigned long long i = (number * 0x9e3779b97f4a7c15ull) >> 24 & slotMask;;
+       i = (i + 1) & slotMask) {
+    PageSlot &s = slots[i];
+    if (s.block != block) {
+      s.number = number;
+      s.block = block;
+      if (!page && pagesUsed == int(pool.size()))
+        pool.push_back(new Page);
+      s.page = page ? page : pool[pagesUsed++];
+      return &s;
+    }
+    if (s.number == number) return &s;
+  }
+}
+/// The granule of global memory at `p`, for this block.
+EMU_UNCHECKED static Granule *touch(const char *p) {
+  unsigned long long key = reinterpret_cast<unsigned long long>(p) / 2;
+  unsigned long long number = key / kPageGranules;
+  PageSlot *s = lastSlot;
+  if (!s || s->block != block || s->number != number) {
+    if (2 * (pagesUsed + 1) > int(slots ? slotMask + 1 : 0)) {
+      // Grow: keep this block's pages.
+      PageSlot *old = slots;
+      unsigned long long oldSize = old ? slotMask + 1 : 0;
+      slotMask = (oldSize ? 2 * oldSize : 1024) - 1;
+      slots = new PageSlot[slotMask + 1];
+      for (unsigned long long i = 0; i < oldSize; ++i)
+        if (old[i].block == block)
+          pageSlot(old[i].number, old[i].page);
+      delete[] old;
+    }
+    s = lastSlot = pageSlot(number);
+  }
+  return &s->page->granules[key % kPageGranules];
+}
+/// The checker's memory, given back when the library is unloaded (each
+/// HostKernels loads its own).
+struct Release {
+  EMU_UNCHECKED ~Release() {
+    for (Page *page : pool)
+      delete page;
+    delete[] slots;
+    for (int i = 0; i < shared.size; ++i)
+      delete[] shared.all[i].granules;
+  }
+};
+static Release release;
+/// The granule at `p` and its region, if `p` is in shared memory or global
+/// memory the launch writes; otherwise remembers the gap `p` is in.
+EMU_UNCHECKED static Granule *find(const char *p, const Region **in) {
+  const char *lo = nullptr, *hi = reinterpret_cast<const char *>(~0ull);
+  Granule *g = nullptr;
+  Region *r = find(shared, p, lo, hi);
+  if (r) {
+    g = &r->granules[size_t(p - r->begin) / 2];
+  } else if ((r = find(outputs, p, lo, hi)) || (r = find(scratch, p, lo, hi))) {
+    g = touch(p);
+  } else {
+    gaps[nextGap] = {lo, hi};
+    nextGap = (nextGap + 1) % kGaps;
+    return nullptr;
+  }
+  *in = r;
+  if (g->block != block) {
+    *g = Granule();
+    g->block = block;
+  }
+  return g;
+}
+EMU_UNCHECKED static void report(const char *what, const char *p,
+                                 const Region &r, const Granule &g) {
+  if (count++ == 0) {
+    int n = std::snprintf(
+        first, sizeof(first),
+        "%s race in block (%u, %u, %u): thread %d %s byte %lld of %s",
+        r.granules ? "shared-memory" : "global-memory", blockIndex.x,
+        blockIndex.y, blockIndex.z, current, what, (long long)(p - r.begin),
+        r.name);
+    if (g.writer >= 0 && n > 0 && n < int(sizeof(first)))
+      std::snprintf(first + n, sizeof(first) - size_t(n),
+                    ", last written by thread %d", g.writer);
+  }
+}
+EMU_UNCHECKED static void reset(int n) {
+  Busy guard;
+  ++block;
   epoch = 0;
+  pagesUsed = 0;
   copies.assign(n, Copies());
 }
-static void write(const void *at, bool async) {
-  unsigned long long key = reinterpret_cast<unsigned long long>(at) / 16;
-  Chunk &c = chunks[key];
-  if (c.readEpoch == epoch && (c.manyWarps || c.readerWarp != current / 32))
-    report("writes, in the barrier interval another warp reads,", key, c);
-  else if (c.writer >= 0 && c.writer != current && c.writeEpoch == epoch)
-    report("writes, in the barrier interval another thread writes,", key, c);
-  c.writer = current;
-  c.writeEpoch = epoch;
-  c.pending = async;
-  c.visibleFrom = epoch + 1;
+EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
+                                bool async) {
+  const int warp = current / 32;
+  const long long ops = threads[current].warpOps;
+  if (g.readEpoch == epoch && (g.manyWarps || g.readerWarp != warp))
+    report("writes, in the barrier interval another warp reads,", p, r, g);
+  else if (g.writer >= 0 && g.writer != current && g.writeEpoch == epoch &&
+           (g.writer / 32 != warp || g.writerWarpOps == ops))
+    report("writes, in the barrier interval another thread writes,", p, r, g);
+  g.writer = current;
+  g.writeEpoch = epoch;
+  g.writerWarpOps = ops;
+  g.pending = async;
+  g.visibleFrom = epoch + 1;
   if (async)
-    copies[current].pending.push_back({key, copies[current].committed});
+    copies[current].pending.push_back({&g, copies[current].committed});
 }
-static void commit() { ++copies[current].committed; }
+EMU_UNCHECKED static void read(const char *p, const Region &r, Granule &g) {
+  const int warp = current / 32;
+  if (g.writer < 0) {
+    // Global memory was written before the launch.
+    if (r.granules)
+      report("reads, never written,", p, r, g);
+  } else if (g.pending) {
+    report("reads a cp.async its writer has not waited for:", p, r, g);
+  } else if (g.writer != current && epoch < g.visibleFrom) {
+    if (g.writer / 32 != warp)
+      report("reads, in the barrier interval another warp writes,", p, r, g);
+    else if (g.writerWarpOps == threads[current].warpOps)
+      report("reads, with no warp-wide operation since, what another lane "
+             "of its warp writes:", p, r, g);
+  }
+  if (g.readEpoch != epoch) {
+    g.readEpoch = epoch;
+    g.readerWarp = warp;
+    g.manyWarps = false;
+  } else if (g.readerWarp != warp) {
+    g.manyWarps = true;
+  }
+}
+/// Whether an access at `p` may need checking: a kernel thread's, not to
+/// its own stack (its "registers"), within the regions' bounds.
+EMU_UNCHECKED __attribute__((always_inline)) inline bool candidate(const void *at) {
+  const char *p = static_cast<const char *>(at);
+  if (!inThread || busy || (p >= stackLo && p < stackHi))
+    return false;
+  for (const Gap &gap : gaps)
+    if (p >= gap.lo && p < gap.hi)
+      return false;
+  return (p >= shared.lowest && p < shared.highest) ||
+         (p >= outputs.lowest && p < outputs.highest) ||
+         (p >= scratch.lowest && p < scratch.highest);
+}
+/// An access of `bytes` at `at`, if it is to shared memory or a buffer.
+EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
+                                 bool async = false) {
+  if (!candidate(at) && !candidate(static_cast<const char *>(at) + bytes - 1))
+    return;
+  Busy guard;
+  const char *p = static_cast<const char *>(at);
+  const char *from = p - (reinterpret_cast<unsigned long long>(p) % 2);
+  for (const char *q = from; q < p + bytes; q += 2) {
+    const Region *r = nullptr;
+    if (Granule *g = find(q, &r)) {
+      if (isWrite)
+        write(q, *r, *g, async);
+      else
+        read(q, *r, *g);
+    }
+  }
+}
+EMU_UNCHECKED static void commit() {
+  Busy guard;
+  ++copies[current].committed;
+}
 /// All but the newest `newest` committed groups of this thread are done.
-static void waitFor(int newest) {
+EMU_UNCHECKED static void waitFor(int newest) {
+  Busy guard;
   Copies &cp = copies[current];
   int done = cp.committed - newest;
-  std::vector<std::pair<unsigned long long, int>> left;
-  for (auto [key, group] : cp.pending) {
-    if (group >= done) {
-      left.push_back({key, group});
+  std::vector<Pending> left;
+  for (const Pending &c : cp.pending) {
+    if (c.group >= done) {
+      left.push_back(c);
       continue;
     }
-    Chunk &c = chunks[key];
-    if (c.writer == current && c.pending) {
-      c.pending = false;
-      c.visibleFrom = epoch + 1;
+    Granule *g = c.granule;
+    if (g->writer == current && g->pending) {
+      g->pending = false;
+      g->visibleFrom = epoch + 1;
     }
   }
   cp.pending = left;
-}
-static void read(const void *at) {
-  unsigned long long key = reinterpret_cast<unsigned long long>(at) / 16;
-  auto it = chunks.find(key);
-  if (it == chunks.end()) {
-    Chunk none;
-    report("reads, never written,", key, none);
-    return;
-  }
-  Chunk &c = it->second;
-  if (c.pending)
-    report("reads a cp.async its writer has not waited for:", key, c);
-  else if (epoch < c.visibleFrom && c.writer / 32 != current / 32)
-    report("reads, in the barrier interval another warp writes,", key, c);
-  if (c.readEpoch != epoch) {
-    c.readEpoch = epoch;
-    c.readerWarp = current / 32;
-    c.manyWarps = false;
-  } else if (c.readerWarp != current / 32) {
-    c.manyWarps = true;
-  }
 }
 } // namespace race
 /// Releases threads waiting at a barrier that every live thread reached.
@@ -272,7 +552,18 @@ static void runBlock(int n) {
 }
 } // namespace emu
 
-#define threadIdx (emu::threads[emu::current].index)
+// The built-in indices as values, read by uninstrumented code: the
+// kernels read them all the time, and the race checker need not see it.
+EMU_UNCHECKED inline Dim3 threadIndexValue() {
+  return emu::threads[emu::current].index;
+}
+EMU_UNCHECKED inline Dim3 blockIndexValue() { return blockIndex; }
+EMU_UNCHECKED inline Dim3 gridSizeValue() { return gridSize; }
+EMU_UNCHECKED inline Dim3 blockSizeValue() { return blockSize; }
+#define threadIdx (threadIndexValue())
+#define blockIdx (blockIndexValue())
+#define gridDim (gridSizeValue())
+#define blockDim (blockSizeValue())
 inline void __syncthreads() { emu::wait(emu::AtBarrier); }
 inline void __threadfence() {}
 inline int __syncthreads_or(int p) {
@@ -380,8 +671,8 @@ inline char *aligned16(u32 a) {
   }
   return p;
 }
-inline void storeShared128(u32 a, uint4 v) {
-  emu::race::write(aligned16(a), false);
+EMU_UNCHECKED inline void storeShared128(u32 a, uint4 v) {
+  emu::race::access(aligned16(a), 16, true);
   std::memcpy(sharedPointer(a), &v, 16);
 }
 /// ldmatrix.x4 (.trans): a warp-wide collective. Every lane deposits its
@@ -389,32 +680,66 @@ inline void storeShared128(u32 a, uint4 v) {
 /// each 8x8 matrix m (rows from lanes 8m..8m+7), or, transposed, rows
 /// 2(l%4) and 2(l%4)+1 of column l/4.
 static u32 matrixRows[1024];
-inline void ldmatrix(u32 (&r)[4], u32 a, bool transposed) {
+/// Element (row, col) of the 8x8 matrix whose rows lanes first..first+7 named.
+EMU_UNCHECKED inline u32 matrixElement(int first, int row, int col) {
+  unsigned short v;
+  std::memcpy(&v, sharedPointer(matrixRows[first + row] + 2 * col), 2);
+  return u32(v);
+}
+EMU_UNCHECKED inline void ldmatrix(u32 (&r)[4], u32 a, bool transposed) {
   int me = emu::current, first = me & ~31, lane = me & 31;
   matrixRows[me] = a;
-  emu::race::read(aligned16(a));
+  emu::race::access(aligned16(a), 16, false);
   emu::wait(emu::AtWarpBarrier);
   for (int m = 0; m < 4; ++m) {
-    auto at = [&](int row, int col) {
-      unsigned short v;
-      std::memcpy(&v, sharedPointer(matrixRows[first + 8 * m + row] + 2 * col), 2);
-      return u32(v);
-    };
-    int g = lane / 4, t = lane % 4;
-    r[m] = transposed ? at(2 * t, g) | at(2 * t + 1, g) << 16
-                      : at(g, 2 * t) | at(g, 2 * t + 1) << 16;
+    int rows = first + 8 * m, g = lane / 4, t = lane % 4;
+    r[m] = transposed ? matrixElement(rows, 2 * t, g) |
+                            matrixElement(rows, 2 * t + 1, g) << 16
+                      : matrixElement(rows, g, 2 * t) |
+                            matrixElement(rows, g, 2 * t + 1) << 16;
   }
   emu::wait(emu::AtWarpBarrier);
 }
 inline void loadMatrices(u32 (&r)[4], u32 a) { ldmatrix(r, a, false); }
 inline void loadMatricesTransposed(u32 (&r)[4], u32 a) { ldmatrix(r, a, true); }
 // cp.async lands at once here; the race check tracks when it may be read.
-inline void copyAsync16(u32 a, const void *g) {
-  emu::race::write(aligned16(a), true);
+EMU_UNCHECKED inline void copyAsync16(u32 a, const void *g) {
+  emu::race::access(aligned16(a), 16, true, /*async=*/true);
   std::memcpy(sharedPointer(a), g, 16);
 }
 inline void commitCopies() { emu::race::commit(); }
 template <int N> inline void waitCopies() { emu::race::waitFor(N); }
+
+/// GCC's -fsanitize=thread instrumentation calls these for every load and
+/// store of the kernels; the race checker takes those to shared memory.
+#define EMU_HOOK extern "C" EMU_UNCHECKED __attribute__((visibility("hidden")))
+#define EMU_ACCESS_HOOKS(n)                                                   \
+  EMU_HOOK void __tsan_read##n(void *p) {                                     \
+    if (emu::race::candidate(p)) emu::race::access(p, n, false);              \
+  }                                                                           \
+  EMU_HOOK void __tsan_write##n(void *p) {                                    \
+    if (emu::race::candidate(p)) emu::race::access(p, n, true);               \
+  }                                                                           \
+  EMU_HOOK void __tsan_unaligned_read##n(void *p) {                           \
+    if (emu::race::candidate(p)) emu::race::access(p, n, false);              \
+  }                                                                           \
+  EMU_HOOK void __tsan_unaligned_write##n(void *p) {                          \
+    if (emu::race::candidate(p)) emu::race::access(p, n, true);               \
+  }
+EMU_ACCESS_HOOKS(1)
+EMU_ACCESS_HOOKS(2)
+EMU_ACCESS_HOOKS(4)
+EMU_ACCESS_HOOKS(8)
+EMU_ACCESS_HOOKS(16)
+EMU_HOOK void __tsan_read_range(void *p, unsigned long n) {
+  emu::race::access(p, n, false);
+}
+EMU_HOOK void __tsan_write_range(void *p, unsigned long n) {
+  emu::race::access(p, n, true);
+}
+EMU_HOOK void __tsan_init() {}
+EMU_HOOK void __tsan_func_entry(void *) {}
+EMU_HOOK void __tsan_func_exit() {}
 
 /// The races since the last call: their number, the first one's message.
 extern "C" int gptcEmuTakeRaces(char *message, int size) {
@@ -432,10 +757,11 @@ extern "C" int gptcEmuTakeRaces(char *message, int size) {
 /// 2·(r / 8) + n % 2. A warp-wide collective: every lane deposits its
 /// fragments, then computes its own accumulators.
 static u32 fragA[1024][4], fragB[1024][2];
-inline float half(u32 reg, int h) {
+EMU_UNCHECKED inline float half(u32 reg, int h) {
   return toFloat(bf16{(unsigned short)(h ? reg >> 16 : reg & 0xffffu)});
 }
-inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+EMU_UNCHECKED inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
+                                          u32 b0, u32 b1) {
   int me = emu::current, first = me & ~31, lane = me & 31;
   for (int i = 0; i < 4; ++i) fragA[me][i] = a[i];
   fragB[me][0] = b0;
@@ -467,6 +793,71 @@ struct AnyArg {
 };
 )";
 
+/// The names a declaration (what follows `__shared__ ` up to its `;`)
+/// declares: `T a[2], b` has a and b.
+std::vector<std::string> declaredNames(const std::string &decl) {
+  std::vector<std::string> names;
+  int depth = 0;
+  for (size_t i = 0, piece = 0; i <= decl.size(); ++i) {
+    char c = i < decl.size() ? decl[i] : ',';
+    if (c == '<' || c == '[' || c == '(')
+      ++depth;
+    else if (c == '>' || c == ']' || c == ')')
+      --depth;
+    else if (c == ',' && depth == 0) {
+      // The declarator's name: the last identifier before any bounds.
+      std::string d = decl.substr(piece, i - piece);
+      d = d.substr(0, d.find('['));
+      size_t e = d.find_last_not_of(" \t");
+      size_t b = d.find_last_not_of("abcdefghijklmnopqrstuvwxyz"
+                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+                                    e) + 1;
+      names.push_back(d.substr(b, e + 1 - b));
+      piece = i + 1;
+    }
+  }
+  return names;
+}
+
+/// A kernel source with its memory made known to the race checker, on the
+/// same lines: each `__shared__ T a[2], b;` becomes `static T a[2], b;
+/// emu::race::declare(&a, sizeof a, "a"); ...` where it is declared, and
+/// each module-scope `__device__ T x[n];` (scratch) is declared when the
+/// library loads. (Only declarations that start a line.)
+std::string declareMemory(const std::string &source) {
+  std::string out;
+  size_t done = 0;
+  for (size_t line = 0; line < source.size();) {
+    size_t next = source.find('\n', line);
+    next = next == std::string::npos ? source.size() : next + 1;
+    size_t at = source.find_first_not_of(" \t", line);
+    if (at == std::string::npos)
+      break;
+    bool shared = source.compare(at, 11, "__shared__ ") == 0;
+    bool device = source.compare(at, 11, "__device__ ") == 0;
+    size_t end = source.find(';', at);
+    line = next;
+    if (!(shared || device) || end == std::string::npos)
+      continue;
+    std::string decl = source.substr(at + 11, end - at - 11);
+    if (device && (decl.find('(') != std::string::npos ||
+                   decl.find('{') != std::string::npos))
+      continue; // a function
+    std::string declares;
+    for (const std::string &name : declaredNames(decl))
+      declares += shared ? " emu::race::declare(&" + name + ", sizeof " +
+                               name + ", \"" + name + "\");"
+                         : " static const bool declared_" + name +
+                               " = (emu::race::declareScratch(&" + name +
+                               ", sizeof " + name + ", \"" + name +
+                               "\"), true);";
+    out += source.substr(done, at - done) +
+           (shared ? "static " + decl : "__device__ " + decl) + ";" + declares;
+    done = line = end + 1;
+  }
+  return out + source.substr(done);
+}
+
 std::string dims(const uint32_t (&d)[3]) {
   return std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " +
          std::to_string(d[2]);
@@ -485,7 +876,8 @@ HostKernels::HostKernels(const rt::Program &p) {
       return;
     }
     s.replace(at, types.size(), "");
-    src += "namespace k" + std::to_string(k) + " {\n" + s + "}\n";
+    src += "namespace k" + std::to_string(k) + " {\n" +
+           declareMemory(s) + "}\n";
   }
   // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
   // grid x, grid y) with 1-D blocks of 256 threads.
@@ -502,10 +894,11 @@ HostKernels::HostKernels(const rt::Program &p) {
       src += "extern \"C\" void call_" + name +
              "(const unsigned long long *a, unsigned gx, unsigned gy) {\n"
              "  fallbackArgs = a;\n  emu::body = body_" + name + ";\n"
-             "  gridDim = {gx, gy, 1};\n  blockDim = {256, 1, 1};\n"
-             "  blockIdx.z = 0;\n"
-             "  for (blockIdx.y = 0; blockIdx.y < gy; ++blockIdx.y)\n"
-             "  for (blockIdx.x = 0; blockIdx.x < gx; ++blockIdx.x)\n"
+             "  emu::race::launchOutputs(nullptr, nullptr, 0);\n"
+             "  gridSize = {gx, gy, 1};\n  blockSize = {256, 1, 1};\n"
+             "  blockIndex.z = 0;\n"
+             "  for (blockIndex.y = 0; blockIndex.y < gy; ++blockIndex.y)\n"
+             "  for (blockIndex.x = 0; blockIndex.x < gx; ++blockIndex.x)\n"
              "    emu::runBlock(256);\n}\n";
     }
   }
@@ -526,14 +919,21 @@ HostKernels::HostKernels(const rt::Program &p) {
         src += (j ? ", " : "") + std::string("AnyPointer{args[") +
                std::to_string(j) + "]}";
       src += ");\n}\n";
+      std::string bytes;
+      for (int b : l.outputs)
+        bytes += std::to_string(p.buffers.at(b).bytes()) + ", ";
+      src += "static const long long bytes_" + id + "[] = {" + bytes + "0};\n";
       src += "extern \"C\" void run_" + id + "(void **a) {\n  args = a;\n"
              "  emu::body = body_" + id + ";\n"
-             "  gridDim = {" + dims(l.grid) + "};\n"
-             "  blockDim = {" + dims(l.block) + "};\n"
-             "  for (blockIdx.z = 0; blockIdx.z < gridDim.z; ++blockIdx.z)\n"
-             "  for (blockIdx.y = 0; blockIdx.y < gridDim.y; ++blockIdx.y)\n"
-             "  for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x)\n"
-             "    emu::runBlock(blockDim.x);\n}\n";
+             "  emu::race::launchOutputs(a + " +
+             std::to_string(l.inputs.size()) + ", bytes_" + id + ", " +
+             std::to_string(l.outputs.size()) + ");\n"
+             "  gridSize = {" + dims(l.grid) + "};\n"
+             "  blockSize = {" + dims(l.block) + "};\n"
+             "  for (blockIndex.z = 0; blockIndex.z < gridSize.z; ++blockIndex.z)\n"
+             "  for (blockIndex.y = 0; blockIndex.y < gridSize.y; ++blockIndex.y)\n"
+             "  for (blockIndex.x = 0; blockIndex.x < gridSize.x; ++blockIndex.x)\n"
+             "    emu::runBlock(blockSize.x);\n}\n";
     }
   char tmpl[] = "/tmp/gptc-host-kernels-XXXXXX";
   if (!mkdtemp(tmpl)) {
@@ -542,9 +942,14 @@ HostKernels::HostKernels(const rt::Program &p) {
   }
   dir = tmpl;
   std::ofstream(dir + "/kernels.cpp") << src;
-  std::string cmd = std::string(GPTC_HOST_CXX) +
-                    " -std=c++17 -O1 -ffp-contract=off -fPIC -shared -o " +
-                    dir + "/kernels.so " + dir + "/kernels.cpp 2> " + dir +
+  // -fsanitize=thread only instruments (the race checker implements the
+  // hooks); linking without it keeps ThreadSanitizer's runtime out.
+  std::string cxx = GPTC_HOST_CXX;
+  std::string cmd = cxx +
+                    " -std=c++17 -O1 -ffp-contract=off -fPIC -fsanitize=thread"
+                    " -c -o " + dir + "/kernels.o " + dir + "/kernels.cpp 2> " +
+                    dir + "/errors.txt && " + cxx + " -shared -o " + dir +
+                    "/kernels.so " + dir + "/kernels.o 2>> " + dir +
                     "/errors.txt";
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream in(dir + "/errors.txt");

@@ -6,9 +6,10 @@
 // compiler into a shared library, one runner per launch. Each block's
 // threads run as coroutines, so barriers, warp shuffles, ballots, shared
 // memory and the module-scope scratch of the last-block reductions behave
-// as on a GPU, and a race checker sees the 16-byte shared accesses (a
-// missing barrier would otherwise pass here, where threads run one after
-// another). HostKernelBackend puts that behind rt::Backend, so a whole
+// as on a GPU, and a race checker sees every access to shared memory and
+// to the memory a launch writes (the kernels are compiled with
+// -fsanitize=thread's instrumentation; a missing barrier would otherwise
+// pass here, where threads run one after another). HostKernelBackend puts that behind rt::Backend, so a whole
 // program can be checked launch by launch against the CPU backend, as
 // `train_gpt2 --check-kernels` does on a GPU.
 //
@@ -40,7 +41,7 @@ public:
   bool ok() const { return handle != nullptr; }
   /// Runs launch `launch` of function `function` over every block of its
   /// grid; `pointers` are its inputs', then its outputs' host addresses.
-  /// Throws std::runtime_error on a shared-memory race.
+  /// Throws std::runtime_error on a race within a block.
   void run(size_t function, size_t launch, std::vector<void *> pointers);
   /// run() in the first function.
   void run(size_t launch, std::vector<void *> pointers) {
@@ -54,8 +55,9 @@ public:
 
 private:
   void *symbol(const std::string &name) const;
-  /// Throws std::runtime_error naming the first shared-memory race the
-  /// emulation saw since the last launch (HostKernels.cpp, namespace race).
+  /// Throws std::runtime_error naming the first race (in shared or global
+  /// memory) the emulation saw since the last launch (HostKernels.cpp,
+  /// namespace race).
   void throwOnRaces();
 
   std::string dir;

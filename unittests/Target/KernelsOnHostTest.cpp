@@ -24,6 +24,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -604,15 +606,23 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
 
 namespace {
 /// Random values for every buffer of `p` (seeded `seed` + its index; bf16
-/// ones rounded to bf16 and handed to the kernels as bf16 bits), then every
-/// launch of its first function in order; returns the buffers' values
-/// (float32 outputs written by the kernels).
+/// ones rounded to bf16 and handed to the kernels as bf16 bits; int32 ones
+/// ids in [0, idLimit)), then every launch of its first function in order;
+/// returns the buffers' values (float32 outputs written by the kernels).
 std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
                                               HostKernels &kernels,
-                                              uint32_t seed) {
+                                              uint32_t seed,
+                                              int32_t idLimit = 1) {
   std::vector<exec::HostTensor> data(p.buffers.size());
   std::vector<std::vector<uint16_t>> bits(p.buffers.size());
   for (size_t i = 0; i < p.buffers.size(); ++i) {
+    if (p.buffers[i].dtype == DType::I32) {
+      data[i] = exec::HostTensor::ids(p.buffers[i].shape);
+      std::mt19937 rng(seed + uint32_t(i));
+      for (int32_t &id : data[i].i32)
+        id = int32_t(rng() % uint32_t(idLimit));
+      continue;
+    }
     data[i] = randomFloats(p.buffers[i].shape, uint32_t(seed + i));
     if (p.buffers[i].dtype != DType::BF16)
       continue;
@@ -627,8 +637,10 @@ std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
     std::vector<void *> ptrs;
     const rt::Launch &l = p.functions[0].launches[i];
     for (int id : l.inputs)
-      ptrs.push_back(bits[id].empty() ? static_cast<void *>(data[id].f32.data())
-                                      : bits[id].data());
+      ptrs.push_back(!bits[id].empty() ? static_cast<void *>(bits[id].data())
+                     : data[id].i32.empty()
+                         ? static_cast<void *>(data[id].f32.data())
+                         : static_cast<void *>(data[id].i32.data()));
     for (int id : l.outputs)
       ptrs.push_back(data[id].f32.data());
     kernels.run(i, ptrs);
@@ -857,6 +869,170 @@ TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
       ++removed;
     }
     EXPECT_GE(removed, 3) << p.kernels[k].name;
+  }
+}
+
+namespace {
+
+/// Where function `name` of a kernel source begins and ends: its definition
+/// (the first `name(` followed by `{` before any `;`) to the `}` that
+/// starts a line after it.
+std::pair<size_t, size_t> functionSpan(const std::string &source,
+                                       const std::string &name) {
+  for (size_t at = source.find(" " + name + "("); at != std::string::npos;
+       at = source.find(" " + name + "(", at + 1)) {
+    size_t brace = source.find('{', at), semi = source.find(';', at);
+    if (brace < semi)
+      return {at, source.find("\n}", brace)};
+  }
+  return {std::string::npos, std::string::npos};
+}
+
+/// Removes each `__syncthreads();` of `functions` in `p`'s only kernel, one
+/// at a time, and runs the kernel with `run`: each removal must be caught
+/// as a race (the checker sees what the barrier ordered), not pass
+/// unnoticed as it would on the host without it. `spared` names barriers
+/// left out as "function #index" (0-based, in source order) with why.
+void expectEveryBarrierNeeded(
+    rt::Program &p, const std::vector<std::string> &functions,
+    const std::map<std::string, std::string> &spared,
+    const std::function<void(rt::Program &, HostKernels &)> &run) {
+  ASSERT_EQ(p.kernels.size(), 1u);
+  const std::string source = p.kernels[0].source;
+  const std::string barrier = "__syncthreads();";
+  size_t checked = 0, skipped = 0;
+  for (const std::string &fn : functions) {
+    auto [from, to] = functionSpan(source, fn);
+    ASSERT_NE(from, std::string::npos) << fn << " in " << p.kernels[0].name;
+    int index = 0;
+    for (size_t at = source.find(barrier, from); at < to;
+         at = source.find(barrier, at + 1), ++index) {
+      std::string which = fn + " #" + std::to_string(index);
+      if (spared.count(which)) {
+        ++skipped;
+        continue;
+      }
+      rt::Program mutated = p;
+      mutated.kernels[0].source =
+          source.substr(0, at) + source.substr(at + barrier.size());
+      HostKernels kernels(mutated);
+      ASSERT_TRUE(kernels.ok()) << kernels.error;
+      try {
+        run(mutated, kernels);
+        ADD_FAILURE() << p.kernels[0].name << ": no race without barrier "
+                      << which;
+      } catch (const std::runtime_error &e) {
+        EXPECT_NE(std::string(e.what()).find("race in block"),
+                  std::string::npos)
+            << which << ": " << e.what();
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(skipped, spared.size()) << p.kernels[0].name;
+  EXPECT_GT(checked, 0u) << p.kernels[0].name;
+  // And with every barrier: no race.
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  run(p, kernels);
+}
+
+/// The barriers no kernel here needs, or that order what the checker does
+/// not follow: blocks run one after another on the host.
+const std::map<std::string, std::string> kSpared = {
+    // Order the block's global writes before its arrival ticket, for the
+    // last block, which reads them (another block: not checked).
+    {"lastBlockToArrive #0", "orders writes for other blocks"},
+    // Guard scratch against the reads of a previous call in the same
+    // block, which no kernel makes (one row a block).
+    {"blockSum #0", "no second call in a block"},
+    {"blockMaxSum #0", "no second call in a block"},
+};
+
+std::map<std::string, std::string> spared(std::vector<std::string> names) {
+  std::map<std::string, std::string> out;
+  for (const std::string &n : names)
+    out[n] = kSpared.at(n);
+  return out;
+}
+
+auto runRandom(int32_t idLimit) {
+  return [idLimit](rt::Program &p, HostKernels &kernels) {
+    runOnRandomData(p, kernels, 11, idLimit);
+  };
+}
+
+} // namespace
+
+// Every barrier of the template kernels with shared memory or a block-wide
+// handoff (EveryAttentionBarrierIsNeeded has the attention's): removing
+// any one is reported by the race checker, for shared memory and for the
+// block's writes to global memory alike.
+TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  {
+    SCOPED_TRACE("reduce_sum: a tree in shared memory, slices of rows "
+                 "added by the last block");
+    Builder b;
+    int big = b.buf(f32, {64, 100}), sum = b.buf(f32, {});
+    b.launch("reduce_sum", {big}, {sum});
+    expectEveryBarrierNeeded(emitForHost(b.p),
+                             {"reduceSum", "lastBlockToArrive"},
+                             spared({"lastBlockToArrive #0"}), runRandom(1));
+  }
+  {
+    SCOPED_TRACE("cross_entropy_with_grad: the row's max and sum, the "
+                 "counted rows, the mean in the last block");
+    Builder b;
+    int logits = b.buf(f32, {3, 7, 64}), targets = b.buf(i32, {3, 7});
+    int dloss = b.buf(f32, {}), loss = b.buf(f32, {}),
+        dlogits = b.buf(f32, {3, 7, 64});
+    b.launch("cross_entropy_with_grad", {logits, targets, dloss},
+             {loss, dlogits})
+        .ints = {{"num_classes", 45}, {"ignore_index", -1}};
+    expectEveryBarrierNeeded(
+        emitForHost(b.p),
+        {"blockMaxSum", "blockSum", "finishLoss", "lastBlockToArrive"},
+        spared({"blockMaxSum #0", "blockSum #0", "lastBlockToArrive #0"}),
+        runRandom(45));
+  }
+  {
+    SCOPED_TRACE("embedding_grad: hits compacted in shared memory, rows "
+                 "summed there; 200 columns, so threads write sums others "
+                 "added");
+    Builder b;
+    int dy = b.buf(f32, {1, 600, 200}), ids = b.buf(i32, {1, 600}),
+        table = b.buf(f32, {20, 200});
+    b.launch("embedding_grad", {dy, ids}, {table});
+    expectEveryBarrierNeeded(emitForHost(b.p), {"embeddingBackward"}, {},
+                             runRandom(20));
+  }
+  {
+    SCOPED_TRACE("layernorm_grad: warps add their dgamma/dbeta partials in "
+                 "turn, in global memory");
+    Builder b;
+    int x = b.buf(f32, {2, 5, 40}), gamma = b.buf(f32, {40}),
+        dy = b.buf(f32, {2, 5, 40});
+    int dx = b.buf(f32, {2, 5, 40}), dgamma = b.buf(f32, {40}),
+        dbeta = b.buf(f32, {40});
+    b.launch("layernorm_grad", {x, gamma, dy}, {dx, dgamma, dbeta})
+        .floats["epsilon"] = 1e-5;
+    expectEveryBarrierNeeded(emitForHost(b.p),
+                             {"layernormBackwardWith", "lastBlockToArrive"},
+                             spared({"lastBlockToArrive #0"}), runRandom(1));
+  }
+  {
+    SCOPED_TRACE("multi_tensor_reduce: a tree of doubles, twice in the last "
+                 "block");
+    Builder b;
+    int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {37}),
+        x2 = b.buf(f32, {50, 100}), s = b.buf(f32, {}), sum = b.buf(f32, {});
+    auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
+    reduce.ints["num_tensors"] = 3;
+    reduce.body = scaledSquare();
+    expectEveryBarrierNeeded(emitForHost(b.p),
+                             {"blockTreeSum", "lastBlockToArrive"},
+                             spared({"lastBlockToArrive #0"}), runRandom(1));
   }
 }
 
