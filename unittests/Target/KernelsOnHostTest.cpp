@@ -1036,6 +1036,87 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
   }
 }
 
+namespace {
+
+/// What the race checker says about `body`, a kernel of two warps with a
+/// float32 output `out` and a bf16 output `narrow` of 64 elements each
+/// (t is threadIdx.x): the first race's message, or "" if none.
+std::string raceIn(const std::string &body) {
+  Builder b;
+  int out = b.buf(DType::F32, {64}), narrow = b.buf(DType::BF16, {64});
+  rt::Launch &l = b.launch("probe", {}, {out, narrow});
+  l.deviceKernel = 0;
+  l.block[0] = 64;
+  b.p.kernels.push_back(
+      {"probe",
+       cuda::kernelTemplate("types.cuh") +
+           "extern \"C\" __global__ void probe(float *out, bf16 *narrow) {\n"
+           "  const int t = threadIdx.x;\n" +
+           body + "\n}\n",
+       {}, "", {}});
+  HostKernels kernels(b.p);
+  if (!kernels.ok())
+    return "does not compile: " + kernels.error;
+  std::vector<float> o(64);
+  std::vector<uint16_t> n(64);
+  try {
+    kernels.run(0, {o.data(), n.data()});
+  } catch (const std::runtime_error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+// What each missing ordering gets from the race checker, on plain C++
+// accesses (the instrumentation's), and what is not a race. Races are
+// counted per 2-byte granule; the message names the first.
+TEST(HostRaceChecker, NamesEachMissingOrdering) {
+  const std::string written = "__shared__ float s[64];\n  s[t] = float(t);\n";
+  // Another warp's write, read in the same barrier interval.
+  EXPECT_EQ(raceIn(written + "  if (t >= 32) out[t] = s[t - 32];"),
+            "shared-memory race in block (0, 0, 0): thread 32 reads, in the "
+            "barrier interval another warp writes, byte 0 of s, last written "
+            "by thread 0 (64 races in all)");
+  EXPECT_EQ(raceIn(written + "  __syncthreads();\n"
+                             "  if (t >= 32) out[t] = s[t - 32];"),
+            "");
+  // Another lane's write, with no warp-wide operation since.
+  EXPECT_EQ(raceIn(written + "  if (t % 2) out[t] = s[t - 1];"),
+            "shared-memory race in block (0, 0, 0): thread 1 reads, with no "
+            "warp-wide operation since, what another lane of its warp "
+            "writes: byte 0 of s, last written by thread 0 (64 races in all)");
+  EXPECT_EQ(raceIn(written + "  out[t] = __shfl_xor_sync(0xffffffffu, 0.0f, 1);"
+                             "\n  if (t % 2) out[t] = s[t - 1];"),
+            "");
+  // Never written.
+  EXPECT_EQ(raceIn("__shared__ float s[64];\n  out[t] = s[t];"),
+            "shared-memory race in block (0, 0, 0): thread 0 reads, never "
+            "written, byte 0 of s (128 races in all)");
+  // Overwritten while another warp may still read it.
+  EXPECT_EQ(raceIn(written + "  __syncthreads();\n"
+                             "  out[t] = s[0];\n"
+                             "  if (t == 32) s[0] = 1.0f;"),
+            "shared-memory race in block (0, 0, 0): thread 32 writes, in the "
+            "barrier interval another warp reads, byte 0 of s, last written "
+            "by thread 0 (64 races in all)");
+  // Global memory the launch writes follows the same rules.
+  EXPECT_EQ(raceIn("out[0] = float(t);"),
+            "global-memory race in block (0, 0, 0): thread 1 writes, in the "
+            "barrier interval another thread writes, byte 0 of output 0, last "
+            "written by thread 0 (126 races in all)");
+  EXPECT_EQ(raceIn("out[t] = 1.0f;\n  if (t >= 32) out[t] += out[t - 32];"),
+            "global-memory race in block (0, 0, 0): thread 32 reads, in the "
+            "barrier interval another warp writes, byte 0 of output 0, last "
+            "written by thread 0 (64 races in all)");
+  EXPECT_EQ(raceIn("out[t] = 1.0f;\n  __syncthreads();\n"
+                   "  if (t >= 32) out[t] += out[t - 32];"),
+            "");
+  // Neighbouring bf16 elements written by two threads are not a race.
+  EXPECT_EQ(raceIn("narrow[t] = fromFloat<bf16>(float(t));"), "");
+}
+
 TEST(TemplateKernelsOnHost, PackedAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/false);
 }
