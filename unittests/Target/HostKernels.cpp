@@ -31,7 +31,6 @@ const char *kShim = R"(
 #include <memory>
 #include <string>
 #include <ucontext.h>
-#include <unordered_map>
 #include <vector>
 typedef long long i64;
 typedef unsigned int u32;
