@@ -32,13 +32,16 @@ mkdir -p "$bundle"/{lib,programs,data}
 
 # The programs: tiny ones for the checks, GPT-2 124M for the benchmark. (No
 # strip: the Program is appended to the executable.)
-compile() { # name model precision batch seq
+compile() { # name model precision batch seq [more gptc compile flags]
   "$gptc" compile --model="$2" --precision="$3" --batch="$4" --seq="$5" \
-    --gpu-arch="$arch" -o "$bundle/programs/$1"
+    --gpu-arch="$arch" "${@:6}" -o "$bundle/programs/$1"
 }
 compile tiny-fp32 gpt2-tiny fp32 $tiny_batch $tiny_seq
 compile tiny-bf16 gpt2-tiny bf16 $tiny_batch $tiny_seq
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq"
+# The same step recomputing GELU and layernorm outputs in the backward: what
+# the smaller arena costs in time.
+compile gpt2-bf16-recompute gpt2 bf16 "$batch" "$seq" --recompute=gelu,layernorm
 
 # Shared libraries beyond glibc, libstdc++ and libgcc: a CUDA image has no
 # OpenBLAS. (libcuda, cuBLASLt and NVRTC are opened with dlopen there.)

@@ -15,11 +15,12 @@
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
 # refused cuBLASLt epilogue); then, with what time is left, GPT-2 124M
 # again with GPTC_GEMM_TUNE=1 (cuBLASLt algorithms timed at load, the
-# fastest kept). Peak memory for gptc and PyTorch comes
+# fastest kept); last, GPT-2 124M compiled with --recompute=gelu,layernorm
+# (the time the smaller arena costs). Peak memory for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned] [recompute]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -39,7 +40,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned recompute} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -121,6 +122,11 @@ fi
 if want tuned; then
   GPTC_GEMM_TUNE=1 step 120 gpt2-bf16-tuned "${lib[@]}" "$P/gpt2-bf16" \
     --device=cuda --data="$data" --steps=20 --seed=1
+fi
+
+if want recompute; then
+  step 90 gpt2-bf16-recompute "${lib[@]}" "$P/gpt2-bf16-recompute" \
+    --device=cuda --data="$data" --steps=15 --seed=1
 fi
 
 # One table last; the logs travel back as one archive ($OUT keeps 8 files).

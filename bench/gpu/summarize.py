@@ -8,6 +8,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
+  gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   torch.json                                 bench/gpu/torch_gpt2.py --out
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
@@ -113,7 +114,8 @@ def main():
     # The benchmark table.
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
-    for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned")):
+    for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
+                      ("gptc, recompute", "gpt2-bf16-recompute")):
         g = steps(read(os.path.join(res, log + ".log")))
         timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
         if timed:

@@ -698,6 +698,7 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
   auto &m = p->meta;
   m["model"] = cfg.name;
   m["precision"] = opts.precision;
+  m["recompute"] = opts.recomputeList();
   m["batch"] = std::to_string(batch);
   m["seq"] = std::to_string(seq);
   m["pad_multiple"] = std::to_string(padMultiple);

@@ -28,7 +28,9 @@ bool isBackward(Operation *op) {
   auto fused = dyn_cast<FusedLoc>(op->getLoc());
   auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata())
                    : StringAttr();
-  return tag && tag.getValue() == "vjp";
+  // A forward op's copy that gpt-recompute made for the backward is part of
+  // the backward: what it reads is what the backward keeps.
+  return tag && (tag.getValue() == "vjp" || tag.getValue() == "recompute");
 }
 
 bool isParameter(func::FuncOp func, Value v) {

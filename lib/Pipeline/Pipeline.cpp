@@ -54,6 +54,15 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   pm.addPass(createCSEPass());
   if (stage == "optimizer")
     return;
+  // After CSE, which would merge the copies back into the forward's ops;
+  // before the fusion passes, which then fuse the copies like any op.
+  if (!opts.recompute.empty()) {
+    GPTRecomputeOptions recompute;
+    recompute.ops = opts.recompute;
+    pm.addPass(createGPTRecompute(recompute));
+  }
+  if (stage == "recompute")
+    return;
   // Matmul epilogues first, on the plain ops and the whole step (the
   // backward's gelu_grad must read the aux pre-activation); elementwise
   // fusion then groups what is left around them.

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 using gptc::exec::HostTensor;
 using gptc::rt::Role;
@@ -287,6 +288,16 @@ CompiledSettings compiledSettings(const rt::Program &program) {
   c.optimizer.eps = real("eps");
   c.optimizer.weightDecay = real("weight_decay");
   c.optimizer.clip = real("clip");
+  // Programs compiled before gpt-recompute existed record none.
+  if (auto it = program.meta.find("recompute");
+      it != program.meta.end() && it->second != "none") {
+    std::string_view list = it->second;
+    while (!list.empty()) {
+      size_t comma = list.find(',');
+      c.optimizer.recompute.emplace_back(list.substr(0, comma));
+      list = comma == std::string_view::npos ? "" : list.substr(comma + 1);
+    }
+  }
   return c;
 }
 

@@ -28,6 +28,10 @@
 // (foldCastsIntoLayerNormGradValues); so does the narrowing of a plain
 // gpt.layernorm_grad's dx that float32 readers need too (ln_f's), the op
 // becoming a gpt.fused_layernorm_grad whose body yields dx.
+// The narrowing cast of a gpt.fused_elementwise result that nothing else
+// reads becomes that result's type (foldCastsIntoGroups; gpt-recompute's
+// GELU copy, narrowed for the weight-gradient GEMM): the body yields
+// float32 and the kernel rounds on store, as the cast did.
 // Two casts in a row are one, or none (foldCastPairs: attention's bf16
 // output widened by autodiff's bookkeeping and narrowed for the next GEMM).
 // Exact: moving data does not change a value, so "move, then round" is
@@ -130,10 +134,35 @@ Value gptc::widenedFrom(Value v) {
   return from.isBF16() || from.isF16() ? c.getX() : Value();
 }
 
-void gptc::foldCastsIntoLayerNorms(func::FuncOp func) {
+namespace {
+
+/// `ln` as a gpt.fused_layernorm of its input alone (the body yields its
+/// one element), so that the narrowing cast after it can be folded too.
+FusedLayerNormOp asFusedLayerNorm(LayerNormOp ln) {
+  OpBuilder b(ln);
+  auto fused = b.create<FusedLayerNormOp>(
+      ln.getLoc(), TypeRange{ln.getType()},
+      ValueRange{ln.getX(), ln.getGamma(), ln.getBeta()}, ln->getAttrs());
+  Block *body = b.createBlock(&fused.getBody());
+  Value x = body->addArgument(elementOf(ln.getX()), ln.getLoc());
+  b.create<YieldOp>(ln.getLoc(), x);
+  ln.getResult().replaceAllUsesWith(fused.getResult());
+  ln.erase();
+  return fused;
+}
+
+} // namespace
+
+void gptc::foldCastsIntoLayerNorms(func::FuncOp func, bool plainLayerNorms) {
   SmallVector<CastOp> casts;
   func.walk([&](CastOp c) { casts.push_back(c); });
   for (CastOp c : casts) {
+    // A layernorm with no prologue (gpt-recompute's copy of one, which
+    // reads the residual sum the forward wrote) takes the cast likewise.
+    if (auto plain = c.getX().getDefiningOp<LayerNormOp>();
+        plainLayerNorms && plain && plain.getResult().hasOneUse() &&
+        elementOf(plain.getX()).isF32())
+      asFusedLayerNorm(plain);
     auto ln = c.getX().getDefiningOp<FusedLayerNormOp>();
     // Only the normalised result: the body's values are yielded as their
     // own types already, and x must stay float32 for the backward.
@@ -141,6 +170,21 @@ void gptc::foldCastsIntoLayerNorms(func::FuncOp func) {
       continue;
     retype(ln.getResult(), elementOf(c.getResult()));
     c.getResult().replaceAllUsesWith(ln.getResult());
+    c->erase();
+  }
+}
+
+void gptc::foldCastsIntoGroups(func::FuncOp func) {
+  SmallVector<CastOp> casts;
+  func.walk([&](CastOp c) { casts.push_back(c); });
+  for (CastOp c : casts) {
+    auto group = c.getX().getDefiningOp<FusedElementwiseOp>();
+    Type to = elementOf(c.getResult());
+    if (!group || !c.getX().hasOneUse() || !elementOf(c.getX()).isF32() ||
+        !(to.isBF16() || to.isF16()))
+      continue;
+    retype(c.getX(), to); // the body still yields float32: rounded on store
+    c.getResult().replaceAllUsesWith(c.getX());
     c->erase();
   }
 }

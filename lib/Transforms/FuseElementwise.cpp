@@ -560,6 +560,10 @@ void mergeMultiTensor(func::FuncOp func) {
     ArrayRef<int64_t> shape = typeOf(op.getResult(0)).getShape();
     if (shape.empty())
       continue;
+    // gpt-recompute's copies stay where they are, each just before its
+    // reader: merged, they would all run (and be kept) at once.
+    if (gptc::isRecomputed(op))
+      continue;
     std::string key = bodyKey(op);
     llvm::raw_string_ostream os(key);
     bool ok = true;
@@ -706,10 +710,13 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
     fuseEmbeddingGradAddends(func);
   formMultiTensorReduce(func);
   fuseChains(func);
+  if (foldCasts)
+    foldCastsIntoGroups(func);
   if (layernormPrologue)
     fuseLayerNormPrologues(func);
   if (foldCasts) {
-    foldCastsIntoLayerNorms(func);
+    // Plain layernorms become fused ones only where fused ones are made.
+    foldCastsIntoLayerNorms(func, /*plainLayerNorms=*/layernormPrologue);
     foldCastsIntoLayerNormGrads(func);
     foldCastsIntoLayerNormGradValues(func);
   }

@@ -197,9 +197,17 @@ void fuseOne(MatmulOp mm) {
 
   // The GELU, if the biased value feeds a tanh one. Every other reader of
   // the pre-activation gets the aux output, which is exactly that value.
+  // The first GELU in the block is the forward's: a later one is
+  // gpt-recompute's copy for the backward, which reads the aux quietly.
+  SmallVector<Operation *> users(add.getResult().getUsers());
+  llvm::sort(users, [](Operation *a, Operation *b) {
+    return a->isBeforeInBlock(b);
+  });
   GeluOp gelu;
-  for (Operation *user : add.getResult().getUsers())
+  for (Operation *user : users)
     if (auto g = dyn_cast<GeluOp>(user)) {
+      if (gelu && gptc::isRecomputed(g))
+        continue;
       if (g.getApproximate() != "tanh") {
         g->emitRemark(kDeclined)
             << "the GELU is the erf form (approximate = \""

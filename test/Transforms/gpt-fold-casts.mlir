@@ -146,6 +146,62 @@ func.func @layernorm_writes_bf16(%x: tensor<2x4x8xf32>, %h: tensor<2x4x8xf32>, %
 
 // -----
 
+// A layernorm with no prologue (gpt-recompute's copy, reading the residual
+// sum the forward wrote) becomes a gpt.fused_layernorm of its input alone,
+// and takes the cast likewise. Plain with fold-casts off.
+// CHECK-LABEL: func.func @plain_layernorm_writes_bf16
+// CHECK-SAME: (%[[S:[^:]+]]: tensor<2x4x8xf32>, %[[G:[^:]+]]: tensor<8xf32>, %[[B:[^:]+]]: tensor<8xf32>,
+// CHECK: %[[N:.+]] = gpt.fused_layernorm(%[[S]] : tensor<2x4x8xf32>) norm %[[G]], %[[B]] : tensor<8xf32>, tensor<8xf32> {epsilon = 2.{{0+}}e-05 : f32} -> tensor<2x4x8xbf16> {
+// CHECK-NEXT: ^bb0(%[[A:.+]]: f32):
+// CHECK-NEXT: gpt.yield %[[A]] : f32
+// CHECK-NOT: gpt.cast
+// CHECK: gpt.matmul %[[N]]
+// OFF-LABEL: func.func @plain_layernorm_writes_bf16
+// OFF: gpt.layernorm
+// OFF: gpt.cast
+func.func @plain_layernorm_writes_bf16(%s: tensor<2x4x8xf32>, %gamma: tensor<8xf32>, %beta: tensor<8xf32>, %w: tensor<8x8xbf16>) -> tensor<2x4x8xbf16> {
+  %n = gpt.layernorm %s, %gamma, %beta {epsilon = 2.0e-5 : f32} : tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+  %c = gpt.cast %n : tensor<2x4x8xf32> -> tensor<2x4x8xbf16>
+  %m = gpt.matmul %c, %w : tensor<2x4x8xbf16>, tensor<8x8xbf16> -> tensor<2x4x8xbf16>
+  return %m : tensor<2x4x8xbf16>
+}
+
+// -----
+
+// The narrowing cast of a fused group's result that nothing else reads
+// (gpt-recompute's GELU copy, for a weight-gradient GEMM) becomes the
+// group's result type: the body still yields float32, rounded on store.
+// CHECK-LABEL: func.func @group_writes_bf16
+// CHECK: %[[F:.+]] = gpt.fused_elementwise(%{{.+}} : tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+// CHECK: gpt.yield %{{.+}} : f32
+// CHECK-NOT: gpt.cast
+// CHECK: gpt.matmul %[[F]]
+// OFF-LABEL: func.func @group_writes_bf16
+// OFF: gpt.fused_elementwise({{.+}}) -> tensor<4x8xf32>
+// OFF: gpt.cast
+func.func @group_writes_bf16(%pre: tensor<4x8xbf16>, %dy: tensor<4x8xbf16>) -> tensor<8x8xbf16> {
+  %p = gpt.cast %pre : tensor<4x8xbf16> -> tensor<4x8xf32>
+  %g = gpt.gelu %p : tensor<4x8xf32>
+  %c = gpt.cast %g : tensor<4x8xf32> -> tensor<4x8xbf16>
+  %dw = gpt.matmul %c, %dy {transpose_a} : tensor<4x8xbf16>, tensor<4x8xbf16> -> tensor<8x8xbf16>
+  return %dw : tensor<8x8xbf16>
+}
+
+// -----
+
+// Declined: the group's float32 result is also returned, so it is written
+// as float32 anyway and the cast stays.
+// CHECK-LABEL: func.func @group_result_also_read
+// CHECK: gpt.fused_elementwise({{.+}}) -> tensor<4x8xf32>
+// CHECK: gpt.cast
+func.func @group_result_also_read(%x: tensor<4x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xf32>) {
+  %g = gpt.gelu %x : tensor<4x8xf32>
+  %c = gpt.cast %g : tensor<4x8xf32> -> tensor<4x8xbf16>
+  return %c, %g : tensor<4x8xbf16>, tensor<4x8xf32>
+}
+
+// -----
+
 // The float32 result is also returned: it is written anyway, the cast stays.
 // CHECK-LABEL: func.func @layernorm_result_also_read
 // CHECK: gpt.fused_layernorm({{.+}}) norm {{.+}} -> tensor<2x4x8xf32> {

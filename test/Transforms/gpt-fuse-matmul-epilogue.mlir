@@ -64,6 +64,46 @@ func.func @gelu_aux(%x: tensor<2x8x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf
 
 // -----
 
+// gpt-recompute's copy of the GELU for the backward (fused<"recompute">),
+// whose use comes first in the use list: the forward GELU, the first in the
+// block, is the one fused; the copy reads the aux, widened, quietly.
+// CHECK-LABEL: func.func @gelu_recomputed
+// CHECK: %[[H:[^ ,]+]], %[[PRE:[^ ]+]] = gpt.matmul_epilogue %{{.+}}, %{{.+}}, %{{.+}} {gelu}
+// CHECK: %[[PW:.+]] = gpt.cast %[[PRE]] : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>
+// CHECK: %[[HW:.+]] = gpt.cast %[[H]] : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>
+// CHECK: %[[DX:.+]] = gpt.gelu_grad %[[PW]]
+// CHECK: %[[G2:.+]] = gpt.gelu %[[PW]]
+// CHECK: return %[[HW]], %[[DX]], %[[G2]]
+func.func @gelu_recomputed(%x: tensor<2x8x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>, %dy: tensor<2x8x16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  %xl = gpt.cast %x : tensor<2x8x8xf32> -> tensor<2x8x8xbf16>
+  %wl = gpt.cast %w : tensor<8x16xf32> -> tensor<8x16xbf16>
+  %mm = gpt.matmul %xl, %wl : tensor<2x8x8xbf16>, tensor<8x16xbf16> -> tensor<2x8x16xbf16>
+  %y = gpt.cast %mm : tensor<2x8x16xbf16> -> tensor<2x8x16xf32>
+  %h = gpt.add %y, %b : tensor<2x8x16xf32>, tensor<16xf32> -> tensor<2x8x16xf32>
+  %g = gpt.gelu %h : tensor<2x8x16xf32>
+  %dx = gpt.gelu_grad %h, %dy : tensor<2x8x16xf32> loc(fused<"vjp">["model.cpp":2:1])
+  %g2 = gpt.gelu %h : tensor<2x8x16xf32> loc(fused<"recompute">["model.cpp":2:1])
+  return %g, %dx, %g2 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Declined: a second GELU of the same pre-activation that is not such a
+// copy. The first is fused, the second reads the aux, with a remark.
+// CHECK-LABEL: func.func @gelu_twice
+// CHECK: %[[H:[^ ,]+]], %[[PRE:[^ ]+]] = gpt.matmul_epilogue %{{.+}}, %{{.+}}, %{{.+}} {gelu}
+// CHECK: gpt.gelu %[[PRE]]
+func.func @gelu_twice(%x: tensor<16x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> (tensor<16x16xf32>, tensor<16x16xf32>) {
+  %mm = gpt.matmul %x, %w : tensor<16x8xf32>, tensor<8x16xf32> -> tensor<16x16xf32>
+  %h = gpt.add %mm, %b : tensor<16x16xf32>, tensor<16xf32> -> tensor<16x16xf32>
+  %g = gpt.gelu %h : tensor<16x16xf32>
+  // expected-remark @+1 {{a second GELU of the same pre-activation stays unfused}}
+  %g2 = gpt.gelu %h : tensor<16x16xf32>
+  return %g, %g2 : tensor<16x16xf32>, tensor<16x16xf32>
+}
+
+// -----
+
 // GELU with no other reader of the pre-activation: GELU_BIAS, one result.
 // CHECK-LABEL: func.func @gelu_no_aux
 // CHECK-NEXT: %[[G:.+]] = gpt.matmul_epilogue %{{.+}}, %{{.+}}, %{{.+}} {gelu} : tensor<16x8xf32>, tensor<8x16xf32>, tensor<16xf32> -> tensor<16x16xf32>

@@ -46,7 +46,7 @@ models::GPT2Config ModelOptions::config() const {
   if (padMultiple < 0)
     fail("--pad-multiple must be 0 (off) or positive, got " +
          std::to_string(padMultiple));
-  (void)compileOptions(); // validates --precision
+  (void)compileOptions(); // validates --precision and --recompute
   std::string problem = models::validateGPT2(c, batch, t);
   if (!problem.empty())
     fail(problem);
@@ -59,6 +59,12 @@ OptimizerOptions ModelOptions::compileOptions() const {
          "' (expected fp32, tf32, bf16 or fp16)");
   OptimizerOptions opts;
   opts.precision = precision;
+  for (const std::string &op : recompute) {
+    if (op != "gelu" && op != "layernorm")
+      fail("unknown --recompute op '" + op + "' (expected gelu, layernorm)");
+    if (!llvm::is_contained(opts.recompute, op))
+      opts.recompute.push_back(op);
+  }
   return opts;
 }
 

@@ -57,12 +57,19 @@ struct ModelOptions {
       llvm::cl::desc("Precision policy (gpt-mixed-precision): fp32, tf32, "
                      "bf16 or fp16"),
       llvm::cl::init("fp32"), llvm::cl::cat(gptcCategory)};
+  llvm::cl::list<std::string> recompute{
+      "recompute",
+      llvm::cl::desc("Activations the backward computes again instead of "
+                     "keeping them (gpt-recompute): gelu, layernorm; "
+                     "comma-separated"),
+      llvm::cl::CommaSeparated, llvm::cl::cat(gptcCategory)};
 
   /// The preset with overrides applied, validated with batch() and seq();
   /// exits with one error line if the combination is invalid.
   models::GPT2Config config() const;
   int64_t seqLength() const;
-  /// The default optimizer options with --precision (validated).
+  /// The default optimizer options with --precision and --recompute
+  /// (validated).
   OptimizerOptions compileOptions() const;
 };
 

@@ -47,7 +47,7 @@ FailureOr<MemoryReport> memoryReportFor(MLIRContext &ctx,
   OwningOpRef<ModuleOp> module = models::buildGPT2(
       ctx, model.config(), model.batch, model.seqLength());
   PassManager pm(&ctx);
-  buildPipeline(pm, "optimizer", model.compileOptions(), model.padMultiple);
+  buildPipeline(pm, "recompute", model.compileOptions(), model.padMultiple);
   if (failed(verify(*module)) || failed(pm.run(*module)))
     return failure();
   return computeMemoryReport(*module);

@@ -27,7 +27,8 @@ namespace {
 // Stages in pipeline order; each later issue appends its own.
 const char *const kStages[] = {"graph",     "padded",   "attention",
                                 "precision", "autodiff", "optimizer",
-                                "fused",     "kernels",  "cuda"};
+                                "recompute", "fused",    "kernels",
+                                "cuda"};
 
 void printStats(const models::GPT2Config &c, int64_t B, int64_t T,
                 func::FuncOp func, llvm::raw_ostream &os) {
@@ -62,7 +63,7 @@ int runEmit(int argc, char **argv) {
   llvm::cl::opt<std::string> stage(
       "stage", llvm::cl::desc("Print the IR after this stage: graph, padded, "
                               "attention, precision, autodiff, optimizer, "
-                              "fused, kernels, cuda"),
+                              "recompute, fused, kernels, cuda"),
       llvm::cl::init("graph"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<bool> stats(
       "stats", llvm::cl::desc("Print parameter and op counts, not the IR"),
@@ -78,7 +79,7 @@ int runEmit(int argc, char **argv) {
   if (!llvm::is_contained(kStages, stage.getValue()))
     fail("unknown stage '" + stage +
          "' (stages: graph, padded, attention, precision, autodiff, "
-         "optimizer, fused, kernels, cuda)");
+         "optimizer, recompute, fused, kernels, cuda)");
   models::GPT2Config config = model.config();
   int64_t B = model.batch, T = model.seqLength();
 
@@ -135,7 +136,7 @@ int runEmit(int argc, char **argv) {
     if (stage == "fused") {
       OwningOpRef<ModuleOp> unfused = models::buildGPT2(*ctx, config, B, T);
       PassManager unfusedPm(ctx.get());
-      buildPipeline(unfusedPm, "optimizer", model.compileOptions(),
+      buildPipeline(unfusedPm, "recompute", model.compileOptions(),
                     model.padMultiple);
       if (failed(unfusedPm.run(*unfused)))
         return 1;

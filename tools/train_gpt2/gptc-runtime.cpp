@@ -88,6 +88,7 @@ const std::vector<Flags::Spec> kFlags = {
     {"batch", K::Value, ""},
     {"seq", K::Value, ""},
     {"precision", K::Value, ""},
+    {"recompute", K::Value, ""},
     {"pad-multiple", K::Value, ""},
     {"weight-decay", K::Value, ""},
     {"clip", K::Value, ""},
@@ -118,6 +119,8 @@ std::string compiledValue(const std::string &flag, const CompiledSettings &c) {
     return std::to_string(c.seq);
   if (flag == "precision")
     return c.optimizer.precision;
+  if (flag == "recompute")
+    return c.optimizer.recomputeList();
   if (flag == "pad-multiple")
     return std::to_string(c.padMultiple);
   if (flag == "weight-decay")
@@ -143,6 +146,7 @@ std::string describe(const CompiledSettings &c, int64_t params) {
          " parameters | compiled for batch=" + std::to_string(c.batch) +
          " seq=" + std::to_string(c.seq) +
          " precision=" + c.optimizer.precision +
+         " recompute=" + c.optimizer.recomputeList() +
          " weight_decay=" + num(c.optimizer.weightDecay) +
          " clip=" + num(c.optimizer.clip) + " beta1=" + num(c.optimizer.beta1) +
          " beta2=" + num(c.optimizer.beta2) + " eps=" + num(c.optimizer.eps);

@@ -37,12 +37,14 @@ FreshKernelCache freshKernelCache;
 
 rt::Program tinyProgram(const std::string &precision,
                         models::GPT2Config cfg = *models::gpt2Preset("gpt2-tiny"),
-                        int64_t batch = 2, int64_t seq = 0) {
+                        int64_t batch = 2, int64_t seq = 0,
+                        std::vector<std::string> recompute = {}) {
   mlir::MLIRContext ctx;
   ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::math::MathDialect>();
   OptimizerOptions opts;
   opts.precision = precision;
+  opts.recompute = std::move(recompute);
   mlir::FailureOr<rt::Program> p =
       compileKernelProgram(ctx, cfg, batch, seq ? seq : cfg.blockSize, opts);
   if (mlir::failed(p))
@@ -90,8 +92,10 @@ void compileTiny(const std::string &precision) {
 /// cannot: the arguments, grids and shapes the lowering gives real
 /// launches, and the kernels each function really uses.
 void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
-                 const std::string &precision) {
-  rt::Program p = tinyProgram(precision, cfg, batch, seq);
+                 const std::string &precision,
+                 std::vector<std::string> recompute = {}) {
+  rt::Program p =
+      tinyProgram(precision, cfg, batch, seq, std::move(recompute));
   emitForHost(p);
   std::unique_ptr<rt::Backend> host = makeHostKernelBackend();
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
@@ -133,6 +137,14 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsMatchTheCpuBackend) {
   cfg.nLayer = 1;
   cfg.vocabSize = 1000;
   checkOnHost(cfg, 2, 128, "bf16");
+}
+
+// With gpt-recompute's copies: a gpt.fused_layernorm of the residual sum
+// alone (the identity prologue) writing bf16, and a GELU group on the bf16
+// aux that writes bf16, each in the backward.
+TEST(ProgramKernelsOnHost, Bf16TinyRecomputingMatchesTheCpuBackend) {
+  checkOnHost(*models::gpt2Preset("gpt2-tiny"), 4, 64, "bf16",
+              {std::string("gelu"), std::string("layernorm")});
 }
 
 TEST(ProgramKernels, Fp32TinyCompilesForSm80) { compileTiny("fp32"); }

@@ -9,6 +9,7 @@
 #define GPTC_PIPELINE_OPTIMIZEROPTIONS_H
 
 #include <string>
+#include <vector>
 
 namespace gptc {
 
@@ -23,6 +24,17 @@ struct OptimizerOptions {
   /// gpt-mixed-precision's policy: fp32, tf32, bf16 or fp16 (fp16 adds a
   /// run-time loss scale to the gradient function; the trainer drives it).
   std::string precision = "fp32";
+  /// gpt-recompute's ops ("gelu", "layernorm"): activations the backward
+  /// computes again instead of keeping them. None by default.
+  std::vector<std::string> recompute;
+
+  /// recompute as a program records it: "gelu,layernorm", or "none".
+  std::string recomputeList() const {
+    std::string s;
+    for (const std::string &op : recompute)
+      s += (s.empty() ? "" : ",") + op;
+    return s.empty() ? "none" : s;
+  }
 };
 
 } // namespace gptc

@@ -47,7 +47,7 @@ inline constexpr int64_t kDefaultPadMultiple = 64;
 
 /// Adds the passes that turn the forward graph into a training step, up to
 /// and including `stage` ("graph", "padded", "attention", "autodiff",
-/// "optimizer", "fused"). `packAttention` is gpt-fuse-attention's pack-qkv
+/// "optimizer", "recompute", "fused"). `packAttention` is gpt-fuse-attention's pack-qkv
 /// (false: attention on [B, H, T, D] head copies, as the step tests compare).
 void buildPipeline(mlir::OpPassManager &pm, llvm::StringRef stage,
                    const OptimizerOptions &opts,

@@ -50,8 +50,15 @@ void foldCastPairs(mlir::func::FuncOp func);
 void foldCastsIntoLayoutOps(mlir::func::FuncOp func);
 
 /// After fuseLayerNormPrologues: a gpt.cast that is the only reader of a
-/// gpt.fused_layernorm's normalised result becomes that result's type.
-void foldCastsIntoLayerNorms(mlir::func::FuncOp func);
+/// gpt.fused_layernorm's normalised result becomes that result's type; if
+/// `plainLayerNorms`, a gpt.layernorm so read (no prologue) becomes a
+/// gpt.fused_layernorm first.
+void foldCastsIntoLayerNorms(mlir::func::FuncOp func, bool plainLayerNorms);
+
+/// After the chains are fused: a narrowing gpt.cast that is the only
+/// reader of a gpt.fused_elementwise result becomes that result's type (the
+/// body yields float32, rounded on store).
+void foldCastsIntoGroups(mlir::func::FuncOp func);
 
 /// With it: a gpt.layernorm_grad or gpt.fused_layernorm_grad whose dy is a
 /// widening gpt.cast reads the cast's narrow input instead.
@@ -92,6 +99,10 @@ void foldReducePrologues(mlir::func::FuncOp func);
 /// gpt.layernorm_grad whose dx only a gpt.fused_elementwise reads one
 /// gpt.fused_layernorm_grad (FuseLayerNormPrologue.cpp).
 void fuseLayerNormPrologues(mlir::func::FuncOp func);
+
+/// True for a copy gpt-recompute made of a forward op for the backward
+/// (located in `fused<"recompute">`, Recompute.cpp).
+bool isRecomputed(mlir::Operation *op);
 
 /// The gradient function of `forward` (see gpt-autodiff), inserted after it.
 mlir::FailureOr<mlir::func::FuncOp>

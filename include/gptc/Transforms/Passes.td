@@ -7,6 +7,7 @@
 //   gpt-mixed-precision bf16/fp16 casts around matmuls and attention (autocast)
 //   gpt-autodiff        forward graph -> + gradient function
 //   gpt-optimizer       + AdamW update function
+//   gpt-recompute       cheap activations recomputed in the backward (opt-in)
 //
 //===----------------------------------------------------------------------===//
 
@@ -241,6 +242,44 @@ def GPTOptimizer : Pass<"gpt-optimizer", "mlir::ModuleOp"> {
            "Decoupled weight decay, applied to 2-D parameters only">,
     Option<"clip", "clip", "double", "1.0",
            "Clip gradients to this global L2 norm; 0 turns clipping off">,
+  ];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
+
+def GPTRecompute : Pass<"gpt-recompute", "mlir::ModuleOp"> {
+  let summary = "Recomputes cheap activations in the backward instead of "
+                "keeping them from the forward";
+  let description = [{
+    Activation recomputation: in a gradient function, a forward value that
+    backward ops read and that one cheap op computes (`gpt.gelu` for
+    `ops=gelu`, `gpt.layernorm` for `ops=layernorm`), possibly followed by
+    `gpt.cast`s, is computed again right before the first backward op that
+    reads it, from inputs the backward keeps anyway; the backward reads the
+    copy. The forward value is then dead once the forward has used it, and
+    the memory plan reuses its buffer, so the activations a step keeps
+    shrink by what each recomputed value held:
+
+    ```mlir
+    %h = gpt.gelu %z                  // forward; %z is kept for gelu_grad
+    %a = gpt.cast %h : f32 -> bf16    // read by the c_proj GEMM ...
+    ...
+    %a2 = gpt.cast (gpt.gelu %z)      // backward, loc(fused<"recompute">)
+    %dW = gpt.matmul %a2, %dy {transpose_a}   // ... and now by nothing else
+    ```
+
+    In GPT-2 per block and token that is 4·n_embd bf16 values of GELU
+    output (`gelu`) and 2·n_embd of layernorm output (`layernorm`), at the
+    price of one GELU and two layernorm kernels more in the backward. The
+    copies are located at their forward op inside `fused<"recompute">`;
+    gpt-fuse-matmul-epilogue then fuses only the forward GELU into its GEMM
+    and the copy reads the aux pre-activation. A value whose inputs the
+    backward would not keep (recomputing would keep them longer) is left
+    alone, with a remark. Runs after gpt-optimizer's CSE (which would merge
+    the copies back), before the fusion passes.
+  }];
+  let options = [
+    ListOption<"ops", "ops", "std::string",
+               "What to recompute: gelu, layernorm (none if empty)">,
   ];
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }

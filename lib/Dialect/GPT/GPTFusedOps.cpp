@@ -88,8 +88,16 @@ LogicalResult FusedElementwiseOp::verify() {
                            << shapeStr(tensorOf(in).getShape())
                            << " does not broadcast to the result shape "
                            << shapeStr(shape);
-  return verifyBody(*this, getBody(), elementTypes(getInputs()),
-                    elementTypes(getResults()));
+  // A 16-bit result may be yielded as float32: it is rounded when written
+  // (a narrowing gpt.cast folded into the group).
+  SmallVector<Type> yields = elementTypes(getResults());
+  auto yield = dyn_cast<YieldOp>(getBody().front().getTerminator());
+  if (yield && yield.getValues().size() == yields.size())
+    for (auto [i, t] : llvm::enumerate(yields))
+      if ((t.isBF16() || t.isF16()) &&
+          yield.getValues()[i].getType().isF32())
+        t = yield.getValues()[i].getType();
+  return verifyBody(*this, getBody(), elementTypes(getInputs()), yields);
 }
 
 LogicalResult MultiTensorElementwiseOp::verify() {

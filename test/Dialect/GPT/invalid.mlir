@@ -548,6 +548,19 @@ func.func @fused_input_does_not_broadcast(%a: tensor<4x8xf32>, %b: tensor<4xf32>
 
 // -----
 
+// A float32 result yielded narrow: only a 16-bit result may be yielded
+// wider (and rounded on store), never the other way.
+func.func @fused_yield_narrower(%a: tensor<4xbf16>) {
+  // expected-error @+1 {{body yields 1 values of types 'bf16', expected the result element types 'f32'}}
+  %r = gpt.fused_elementwise(%a : tensor<4xbf16>) -> tensor<4xf32> {
+  ^bb0(%x: bf16):
+    gpt.yield %x : bf16
+  }
+  return
+}
+
+// -----
+
 func.func @fused_yield_types(%a: tensor<4xf32>) {
   // expected-error @+1 {{body yields 2 values of types 'f32', 'f32', expected the result element types 'f32'}}
   %r = gpt.fused_elementwise(%a : tensor<4xf32>) -> tensor<4xf32> {

@@ -192,3 +192,17 @@ func.func @layernorm_grad_values(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: te
   }
   return
 }
+
+// A fused elementwise op's bf16 result may be yielded as float32: it is
+// rounded when written (a narrowing cast folded into the group).
+// CHECK-LABEL: func.func @elementwise_narrow_result
+// CHECK: gpt.fused_elementwise(%{{.+}} : tensor<2x8xbf16>) -> tensor<2x8xbf16>, tensor<2x8xf32> {
+func.func @elementwise_narrow_result(%x: tensor<2x8xbf16>) {
+  %r:2 = gpt.fused_elementwise(%x : tensor<2x8xbf16>) -> tensor<2x8xbf16>, tensor<2x8xf32> {
+  ^bb0(%a: bf16):
+    %w = arith.extf %a : bf16 to f32
+    %t = math.tanh %w : f32
+    gpt.yield %t, %t : f32, f32
+  }
+  return
+}

@@ -20,7 +20,9 @@ def GPT_FusedElementwiseOp : GPT_Op<"fused_elementwise",
     to it as numpy does (a bias `[C]` or a scalar `tensor<f32>` against
     `[B, T, C]`). The body sees one element of each input as a block
     argument of the input's element type and yields one element of each
-    result; it holds only `arith` and `math` ops on scalars. Several results
+    result; it holds only `arith` and `math` ops on scalars. A bf16 or f16
+    result may be yielded as float32 and is then rounded when written (a
+    narrowing `gpt.cast` folded into the group). Several results
     are a multi-output group: values that other ops still need are written
     out by the same kernel that computes them.
 
