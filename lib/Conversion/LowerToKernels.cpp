@@ -167,6 +167,7 @@ private:
                           std::vector<LaunchInfo> &info, int gradNorm);
   LogicalResult checkInPlace(func::FuncOp func, const rt::Function &out,
                              const std::vector<LaunchInfo> &info);
+  void writeLossGradientsInPlace(const rt::Function &out);
 
 public:
   /// stash_grads and accumulate_grads over these Grad results of grads.
@@ -466,6 +467,7 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
   }
   if (failed(checkInPlace(func, out, info)))
     return failure();
+  writeLossGradientsInPlace(out);
   program.functions.push_back(std::move(out));
   return success();
 }
@@ -522,6 +524,43 @@ LogicalResult Lowering::orderNorm(func::FuncOp func, rt::Function &out,
 /// A launch that writes one of its function's argument buffers writes it in
 /// place: only elementwise kernels reading it at the element they write,
 /// and nothing after them may read the old value.
+/// The loss gradient over its logits: a gpt.cross_entropy_with_grad whose
+/// logits (a temporary of the same dtype and size) no later launch touches
+/// writes dlogits into their bytes, dlogits becoming a view of them. The
+/// logits are the step's largest temporary (B·T·V: 1.5 GiB in bf16 for
+/// GPT-2 at B=16), and both would otherwise be alive at once at the peak.
+/// The kernels read each row whole before writing its gradient
+/// (cross_entropy.cuh; the CPU backend copies its inputs).
+void Lowering::writeLossGradientsInPlace(const rt::Function &out) {
+  for (size_t j = 0; j < out.launches.size(); ++j) {
+    const rt::Launch &l = out.launches[j];
+    if (l.kernel != "cross_entropy_with_grad" || l.inputs.empty() ||
+        l.outputs.size() < 2)
+      continue;
+    int logits = rootOf(l.inputs[0]), dlogits = l.outputs[1];
+    const rt::Buffer &from = program.buffers[logits];
+    const rt::Buffer &to = program.buffers[dlogits];
+    if (from.role != rt::Role::Temp || to.role != rt::Role::Temp ||
+        to.viewOf >= 0 || to.dtype != program.buffers[l.inputs[0]].dtype ||
+        to.bytes() > from.bytes())
+      continue;
+    bool touchedLater = false;
+    for (size_t later = j + 1; later < out.launches.size() && !touchedLater;
+         ++later) {
+      const rt::Launch &m = out.launches[later];
+      for (int id : m.inputs)
+        touchedLater |= rootOf(id) == logits;
+      for (int id : m.outputs)
+        touchedLater |= rootOf(id) == logits;
+    }
+    // Nor may the logits be read at any other element than their own.
+    for (size_t i = 1; i < l.inputs.size(); ++i)
+      touchedLater |= rootOf(l.inputs[i]) == logits;
+    if (!touchedLater)
+      program.buffers[dlogits].viewOf = logits;
+  }
+}
+
 LogicalResult Lowering::checkInPlace(func::FuncOp func,
                                      const rt::Function &out,
                                      const std::vector<LaunchInfo> &info) {

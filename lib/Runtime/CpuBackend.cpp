@@ -365,12 +365,14 @@ const std::unordered_map<std::string, Kernel> &kernels() {
   return table;
 }
 
-/// Launches that may write an output over the very input it reads (the
-/// lowering's in-place update): elementwise, each element read before it is
-/// written.
+/// Launches that may write an output over the very input it reads: the
+/// lowering's in-place update (elementwise, each element read before it is
+/// written) and the loss gradient over its logits (each row read whole
+/// before its gradient is written, cross_entropy.cuh).
 bool mayWriteInPlace(const Launch &l) {
   return l.kernel == "fused_elementwise" ||
-         l.kernel == "multi_tensor_elementwise";
+         l.kernel == "multi_tensor_elementwise" ||
+         l.kernel == "cross_entropy_with_grad";
 }
 
 class CpuBackend : public Backend {

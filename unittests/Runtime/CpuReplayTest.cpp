@@ -282,8 +282,11 @@ TEST(CpuReplayPlan, ABufferReusedTooEarlyShows) {
       id = program.buffers[id].viewOf;
     return id;
   };
+  // Float temps only: garbage in an i32 one (positions) would stop the
+  // replay with an out-of-range id rather than change its numbers.
   auto isTemp = [&](int id) {
-    return program.buffers[base(id)].role == rt::Role::Temp;
+    return program.buffers[base(id)].role == rt::Role::Temp &&
+           program.buffers[base(id)].dtype == rt::DType::F32;
   };
   // A temp T written by launch i and last read by launch j, and a temp U
   // written by a launch k in between that does not read T: put U on T.

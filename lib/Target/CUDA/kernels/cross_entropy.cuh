@@ -10,7 +10,11 @@
 //
 // crossEntropyWithGrad also writes dlogits = (softmax - onehot) · dloss / N
 // from a second read of the row (it is still in L2); padded columns and
-// ignored rows get 0.
+// ignored rows get 0. dlogits may be the logits' own buffer (the lowering
+// writes it in place when nothing reads the logits afterwards): every read
+// of the row happens before the barriers that end blockMaxSum, except the
+// second pass's, where each thread reads the very chunks it then
+// overwrites.
 //
 // The row is read in chunks of kVec consecutive elements (8 when V is a
 // multiple of 8: one 16-byte load of bf16, two of float32), each thread
@@ -264,12 +268,19 @@ __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
     for (int chunk = threadIdx.x; chunk < V / kVec; chunk += blockDim.x)
       storeChunk<kVec>(g + i64(chunk) * kVec, zeros);
   } else {
+    const bool valid = target >= 0 && target < kClasses;
+    // Read before the row is overwritten (in place, another thread may
+    // write this element): blockMaxSum's barriers order the read before
+    // that. Kept in shared memory, not a register live across both passes
+    // (at 64 registers that spills).
+    __shared__ float targetLogit;
+    if (threadIdx.x == 0)
+      targetLogit = valid ? toFloat(x[target]) : 0.0f;
     MaxSum ms = blockMaxSum<kClasses, kVec>(x);
     const float scale = *dloss / countedRows<kRows, kIgnore, kHasIgnore>(targets);
     rowGradient<V, kClasses, kVec>(x, g, ms, target, scale);
-    term = target >= 0 && target < kClasses
-               ? double(logf(ms.sum)) + ms.max - toFloat(x[target])
-               : __longlong_as_double(0x7ff8000000000000ll);
+    term = valid ? double(logf(ms.sum)) + ms.max - targetLogit
+                 : __longlong_as_double(0x7ff8000000000000ll);
   }
   finishLoss<kRows, kIgnore, kHasIgnore>(targets, loss, losses, counter, term);
 }
