@@ -60,8 +60,11 @@ OptimizerOptions ModelOptions::compileOptions() const {
   OptimizerOptions opts;
   opts.precision = precision;
   for (const std::string &op : recompute) {
+    if (op == "none" && recompute.size() == 1)
+      break; // what a program's first line says when it recomputes nothing
     if (op != "gelu" && op != "layernorm")
-      fail("unknown --recompute op '" + op + "' (expected gelu, layernorm)");
+      fail("unknown --recompute op '" + op +
+           "' (expected gelu, layernorm, or none alone)");
     if (!llvm::is_contained(opts.recompute, op))
       opts.recompute.push_back(op);
   }

@@ -60,8 +60,8 @@ struct ModelOptions {
   llvm::cl::list<std::string> recompute{
       "recompute",
       llvm::cl::desc("Activations the backward computes again instead of "
-                     "keeping them (gpt-recompute): gelu, layernorm; "
-                     "comma-separated"),
+                     "keeping them (gpt-recompute): gelu, layernorm, "
+                     "comma-separated; none (the default)"),
       llvm::cl::CommaSeparated, llvm::cl::cat(gptcCategory)};
 
   /// The preset with overrides applied, validated with batch() and seq();
