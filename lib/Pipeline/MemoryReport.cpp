@@ -3,6 +3,7 @@
 #include "gptc/Pipeline/MemoryReport.h"
 
 #include "gptc/Dialect/GPT/GPTOps.h"
+#include "gptc/Transforms/Passes.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -22,15 +23,6 @@ int64_t bytesOf(Value v) {
   Type elem = type.getElementType();
   int64_t size = elem.isBF16() || elem.isF16() ? 2 : 4;
   return type.getNumElements() * size;
-}
-
-bool isBackward(Operation *op) {
-  auto fused = dyn_cast<FusedLoc>(op->getLoc());
-  auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata())
-                   : StringAttr();
-  // A forward op's copy that gpt-recompute made for the backward is part of
-  // the backward: what it reads is what the backward keeps.
-  return tag && (tag.getValue() == "vjp" || tag.getValue() == "recompute");
 }
 
 bool isParameter(func::FuncOp func, Value v) {

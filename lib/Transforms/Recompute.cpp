@@ -42,10 +42,6 @@ bool taggedAs(Operation *op, StringRef tag) {
   return meta && meta.getValue() == tag;
 }
 
-bool isBackward(Operation *op) {
-  return taggedAs(op, "vjp") || gptc::isRecomputed(op);
-}
-
 struct Recomputable {
   bool gelu = false;
   bool layernorm = false;
@@ -63,7 +59,7 @@ SmallVector<Operation *> chainOf(Value v, const Recomputable &what) {
     chain.push_back(c);
     def = c.getX().getDefiningOp();
   }
-  if (!def || isBackward(def) || !what.root(def))
+  if (!def || gptc::isBackward(def) || !what.root(def))
     return {};
   chain.push_back(def);
   std::reverse(chain.begin(), chain.end());
@@ -93,11 +89,11 @@ void recompute(func::FuncOp func, const Recomputable &what) {
   SmallVector<std::pair<Value, Operation *>> kept;
   DenseSet<Value> seen;
   for (Operation &op : block.without_terminator()) {
-    if (!isBackward(&op))
+    if (!gptc::isBackward(&op))
       continue;
     for (Value v : op.getOperands())
       if (Operation *def = v.getDefiningOp();
-          def && !isBackward(def) && seen.insert(v).second)
+          def && !gptc::isBackward(def) && seen.insert(v).second)
         kept.push_back({v, &op});
   }
 
@@ -131,7 +127,8 @@ void recompute(func::FuncOp func, const Recomputable &what) {
     Value recomputed = copy->getResult(0);
     v.replaceUsesWithIf(recomputed, [&](OpOperand &use) {
       Operation *user = use.getOwner();
-      return user != copy && isBackward(user) && !gptc::isRecomputed(user);
+      return user != copy && gptc::isBackward(user) &&
+             !gptc::isRecomputed(user);
     });
   }
 }
@@ -163,3 +160,7 @@ struct GPTRecomputePass : gptc::impl::GPTRecomputeBase<GPTRecomputePass> {
 } // namespace
 
 bool gptc::isRecomputed(Operation *op) { return taggedAs(op, "recompute"); }
+
+bool gptc::isBackward(Operation *op) {
+  return taggedAs(op, "vjp") || isRecomputed(op);
+}

@@ -75,7 +75,8 @@ OwningOpRef<ModuleOp> compileFused(MLIRContext &ctx,
   return module;
 }
 
-bool isBackward(Operation *op) {
+/// gpt-autodiff's backward ops, not gpt-recompute's copies.
+bool isVjp(Operation *op) {
   auto fused = dyn_cast<FusedLoc>(op->getLoc());
   auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata())
                    : StringAttr();
@@ -87,13 +88,13 @@ bool isBackward(Operation *op) {
 int64_t backwardReadsOfForwardActivations(func::FuncOp func) {
   int64_t n = 0;
   func.walk([&](Operation *op) {
-    if (!isBackward(op))
+    if (!isVjp(op))
       return;
     for (Value v : op->getOperands()) {
       Operation *def = v.getDefiningOp();
       while (auto c = dyn_cast_or_null<gpt::CastOp>(def))
         def = c.getX().getDefiningOp();
-      n += def && !isBackward(def) && !isRecomputed(def) &&
+      n += def && !isVjp(def) && !isRecomputed(def) &&
            isa<gpt::GeluOp, gpt::LayerNormOp>(def);
     }
   });

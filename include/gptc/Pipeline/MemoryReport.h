@@ -15,7 +15,8 @@
 //   gradients    the gradient function's gpt.grad results
 //   adam m, v    the update's gpt.adam_m and gpt.adam_v arguments
 //   activations  values of the gradient function computed by its forward
-//                ops (those not located in fused<"vjp">) and read by at
+//                ops (those not located in fused<"vjp"> or, gpt-recompute's
+//                copies, fused<"recompute">) and read by at
 //                least one backward op: what the forward pass must keep for
 //                the backward. Parameters, their low-precision copies
 //                (counted as weights) and constants are excluded; a

@@ -104,6 +104,10 @@ void fuseLayerNormPrologues(mlir::func::FuncOp func);
 /// (located in `fused<"recompute">`, Recompute.cpp).
 bool isRecomputed(mlir::Operation *op);
 
+/// True for an op of the backward: gpt-autodiff's (located in
+/// `fused<"vjp">`) or one of gpt-recompute's copies.
+bool isBackward(mlir::Operation *op);
+
 /// The gradient function of `forward` (see gpt-autodiff), inserted after it.
 mlir::FailureOr<mlir::func::FuncOp>
 buildGradientFunction(mlir::func::FuncOp forward);
