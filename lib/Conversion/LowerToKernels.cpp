@@ -521,9 +521,6 @@ LogicalResult Lowering::orderNorm(func::FuncOp func, rt::Function &out,
   return success();
 }
 
-/// A launch that writes one of its function's argument buffers writes it in
-/// place: only elementwise kernels reading it at the element they write,
-/// and nothing after them may read the old value.
 /// The loss gradient over its logits: a gpt.cross_entropy_with_grad whose
 /// logits (a temporary of the same dtype and size) no later launch touches
 /// writes dlogits into their bytes, dlogits becoming a view of them. The
@@ -561,6 +558,9 @@ void Lowering::writeLossGradientsInPlace(const rt::Function &out) {
   }
 }
 
+/// A launch that writes one of its function's argument buffers writes it in
+/// place: only elementwise kernels reading it at the element they write,
+/// and nothing after them may read the old value.
 LogicalResult Lowering::checkInPlace(func::FuncOp func,
                                      const rt::Function &out,
                                      const std::vector<LaunchInfo> &info) {
