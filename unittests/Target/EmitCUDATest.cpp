@@ -175,7 +175,8 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
   for (const rt::DeviceKernel &k : p.kernels)
     EXPECT_NE(k.source.find("extern \"C\" __global__"), std::string::npos);
   ASSERT_EQ(ls[17].kernel, "flash_attention");
-  EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find("attentionForwardMma"),
+  EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find(
+                "  attentionForwardTensorCores<"),
             std::string::npos);
 }
 

@@ -48,7 +48,7 @@ static Dim3 blockIndex, gridSize, blockSize;
 #define EMU_UNCHECKED __attribute__((no_sanitize("thread")))
 
 namespace emu {
-enum State { Running, AtBarrier, AtWarpBarrier, Done };
+enum State { Running, AtBarrier, AtWarpBarrier, AtWarpgroupBarrier, Done };
 struct Thread {
   Dim3 index;
   State state = Running;
@@ -145,7 +145,7 @@ static std::unique_ptr<Coroutine> newCoroutine() {
 }
 
 static void wait(State s) {
-  if (s == AtWarpBarrier) ++threads[current].warpOps;
+  if (s == AtWarpBarrier || s == AtWarpgroupBarrier) ++threads[current].warpOps;
   threads[current].state = s;
   yield();
 }
@@ -176,6 +176,7 @@ struct Granule {
   long long writerWarpOps = 0; // the writer's warp-wide operations by then
   int writer = -1, writeEpoch = -1, visibleFrom = 0, readEpoch = -1;
   int readerWarp = -1;
+  int writeSeq = 0; // the writer's writes by then, for fence.proxy.async
   bool pending = false; // a cp.async its writer has not waited for
   bool manyWarps = false;
 };
@@ -235,6 +236,9 @@ struct Copies {
   std::vector<Pending> pending;
 };
 static std::vector<Copies> copies;
+/// Per thread: its writes so far, and how many of them a fence.proxy.async
+/// made visible to wgmma (the async proxy).
+static int writesSoFar[1024], fencedWrites[1024];
 static int count;
 static char first[512];
 /// Set while the checker runs: what it calls must not recurse into it.
@@ -413,6 +417,25 @@ EMU_UNCHECKED static void reset(int n) {
   epoch = 0;
   pagesUsed = 0;
   copies.assign(n, Copies());
+  std::fill(writesSoFar, writesSoFar + n, 0);
+  std::fill(fencedWrites, fencedWrites + n, 0);
+}
+/// A misuse of an instruction that is not a race (wgmma's rules), reported
+/// the same way.
+EMU_UNCHECKED static void misuse(const char *what) {
+  if (count++ == 0)
+    std::snprintf(first, sizeof(first),
+                  "wgmma misuse in block (%u, %u, %u): thread %d: %s",
+                  blockIndex.x, blockIndex.y, blockIndex.z, current, what);
+}
+/// fence.proxy.async: this thread's writes so far, but cp.async copies it
+/// has not waited for, become visible to wgmma.
+EMU_UNCHECKED static void fenceProxy() {
+  Busy guard;
+  int upTo = writesSoFar[current];
+  for (const Pending &c : copies[current].pending)
+    upTo = std::min(upTo, c.granule->writeSeq - 1);
+  fencedWrites[current] = upTo;
 }
 EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
                                 bool async) {
@@ -426,6 +449,7 @@ EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
   g.writer = current;
   g.writeEpoch = epoch;
   g.writerWarpOps = ops;
+  g.writeSeq = ++writesSoFar[current];
   g.pending = async;
   g.visibleFrom = epoch + 1;
   if (async)
@@ -469,7 +493,7 @@ EMU_UNCHECKED __attribute__((always_inline)) inline bool candidate(const void *a
 }
 /// An access of `bytes` at `at`, if it is to shared memory or a buffer.
 EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
-                                 bool async = false) {
+                                 bool async = false, bool byWgmma = false) {
   if (!candidate(at) && !candidate(static_cast<const char *>(at) + bytes - 1))
     return;
   Busy guard;
@@ -478,10 +502,14 @@ EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
   for (const char *q = from; q < p + bytes; q += 2) {
     const Region *r = nullptr;
     if (Granule *g = find(q, &r)) {
-      if (isWrite)
+      if (isWrite) {
         write(q, *r, *g, async);
-      else
+      } else {
         read(q, *r, *g);
+        if (byWgmma && g->writer >= 0 && g->writeSeq > fencedWrites[g->writer])
+          report("wgmma reads, with no fence.proxy.async by its writer since,",
+                 q, *r, *g);
+      }
     }
   }
 }
@@ -536,6 +564,8 @@ static void runBlock(int n) {
     bool progress = false;
     for (int w = 0; w < n; w += 32)
       progress |= release(w, std::min(32, n - w), AtWarpBarrier);
+    for (int w = 0; w < n; w += 128)
+      progress |= release(w, std::min(128, n - w), AtWarpgroupBarrier);
     if (release(0, n, AtBarrier)) {
       ++race::epoch;
       progress = true;
@@ -779,6 +809,107 @@ EMU_UNCHECKED inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
   emu::wait(emu::AtWarpBarrier);
 }
 
+/// Warpgroup MMA (sm_90a; the kernels' GPTC_WGMMA path), as the PTX ISA
+/// defines it: the 128 threads of a warpgroup each deposit A (their warp's
+/// 16 rows as an mma.m16n8k16 A fragment) and B's shared-memory
+/// descriptor, which must agree; then each computes its own accumulators
+/// (warp w's rows 16w.., as N/8 mma C fragments). B is decoded as the
+/// device decodes the descriptor: start address, LBO and SBO in 16-byte
+/// units, no swizzling, element (n, k) at (n%8)·16 + (n/8)·SBO + (k%8)·2 +
+/// (k/8)·LBO bytes K-major, (n%8)·2 + (n/8)·SBO + (k%8)·16 + (k/8)·LBO
+/// N-major. The products land at once; the rules that make that safe on a
+/// GPU are checked instead: a wgmma.fence before each batch, the reads of
+/// B ordered after its writers' fence.proxy.async and a barrier (race
+/// checker), and no accumulator use before wgmma.wait_group (the kernels
+/// wait for 0 right after committing, which is what is emulated).
+static u32 wgA[1024][4];
+static unsigned long long wgB[1024];
+static bool wgFenced[1024];
+static int wgUncommitted[1024];
+/// The device keeps 18 bits of a shared address in a descriptor; the
+/// emulation's addresses are offsets from sharedBase that may need more.
+/// Each thread's recent descriptors remember the whole address.
+struct WgDescriptor { unsigned long long desc; u32 address; };
+static WgDescriptor wgRecent[1024][16];
+static int wgNext[1024];
+inline unsigned long long wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
+  unsigned long long d = (unsigned long long)((address & 0x3ffff) >> 4) |
+                         (unsigned long long)(lbo >> 4) << 16 |
+                         (unsigned long long)(sbo >> 4) << 32;
+  int me = emu::current;
+  wgRecent[me][wgNext[me]++ % 16] = {d, address};
+  return d;
+}
+EMU_UNCHECKED inline void wgmmaFence() { wgFenced[emu::current] = true; }
+EMU_UNCHECKED inline void wgmmaCommit() { wgUncommitted[emu::current] = 0; }
+template <int N> EMU_UNCHECKED inline void wgmmaWait() {
+  static_assert(N == 0, "the emulation lands products at once: wait for 0");
+  int me = emu::current;
+  if (wgUncommitted[me])
+    emu::race::misuse("wgmma.wait_group with wgmma not committed");
+  wgFenced[me] = false; // the accumulators are the thread's again
+}
+template <int N> inline void wgmmaFenceOperands(float (&)[N][4]) {}
+inline void fenceProxyAsync() { emu::race::fenceProxy(); }
+template <bool kTransB, int NT>
+EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
+                                    unsigned long long desc) {
+  int me = emu::current, first = me & ~127, lane = me & 31, warp = me / 32 % 4;
+  if (emu::threads.size() % 128)
+    emu::race::misuse("wgmma in a block that is not whole warpgroups");
+  if (!wgFenced[me])
+    emu::race::misuse("wgmma with no wgmma.fence since the last wait");
+  ++wgUncommitted[me];
+  for (int i = 0; i < 4; ++i) wgA[me][i] = a[i];
+  wgB[me] = desc;
+  emu::wait(emu::AtWarpgroupBarrier);
+  u32 address = 0;
+  bool known = false;
+  for (const WgDescriptor &r : wgRecent[me])
+    if (r.desc == desc) address = r.address, known = true;
+  const u32 lbo = u32(desc >> 16 & 0x3fff) << 4, sbo = u32(desc >> 32 & 0x3fff) << 4;
+  auto offset = [&](int n, int k) {
+    return kTransB ? u32((n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo)
+                   : u32((n % 8) * 16 + (n / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo);
+  };
+  if (!known)
+    emu::race::misuse("wgmma descriptor not made by wgmmaDescriptor");
+  else if (desc >> 46)
+    emu::race::misuse("wgmma descriptor with a base offset or swizzling");
+  if (me == first) {
+    for (int t = first; t < first + 128; ++t)
+      if (wgB[t] != desc) emu::race::misuse("the warpgroup's B descriptors differ");
+    // B's bytes must lie in one __shared__ variable; their reads are the
+    // warpgroup's, ordered as the race checker says.
+    const char *lo = nullptr, *hi = reinterpret_cast<const char *>(~0ull);
+    const emu::race::Region *r =
+        emu::race::find(emu::race::shared, sharedPointer(address), lo, hi);
+    for (int n = 0; n < 8 * NT; ++n)
+      for (int k = 0; k < 16; ++k) {
+        const char *p = sharedPointer(address + offset(n, k));
+        if (!r || p < r->begin || p + 2 > r->end) {
+          emu::race::misuse("wgmma reads B outside the __shared__ variable it starts in");
+          n = 8 * NT;
+          break;
+        }
+        emu::race::access(p, 2, false, false, /*byWgmma=*/true);
+      }
+  }
+  for (int j = 0; j < NT; ++j)
+    for (int e = 0; e < 4; ++e) {
+      int rl = lane / 4 + 8 * (e / 2), n = 8 * j + 2 * (lane % 4) + e % 2;
+      float sum = 0.0f;
+      for (int k = 0; k < 16; ++k) {
+        float av = half(wgA[first + 32 * warp + (rl % 8) * 4 + (k % 8) / 2][rl / 8 + 2 * (k / 8)], k % 2);
+        unsigned short bv;
+        std::memcpy(&bv, sharedPointer(address + offset(n, k)), 2);
+        sum += av * toFloat(bf16{bv});
+      }
+      d[j][e] += sum;
+    }
+  emu::wait(emu::AtWarpgroupBarrier);
+}
+
 /// Converts to whatever pointer type the kernel parameter has.
 struct AnyPointer {
   void *p;
@@ -864,8 +995,9 @@ std::string dims(const uint32_t (&d)[3]) {
 
 } // namespace
 
-HostKernels::HostKernels(const rt::Program &p) {
-  std::string src = kShim;
+HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
+  std::string src = std::string("#define GPTC_WGMMA ") +
+                    (target == HostTarget::Sm90a ? "1" : "0") + "\n" + kShim;
   const std::string types = cuda::kernelTemplate("types.cuh");
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     std::string s = p.kernels[k].source;
@@ -1007,11 +1139,12 @@ namespace {
 
 class HostKernelBackend : public rt::Backend {
 public:
+  explicit HostKernelBackend(HostTarget target) : target_(target) {}
   std::string name() const override { return "host-compiled CUDA"; }
 
   void load(const rt::Program &p) override {
     p_ = &p;
-    kernels_ = std::make_unique<HostKernels>(p);
+    kernels_ = std::make_unique<HostKernels>(p, target_);
     if (!kernels_->ok())
       throw rt::DeviceError("the kernels do not compile for the host: " +
                             kernels_->error.substr(0, 2000));
@@ -1076,6 +1209,7 @@ private:
   struct Free {
     void operator()(uint8_t *p) const { std::free(p); }
   };
+  HostTarget target_;
   const rt::Program *p_ = nullptr;
   std::unique_ptr<HostKernels> kernels_;
   std::unique_ptr<uint8_t[], Free> arena_;
@@ -1084,8 +1218,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<rt::Backend> makeHostKernelBackend() {
-  return std::make_unique<HostKernelBackend>();
+std::unique_ptr<rt::Backend> makeHostKernelBackend(HostTarget target) {
+  return std::make_unique<HostKernelBackend>(target);
 }
 
 } // namespace gptc::test

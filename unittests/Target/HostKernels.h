@@ -28,12 +28,17 @@
 
 namespace gptc::test {
 
+/// Which target's code paths the host build takes: Sm90a adds the
+/// warpgroup-MMA (wgmma) kernels that NVRTC compiles for sm_90a.
+enum class HostTarget { Sm80, Sm90a };
+
 /// The kernels of a Program, compiled for the host.
 class HostKernels {
 public:
   /// Compiles the kernel sources `p` holds (cuda::emitCUDA wrote them);
   /// ok() says whether that worked, error what the compiler said.
-  explicit HostKernels(const rt::Program &p);
+  explicit HostKernels(const rt::Program &p,
+                       HostTarget target = HostTarget::Sm80);
   ~HostKernels();
   HostKernels(const HostKernels &) = delete;
   HostKernels &operator=(const HostKernels &) = delete;
@@ -70,8 +75,10 @@ rt::Program &emitForHost(rt::Program &p);
 /// rt::Backend over HostKernels: a host arena laid out by the program's
 /// memory plan, each generated kernel run from its CUDA source, and the
 /// GEMMs (cuBLASLt's on a GPU) on an inner CPU backend, their operands
-/// copied across. load() needs the kernel sources (emitForHost).
-std::unique_ptr<rt::Backend> makeHostKernelBackend();
+/// copied across. load() needs the kernel sources (emitForHost); `target`
+/// picks the code paths, as for HostKernels.
+std::unique_ptr<rt::Backend>
+makeHostKernelBackend(HostTarget target = HostTarget::Sm80);
 
 } // namespace gptc::test
 

@@ -61,6 +61,23 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
     ASSERT_EQ(want.f32[i], got[i]) << what << " element " << i;
 }
 
+/// The attention implementation a kernel's entry calls: "TensorCores" (the
+/// forward: mma.sync, or wgmma on sm_90a), "Mma" (the backward), "Simple",
+/// or "" for none. (The source holds all of attention.cuh; the entry's call
+/// is the line that starts with two spaces.)
+std::string attentionImpl(const std::string &source) {
+  for (const char *impl : {"TensorCores", "Mma", "Simple"})
+    for (const char *dir : {"Forward", "Backward"})
+      if (source.find(std::string("\n  attention") + dir + impl + "<") !=
+          std::string::npos)
+        return impl;
+  return "";
+}
+
+const char *targetName(HostTarget t) {
+  return t == HostTarget::Sm90a ? "sm_90a" : "sm_80";
+}
+
 /// GELU(x + b) and x + b, the shape the fuser gives a bias and activation.
 exec::ScalarProgram geluBias() {
   using exec::Opcode;
@@ -717,11 +734,15 @@ TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
 }
 
 
+namespace {
+
 // The tensor-core attention with bf16 q, k, v, dout: two query and two key
-// tiles of 64, head dim 64, the mma.m16n8k16 fragments emulated as PTX
-// defines them. Probabilities (and dS) are rounded to bf16 between the two
-// products, as FlashAttention does: agreement to bf16 precision.
-TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
+// tiles of 64, head dim 64, the mma.m16n8k16 fragments (and, for sm_90a,
+// the forward's wgmma) emulated as PTX defines them. Probabilities (and dS)
+// are rounded to bf16 between the two products, as FlashAttention does:
+// agreement to bf16 precision.
+void checkTensorCoreAttention(HostTarget target) {
+  SCOPED_TRACE(targetName(target));
   const DType f32 = DType::F32, bf = DType::BF16;
   Builder b;
   Shape qs = {1, 2, 128, 64};
@@ -741,10 +762,10 @@ TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
     attn.insert(attn.end(), {o, lse, dq, dk, dv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p));
+  HostKernels kernels(emitForHost(p), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &dk : p.kernels)
-    ASSERT_NE(dk.source.find("Mma<"), std::string::npos) << dk.name;
+    ASSERT_NE(attentionImpl(dk.source), "Simple") << dk.name;
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 200);
   for (int c = 0; c < 2; ++c) {
@@ -763,18 +784,28 @@ TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
   }
 }
 
+} // namespace
+
+TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
+  checkTensorCoreAttention(HostTarget::Sm80);
+}
+TEST(TemplateKernelsOnHost, WgmmaAttentionMatchesTheCpuExecutor) {
+  checkTensorCoreAttention(HostTarget::Sm90a);
+}
+
 namespace {
 
 /// gpt.flash_attention_qkv and its gradient read q, k and v in place from
 /// a packed [B, T, 3C] tensor and write out [B, T, C] and dqkv [B, T, 3C].
 /// B = H = 2, so both halves of blockIdx.y (batch · H + head) matter; the
 /// reference is the CPU executor's unpack, run, pack. Tensor cores: bf16
-/// inputs (T = 128, D = 64, the Mma kernels), tolerances as above;
-/// otherwise float32 (the Simple kernels), tolerances as for the [B, H, T,
-/// D] op.
-void checkPackedAttention(bool tensorCores) {
+/// inputs (T = 128, D = tensorD), tolerances as above; otherwise float32
+/// (the Simple kernels, D = 8), tolerances as for the [B, H, T, D] op.
+void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80,
+                          int64_t tensorD = 64) {
+  SCOPED_TRACE(targetName(target));
   const DType f32 = DType::F32, in = tensorCores ? DType::BF16 : f32;
-  const int64_t B = 2, H = 2, D = tensorCores ? 64 : 8;
+  const int64_t B = 2, H = 2, D = tensorCores ? tensorD : 8;
   const int64_t T = tensorCores ? 128 : 16, C = H * D;
   const float scale = tensorCores ? 0.125f : 0.35f;
   Builder b;
@@ -793,11 +824,10 @@ void checkPackedAttention(bool tensorCores) {
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p));
+  HostKernels kernels(emitForHost(p), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &k : p.kernels)
-    ASSERT_EQ(k.source.find("Mma<") != std::string::npos, tensorCores)
-        << k.name;
+    ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 300);
   const float outTol = tensorCores ? 1e-2f : 2e-5f;
@@ -818,60 +848,6 @@ void checkPackedAttention(bool tensorCores) {
 
 } // namespace
 
-// The race check (HostKernels.cpp) sees what the emulation, one thread
-// after another, would hide: every barrier of the tensor-core attention
-// orders shared-memory tiles, and without any one of them (taken out of the
-// emitted source, one at a time) the forward or the backward races. Three
-// tiles of 64 at least, so that a double buffer is refilled.
-TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
-  const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
-  Builder b;
-  int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
-      dout = b.buf(DType::BF16, {B, T, C});
-  int o = b.buf(DType::F32, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
-  auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-  fa.ints = {{"causal", 1}, {"num_heads", H}};
-  fa.floats["scale"] = 0.125;
-  int dqkv = b.buf(DType::F32, {B, T, 3 * C});
-  auto &fag = b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
-  fag.ints = {{"causal", 1}, {"num_heads", H}};
-  fag.floats["scale"] = 0.125;
-  rt::Program &p = emitForHost(b.p);
-  ASSERT_EQ(p.kernels.size(), 2u);
-  const std::string barrier = "__syncthreads();";
-  for (size_t k = 0; k < p.kernels.size(); ++k) {
-    const std::string source = p.kernels[k].source;
-    // The barriers of the template this kernel instantiates.
-    bool grad = p.kernels[k].name.find("grad") != std::string::npos;
-    size_t from = source.find(grad ? "void attentionBackwardMma("
-                                   : "void attentionForwardMma(");
-    size_t to = source.find(grad ? "extern \"C\"" : "void loadRowTerms(", from);
-    ASSERT_NE(from, std::string::npos);
-    ASSERT_NE(to, std::string::npos);
-    int removed = 0;
-    for (size_t at = source.find(barrier, from); at < to;
-         at = source.find(barrier, at + 1)) {
-      rt::Program mutated = p;
-      mutated.kernels[k].source = source.substr(0, at) +
-                                  source.substr(at + barrier.size());
-      HostKernels kernels(mutated);
-      ASSERT_TRUE(kernels.ok()) << kernels.error;
-      size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
-      try {
-        runOnRandomData(mutated, kernels, 7);
-        ADD_FAILURE() << p.kernels[k].name << ": no race without the barrier "
-                      << "at line " << line;
-      } catch (const std::runtime_error &e) {
-        EXPECT_NE(std::string(e.what()).find("shared-memory race"),
-                  std::string::npos)
-            << e.what();
-      }
-      ++removed;
-    }
-    EXPECT_GE(removed, 3) << p.kernels[k].name;
-  }
-}
-
 namespace {
 
 /// Where function `name` of a kernel source begins and ends: its definition
@@ -887,6 +863,105 @@ std::pair<size_t, size_t> functionSpan(const std::string &source,
   }
   return {std::string::npos, std::string::npos};
 }
+
+/// One packed causal attention, forward and backward, B = H = 1, D = 64,
+/// T = 192: three tiles of 64, so that a double buffer is refilled.
+rt::Program &packedAttentionForRaces(Builder &b) {
+  const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
+  int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
+      dout = b.buf(DType::BF16, {B, T, C});
+  int o = b.buf(DType::F32, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+  auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+  fa.ints = {{"causal", 1}, {"num_heads", H}};
+  fa.floats["scale"] = 0.125;
+  int dqkv = b.buf(DType::F32, {B, T, 3 * C});
+  auto &fag = b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
+  fag.ints = {{"causal", 1}, {"num_heads", H}};
+  fag.floats["scale"] = 0.125;
+  return emitForHost(b.p);
+}
+
+/// Takes each `statement` out of function `fn` of kernel `k`, one at a
+/// time, and expects the run to report `message`; returns how many.
+int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
+                     const std::string &statement, const std::string &message,
+                     HostTarget target) {
+  const std::string source = p.kernels[k].source;
+  auto [from, to] = functionSpan(source, fn);
+  EXPECT_NE(from, std::string::npos) << fn;
+  int removed = 0;
+  for (size_t at = source.find(statement, from); at < to;
+       at = source.find(statement, at + 1)) {
+    rt::Program mutated = p;
+    mutated.kernels[k].source =
+        source.substr(0, at) + source.substr(at + statement.size());
+    HostKernels kernels(mutated, target);
+    EXPECT_TRUE(kernels.ok()) << kernels.error;
+    if (!kernels.ok())
+      return removed;
+    size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
+    try {
+      runOnRandomData(mutated, kernels, 7);
+      ADD_FAILURE() << p.kernels[k].name << ": nothing reported without "
+                    << statement << " at line " << line;
+    } catch (const std::runtime_error &e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+          << statement << " at line " << line << ": " << e.what();
+    }
+    ++removed;
+  }
+  return removed;
+}
+
+} // namespace
+
+// The race check (HostKernels.cpp) sees what the emulation, one thread
+// after another, would hide: every barrier of the tensor-core attention
+// orders shared-memory tiles, and without any one of them (taken out of the
+// emitted source, one at a time) the forward or the backward races.
+TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    bool grad = p.kernels[k].name.find("grad") != std::string::npos;
+    EXPECT_GE(expectEachNeeded(p, k,
+                               grad ? "attentionBackwardMma"
+                                    : "attentionForwardMma",
+                               "__syncthreads();", "shared-memory race",
+                               HostTarget::Sm80),
+              3)
+        << p.kernels[k].name;
+  }
+}
+
+// The same for the wgmma forward, and its two fences: without a thread's
+// fence.proxy.async its copies are not ordered before wgmma's reads of
+// them; without a wgmma.fence a batch starts on accumulators the threads
+// just wrote.
+TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  const size_t k = p.kernels[0].name.find("grad") == std::string::npos ? 0 : 1;
+  const HostTarget sm90a = HostTarget::Sm90a;
+  EXPECT_GE(expectEachNeeded(p, k, "attentionForwardWgmma", "__syncthreads();",
+                             "shared-memory race", sm90a),
+            3);
+  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma",
+                             "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma", "wgmmaFence();",
+                             "no wgmma.fence since the last wait", sm90a),
+            2);
+  // And with all of them: no report.
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
+namespace {
 
 /// Removes each `__syncthreads();` of `functions` in `p`'s only kernel, one
 /// at a time, and runs the kernel with `run`: each removal must be caught
@@ -1123,6 +1198,12 @@ TEST(TemplateKernelsOnHost, PackedAttentionMatchesTheCpuExecutor) {
 
 TEST(TemplateKernelsOnHost, PackedTensorCoreAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/true);
+}
+
+// The wgmma forward at gpt2-tiny's head size, 32 (wgmma's n32 for the
+// output; the scores are n64 whatever D is).
+TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
+  checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, 32);
 }
 
 namespace {

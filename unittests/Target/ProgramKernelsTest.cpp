@@ -93,11 +93,12 @@ void compileTiny(const std::string &precision) {
 /// launches, and the kernels each function really uses.
 void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
                  const std::string &precision,
-                 std::vector<std::string> recompute = {}) {
+                 std::vector<std::string> recompute = {},
+                 HostTarget target = HostTarget::Sm80) {
   rt::Program p =
       tinyProgram(precision, cfg, batch, seq, std::move(recompute));
   emitForHost(p);
-  std::unique_ptr<rt::Backend> host = makeHostKernelBackend();
+  std::unique_ptr<rt::Backend> host = makeHostKernelBackend(target);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::ostringstream out;
   int failed = rt::checkKernels(p, *host, *cpu, out);
@@ -137,6 +138,15 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsMatchTheCpuBackend) {
   cfg.nLayer = 1;
   cfg.vocabSize = 1000;
   checkOnHost(cfg, 2, 128, "bf16");
+}
+
+// The same on sm_90a's code paths: the forward attention on warpgroup MMA
+// (wgmma, emulated), at the benchmark's head size.
+TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsOnSm90aMatchTheCpuBackend) {
+  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
+  cfg.nLayer = 1;
+  cfg.vocabSize = 1000;
+  checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm90a);
 }
 
 // With gpt-recompute's copies: a gpt.fused_layernorm of the residual sum

@@ -212,9 +212,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // The tensor-core forward at 4 blocks an SM fits in 128 registers (left
   // alone, ptxas spills at small head sizes); the backward needs ~240.
   begin(entry, mma ? 128 : 64, mma && !grad ? 4 : 0);
-  os << "  attention" << (grad ? "Backward" : "Forward")
-     << (mma ? "Mma" : "Simple") << "<" << tmpl << ">(" << a.args << ", "
-     << scale << ");\n}\n";
+  // The tensor-core forward picks wgmma or mma.sync by the target NVRTC
+  // compiles for (the runtime may compile the same source for another).
+  const char *impl = !mma ? "Simple" : grad ? "Mma" : "TensorCores";
+  os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
+     << tmpl << ">(" << a.args << ", " << scale << ");\n}\n";
   l.block[0] = mma ? 128 : 64;
   l.grid[0] =
       toGrid(grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64) : ceilDiv(a.T, 64));

@@ -21,6 +21,9 @@
 //   expf's dozen instructions: per score, the softmax's arithmetic is what
 //   bounds these kernels next to the mma.sync products. The causal mask is
 //   applied on the diagonal tile only; the others have no later key.
+//   On sm_90a the forward with D of 32 or 64 runs on warpgroup MMA
+//   instead (attentionForwardWgmma, at the end of this file): the same
+//   softmax, both products as wgmma reading K and V from shared memory.
 // - attention*Simple: any dtype and shape, one thread per row, float32 on
 //   CUDA cores. Correct, not fast: the fp32 and fp16 paths.
 // The backward is deterministic without atomics: a grid of T/64 "dq" blocks
@@ -622,4 +625,211 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+}
+
+//===----------------------------------------------------------------------===//
+// Warpgroup-MMA forward (sm_90a)
+//===----------------------------------------------------------------------===//
+
+#if GPTC_WGMMA
+namespace wg {
+
+/// A 64 x D bf16 tile in shared memory as wgmma reads it without swizzling:
+/// 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16), the one of
+/// rows [8rb, 8rb+8) and columns [8cb, 8cb+8) at (rb·D/8 + cb)·128 bytes.
+/// Read as a K-major B (keys are N, the D columns K): LBO 128 bytes, SBO
+/// D/8·128. Read as an N-major B (keys are K, the columns N): LBO D/8·128,
+/// SBO 128.
+template <int D> struct CoreTile {
+  static constexpr u32 kRowGroupBytes = D / 8 * 128;
+  alignas(128) unsigned short data[64 * D];
+
+  /// Chunk c of 16 bytes is row 8·(c / D) + c % 8, columns 8·(c / 8 % (D/8))
+  /// on, and lands at byte 16c: the 8 lanes of a quarter warp fill one core
+  /// matrix (no bank conflict) and a warp reads 64 contiguous bytes of 8 rows.
+  static __device__ __forceinline__ void chunk(int c, int &row, int &col) {
+    row = 8 * (c / D) + c % 8;
+    col = 8 * (c / 8 % (D / 8));
+  }
+  /// Rows [row0, row0 + 64) of D bf16 elements, `stride` apart from `src`
+  /// on (HeadRows), 16 bytes a thread.
+  __device__ __forceinline__ void load(const bf16 *src, i64 stride, i64 row0) {
+    const u32 base = sharedAddress(data);
+    for (int c = threadIdx.x; c < 64 * D / 8; c += blockDim.x) {
+      int r, col;
+      chunk(c, r, col);
+      storeShared128(base + 16 * c, *reinterpret_cast<const uint4 *>(
+                                        src + (row0 + r) * stride + col));
+    }
+  }
+  /// load() through cp.async: in flight until the caller waits for it.
+  __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
+                                            i64 row0) {
+    const u32 base = sharedAddress(data);
+    for (int c = threadIdx.x; c < 64 * D / 8; c += blockDim.x) {
+      int r, col;
+      chunk(c, r, col);
+      copyAsync16(base + 16 * c, src + (row0 + r) * stride + col);
+    }
+  }
+  /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
+  /// c0), matrices in mma::Tile::block's order (an A fragment).
+  __device__ __forceinline__ u32 block(int r0, int c0) const {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    const int r = r0 + 8 * (m % 2) + lane % 8, c = c0 + 8 * (m / 2);
+    return sharedAddress(data) + (r / 8) * kRowGroupBytes + (c / 8) * 128 +
+           (r % 8) * 16;
+  }
+  /// B = this tileᵀ (keys along N), columns [16kc, 16kc+16) as K.
+  __device__ __forceinline__ unsigned long long keysAlongN(int kc) const {
+    return wgmmaDescriptor(sharedAddress(data) + kc * 256, 128,
+                           kRowGroupBytes);
+  }
+  /// B = this tile (keys along K), rows [16kc, 16kc+16).
+  __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
+    return wgmmaDescriptor(sharedAddress(data) + kc * 2 * kRowGroupBytes,
+                           kRowGroupBytes, 128);
+  }
+};
+
+} // namespace wg
+
+/// attentionForwardMma with both products on warpgroup MMA: the block's 4
+/// warps are one warpgroup, and each product is one batch of D/16 (scores)
+/// or 4 (output) wgmma instructions on the 64 rows, B read from shared
+/// memory directly (no ldmatrix). q, the probabilities and the softmax stay
+/// as in attentionForwardMma, in the same fragment layout. D is 32 or 64.
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
+                                      const bf16 *v, TO *out, float *lse,
+                                      float scale) {
+  static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  using namespace mma;
+  __shared__ wg::CoreTile<D> sK[2], sV[2]; // q is staged in sK[1] first
+  const i64 h = blockIdx.y;
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  const int rowLo = i0 + warp * 16 + g, rowHi = rowLo + 8;
+
+  sK[1].load(q + LQ::head(h), kQ, i0);
+  __syncthreads();
+  u32 qa[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    loadMatrices(qa[kc], sK[1].block(warp * 16, kc * 16));
+  __syncthreads(); // sK[1] is free for the second key tile
+
+  float acc[D / 8][4];
+  zero(acc);
+  float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
+  const float scaleLog2 = scale * log2e();
+  const int keyEnd = kCausal ? i0 + 64 : S;
+  sK[0].loadAsync(k + LK::head(h), kK, 0);
+  sV[0].loadAsync(v + LK::head(h), kK, 0);
+  commitCopies();
+  for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
+    if (j0 + 64 < keyEnd) {
+      sK[buf ^ 1].loadAsync(k + LK::head(h), kK, j0 + 64);
+      sV[buf ^ 1].loadAsync(v + LK::head(h), kK, j0 + 64);
+      commitCopies();
+      waitCopies<1>();
+    } else {
+      waitCopies<0>();
+    }
+    fenceProxyAsync(); // this thread's copies, to wgmma's reads
+    __syncthreads();   // and every other thread's
+    float s[8][4];
+    zero(s);
+    wgmmaFence();
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc));
+    wgmmaCommit();
+    wgmmaWait<0>();
+    wgmmaFenceOperands(s);
+
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] *= scaleLog2;
+    if (kCausal && j0 == i0)
+      maskFuture<false>(s, warp * 16 + g, GPTC_NEG_INF);
+    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
+      tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
+    }
+    for (int o = 1; o <= 2; o <<= 1) {
+      tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
+      tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
+    }
+    float newLo = fmaxf(mLo, tileLo), newHi = fmaxf(mHi, tileHi);
+    float corrLo = fastExp2(mLo - newLo), corrHi = fastExp2(mHi - newHi);
+    mLo = newLo;
+    mHi = newHi;
+    float sumLo = 0.0f, sumHi = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      s[nt][0] = fastExp2(s[nt][0] - mLo);
+      s[nt][1] = fastExp2(s[nt][1] - mLo);
+      s[nt][2] = fastExp2(s[nt][2] - mHi);
+      s[nt][3] = fastExp2(s[nt][3] - mHi);
+      sumLo += s[nt][0] + s[nt][1];
+      sumHi += s[nt][2] + s[nt][3];
+    }
+    lLo = lLo * corrLo + sumLo;
+    lHi = lHi * corrHi + sumHi;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      acc[nt][0] *= corrLo;
+      acc[nt][1] *= corrLo;
+      acc[nt][2] *= corrHi;
+      acc[nt][3] *= corrHi;
+    }
+    u32 pa[4][4]; // the probabilities as A fragments, keys as K
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+      accToA(pa[kc], s, kc);
+    wgmmaFence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+      wgmmaBf16<true>(acc, pa[kc], sV[buf].keysAlongK(kc));
+    wgmmaCommit();
+    wgmmaWait<0>();
+    wgmmaFenceOperands(acc);
+    __syncthreads(); // done with this buffer before it is refilled
+  }
+  for (int o = 1; o <= 2; o <<= 1) {
+    lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
+    lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
+  }
+  storeAcc<D, LO::kRowStride>(out + LO::head(h), i0 + warp * 16, acc,
+                              1.0f / lLo, 1.0f / lHi);
+  if (tq == 0) {
+    constexpr float kLn2 = 0.6931471805599453f;
+    lse[h * T + rowLo] = mLo * kLn2 + logf(lLo);
+    lse[h * T + rowHi] = mHi * kLn2 + logf(lHi);
+  }
+}
+#endif // GPTC_WGMMA
+
+/// The tensor-core forward the target has: warpgroup MMA on sm_90a for D of
+/// 32 or 64, else mma.sync (same results up to float32 summation order).
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ __forceinline__ void
+attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
+                            TO *out, float *lse, float scale) {
+#if GPTC_WGMMA
+  if constexpr (D == 32 || D == 64)
+    attentionForwardWgmma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
+                                                        scale);
+  else
+#endif
+    attentionForwardMma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
+                                                      scale);
 }

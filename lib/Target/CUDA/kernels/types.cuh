@@ -12,6 +12,17 @@
 typedef long long i64;
 typedef unsigned int u32;
 
+// Warpgroup MMA (wgmma) exists on sm_90a, where NVRTC defines
+// __CUDA_ARCH_FEAT_SM90_ALL; kernels that use it fall back to mma.sync
+// elsewhere. (The host emulation defines GPTC_WGMMA itself.)
+#if !defined(GPTC_WGMMA)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GPTC_WGMMA 1
+#else
+#define GPTC_WGMMA 0
+#endif
+#endif
+
 struct bf16 { unsigned short bits; };
 struct f16 { unsigned short bits; };
 
@@ -208,4 +219,87 @@ __device__ __forceinline__ void storeShared128(u32 address, uint4 v) {
                "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
+
+#if GPTC_WGMMA
+// Hopper's warpgroup MMA (sm_90a): the 4 warps of a 128-thread warpgroup
+// multiply a 64 x 16 A, from registers (each warp's 16 rows laid out as
+// mma.m16n8k16's A fragment), by a 16 x N B that the instruction reads
+// from shared memory itself, through a descriptor. D is float32, each
+// warp's 16 rows laid out as N/8 mma.m16n8k16 C fragments. Asynchronous:
+// wgmmaFence() before a batch (accumulators and A written since), then
+// wgmmaCommit() and wgmmaWait<0>(); shared memory written by the threads
+// (st.shared, cp.async) is seen by wgmma after fenceProxyAsync() and a
+// barrier.
+
+/// The descriptor of a B in shared memory without swizzling: 8 x 8 core
+/// matrices (8 rows of 16 bytes, 128 contiguous bytes); `lbo` bytes from
+/// one core matrix to the next along K, `sbo` along N.
+__device__ __forceinline__ unsigned long long
+wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
+  return (unsigned long long)((address & 0x3ffff) >> 4) |
+         (unsigned long long)(lbo >> 4) << 16 |
+         (unsigned long long)(sbo >> 4) << 32;
+}
+__device__ __forceinline__ void wgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/// Waits until at most N committed wgmma groups are in flight.
+template <int N> __device__ __forceinline__ void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/// Keeps the compiler from moving accesses to `d` across the wgmma
+/// instructions that are still writing it (before wgmmaWait returns).
+template <int N>
+__device__ __forceinline__ void wgmmaFenceOperands(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      asm volatile("" : "+f"(d[i][e])::"memory");
+}
+/// This thread's shared-memory writes become visible to wgmma's reads
+/// (the async proxy) once a barrier follows.
+__device__ __forceinline__ void fenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/// d += a · b, m64nNk16 (N = 64 or 32); kTransB: b is N-major (its 16-byte
+/// core-matrix rows run along N), else K-major.
+template <bool kTransB>
+__device__ __forceinline__ void wgmmaBf16(float (&d)[8][4], const u32 (&a)[4],
+                                          unsigned long long b) {
+  // scale-d is a predicate: true, accumulate.
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                 "r"(1), "n"(int(kTransB)));
+}
+template <bool kTransB>
+__device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
+                                          unsigned long long b) {
+  // scale-d is a predicate: true, accumulate.
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+               "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                 "r"(1), "n"(int(kTransB)));
+}
+#endif // GPTC_WGMMA
 
