@@ -19,13 +19,14 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$repo/build/bin/gptc" compile "${opts[@]}" --dump-kernels="$tmp/k" -o "$tmp/program" > /dev/null
 arch=$(sed -n 's/.*"arch": "\(sm_[0-9a-z]*\)".*/\1/p' "$tmp/k/manifest.json" | head -n 1)
-printf '%-36s %6s %9s %10s %7s\n' kernel mma ldmatrix ld.shared total
+printf '%-36s %6s %6s %9s %10s %7s\n' kernel mma wgmma ldmatrix ld.shared total
 for cu in "$tmp"/k/*.cu; do
   name=$(basename "$cu" .cu)
   [[ $name =~ $pattern ]] || continue
   "$nvcc" -arch="$arch" -ptx -std=c++17 -o "$tmp/$name.ptx" "$cu"
   p=$tmp/$name.ptx
-  printf '%-36s %6d %9d %10d %7d\n' "$name" "$(grep -c 'mma.sync' "$p" || true)" \
+  printf '%-36s %6d %6d %9d %10d %7d\n' "$name" "$(grep -c 'mma.sync' "$p" || true)" \
+    "$(grep -c 'wgmma.mma_async' "$p" || true)" \
     "$(grep -c 'ldmatrix' "$p" || true)" "$(grep -c 'ld.shared' "$p" || true)" \
     "$(grep -cE '^\s+[a-z@]' "$p" || true)"
 done

@@ -38,7 +38,17 @@ compile() { # name model precision batch seq [more gptc compile flags]
 }
 compile tiny-fp32 gpt2-tiny fp32 $tiny_batch $tiny_seq
 compile tiny-bf16 gpt2-tiny bf16 $tiny_batch $tiny_seq
+# GPT-2's widths (C=768, heads of 64: the attention kernels the benchmark
+# runs, over 3 tiles of 64) in one layer with a small vocabulary: a
+# --check-kernels run the CPU backend keeps short.
+compile check-gpt2w-bf16 gpt2 bf16 2 192 --n-layer=1 --vocab-size=1000
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq"
+# The same step for sm_90 without the "a" features: its forward attention
+# on mma.sync, not warpgroup MMA (what wgmma gains, same run).
+if [[ $arch == sm_90a ]]; then
+  "$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" \
+    --seq="$seq" --gpu-arch=sm_90 -o "$bundle/programs/gpt2-bf16-sm90"
+fi
 # The same step recomputing GELU and layernorm outputs in the backward: what
 # the smaller arena costs in time.
 compile gpt2-bf16-recompute gpt2 bf16 "$batch" "$seq" --recompute=gelu,layernorm

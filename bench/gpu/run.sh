@@ -7,8 +7,9 @@
 #   run(command="bash bench/gpu/run.sh", carry=["bench/gpu/out"], timeout_s=600)
 #
 # Steps (each under its own time limit; a failing step does not stop the
-# rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16
-# (every launch on the GPU against the CPU backend); 10 steps of gpt2-tiny
+# rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16 and on
+# one layer of GPT-2's widths (every launch on the GPU against the CPU
+# backend; on sm_90a the forward attention is warpgroup MMA); 10 steps of gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T; last, --check-kernels of
@@ -16,11 +17,12 @@
 # refused cuBLASLt epilogue); then, with what time is left, GPT-2 124M
 # again with GPTC_GEMM_TUNE=1 (cuBLASLt algorithms timed at load, the
 # fastest kept); last, GPT-2 124M compiled with --recompute=gelu,layernorm
-# (the time the smaller arena costs). Peak memory for gptc and PyTorch comes
+# (the time the smaller arena costs); last, GPT-2 124M compiled for sm_90,
+# whose forward attention is mma.sync (what wgmma gains). Peak memory for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned] [recompute]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned] [recompute] [mmasync]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -40,7 +42,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned recompute} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned recompute mmasync} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -91,6 +93,8 @@ if want check; then
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
       --device=cuda --check-kernels
   done
+  step 100 check-gpt2w-bf16 "${lib[@]}" "$P/check-gpt2w-bf16" \
+    --device=cuda --check-kernels
 fi
 
 if want tiny; then
@@ -126,6 +130,11 @@ fi
 
 if want recompute; then
   step 90 gpt2-bf16-recompute "${lib[@]}" "$P/gpt2-bf16-recompute" \
+    --device=cuda --data="$data" --steps=15 --seed=1
+fi
+
+if want mmasync && [[ -f $P/gpt2-bf16-sm90 ]]; then
+  step 90 gpt2-bf16-sm90 "${lib[@]}" "$P/gpt2-bf16-sm90" \
     --device=cuda --data="$data" --steps=15 --seed=1
 fi
 

@@ -4,11 +4,13 @@
 Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
   check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
+  check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
+  gpt2-bf16-sm90.log                         --gpu-arch=sm_90 (mma.sync attention)
   torch.json                                 bench/gpu/torch_gpt2.py --out
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
@@ -66,21 +68,22 @@ def main():
     lines = []
 
     # Kernel checks.
-    for prec in ("fp32", "bf16", "bf16-fallback"):
-        text = read(os.path.join(res, f"check-tiny-{prec}.log"))
+    for prec in ("fp32", "bf16", "bf16-fallback", "gpt2w-bf16"):
+        log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
+        text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
         if m:
             launches, failures = int(m.group(1)), int(m.group(2))
             summary["checks"][prec] = {"launches": launches, "failures": failures}
             verdict = "PASS" if failures == 0 else "FAIL"
-            lines.append(f"check-kernels tiny {prec:4}: {launches} launches, "
+            lines.append(f"check-kernels {log[6:-4]:19}: {launches} launches, "
                          f"{failures} failures  {verdict}")
             fails = [l for l in text.splitlines() if "FAIL" in l and l.startswith("[")]
             lines.extend("    " + l[:200] for l in fails[:8])
             if len(fails) > 8:
-                lines.append(f"    ... {len(fails) - 8} more in check-tiny-{prec}.log")
+                lines.append(f"    ... {len(fails) - 8} more in {log}")
         else:
-            lines.append(f"check-kernels tiny {prec:4}: did not finish (see log)")
+            lines.append(f"check-kernels {log[6:-4]:19}: did not finish (see log)")
 
     # Epilogues cuBLASLt refused (the runtime ran them as gemm_fallback
     # kernels; one line per epilogue and shape in any log).
@@ -115,7 +118,8 @@ def main():
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
     for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
-                      ("gptc, recompute", "gpt2-bf16-recompute")):
+                      ("gptc, recompute", "gpt2-bf16-recompute"),
+                      ("gptc, sm_90 (mma.sync attention)", "gpt2-bf16-sm90")):
         g = steps(read(os.path.join(res, log + ".log")))
         timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
         if timed:
