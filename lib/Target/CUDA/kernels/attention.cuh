@@ -336,71 +336,32 @@ __device__ __forceinline__ void maskFuture(float (&s)[8][4], int rowLo,
     }
 }
 
-} // namespace mma
-
-/// grid (T/64, heads), 128 threads. K and V tiles are double-buffered: the
-/// next tile's cp.async copies run while this one is multiplied.
-template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TO>
-__device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
-                                    const bf16 *v, TO *out, float *lse,
-                                    float scale) {
-  using namespace mma;
-  __shared__ Tile<D> sK[2], sV[2]; // q is staged in sK[1] first
-  const i64 h = blockIdx.y;
-  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
-  // The head's offsets are recomputed where used: pointers moved once here
-  // would hold registers across the loop (the parameters stay in constant
-  // memory), and at 128 registers the kernel would spill.
-  // Causal: the last query tiles see the most keys; start them first.
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
-  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  const int rowLo = i0 + warp * 16 + g, rowHi = rowLo + 8;
-
-  sK[1].load(q + LQ::head(h), kQ, i0);
-  __syncthreads();
-  u32 qa[D / 16][4];
-#pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc)
-    loadA(qa[kc], sK[1], warp * 16, kc * 16);
-  __syncthreads(); // sK[1] is free for the second key tile
-
-  float acc[D / 8][4];
-  zero(acc);
-  // Row maxima in log2 units, and the rows' sums.
+/// The forward's online softmax over a warp's 16 query rows, rows lo = g
+/// and hi = g + 8 of this lane (g = lane / 4; the four lanes of a quad hold
+/// one row pair): maxima in log2 units and the sums so far.
+struct OnlineSoftmax {
   float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
-  const float scaleLog2 = scale * log2e();
-  const int keyEnd = kCausal ? i0 + 64 : S;
-  sK[0].loadAsync(k + LK::head(h), kK, 0);
-  sV[0].loadAsync(v + LK::head(h), kK, 0);
-  commitCopies();
-  for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    if (j0 + 64 < keyEnd) {
-      sK[buf ^ 1].loadAsync(k + LK::head(h), kK, j0 + 64);
-      sV[buf ^ 1].loadAsync(v + LK::head(h), kK, j0 + 64);
-      commitCopies();
-      waitCopies<1>(); // this tile's copies, not the next one's
-    } else {
-      waitCopies<0>();
-    }
-    __syncthreads(); // every thread's copies of this tile have landed
-    float s[8][4];
-    productABt<D>(s, qa, sK[buf]);
 
+  /// One key tile: s (scores) becomes the tile's probabilities in place,
+  /// and acc is rescaled by the change of the rows' maxima. `diagonal`:
+  /// the causal tile, masked past row `row` (the warp's 16 rows on).
+  template <int D>
+  __device__ __forceinline__ void tile(float (&s)[8][4], float (&acc)[D / 8][4],
+                                       float scaleLog2, bool diagonal,
+                                       int row) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         s[nt][e] *= scaleLog2;
-    if (kCausal && j0 == i0)
-      maskFuture<false>(s, warp * 16 + g, GPTC_NEG_INF);
+    if (diagonal)
+      maskFuture<false>(s, row, GPTC_NEG_INF);
     float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
       tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
     }
-    // The four lanes of a quad hold one row pair.
     for (int o = 1; o <= 2; o <<= 1) {
       tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
       tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
@@ -429,20 +390,82 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
       acc[nt][2] *= corrHi;
       acc[nt][3] *= corrHi;
     }
+  }
+
+  /// Writes the warp's rows [row0, row0 + 16) of out (acc over the sums)
+  /// and their lse, in natural units.
+  template <int D, int T, class LO, typename TO>
+  __device__ __forceinline__ void finish(TO *out, float *lse, i64 h, int row0,
+                                         const float (&acc)[D / 8][4]) {
+    for (int o = 1; o <= 2; o <<= 1) {
+      lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
+      lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
+    }
+    storeAcc<D, LO::kRowStride>(out + LO::head(h), row0, acc, 1.0f / lLo,
+                                1.0f / lHi);
+    if (threadIdx.x % 4 == 0) {
+      constexpr float kLn2 = 0.6931471805599453f;
+      const int rowLo = row0 + threadIdx.x % 32 / 4;
+      lse[h * T + rowLo] = mLo * kLn2 + logf(lLo);
+      lse[h * T + rowLo + 8] = mHi * kLn2 + logf(lHi);
+    }
+  }
+};
+
+} // namespace mma
+
+/// grid (T/64, heads), 128 threads. K and V tiles are double-buffered: the
+/// next tile's cp.async copies run while this one is multiplied.
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
+                                    const bf16 *v, TO *out, float *lse,
+                                    float scale) {
+  using namespace mma;
+  __shared__ Tile<D> sK[2], sV[2]; // q is staged in sK[1] first
+  const i64 h = blockIdx.y;
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  // The head's offsets are recomputed where used: pointers moved once here
+  // would hold registers across the loop (the parameters stay in constant
+  // memory), and at 128 registers the kernel would spill.
+  // Causal: the last query tiles see the most keys; start them first.
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4;
+
+  sK[1].load(q + LQ::head(h), kQ, i0);
+  __syncthreads();
+  u32 qa[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    loadA(qa[kc], sK[1], warp * 16, kc * 16);
+  __syncthreads(); // sK[1] is free for the second key tile
+
+  float acc[D / 8][4];
+  zero(acc);
+  OnlineSoftmax rows;
+  const float scaleLog2 = scale * log2e();
+  const int keyEnd = kCausal ? i0 + 64 : S;
+  sK[0].loadAsync(k + LK::head(h), kK, 0);
+  sV[0].loadAsync(v + LK::head(h), kK, 0);
+  commitCopies();
+  for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
+    if (j0 + 64 < keyEnd) {
+      sK[buf ^ 1].loadAsync(k + LK::head(h), kK, j0 + 64);
+      sV[buf ^ 1].loadAsync(v + LK::head(h), kK, j0 + 64);
+      commitCopies();
+      waitCopies<1>(); // this tile's copies, not the next one's
+    } else {
+      waitCopies<0>();
+    }
+    __syncthreads(); // every thread's copies of this tile have landed
+    float s[8][4];
+    productABt<D>(s, qa, sK[buf]);
+
+    rows.tile<D>(s, acc, scaleLog2, kCausal && j0 == i0, warp * 16 + g);
     accumulatePB<D>(acc, s, sV[buf]);
     __syncthreads(); // done with this buffer before it is refilled
   }
-  for (int o = 1; o <= 2; o <<= 1) {
-    lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
-    lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
-  }
-  storeAcc<D, LO::kRowStride>(out + LO::head(h), i0 + warp * 16, acc,
-                              1.0f / lLo, 1.0f / lHi);
-  if (tq == 0) {
-    constexpr float kLn2 = 0.6931471805599453f; // lse in natural units
-    lse[h * T + rowLo] = mLo * kLn2 + logf(lLo);
-    lse[h * T + rowHi] = mHi * kLn2 + logf(lHi);
-  }
+  rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
 
 /// Per-row −lse·log2 e (what a score in log2 units is offset by) and
@@ -710,8 +733,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   const i64 h = blockIdx.y;
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
-  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  const int rowLo = i0 + warp * 16 + g, rowHi = rowLo + 8;
+  const int g = threadIdx.x % 32 / 4;
 
   sK[1].load(q + LQ::head(h), kQ, i0);
   __syncthreads();
@@ -723,7 +745,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
 
   float acc[D / 8][4];
   zero(acc);
-  float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
+  OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
   sK[0].loadAsync(k + LK::head(h), kK, 0);
@@ -750,46 +772,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
     wgmmaWait<0>();
     wgmmaFenceOperands(s);
 
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[nt][e] *= scaleLog2;
-    if (kCausal && j0 == i0)
-      maskFuture<false>(s, warp * 16 + g, GPTC_NEG_INF);
-    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
-      tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
-    }
-    for (int o = 1; o <= 2; o <<= 1) {
-      tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
-      tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
-    }
-    float newLo = fmaxf(mLo, tileLo), newHi = fmaxf(mHi, tileHi);
-    float corrLo = fastExp2(mLo - newLo), corrHi = fastExp2(mHi - newHi);
-    mLo = newLo;
-    mHi = newHi;
-    float sumLo = 0.0f, sumHi = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = fastExp2(s[nt][0] - mLo);
-      s[nt][1] = fastExp2(s[nt][1] - mLo);
-      s[nt][2] = fastExp2(s[nt][2] - mHi);
-      s[nt][3] = fastExp2(s[nt][3] - mHi);
-      sumLo += s[nt][0] + s[nt][1];
-      sumHi += s[nt][2] + s[nt][3];
-    }
-    lLo = lLo * corrLo + sumLo;
-    lHi = lHi * corrHi + sumHi;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      acc[nt][0] *= corrLo;
-      acc[nt][1] *= corrLo;
-      acc[nt][2] *= corrHi;
-      acc[nt][3] *= corrHi;
-    }
+    rows.tile<D>(s, acc, scaleLog2, kCausal && j0 == i0, warp * 16 + g);
     u32 pa[4][4]; // the probabilities as A fragments, keys as K
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
@@ -803,17 +786,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
     wgmmaFenceOperands(acc);
     __syncthreads(); // done with this buffer before it is refilled
   }
-  for (int o = 1; o <= 2; o <<= 1) {
-    lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
-    lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
-  }
-  storeAcc<D, LO::kRowStride>(out + LO::head(h), i0 + warp * 16, acc,
-                              1.0f / lLo, 1.0f / lHi);
-  if (tq == 0) {
-    constexpr float kLn2 = 0.6931471805599453f;
-    lse[h * T + rowLo] = mLo * kLn2 + logf(lLo);
-    lse[h * T + rowHi] = mHi * kLn2 + logf(lHi);
-  }
+  rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
 #endif // GPTC_WGMMA
 
