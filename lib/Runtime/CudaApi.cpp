@@ -15,11 +15,40 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 namespace gptc::rt::cudaapi {
 
 namespace {
+
+// cuda.h maps some names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2),
+// which cuGetProcAddress finds under the base name. It also maps
+// cuGraphInstantiate to another function, cuGraphInstantiateWithFlags; under
+// the base name cuGetProcAddress returns the legacy five-argument
+// cuGraphInstantiate, and calling that with three arguments crashed the
+// first graph capture on a GPU. So every name the backend resolves must be
+// the function cuda.h declares, up to a "_vN" suffix.
+constexpr bool isVersionOf(std::string_view base, std::string_view symbol) {
+  if (symbol == base)
+    return true;
+  if (symbol.substr(0, base.size()) != base)
+    return false;
+  std::string_view suffix = symbol.substr(base.size());
+  if (suffix.size() < 3 || suffix.substr(0, 2) != "_v")
+    return false;
+  return std::all_of(suffix.begin() + 2, suffix.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+#define GPTC_STRINGIFY(x) #x
+#define GPTC_EXPANDED_NAME(fn) GPTC_STRINGIFY(fn)
+#define GPTC_CHECK_NAME(fn)                                                    \
+  static_assert(isVersionOf(#fn, GPTC_EXPANDED_NAME(fn)),                      \
+                "cuda.h maps " #fn " to another function: list that one");
+GPTC_CU_FUNCTIONS(GPTC_CHECK_NAME)
+#undef GPTC_CHECK_NAME
+#undef GPTC_EXPANDED_NAME
+#undef GPTC_STRINGIFY
 
 std::string versionString(int v) {
   return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);

@@ -23,7 +23,9 @@ namespace gptc::rt::cudaapi {
 
 // Every entry point we call. cuda.h maps some names to versioned symbols
 // (cuMemAlloc -> cuMemAlloc_v2); the members take those names and types,
-// while #fn stays the base name that cuGetProcAddress wants.
+// while #fn stays the base name that cuGetProcAddress wants. A name that
+// cuda.h maps to a different function (cuGraphInstantiate) is listed as that
+// function; CudaApi.cpp checks this at compile time.
 #define GPTC_CU_FUNCTIONS(X)                                                   \
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                        \
   X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                          \
@@ -36,7 +38,7 @@ namespace gptc::rt::cudaapi {
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                 \
   X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuGetErrorName)                    \
   X(cuGetErrorString) X(cuStreamBeginCapture) X(cuStreamEndCapture)            \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphDestroy)                     \
+  X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)            \
   X(cuGraphExecDestroy)
 
 struct Driver {

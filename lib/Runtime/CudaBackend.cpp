@@ -1206,7 +1206,7 @@ void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
       }
       r = cu.cuStreamEndCapture(compute, &graph);
       if (r == CUDA_SUCCESS)
-        r = cu.cuGraphInstantiate(&g.exec, graph, 0);
+        r = cu.cuGraphInstantiateWithFlags(&g.exec, graph, 0);
       if (graph)
         cu.cuGraphDestroy(graph);
       if (r == CUDA_SUCCESS) {
