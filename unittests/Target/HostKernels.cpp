@@ -840,7 +840,18 @@ inline unsigned long long wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
   wgRecent[me][wgNext[me]++ % 16] = {d, address};
   return d;
 }
-EMU_UNCHECKED inline void wgmmaFence() { wgFenced[emu::current] = true; }
+/// The batch's operands, as its wgmma.fence named them: a wgmma on others
+/// would read registers the fence did not order.
+static const void *wgFencedD[1024];
+static const u32 (*wgFencedA[1024])[4], (*wgFencedAEnd[1024])[4];
+template <int N, int K>
+EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4]) {
+  int me = emu::current;
+  wgFenced[me] = true;
+  wgFencedD[me] = d;
+  wgFencedA[me] = a;
+  wgFencedAEnd[me] = a + K;
+}
 EMU_UNCHECKED inline void wgmmaCommit() { wgUncommitted[emu::current] = 0; }
 template <int N> EMU_UNCHECKED inline void wgmmaWait() {
   static_assert(N == 0, "the emulation lands products at once: wait for 0");
@@ -850,6 +861,7 @@ template <int N> EMU_UNCHECKED inline void wgmmaWait() {
   wgFenced[me] = false; // the accumulators are the thread's again
 }
 template <int N> inline void wgmmaFenceOperands(float (&)[N][4]) {}
+template <int N> inline void wgmmaFenceOperands(u32 (&)[N][4]) {}
 inline void fenceProxyAsync() { emu::race::fenceProxy(); }
 template <bool kTransB, int NT>
 EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
@@ -859,6 +871,9 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
     emu::race::misuse("wgmma in a block that is not whole warpgroups");
   if (!wgFenced[me])
     emu::race::misuse("wgmma with no wgmma.fence since the last wait");
+  else if (static_cast<const void *>(d) != wgFencedD[me] ||
+           &a < wgFencedA[me] || &a >= wgFencedAEnd[me])
+    emu::race::misuse("wgmma on operands its wgmma.fence did not name");
   ++wgUncommitted[me];
   for (int i = 0; i < 4; ++i) wgA[me][i] = a[i];
   wgB[me] = desc;

@@ -885,7 +885,7 @@ rt::Program &packedAttentionForRaces(Builder &b) {
 /// time, and expects the run to report `message`; returns how many.
 int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
                      const std::string &statement, const std::string &message,
-                     HostTarget target) {
+                     HostTarget target, const std::string &replacement = "") {
   const std::string source = p.kernels[k].source;
   auto [from, to] = functionSpan(source, fn);
   EXPECT_NE(from, std::string::npos) << fn;
@@ -894,7 +894,7 @@ int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
        at = source.find(statement, at + 1)) {
     rt::Program mutated = p;
     mutated.kernels[k].source =
-        source.substr(0, at) + source.substr(at + statement.size());
+        source.substr(0, at) + replacement + source.substr(at + statement.size());
     HostKernels kernels(mutated, target);
     EXPECT_TRUE(kernels.ok()) << kernels.error;
     if (!kernels.ok())
@@ -902,8 +902,9 @@ int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
     size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
     try {
       runOnRandomData(mutated, kernels, 7);
-      ADD_FAILURE() << p.kernels[k].name << ": nothing reported without "
-                    << statement << " at line " << line;
+      ADD_FAILURE() << p.kernels[k].name << ": nothing reported with "
+                    << statement << " at line " << line << " replaced by '"
+                    << replacement << "'";
     } catch (const std::runtime_error &e) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
           << statement << " at line " << line << ": " << e.what();
@@ -938,7 +939,8 @@ TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
 // The same for the wgmma forward, and its two fences: without a thread's
 // fence.proxy.async its copies are not ordered before wgmma's reads of
 // them; without a wgmma.fence a batch starts on accumulators the threads
-// just wrote.
+// just wrote, and a fence must name the batch's own operands (what it
+// orders are their writes; test/cuda/wgmma-fences.test checks the PTX).
 TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b);
@@ -952,9 +954,21 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
                              "fenceProxyAsync();",
                              "with no fence.proxy.async", sm90a),
             1);
-  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma", "wgmmaFence();",
-                             "no wgmma.fence since the last wait", sm90a),
-            2);
+  for (const char *fence : {"wgmmaFence(s, qa);", "wgmmaFence(acc, pa);"})
+    EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma", fence,
+                               "no wgmma.fence since the last wait", sm90a),
+              1)
+        << fence;
+  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma",
+                             "wgmmaFence(acc, pa);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(s, pa);"),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma",
+                             "wgmmaFence(s, qa);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(acc, qa);"),
+            1);
   // And with all of them: no report.
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;

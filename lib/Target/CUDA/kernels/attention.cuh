@@ -764,7 +764,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
     __syncthreads();   // and every other thread's
     float s[8][4];
     zero(s);
-    wgmmaFence();
+    wgmmaFence(s, qa);
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
       wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc));
@@ -777,7 +777,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       accToA(pa[kc], s, kc);
-    wgmmaFence();
+    wgmmaFence(acc, pa);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       wgmmaBf16<true>(acc, pa[kc], sV[buf].keysAlongK(kc));

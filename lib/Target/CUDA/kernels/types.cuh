@@ -226,8 +226,8 @@ __device__ __forceinline__ void storeShared128(u32 address, uint4 v) {
 // mma.m16n8k16's A fragment), by a 16 x N B that the instruction reads
 // from shared memory itself, through a descriptor. D is float32, each
 // warp's 16 rows laid out as N/8 mma.m16n8k16 C fragments. Asynchronous:
-// wgmmaFence() before a batch (accumulators and A written since), then
-// wgmmaCommit() and wgmmaWait<0>(); shared memory written by the threads
+// wgmmaFence(d, a) before a batch, then wgmmaCommit() and wgmmaWait<0>(),
+// then wgmmaFenceOperands(d); shared memory written by the threads
 // (st.shared, cp.async) is seen by wgmma after fenceProxyAsync() and a
 // barrier.
 
@@ -239,9 +239,6 @@ wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
   return (unsigned long long)((address & 0x3ffff) >> 4) |
          (unsigned long long)(lbo >> 4) << 16 |
          (unsigned long long)(sbo >> 4) << 32;
-}
-__device__ __forceinline__ void wgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
 __device__ __forceinline__ void wgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -259,6 +256,25 @@ __device__ __forceinline__ void wgmmaFenceOperands(float (&d)[N][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       asm volatile("" : "+f"(d[i][e])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmmaFenceOperands(u32 (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      asm volatile("" : "+r"(a[i][e])::"memory");
+}
+/// wgmma.fence before a batch that accumulates into `d` with A fragments
+/// `a`. The hardware reads registers written before the fence, so the
+/// operand fences pin every write to them (zeroing, rescaling, packing)
+/// ahead of it: without them the compiler moved the zeroing of the scores
+/// past the fence, and on an H100 wgmma added the last tile's values in.
+template <int N, int K>
+__device__ __forceinline__ void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4]) {
+  wgmmaFenceOperands(d);
+  wgmmaFenceOperands(a);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
 /// This thread's shared-memory writes become visible to wgmma's reads
 /// (the async proxy) once a barrier follows.
