@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -167,6 +169,7 @@ struct Comparison {
   double maxAbs = 0, maxRel = 0;
   int64_t worst = -1; // element with the largest scaled error
   double worstDevice = 0, worstReference = 0;
+  int64_t over = 0; // elements over the tolerance
   bool pass = true;
 };
 
@@ -194,6 +197,7 @@ Comparison compare(const std::vector<double> &d, const std::vector<double> &r,
       bool same = (std::isnan(r[i]) && std::isnan(d[i])) || d[i] == r[i];
       if (!same) {
         c.pass = false;
+        ++c.over;
         c.maxAbs = std::numeric_limits<double>::infinity();
         note(i, std::numeric_limits<double>::infinity());
       }
@@ -205,6 +209,7 @@ Comparison compare(const std::vector<double> &d, const std::vector<double> &r,
     double rel = denom > 0 ? err / denom : (err > 0 ? HUGE_VAL : 0.0);
     if (rel > c.maxRel)
       note(i, rel);
+    c.over += rel > tolerance;
   }
   if (c.maxRel > tolerance)
     c.pass = false;
@@ -307,6 +312,36 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
     functions.push_back(f);
   }
 
+  std::ofstream dumpIndex;
+  if (!options.dumpDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.dumpDir, ec);
+    dumpIndex.open(options.dumpDir + "/index.txt");
+    if (ec || !dumpIndex)
+      throw DeviceError("check-kernels: cannot write into " + options.dumpDir +
+                        (ec ? ": " + ec.message() : ""));
+  }
+  // A failing launch's outputs, both sides, for a closer look elsewhere.
+  auto dump = [&](const Function &f, size_t i, size_t k,
+                  const std::vector<uint8_t> &device,
+                  const std::vector<uint8_t> &reference) {
+    const Buffer &b = p.buffers[f.launches[i].outputs[k]];
+    std::string name =
+        f.name + "-" + std::to_string(i) + "-out" + std::to_string(k);
+    for (const auto &[suffix, bytes] :
+         {std::pair{".device", &device}, std::pair{".reference", &reference}}) {
+      std::ofstream file(options.dumpDir + "/" + name + suffix,
+                         std::ios::binary);
+      file.write(reinterpret_cast<const char *>(bytes->data()),
+                 std::streamsize(bytes->size()));
+      if (!file)
+        throw DeviceError("check-kernels: cannot write " + options.dumpDir +
+                          "/" + name + suffix);
+    }
+    dumpIndex << name << " " << shapeOf(b) << "\n";
+    dumpIndex.flush();
+  };
+
   int failures = 0, launches = 0;
   char line[768];
   for (const Function *f : functions) {
@@ -360,6 +395,7 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
         double worstTolerance = 0;
         size_t worstOutput = 0;
         bool pass = true;
+        std::vector<Comparison> byOutput;
         for (size_t k = 0; k < l.outputs.size(); ++k) {
           const Buffer &b = p.buffers[l.outputs[k]];
           std::vector<uint8_t> bytes(size_t(b.bytes()));
@@ -367,6 +403,9 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
           double tolerance = kernelCheckTolerance(p, l, b.dtype);
           Comparison c = compare(decode(bytes, b.dtype),
                                  decode(refOutputs[k], b.dtype), tolerance);
+          byOutput.push_back(c);
+          if (!c.pass && !options.dumpDir.empty())
+            dump(*f, i, k, bytes, refOutputs[k]);
           // Report the output furthest over (or closest to) its tolerance.
           double margin = tolerance > 0 ? c.maxRel / tolerance
                                         : (c.maxRel > 0 ? HUGE_VAL : 0.0);
@@ -386,17 +425,27 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
                       "  max_abs %.3e  max_rel %.3e  tol %.1e  %s", worst.maxAbs,
                       worst.maxRel, worstTolerance, pass ? "PASS" : "FAIL");
         out << head << line;
-        if (!pass && worst.worst >= 0) {
-          const Buffer &b = p.buffers[l.outputs[worstOutput]];
+        // Where it fails: the worst output on this line, any other failing
+        // output on a line of its own below.
+        auto where = [&](size_t k, const Comparison &c) {
+          const Buffer &b = p.buffers[l.outputs[k]];
           std::snprintf(line, sizeof(line),
-                        " (output %zu %s, element %lld: device %.6g, "
-                        "reference %.6g)",
-                        worstOutput, shapeOf(b).c_str(),
-                        (long long)worst.worst, worst.worstDevice,
-                        worst.worstReference);
-          out << line;
-        }
+                        "output %zu %s, %lld of %lld elements over, element "
+                        "%lld: device %.6g, reference %.6g",
+                        k, shapeOf(b).c_str(), (long long)c.over,
+                        (long long)b.numel(), (long long)c.worst,
+                        c.worstDevice, c.worstReference);
+          return std::string(line);
+        };
+        if (!pass && worst.worst >= 0)
+          out << " (" << where(worstOutput, worst) << ")";
         out << "\n";
+        for (size_t k = 0; k < byOutput.size(); ++k)
+          if (k != worstOutput && !byOutput[k].pass && byOutput[k].worst >= 0) {
+            std::snprintf(line, sizeof(line), "max_rel %.3e, ",
+                          byOutput[k].maxRel);
+            out << "    also " << line << where(k, byOutput[k]) << "\n";
+          }
       }
       // Both continue from the reference's results.
       if (options.resync)

@@ -76,6 +76,8 @@ const std::vector<Flags::Spec> kFlags = {
      "fp16: finite steps in a row that double the loss scale (2000)"},
     {"check-kernels", K::Bool,
      "Run every launch on --device and on the CPU backend, compare, exit"},
+    {"check-dump", K::Value,
+     "With --check-kernels: write failing launches' outputs into this folder"},
     {"print-program", K::Bool, "Print the kernel schedule and exit"},
     {"help", K::Bool, "This list"},
     // Fixed when the program was compiled: recognised, to say so.
@@ -191,10 +193,15 @@ int run(const Flags &flags) {
   }
 
   std::string device = flags.text("device", "cuda");
+  if (flags.has("check-dump") && !flags.boolean("check-kernels"))
+    fail("--check-dump needs --check-kernels");
   if (flags.boolean("check-kernels")) {
     std::unique_ptr<rt::Backend> target = makeBackend(device);
     std::unique_ptr<rt::Backend> reference = rt::makeCpuBackend();
-    int failed = rt::checkKernels(program, *target, *reference, std::cout);
+    rt::KernelCheckOptions options;
+    options.dumpDir = flags.text("check-dump", "");
+    int failed =
+        rt::checkKernels(program, *target, *reference, std::cout, options);
     std::cout.flush();
     if (failed)
       fail(std::to_string(failed) + " launches differ from the CPU backend");

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -247,8 +248,59 @@ TEST(KernelCheck, CatchesAWrongOutput) {
   EXPECT_EQ(checkKernels(p, device, *reference, out), 1) << out.str();
   std::string log = out.str();
   EXPECT_NE(log.find("[forward 0] matmul at test.cpp:1:1"), std::string::npos);
-  EXPECT_NE(log.find("FAIL (output 0 f32[2,3,5], element 3"), std::string::npos)
+  EXPECT_NE(log.find("FAIL (output 0 f32[2,3,5], 1 of 30 elements over, "
+                     "element 3: device"),
+            std::string::npos)
       << log;
+}
+
+TEST(KernelCheck, DumpsTheFailingOutputs) {
+  Program p = tinyProgram();
+  NudgingBackend device(0);
+  auto reference = makeCpuBackend();
+  std::ostringstream out;
+  KernelCheckOptions options;
+  options.dumpDir = ::testing::TempDir() + "/gptc-check-dump";
+  std::filesystem::remove_all(options.dumpDir);
+  EXPECT_EQ(checkKernels(p, device, *reference, out, options), 1) << out.str();
+  std::ifstream index(options.dumpDir + "/index.txt");
+  std::string entry;
+  std::getline(index, entry);
+  EXPECT_EQ(entry, "forward-0-out0 f32[2,3,5]");
+  EXPECT_FALSE(std::getline(index, entry)) << "only the failing launch";
+  auto read = [&](const char *suffix) {
+    std::ifstream f(options.dumpDir + "/forward-0-out0" + suffix,
+                    std::ios::binary);
+    std::vector<float> v(30);
+    f.read(reinterpret_cast<char *>(v.data()), 30 * sizeof(float));
+    EXPECT_TRUE(f) << suffix;
+    return v;
+  };
+  std::vector<float> dev = read(".device"), ref = read(".reference");
+  for (size_t i = 0; i < 30; ++i)
+    EXPECT_EQ(dev[i], i == 3 ? ref[i] * 1.01f : ref[i]) << i;
+  std::filesystem::remove_all(options.dumpDir);
+}
+
+TEST(KernelCheck, DumpIntoAFileIsOneError) {
+  Program p = tinyProgram();
+  auto device = makeCpuBackend(), reference = makeCpuBackend();
+  std::string file = ::testing::TempDir() + "/gptc-check-dump-file";
+  std::ofstream(file) << "x";
+  std::ostringstream out;
+  KernelCheckOptions options;
+  options.dumpDir = file;
+  try {
+    checkKernels(p, *device, *reference, out, options);
+    ADD_FAILURE() << "no error";
+  } catch (const DeviceError &e) {
+    EXPECT_NE(std::string(e.what()).find("check-kernels: cannot write into " +
+                                         file),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(out.str().find("[forward"), std::string::npos) << "nothing ran";
+  std::filesystem::remove(file);
 }
 
 TEST(KernelCheck, WithoutResyncErrorsPropagate) {

@@ -29,6 +29,11 @@ struct KernelCheckOptions {
   bool resync = true;
   /// The functions to check, in this order; empty: all, in program order.
   std::vector<std::string> functions;
+  /// Non-empty: a folder (created if missing) that gets each failing
+  /// launch's outputs, as the device and the reference wrote them (raw,
+  /// row-major: <function>-<launch>-out<k>.device / .reference), and
+  /// index.txt with one line per file pair: "name dtype[shape]".
+  std::string dumpDir;
 };
 
 /// Loads `p` into both backends (they must be fresh), fills every Param,
