@@ -88,13 +88,18 @@ nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
 head -n 12 "$logs/nvidia-smi.txt"
 echo "bundle: arch $ARCH, B=$BATCH T=$SEQ; needs $(cat "$bundle/glibc-needed.txt" 2>/dev/null), host has $(ldd --version | head -n 1)"
 
+# A failing launch's outputs (device and reference) land in
+# $logs/dump-<check>/ (logs.tar.gz), to be read here with numpy.
 if want check; then
   for prec in fp32 bf16; do
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
-      --device=cuda --check-kernels
+      --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
-  step 100 check-gpt2w-bf16 "${lib[@]}" "$P/check-gpt2w-bf16" \
-    --device=cuda --check-kernels
+  for w in check-gpt2w-bf16 check-gpt2w-bf16-sm90; do
+    [[ -x $P/$w ]] || continue
+    step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
+      --check-dump="$logs/dump-${w#check-}"
+  done
 fi
 
 if want tiny; then

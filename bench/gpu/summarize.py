@@ -5,6 +5,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
   check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
+  check-gpt2w-bf16-sm90.log                  the same for sm_90 (mma.sync attention)
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
@@ -68,7 +69,7 @@ def main():
     lines = []
 
     # Kernel checks.
-    for prec in ("fp32", "bf16", "bf16-fallback", "gpt2w-bf16"):
+    for prec in ("fp32", "bf16", "bf16-fallback", "gpt2w-bf16", "gpt2w-bf16-sm90"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
@@ -78,8 +79,9 @@ def main():
             verdict = "PASS" if failures == 0 else "FAIL"
             lines.append(f"check-kernels {log[6:-4]:19}: {launches} launches, "
                          f"{failures} failures  {verdict}")
-            fails = [l for l in text.splitlines() if "FAIL" in l and l.startswith("[")]
-            lines.extend("    " + l[:200] for l in fails[:8])
+            fails = [l for l in text.splitlines()
+                     if ("FAIL" in l and l.startswith("[")) or l.startswith("    also ")]
+            lines.extend("    " + l[:300] for l in fails[:8])
             if len(fails) > 8:
                 lines.append(f"    ... {len(fails) - 8} more in {log}")
         else:

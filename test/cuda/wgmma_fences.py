@@ -7,9 +7,8 @@ CUDA compiler does not prevent either: it moves register writes across an
 `asm volatile("wgmma.fence...")` that names no registers.
 
   1. A write to a batch's operand registers between its wgmma.fence and the
-     wgmma.mma_async that reads them: the hardware need not see it (on an
-     H100 the scores' zeroing, moved past the fence, let wgmma add the last
-     tile's values in).
+     wgmma.mma_async that reads them: the hardware need not see it (the
+     forward attention's scores were zeroed after their fence once).
   2. Any use of those registers by another instruction between the batch's
      first wgmma.mma_async and the wgmma.wait_group that follows.
 

@@ -729,19 +729,18 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
                                       float scale) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
   using namespace mma;
-  __shared__ wg::CoreTile<D> sK[2], sV[2]; // q is staged in sK[1] first
+  // q keeps its own tile, and its A fragments are loaded again for each key
+  // tile: held across the loop, ptxas 13.0 gave the probabilities' A
+  // fragments the same registers at D=64, so from the second key tile on
+  // wgmma multiplied k by the last tile's probabilities instead of q (an
+  // H100 saw it; NVRTC's SASS shows it).
+  __shared__ wg::CoreTile<D> sQ, sK[2], sV[2];
   const i64 h = blockIdx.y;
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
 
-  sK[1].load(q + LQ::head(h), kQ, i0);
-  __syncthreads();
-  u32 qa[D / 16][4];
-#pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc)
-    loadMatrices(qa[kc], sK[1].block(warp * 16, kc * 16));
-  __syncthreads(); // sK[1] is free for the second key tile
+  sQ.load(q + LQ::head(h), kQ, i0); // read after the loop's first barrier
 
   float acc[D / 8][4];
   zero(acc);
@@ -762,6 +761,10 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
     }
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
     __syncthreads();   // and every other thread's
+    u32 qa[D / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
     float s[8][4];
     zero(s);
     wgmmaFence(s, qa);

@@ -269,7 +269,7 @@ __device__ __forceinline__ void wgmmaFenceOperands(u32 (&a)[N][4]) {
 /// `a`. The hardware reads registers written before the fence, so the
 /// operand fences pin every write to them (zeroing, rescaling, packing)
 /// ahead of it: without them the compiler moved the zeroing of the scores
-/// past the fence, and on an H100 wgmma added the last tile's values in.
+/// past the fence in the PTX (test/cuda/wgmma-fences.test).
 template <int N, int K>
 __device__ __forceinline__ void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4]) {
   wgmmaFenceOperands(d);
