@@ -39,19 +39,15 @@ void Emitter::emitEmbeddingGrad() {
     unsupported("an addend needs a float32 addend and result");
   headers.insert("embedding.cuh");
   int64_t C = table[1];
-  // Float32 results are summed in place, so a block can own many rows: about
-  // 256 blocks, 8 to 128 rows each (every block scans all the ids). Narrow
-  // ones are summed in shared memory: as many rows as fit 24 KiB of floats.
-  bool inPlace = out(0).dtype == DType::F32;
-  int64_t rows = inPlace ? std::clamp<int64_t>(table[0] / 256, 8, 128)
-                         : std::max<int64_t>(1, 6144 / C);
-  if (!inPlace && rows * C * 4 > 40 * 1024)
+  // Rows per block: as many as fit 24 KiB of float accumulators.
+  int64_t rows = std::max<int64_t>(1, 6144 / C);
+  if (rows * C * 4 > 40 * 1024)
     unsupported("rows of " + std::to_string(C) +
                 " columns do not fit in shared memory");
   begin(entry, 128);
-  os << "  embeddingBackward" << (inPlace ? "InPlace" : "InShared") << "<" << C
-     << ", " << i64Literal(in(1).numel()) << ", " << table[0] << ", " << rows
-     << ">(in0, in1, out0" << (addend ? ", in2" : "") << ");\n}\n";
+  os << "  embeddingBackward<" << C << ", " << i64Literal(in(1).numel()) << ", "
+     << table[0] << ", " << rows << ">(in0, in1, out0"
+     << (addend ? ", in2" : "") << ");\n}\n";
   l.block[0] = 128;
   l.grid[0] = toGrid(ceilDiv(table[0], rows));
 }
