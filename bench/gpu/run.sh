@@ -18,11 +18,12 @@
 # again with GPTC_GEMM_TUNE=1 (cuBLASLt algorithms timed at load, the
 # fastest kept); last, GPT-2 124M compiled with --recompute=gelu,layernorm
 # (the time the smaller arena costs); last, GPT-2 124M compiled for sm_90,
-# whose forward attention is mma.sync (what wgmma gains). Peak memory for gptc and PyTorch comes
+# GPT-2 124M with --attention-forward=wgmma (what wgmma gains or costs
+# against the default mma.sync). Peak memory for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned] [recompute] [mmasync]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned] [recompute] [wgmma]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -42,7 +43,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned recompute mmasync} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned recompute wgmma} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -95,7 +96,7 @@ if want check; then
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
-  for w in check-gpt2w-bf16 check-gpt2w-bf16-sm90; do
+  for w in check-gpt2w-bf16 check-gpt2w-bf16-wgmma; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
@@ -138,8 +139,8 @@ if want recompute; then
     --device=cuda --data="$data" --steps=15 --seed=1
 fi
 
-if want mmasync && [[ -f $P/gpt2-bf16-sm90 ]]; then
-  step 90 gpt2-bf16-sm90 "${lib[@]}" "$P/gpt2-bf16-sm90" \
+if want wgmma && [[ -f $P/gpt2-bf16-wgmma ]]; then
+  step 90 gpt2-bf16-wgmma "${lib[@]}" "$P/gpt2-bf16-wgmma" \
     --device=cuda --data="$data" --steps=15 --seed=1
 fi
 

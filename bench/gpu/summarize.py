@@ -5,13 +5,13 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
   check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
-  check-gpt2w-bf16-sm90.log                  the same for sm_90 (mma.sync attention)
+  check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
-  gpt2-bf16-sm90.log                         --gpu-arch=sm_90 (mma.sync attention)
+  gpt2-bf16-wgmma.log                        --attention-forward=wgmma
   torch.json                                 bench/gpu/torch_gpt2.py --out
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
@@ -69,7 +69,7 @@ def main():
     lines = []
 
     # Kernel checks.
-    for prec in ("fp32", "bf16", "bf16-fallback", "gpt2w-bf16", "gpt2w-bf16-sm90"):
+    for prec in ("fp32", "bf16", "bf16-fallback", "gpt2w-bf16", "gpt2w-bf16-wgmma"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
@@ -121,7 +121,7 @@ def main():
     rows = []
     for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
                       ("gptc, recompute", "gpt2-bf16-recompute"),
-                      ("gptc, sm_90 (mma.sync attention)", "gpt2-bf16-sm90")):
+                      ("gptc, wgmma attention forward", "gpt2-bf16-wgmma")):
         g = steps(read(os.path.join(res, log + ".log")))
         timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
         if timed:

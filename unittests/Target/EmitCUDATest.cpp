@@ -147,8 +147,13 @@ void compileAll(DType act, const std::string &arch) {
   }
   for (const cuda::KernelResources &r : rs) {
     EXPECT_GT(r.registers, 0) << r.name;
-    EXPECT_EQ(r.spillStores, 0) << r.name;
-    EXPECT_EQ(r.localBytes, 0) << r.name;
+    // The tensor-core attention backward runs 3 blocks an SM at a small
+    // spill (EmitTemplates.cpp); nothing else spills.
+    bool backward = act == DType::BF16 &&
+                    r.name.find("attention") != std::string::npos &&
+                    r.name.find("_grad_") != std::string::npos;
+    EXPECT_LE(r.spillStores, backward ? 99 : 0) << r.name;
+    EXPECT_LE(r.localBytes, backward ? 99 : 0) << r.name;
   }
   for (const char *name :
        {"flash_attention_0", "flash_attention_qkv_0", "flash_attention_qkv_grad_0"}) {
@@ -174,7 +179,15 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
   EXPECT_EQ(p.kernels[ls[10].deviceKernel].fuses.size(), 2u);
   for (const rt::DeviceKernel &k : p.kernels)
     EXPECT_NE(k.source.find("extern \"C\" __global__"), std::string::npos);
+  // The forward attention is mma.sync unless wgmma is asked for; then the
+  // source picks by the arch NVRTC compiles for.
   ASSERT_EQ(ls[17].kernel, "flash_attention");
+  EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find(
+                "  attentionForwardMma<"),
+            std::string::npos);
+  cuda::EmitOptions wgmma;
+  wgmma.wgmmaAttention = true;
+  cuda::emitCUDA(p, "sm_90a", wgmma);
   EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find(
                 "  attentionForwardTensorCores<"),
             std::string::npos);

@@ -1145,8 +1145,10 @@ void HostKernels::throwOnRaces() {
                              " race" + (n > 1 ? "s" : "") + " in all)");
 }
 
-rt::Program &emitForHost(rt::Program &p) {
-  cuda::emitCUDA(p, "sm_80");
+rt::Program &emitForHost(rt::Program &p, HostTarget target) {
+  cuda::EmitOptions opts;
+  opts.wgmmaAttention = target == HostTarget::Sm90a; // what sm_90a may run
+  cuda::emitCUDA(p, target == HostTarget::Sm90a ? "sm_90a" : "sm_80", opts);
   return p;
 }
 

@@ -762,7 +762,7 @@ void checkTensorCoreAttention(HostTarget target) {
     attn.insert(attn.end(), {o, lse, dq, dk, dv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p), target);
+  HostKernels kernels(emitForHost(p, target), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &dk : p.kernels)
     ASSERT_NE(attentionImpl(dk.source), "Simple") << dk.name;
@@ -824,7 +824,7 @@ void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p), target);
+  HostKernels kernels(emitForHost(p, target), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &k : p.kernels)
     ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
@@ -866,7 +866,8 @@ std::pair<size_t, size_t> functionSpan(const std::string &source,
 
 /// One packed causal attention, forward and backward, B = H = 1, D = 64,
 /// T = 192: three tiles of 64, so that a double buffer is refilled.
-rt::Program &packedAttentionForRaces(Builder &b) {
+rt::Program &packedAttentionForRaces(Builder &b,
+                                     HostTarget target = HostTarget::Sm80) {
   const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
   int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
       dout = b.buf(DType::BF16, {B, T, C});
@@ -878,7 +879,7 @@ rt::Program &packedAttentionForRaces(Builder &b) {
   auto &fag = b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
   fag.ints = {{"causal", 1}, {"num_heads", H}};
   fag.floats["scale"] = 0.125;
-  return emitForHost(b.p);
+  return emitForHost(b.p, target);
 }
 
 /// Takes each `statement` out of function `fn` of kernel `k`, one at a
@@ -943,7 +944,7 @@ TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
 // orders are their writes; test/cuda/wgmma-fences.test checks the PTX).
 TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
   Builder b;
-  rt::Program &p = packedAttentionForRaces(b);
+  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a);
   ASSERT_EQ(p.kernels.size(), 2u);
   const size_t k = p.kernels[0].name.find("grad") == std::string::npos ? 0 : 1;
   const HostTarget sm90a = HostTarget::Sm90a;

@@ -97,7 +97,7 @@ void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
                  HostTarget target = HostTarget::Sm80) {
   rt::Program p =
       tinyProgram(precision, cfg, batch, seq, std::move(recompute));
-  emitForHost(p);
+  emitForHost(p, target);
   std::unique_ptr<rt::Backend> host = makeHostKernelBackend(target);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::ostringstream out;

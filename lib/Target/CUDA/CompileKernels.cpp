@@ -80,7 +80,7 @@ void dump(const rt::Program &p, const std::string &arch,
 std::vector<KernelResources> compileKernels(rt::Program &p,
                                             const std::string &arch,
                                             const CompileKernelsOptions &opts) {
-  emitCUDA(p, arch); // checks the arch first
+  emitCUDA(p, arch, opts.emit); // checks the arch first
   const size_t n = p.kernels.size();
   std::vector<rt::CompiledKernel> compiled(n);
 

@@ -195,11 +195,12 @@ using namespace detail;
 std::string kernelTemplate(const std::string &name) { return embedded(name); }
 
 std::string emitLaunch(const rt::Program &p, Launch &launch,
-                       const std::string &name) {
-  return Emitter(p, launch).run(name);
+                       const std::string &name, const EmitOptions &opts) {
+  return Emitter(p, launch, opts).run(name);
 }
 
-void emitCUDA(rt::Program &p, const std::string &arch) {
+void emitCUDA(rt::Program &p, const std::string &arch,
+              const EmitOptions &opts) {
   if (!rt::isSupportedArch(arch))
     throw EmitError("unknown GPU architecture '" + arch +
                     "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
@@ -214,7 +215,7 @@ void emitCUDA(rt::Program &p, const std::string &arch) {
       l.deviceKernel = -1;
       if (rt::isGemm(l.kernel))
         continue; // cuBLASLt, epilogues and all
-      std::string src = emitLaunch(p, l, placeholder);
+      std::string src = emitLaunch(p, l, placeholder, opts);
       // The first line names the op and location; not part of the identity.
       std::string key = src.substr(src.find('\n') + 1);
       auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));

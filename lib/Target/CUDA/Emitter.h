@@ -98,7 +98,8 @@ struct MultiTensorLayout; // EmitMultiTensor.cpp
 
 class Emitter {
 public:
-  Emitter(const rt::Program &p, Launch &l) : p(p), l(l) {}
+  Emitter(const rt::Program &p, Launch &l, const EmitOptions &opts = {})
+      : p(p), l(l), opts(opts) {}
 
   std::string run(const std::string &name);
 
@@ -190,6 +191,7 @@ private:
 
   const rt::Program &p;
   Launch &l;
+  EmitOptions opts;
   std::set<std::string> headers;
   std::ostringstream pre, os;
   std::string entry;

@@ -12,6 +12,7 @@
 #define GPTC_TARGET_CUDA_COMPILEKERNELS_H
 
 #include "gptc/Runtime/Program.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
 
 #include <ostream>
 #include <string>
@@ -37,6 +38,8 @@ struct CompileKernelsOptions {
   std::ostream *report = nullptr;
   /// Compiler threads; 0: one per core.
   unsigned threads = 0;
+  /// What the emitter chooses (EmitCUDA.h).
+  EmitOptions emit;
 };
 
 /// Emits p's kernels for `arch` (rt::isSupportedArch, else EmitError with

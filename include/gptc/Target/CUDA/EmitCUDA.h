@@ -31,6 +31,15 @@ struct EmitError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Choices of the emitter that the Program does not make.
+struct EmitOptions {
+  /// The bf16 forward attention on warpgroup MMA where NVRTC compiles for
+  /// sm_90a and D is 32 or 64 (attentionForwardTensorCores), else on
+  /// mma.sync everywhere. Off by default: on an H100 at GPT-2's sizes it
+  /// took 253 µs a launch against mma.sync's 173 (docs/benchmarks.md).
+  bool wgmmaAttention = false;
+};
+
 /// Fills p.kernels (replacing what was there) and, for every launch but
 /// the GEMMs, its deviceKernel, grid, block and sharedBytes (dynamic shared
 /// memory: always 0, the kernels use static shared memory only). Appends
@@ -38,12 +47,13 @@ struct EmitError : std::runtime_error {
 /// names. `arch` is
 /// checked (rt::isSupportedArch) and recorded in no kernel: the sources are
 /// the same for every sm_80+ target.
-void emitCUDA(rt::Program &p, const std::string &arch);
+void emitCUDA(rt::Program &p, const std::string &arch,
+              const EmitOptions &opts = {});
 
 /// The source of one launch's kernel with entry point `name` (tests, dumps).
 /// Sets grid/block of `launch`.
 std::string emitLaunch(const rt::Program &p, rt::Launch &launch,
-                       const std::string &name);
+                       const std::string &name, const EmitOptions &opts = {});
 
 /// The text of an embedded template ("types.cuh", "layernorm.cuh", ...).
 std::string kernelTemplate(const std::string &name);
