@@ -51,6 +51,10 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
   // loaded before this round's are compacted. Most rounds hold no id of
   // this block's rows (GPT-2: 8 of 50257), and those cost one barrier.
   constexpr int kPerThread = 4, kRound = 128 * kPerThread;
+  // Columns a thread owns, and hits whose loads are in flight together
+  // (at most 48 registers of them).
+  constexpr int kCols = (C + 127) / 128;
+  constexpr int kAhead = kCols >= 48 ? 1 : 48 / kCols < 8 ? 48 / kCols : 8;
   const int first = blockIdx.x * kRowsPerBlock;
   const int last = min(first + kRowsPerBlock, kV);
   __shared__ float acc[kRowsPerBlock * C];
@@ -98,12 +102,31 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
             (id[k] - first) * kRound + threadIdx.x * kPerThread + k;
     __syncthreads();
     // Threads own columns, so each acc element is updated by one thread in
-    // hit order.
-    for (int h = 0; h < numHits; ++h) {
-      i64 pos = base + hits[h] % kRound;
-      float *row = acc + (hits[h] / kRound) * C;
-      for (int c = threadIdx.x; c < C; c += blockDim.x)
-        row[c] += toFloat(dy[pos * C + c]);
+    // hit order. A frequent token's block adds hundreds of rows in a row:
+    // kAhead hits' dy loads are issued together, then added in order.
+    for (int h0 = 0; h0 < numHits; h0 += kAhead) {
+      float g[kAhead][kCols];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        if (h0 + j < numHits) {
+          const i64 pos = base + hits[h0 + j] % kRound;
+#pragma unroll
+          for (int k = 0; k < kCols; ++k) {
+            const int c = threadIdx.x + 128 * k;
+            g[j][k] = c < C ? toFloat(dy[pos * C + c]) : 0.0f;
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        if (h0 + j < numHits) {
+          float *row = acc + (hits[h0 + j] / kRound) * C;
+#pragma unroll
+          for (int k = 0; k < kCols; ++k) {
+            const int c = threadIdx.x + 128 * k;
+            if (c < C)
+              row[c] += g[j][k];
+          }
+        }
     }
   }
   __syncthreads();
