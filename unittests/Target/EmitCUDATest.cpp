@@ -147,11 +147,13 @@ void compileAll(DType act, const std::string &arch) {
   }
   for (const cuda::KernelResources &r : rs) {
     EXPECT_GT(r.registers, 0) << r.name;
-    // The tensor-core attention backward runs 3 blocks an SM at a small
-    // spill (EmitTemplates.cpp); nothing else spills.
-    bool backward = act == DType::BF16 &&
-                    r.name.find("attention") != std::string::npos &&
-                    r.name.find("_grad_") != std::string::npos;
+    // The tensor-core attention backward runs 3 blocks an SM and the
+    // layernorm gradients 2, each at a small spill (Emitter.h,
+    // EmitTemplates.cpp); nothing else spills.
+    bool backward = (act == DType::BF16 &&
+                     r.name.find("attention") != std::string::npos &&
+                     r.name.find("_grad_") != std::string::npos) ||
+                    r.name.find("layernorm_grad") != std::string::npos;
     EXPECT_LE(r.spillStores, backward ? 99 : 0) << r.name;
     EXPECT_LE(r.localBytes, backward ? 99 : 0) << r.name;
   }

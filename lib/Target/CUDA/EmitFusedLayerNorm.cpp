@@ -134,11 +134,11 @@ void Emitter::emitFusedLayernormGrad() {
        << body.results[r - 2] << ");\n";
   os << "  }\n};\n\n";
 
-  int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), 256);
+  int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
   pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n"
       << "__device__ float gptcPartials[" << blocks * 2 * C << "];\n"
       << "__device__ unsigned gptcCounter;\n\n";
-  begin(entry, 256);
+  begin(entry, 256, kLayernormGradMinBlocks);
   os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, Epilogue{";
   for (size_t a = 0; a < nIn; ++a)

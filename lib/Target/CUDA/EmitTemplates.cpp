@@ -68,11 +68,11 @@ void Emitter::emitLayernormGrad() {
   expectArity(3, 3);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
-  int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), 256);
+  int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
   pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n"
       << "__device__ float gptcPartials[" << blocks * 2 * C << "];\n"
       << "__device__ unsigned gptcCounter;\n\n";
-  begin(entry, 256);
+  begin(entry, 256, kLayernormGradMinBlocks);
   os << "  layernormBackward<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, out0, out1, out2, "
      << floatLiteral(floatAttr("epsilon", 1e-5))

@@ -96,6 +96,13 @@ inline int storageOf(const rt::Program &p, int id) {
 /// One launch being emitted.
 struct MultiTensorLayout; // EmitMultiTensor.cpp
 
+/// The layernorm gradients' launch: at most 256 blocks of 8 warps (a row a
+/// warp at a time; the last block sums every block's dgamma/dbeta partial
+/// in block order, so more blocks cost more than they gain: 512 were
+/// slower on an H100), at 2 blocks an SM (128 registers; at C=768 the
+/// kernel wants ~170 and would run one block an SM: 137 against 152 µs).
+constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2;
+
 class Emitter {
 public:
   Emitter(const rt::Program &p, Launch &l, const EmitOptions &opts = {})

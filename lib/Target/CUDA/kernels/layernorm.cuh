@@ -164,25 +164,32 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
     }
   }
 
-  // The block's partial: warps add theirs in warp order.
-  float *mine = partials + i64(blockIdx.x) * 2 * C;
+  // The block's partial: warps add theirs in warp order, in shared memory
+  // (in global memory these 8 dependent passes were a large fixed cost of
+  // every block), then it is copied out once.
+  __shared__ float blockPartial[2 * C];
   for (int w = 0; w < warps; ++w) {
     if (w == warp) {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         int c = lane + 32 * i;
         if (c < C) {
-          mine[c] = w == 0 ? accG[i] : mine[c] + accG[i];
-          mine[C + c] = w == 0 ? accB[i] : mine[C + c] + accB[i];
+          blockPartial[c] = w == 0 ? accG[i] : blockPartial[c] + accG[i];
+          blockPartial[C + c] = w == 0 ? accB[i] : blockPartial[C + c] + accB[i];
         }
       }
     }
     __syncthreads();
   }
+  float *mine = partials + i64(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x)
+    mine[c] = blockPartial[c];
   if (!lastBlockToArrive(counter, gridDim.x))
     return;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float sg = 0.0f, sb = 0.0f;
+    // In block order; unrolled so that several blocks' loads are in flight.
+#pragma unroll 8
     for (unsigned b = 0; b < gridDim.x; ++b) {
       sg += __ldcg(partials + i64(b) * 2 * C + c);
       sb += __ldcg(partials + i64(b) * 2 * C + C + c);
