@@ -860,8 +860,7 @@ template <int N> EMU_UNCHECKED inline void wgmmaWait() {
     emu::race::misuse("wgmma.wait_group with wgmma not committed");
   wgFenced[me] = false; // the accumulators are the thread's again
 }
-template <int N> inline void wgmmaFenceOperands(float (&)[N][4]) {}
-template <int N> inline void wgmmaFenceOperands(u32 (&)[N][4]) {}
+template <int N, typename T> inline void wgmmaFenceOperands(T (&)[N][4]) {}
 inline void fenceProxyAsync() { emu::race::fenceProxy(); }
 template <bool kTransB, int NT>
 EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],

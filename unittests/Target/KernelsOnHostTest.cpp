@@ -1101,7 +1101,7 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
   }
   {
     SCOPED_TRACE("layernorm_grad: warps add their dgamma/dbeta partials in "
-                 "turn, in global memory");
+                 "turn, in shared memory");
     Builder b;
     int x = b.buf(f32, {2, 5, 40}), gamma = b.buf(f32, {40}),
         dy = b.buf(f32, {2, 5, 40});

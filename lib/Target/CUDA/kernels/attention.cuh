@@ -414,6 +414,34 @@ struct OnlineSoftmax {
 
 } // namespace mma
 
+/// Starts the copies of key tile j0 (k and v rows [j0, j0 + 64) of head h)
+/// into kTile and vTile, as one cp.async group.
+template <class LK, class Tile>
+__device__ __forceinline__ void loadKeyTileAsync(Tile &kTile, Tile &vTile,
+                                                 const bf16 *k, const bf16 *v,
+                                                 i64 h, int j0) {
+  kTile.loadAsync(k + LK::head(h), LK::kRowStride, j0);
+  vTile.loadAsync(v + LK::head(h), LK::kRowStride, j0);
+  commitCopies();
+}
+
+/// The forwards' key loop at tile j0 (buffer buf): starts the next tile's
+/// copies into the other buffer, if there is a next tile, and waits for
+/// this thread's copies of this one. A barrier must follow before other
+/// threads' copies are read.
+template <class LK, class Tile>
+__device__ __forceinline__ void prefetchNextKeyTile(Tile (&sK)[2], Tile (&sV)[2],
+                                                    const bf16 *k, const bf16 *v,
+                                                    i64 h, int j0, int keyEnd,
+                                                    int buf) {
+  if (j0 + 64 < keyEnd) {
+    loadKeyTileAsync<LK>(sK[buf ^ 1], sV[buf ^ 1], k, v, h, j0 + 64);
+    waitCopies<1>(); // this tile's copies, not the next one's
+  } else {
+    waitCopies<0>();
+  }
+}
+
 /// grid (T/64, heads), 128 threads. K and V tiles are double-buffered: the
 /// next tile's cp.async copies run while this one is multiplied.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
@@ -424,7 +452,7 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   using namespace mma;
   __shared__ Tile<D> sK[2], sV[2]; // q is staged in sK[1] first
   const i64 h = blockIdx.y;
-  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  constexpr i64 kQ = LQ::kRowStride;
   // The head's offsets are recomputed where used: pointers moved once here
   // would hold registers across the loop (the parameters stay in constant
   // memory), and at 128 registers the kernel would spill.
@@ -445,18 +473,9 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
-  sK[0].loadAsync(k + LK::head(h), kK, 0);
-  sV[0].loadAsync(v + LK::head(h), kK, 0);
-  commitCopies();
+  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    if (j0 + 64 < keyEnd) {
-      sK[buf ^ 1].loadAsync(k + LK::head(h), kK, j0 + 64);
-      sV[buf ^ 1].loadAsync(v + LK::head(h), kK, j0 + 64);
-      commitCopies();
-      waitCopies<1>(); // this tile's copies, not the next one's
-    } else {
-      waitCopies<0>();
-    }
+    prefetchNextKeyTile<LK>(sK, sV, k, v, h, j0, keyEnd, buf);
     __syncthreads(); // every thread's copies of this tile have landed
     float s[8][4];
     productABt<D>(s, qa, sK[buf]);
@@ -736,7 +755,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // H100 saw it; NVRTC's SASS shows it).
   __shared__ wg::CoreTile<D> sQ, sK[2], sV[2];
   const i64 h = blockIdx.y;
-  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  constexpr i64 kQ = LQ::kRowStride;
   const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
 
@@ -747,18 +766,9 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
-  sK[0].loadAsync(k + LK::head(h), kK, 0);
-  sV[0].loadAsync(v + LK::head(h), kK, 0);
-  commitCopies();
+  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    if (j0 + 64 < keyEnd) {
-      sK[buf ^ 1].loadAsync(k + LK::head(h), kK, j0 + 64);
-      sV[buf ^ 1].loadAsync(v + LK::head(h), kK, j0 + 64);
-      commitCopies();
-      waitCopies<1>();
-    } else {
-      waitCopies<0>();
-    }
+    prefetchNextKeyTile<LK>(sK, sV, k, v, h, j0, keyEnd, buf);
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
     __syncthreads();   // and every other thread's
     u32 qa[D / 16][4];
@@ -793,8 +803,9 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
 }
 #endif // GPTC_WGMMA
 
-/// The tensor-core forward the target has: warpgroup MMA on sm_90a for D of
-/// 32 or 64, else mma.sync (same results up to float32 summation order).
+/// The tensor-core forward the target has, emitted for
+/// --attention-forward=wgmma: warpgroup MMA on sm_90a for D of 32 or 64,
+/// else mma.sync (same results up to float32 summation order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
           typename TO>
 __device__ __forceinline__ void

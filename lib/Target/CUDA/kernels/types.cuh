@@ -247,23 +247,23 @@ __device__ __forceinline__ void wgmmaCommit() {
 template <int N> __device__ __forceinline__ void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/// Keeps the compiler from moving accesses to `d` across the wgmma
-/// instructions that are still writing it (before wgmmaWait returns).
-template <int N>
-__device__ __forceinline__ void wgmmaFenceOperands(float (&d)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      asm volatile("" : "+f"(d[i][e])::"memory");
+/// One register the compiler must treat as read and written here.
+__device__ __forceinline__ void pinRegister(float &x) {
+  asm volatile("" : "+f"(x)::"memory");
 }
-template <int N>
-__device__ __forceinline__ void wgmmaFenceOperands(u32 (&a)[N][4]) {
+__device__ __forceinline__ void pinRegister(u32 &x) {
+  asm volatile("" : "+r"(x)::"memory");
+}
+/// Keeps the compiler from moving accesses to `d` (accumulators or A
+/// fragments) across this point: after wgmmaWait, past the wgmma
+/// instructions still writing them; in wgmmaFence, ahead of the fence.
+template <int N, typename T>
+__device__ __forceinline__ void wgmmaFenceOperands(T (&d)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      asm volatile("" : "+r"(a[i][e])::"memory");
+      pinRegister(d[i][e]);
 }
 /// wgmma.fence before a batch that accumulates into `d` with A fragments
 /// `a`. The hardware reads registers written before the fence, so the
