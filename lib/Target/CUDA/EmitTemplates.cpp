@@ -211,7 +211,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      ", " + a.lq + ", " + a.lk + ", " + a.lo;
   // The tensor-core forward at 4 blocks an SM fits in 128 registers (left
   // alone, ptxas spills at small head sizes). The backward wants 216 for
-  // no spills at D=64, but at 3 blocks an SM (168, 60 bytes spilled) it ran
+  // no spills at D=64, but at 3 blocks an SM (168; NVRTC spills 84 bytes) it ran
   // 20% faster on an H100 (1075 against 1344 µs, GPT-2 at T=1024).
   begin(entry, mma ? 128 : 64, mma ? (grad ? 3 : 4) : 0);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
