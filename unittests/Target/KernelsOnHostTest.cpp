@@ -62,7 +62,8 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 }
 
 /// The attention implementation a kernel's entry calls: "TensorCores" (the
-/// forward: mma.sync, or wgmma on sm_90a), "Mma" (the backward), "Simple",
+/// forward that takes wgmma on sm_90a), "Mma" (mma.sync, the default
+/// forward and the backward), "Simple",
 /// or "" for none. (The source holds all of attention.cuh; the entry's call
 /// is the line that starts with two spaces.)
 std::string attentionImpl(const std::string &source) {
@@ -625,7 +626,8 @@ namespace {
 /// Random values for every buffer of `p` (seeded `seed` + its index; bf16
 /// ones rounded to bf16 and handed to the kernels as bf16 bits; int32 ones
 /// ids in [0, idLimit)), then every launch of its first function in order;
-/// returns the buffers' values (float32 outputs written by the kernels).
+/// returns the buffers' values, the kernels' outputs included (bf16 ones
+/// widened to float32 after each launch, for the launches that read them).
 std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
                                               HostKernels &kernels,
                                               uint32_t seed,
@@ -659,8 +661,14 @@ std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
                          ? static_cast<void *>(data[id].f32.data())
                          : static_cast<void *>(data[id].i32.data()));
     for (int id : l.outputs)
-      ptrs.push_back(data[id].f32.data());
+      ptrs.push_back(!bits[id].empty() ? static_cast<void *>(bits[id].data())
+                                       : data[id].f32.data());
     kernels.run(i, ptrs);
+    for (int id : l.outputs)
+      for (size_t e = 0; e < bits[id].size(); ++e) {
+        uint32_t u = uint32_t(bits[id][e]) << 16;
+        std::memcpy(&data[id].f32[e], &u, 4);
+      }
   }
   return data;
 }
@@ -750,7 +758,7 @@ void checkTensorCoreAttention(HostTarget target) {
       dout = b.buf(bf, qs);
   std::vector<int> attn;
   for (int causal : {1, 0}) {
-    int o = b.buf(f32, qs), lse = b.buf(f32, {1, 2, 128});
+    int o = b.buf(bf, qs), lse = b.buf(f32, {1, 2, 128});
     auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
     fa.ints["causal"] = causal;
     fa.floats["scale"] = 0.125;
@@ -793,6 +801,25 @@ TEST(TemplateKernelsOnHost, WgmmaAttentionMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm90a);
 }
 
+// The tensor-core backward computes its row terms from bf16 tiles of out
+// and dout: a float32 out (which no gpt op produces from bf16 q, but the
+// kernel-level form allows) gets the simple backward, the forward still
+// the tensor cores.
+TEST(TemplateKernelsOnHost, AttentionBackwardNeedsBf16Out) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  Builder b;
+  Shape qs = {1, 2, 128, 64};
+  int q = b.buf(bf, qs), k = b.buf(bf, qs), v = b.buf(bf, qs),
+      dout = b.buf(bf, qs), o = b.buf(f32, qs), lse = b.buf(f32, {1, 2, 128});
+  b.launch("flash_attention", {q, k, v}, {o, lse});
+  b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
+           {b.buf(f32, qs), b.buf(f32, qs), b.buf(f32, qs)});
+  rt::Program &p = emitForHost(b.p);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  EXPECT_EQ(attentionImpl(p.kernels[0].source), "Mma");
+  EXPECT_EQ(attentionImpl(p.kernels[1].source), "Simple");
+}
+
 namespace {
 
 /// gpt.flash_attention_qkv and its gradient read q, k and v in place from
@@ -812,7 +839,7 @@ void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80
   int qkv = b.buf(in, {B, T, 3 * C}), dout = b.buf(in, {B, T, C});
   std::vector<int> attn;
   for (int causal : {1, 0}) {
-    int o = b.buf(f32, {B, T, C}), lse = b.buf(f32, {B, H, T});
+    int o = b.buf(in, {B, T, C}), lse = b.buf(f32, {B, H, T});
     auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
     fa.ints = {{"causal", causal}, {"num_heads", H}};
     fa.floats["scale"] = scale;
@@ -871,7 +898,7 @@ rt::Program &packedAttentionForRaces(Builder &b,
   const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
   int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
       dout = b.buf(DType::BF16, {B, T, C});
-  int o = b.buf(DType::F32, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+  int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
   auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
   fa.ints = {{"causal", 1}, {"num_heads", H}};
   fa.floats["scale"] = 0.125;

@@ -181,7 +181,7 @@ struct Emitter::AttentionLayout {
   int64_t D, T, S, heads; ///< heads = B·H, the grid's y
   std::string lq, lk, lo; ///< q and dq; k, v, dk and dv; out and dout
   std::string args;       ///< q, k, v, out, lse or q, k, v, o, lse, dout, dq, dk, dv
-  bool bf16;              ///< q, k, v (and dout) are bf16
+  bool bf16;              ///< q, k, v (and out and dout) are bf16
   bool aligned16;         ///< every row start is 16-byte aligned
 };
 
@@ -211,8 +211,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      ", " + a.lq + ", " + a.lk + ", " + a.lo;
   // The tensor-core forward at 4 blocks an SM fits in 128 registers (left
   // alone, ptxas spills at small head sizes). The backward wants 216 for
-  // no spills at D=64, but at 3 blocks an SM (168; NVRTC spills 84 bytes) it ran
-  // 20% faster on an H100 (1075 against 1344 µs, GPT-2 at T=1024).
+  // no spills at D=64, but at 3 blocks an SM (168 registers, then a spill
+  // of 84 bytes) it ran 20% faster on an H100 (1075 against 1344 µs, GPT-2
+  // at T=1024). With the row terms from shared memory it spills 56.
   begin(entry, mma ? 128 : 64, mma ? (grad ? 3 : 4) : 0);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
@@ -247,7 +248,7 @@ void Emitter::emitFlashAttention(bool grad) {
                 : "in0, in1, in2, out0, out1";
   a.bf16 = in(0).dtype == DType::BF16 && in(1).dtype == DType::BF16 &&
            in(2).dtype == DType::BF16 &&
-           (!grad || in(5).dtype == DType::BF16);
+           (!grad || (in(3).dtype == DType::BF16 && in(5).dtype == DType::BF16));
   a.aligned16 = a.D % 8 == 0; // 8 bf16s: rows start at multiples of D
   emitAttention(a, grad);
 }
@@ -277,7 +278,7 @@ void Emitter::emitFlashAttentionQKV(bool grad) {
                       ", in1, in2, in3, out0, out0 + " + c + ", out0 + " + c2
                 : "in0, in0 + " + c + ", in0 + " + c2 + ", out0, out1";
   a.bf16 = in(0).dtype == DType::BF16 &&
-           (!grad || in(3).dtype == DType::BF16);
+           (!grad || (in(1).dtype == DType::BF16 && in(3).dtype == DType::BF16));
   // The tensor-core kernels load rows 16 bytes (8 bf16s) at a time: the
   // row strides (3C, C), the head offsets (h·D) and the part offsets (C,
   // 2C) must all be multiples of 8. Padded GPT-2 has C a multiple of 64

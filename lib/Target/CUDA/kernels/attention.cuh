@@ -29,7 +29,9 @@
 // The backward is deterministic without atomics: a grid of T/64 "dq" blocks
 // (one query tile each, walking the key tiles) and S/64 "dk/dv" blocks (one
 // key tile each, walking the query tiles); both recompute the
-// probabilities from lse.
+// probabilities from lse. Each query tile's row terms (lse and Σ dout·out)
+// are computed from its tiles in shared memory, which cp.async fills one
+// tile ahead: the key loop of a dk/dv block issues no plain global load.
 //
 //===----------------------------------------------------------------------===//
 
@@ -487,43 +489,65 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
 
-/// Per-row −lse·log2 e (what a score in log2 units is offset by) and
-/// Σ_d dout·out of queries [i0, i0 + 64) into shared memory: a warp per row
-/// at a time, lanes across d (coalesced), a shuffle sum. o and dout point
-/// at this head's rows, lse at [heads, T].
-template <int D, int T, class LO, typename TO, typename TDO>
-__device__ __forceinline__ void loadRowTerms(float *sLse, float *sDot,
-                                             const float *lse, const TO *o,
-                                             const TDO *dout, i64 h, int i0) {
-  const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int r = threadIdx.x / 32; r < 64; r += warps) {
-    const i64 row = (i0 + r) * LO::kRowStride;
-    float s = 0.0f;
-    for (int d = lane; d < D; d += 32)
-      s += toFloat(dout[row + d]) * toFloat(o[row + d]);
-    s = warpSum(s);
-    if (lane == 0) {
-      sDot[r] = s;
-      sLse[r] = -lse[h * T + i0 + r] * log2e();
-    }
+/// Starts the copies of the 64 lse values of queries [i0, i0 + 64) into
+/// sLse (16-byte aligned); `lse` points at this head's [T] row. Not
+/// committed: they join the caller's group.
+__device__ __forceinline__ void loadLseAsync(float *sLse, const float *lse,
+                                             int i0) {
+  if (threadIdx.x < 16)
+    copyAsync16(sharedAddress(sLse + 4 * threadIdx.x),
+                lse + i0 + 4 * threadIdx.x);
+}
+
+/// The backward's per-query terms of a 64-query tile whose dout and out
+/// rows are in sDout and sO and whose lse values loadLseAsync copied into
+/// sLse: sLse[r] becomes −lse·log2 e (what a score in log2 units is offset
+/// by) and sDot[r] = Σ_d dout·out. From shared memory, so that no global
+/// load stalls the tile loop: two threads a row (128 in all), each half
+/// the columns, 16 bytes at a time. A barrier must follow before other
+/// threads read the terms.
+template <int D>
+__device__ __forceinline__ void rowTerms(float *sLse, float *sDot,
+                                         const mma::Tile<D> &sDout,
+                                         const mma::Tile<D> &sO) {
+  constexpr int kStride = mma::Tile<D>::kStride;
+  const int r = threadIdx.x / 2, c0 = threadIdx.x % 2 * (D / 2);
+  const bf16 *x = reinterpret_cast<const bf16 *>(sDout.data) + r * kStride;
+  const bf16 *y = reinterpret_cast<const bf16 *>(sO.data) + r * kStride;
+  float s = 0.0f;
+#pragma unroll
+  for (int c = c0; c < c0 + D / 2; c += 8) {
+    float a[8], b[8];
+    load8(x + c, a);
+    load8(y + c, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      s = fmaf(a[e], b[e], s);
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  if (c0 == 0) {
+    sDot[r] = s;
+    sLse[r] *= -log2e();
   }
 }
 
-/// grid (T/64 + S/64, heads), 128 threads. dout must be bf16 (it feeds the
-/// tensor cores); out may be any float type. The tiles a block walks are
-/// double-buffered with cp.async, as in the forward.
+/// grid (T/64 + S/64, heads), 128 threads. q, k, v, out and dout are bf16
+/// (they feed the tensor cores, or tiles of them rowTerms reads). The
+/// tiles a block walks are double-buffered with cp.async, as in the
+/// forward, and every operand, the row terms' included, arrives that way.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TO, typename TDQ, typename TDK, typename TDV>
+          typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
-                                     const bf16 *v, const TO *o,
+                                     const bf16 *v, const bf16 *o,
                                      const float *lse, const bf16 *dout,
                                      TDQ *dq, TDK *dk, TDV *dv, float scale) {
   using namespace mma;
   // Double-buffered tiles the loop walks (dq: k and v; dk/dv: q and dout,
-  // with their rows' lse and rowDot), and sC to stage the fragments that
-  // stay in registers (dq: q, dout; dk/dv: k, v).
+  // with their rows' lse and rowDot); sC stages the operands of the
+  // fragments that stay in registers (dq: q) or the out rows (dk/dv).
   __shared__ Tile<D> sA[2], sB[2], sC;
-  __shared__ float sLse[2][64], sDot[2][64];
+  alignas(16) __shared__ float sLse[2][64]; // cp.async destinations
+  __shared__ float sDot[2][64];
   const i64 h = blockIdx.y;
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
@@ -537,8 +561,10 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   dv += LK::head(h);
   o += LO::head(h);
   dout += LO::head(h);
+  lse += h * T;
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
                 kO = LO::kRowStride;
+  const float scaleLog2 = scale * log2e();
 
   if (blockIdx.x < kQueryBlocks) {
     // dq = scale · Σ_keys dS · k, dS = P ∘ (dout·vᵀ − rowDot). The last
@@ -546,28 +572,31 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     // start with the first key tiles.
     const int i0 = (kQueryBlocks - 1 - blockIdx.x) * 64;
     const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
+    // This tile's q, dout and out (the last two in the second buffers,
+    // free until the second key tile) and lse, then the first key tile.
+    sC.loadAsync(q, kQ, i0);
+    sA[1].loadAsync(dout, kO, i0);
+    sB[1].loadAsync(o, kO, i0);
+    loadLseAsync(sLse[0], lse, i0);
+    commitCopies();
+    sA[0].loadAsync(k, kK, 0);
+    sB[0].loadAsync(v, kK, 0);
+    commitCopies();
+    waitCopies<1>(); // the query tile, not yet the key tile
+    __syncthreads();
     u32 qa[D / 16][4], da[D / 16][4];
-    sC.load(q, kQ, i0);
-    loadRowTerms<D, T, LO>(sLse[0], sDot[0], lse, o, dout, h, i0);
-    __syncthreads();
 #pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc)
+    for (int kc = 0; kc < D / 16; ++kc) {
       loadA(qa[kc], sC, warp * 16, kc * 16);
-    __syncthreads();
-    sC.load(dout, kO, i0);
-    __syncthreads();
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc)
-      loadA(da[kc], sC, warp * 16, kc * 16);
+      loadA(da[kc], sA[1], warp * 16, kc * 16);
+    }
+    rowTerms<D>(sLse[0], sDot[0], sA[1], sB[1]);
+    __syncthreads(); // the terms are written; sA[1] and sB[1] are free
     const float lseLo = sLse[0][rLo], lseHi = sLse[0][rHi]; // −lse·log2 e
-    const float scaleLog2 = scale * log2e();
     const float dotLo = sDot[0][rLo], dotHi = sDot[0][rHi];
     float acc[D / 8][4];
     zero(acc);
     const int keyEnd = kCausal ? i0 + 64 : S;
-    sA[0].loadAsync(k, kK, 0);
-    sB[0].loadAsync(v, kK, 0);
-    commitCopies();
     for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
       if (j0 + 64 < keyEnd) {
         sA[buf ^ 1].loadAsync(k, kK, j0 + 64);
@@ -602,40 +631,41 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   }
 
   // dv = Σ_queries Pᵀ · dout, dk = scale · Σ_queries dSᵀ · q, computed as
-  // transposed products: rows are keys, columns queries.
+  // transposed products: rows are keys, columns queries. A query tile's
+  // out rows go to sC, one tile ahead, like its q and dout.
   const int j0 = (blockIdx.x - kQueryBlocks) * 64;
-  const float scaleLog2 = scale * log2e();
+  const int first = kCausal ? j0 : 0;
+  // This tile's k and v (in the second buffers, free until the second
+  // query tile) and the first query tile, one group.
+  sA[1].loadAsync(k, kK, j0);
+  sB[1].loadAsync(v, kK, j0);
+  sA[0].loadAsync(q, kQ, first);
+  sB[0].loadAsync(dout, kO, first);
+  sC.loadAsync(o, kO, first);
+  loadLseAsync(sLse[0], lse, first);
+  commitCopies();
+  waitCopies<0>();
+  __syncthreads();
   u32 ka[D / 16][4], va[D / 16][4];
-  sC.load(k, kK, j0);
-  __syncthreads();
 #pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc)
-    loadA(ka[kc], sC, warp * 16, kc * 16);
-  __syncthreads();
-  sC.load(v, kK, j0);
-  __syncthreads();
-#pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc)
-    loadA(va[kc], sC, warp * 16, kc * 16);
+  for (int kc = 0; kc < D / 16; ++kc) {
+    loadA(ka[kc], sA[1], warp * 16, kc * 16);
+    loadA(va[kc], sB[1], warp * 16, kc * 16);
+  }
+  rowTerms<D>(sLse[0], sDot[0], sB[0], sC);
+  __syncthreads(); // the terms are written; sA[1], sB[1] and sC are free
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
-  const int first = kCausal ? j0 : 0;
-  sA[0].loadAsync(q, kQ, first);
-  sB[0].loadAsync(dout, kO, first);
-  commitCopies();
-  loadRowTerms<D, T, LO>(sLse[0], sDot[0], lse, o, dout, h, first);
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
       sA[buf ^ 1].loadAsync(q, kQ, i0 + 64);
       sB[buf ^ 1].loadAsync(dout, kO, i0 + 64);
+      sC.loadAsync(o, kO, i0 + 64);
+      loadLseAsync(sLse[buf ^ 1], lse, i0 + 64);
       commitCopies();
-      waitCopies<1>();
-    } else {
-      waitCopies<0>();
     }
-    __syncthreads();
     const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
     float p[8][4], ds[8][4];
     productABt<D>(p, ka, sA[buf]);
@@ -659,11 +689,13 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       }
     accumulatePB<D>(accV, p, sB[buf]);
     accumulatePB<D>(accK, ds, sA[buf]);
-    // The next tile's row terms (plain loads) while its copies land.
-    if (more)
-      loadRowTerms<D, T, LO>(sLse[buf ^ 1], sDot[buf ^ 1], lse, o, dout, h,
-                             i0 + 64);
-    __syncthreads(); // done with this buffer before it is refilled
+    if (!more)
+      break;
+    // The next tile's row terms, once its copies have landed.
+    waitCopies<0>();
+    __syncthreads();
+    rowTerms<D>(sLse[buf ^ 1], sDot[buf ^ 1], sB[buf ^ 1], sC);
+    __syncthreads(); // the terms are written; this buffer and sC are free
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
