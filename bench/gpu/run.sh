@@ -14,7 +14,10 @@
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T; last, --check-kernels of
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
-# refused cuBLASLt epilogue); then, with what time is left, GPT-2 124M
+# refused cuBLASLt epilogue) and with GPTC_GEMM_DGELU=cublaslt (GELU's
+# derivative in cuBLASLt's epilogue rather than gptc's column-sums pass);
+# GPT-2 124M with GPTC_GEMM_DGELU=cublaslt (what that choice gains or
+# costs); then, with what time is left, GPT-2 124M
 # again with GPTC_GEMM_TUNE=1 (cuBLASLt algorithms timed at load, the
 # fastest kept); last, GPT-2 124M compiled with --recompute=gelu,layernorm
 # (the time the smaller arena costs); last, GPT-2 124M compiled for sm_90,
@@ -23,7 +26,7 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [tuned] [recompute] [wgmma]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [dgelu] [tuned] [recompute] [wgmma]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -43,7 +46,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback tuned recompute wgmma} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback dgelu tuned recompute wgmma} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -127,6 +130,13 @@ fi
 if want fallback; then
   GPTC_GEMM_FALLBACK=1 step 60 check-tiny-bf16-fallback "${lib[@]}" \
     "$P/tiny-bf16" --device=cuda --check-kernels
+  GPTC_GEMM_DGELU=cublaslt step 60 check-tiny-bf16-dgelu "${lib[@]}" \
+    "$P/tiny-bf16" --device=cuda --check-kernels
+fi
+
+if want dgelu; then
+  GPTC_GEMM_DGELU=cublaslt step 90 gpt2-bf16-dgelu "${lib[@]}" "$P/gpt2-bf16" \
+    --device=cuda --data="$data" --steps=15 --seed=1
 fi
 
 if want tuned; then

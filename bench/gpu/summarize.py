@@ -4,12 +4,14 @@
 Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
   check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
+  check-tiny-bf16-dgelu.log                  the same, GPTC_GEMM_DGELU=cublaslt
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
+  gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        --attention-forward=wgmma
   torch.json                                 bench/gpu/torch_gpt2.py --out
@@ -69,7 +71,8 @@ def main():
     lines = []
 
     # Kernel checks.
-    for prec in ("fp32", "bf16", "bf16-fallback", "gpt2w-bf16", "gpt2w-bf16-wgmma"):
+    for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
+                 "gpt2w-bf16-wgmma"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
@@ -120,6 +123,7 @@ def main():
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
     for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
+                      ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
                       ("gptc, recompute", "gpt2-bf16-recompute"),
                       ("gptc, wgmma attention forward", "gpt2-bf16-wgmma")):
         g = steps(read(os.path.join(res, log + ".log")))

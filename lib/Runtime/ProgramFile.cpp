@@ -24,7 +24,9 @@ namespace {
 constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// 2: the GradSum role and the stash_grads / accumulate_grads functions
 /// (gradient accumulation on the device). A version 1 program has neither.
-constexpr uint32_t kVersion = 2;
+/// 3: gemm_fallback_column_partials_* takes `pre` (GELU's derivative in the
+/// bias gradient's pass, Program.h), and the runtime runs it by default.
+constexpr uint32_t kVersion = 3;
 
 json bodyToJson(const exec::ScalarProgram &b) {
   json code = json::array();

@@ -54,8 +54,9 @@ std::unique_ptr<CudaBackend> fakeBackend() {
 
 /// fakeBackend() made with the environment switch `name` set to 1 (the
 /// backend reads its switches once, when it is made).
-std::unique_ptr<CudaBackend> fakeBackendWith(const char *name) {
-  setenv(name, "1", 1);
+std::unique_ptr<CudaBackend> fakeBackendWith(const char *name,
+                                             const char *value = "1") {
+  setenv(name, value, 1);
   auto b = fakeBackend();
   unsetenv(name);
   return b;
@@ -611,18 +612,52 @@ TEST(CudaBackendFake, RefusedEpiloguesRunAsFallbackKernels) {
   ASSERT_TRUE(b);
   Program backward;
   names = checkWithFallbacks(backward, backwardEpilogues(backward), *b);
+  // GELU's derivative alone where there is no bias gradient (dp2), else in
+  // the column sums' pass.
   for (const char *kernel :
-       {"gemm_fallback_gelu_grad_f32", "gemm_fallback_gelu_grad_bf16",
-        "gemm_fallback_column_partials_f32",
+       {"gemm_fallback_gelu_grad_f32", "gemm_fallback_column_partials_f32",
         "gemm_fallback_column_partials_bf16", "gemm_fallback_column_sums_f32",
         "gemm_fallback_column_sums_bf16"})
     EXPECT_TRUE(contains(names, kernel)) << kernel;
+  EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_bf16"));
 }
 
-/// Only DGELU_BGRAD refused: the GEMM keeps DGELU and only the bias
-/// gradient runs after it.
-TEST(CudaBackendFake, RefusedBiasGradientKeepsDgelu) {
+/// By default GELU's derivative with a bias gradient runs as a plain GEMM
+/// and one column-sums pass that applies the derivative too, even where
+/// cuBLASLt has DGELU_BGRAD; without a bias gradient, cuBLASLt's DGELU. No
+/// stderr line: nothing was refused.
+TEST(CudaBackendFake, DgeluWithBiasGradientRunsAsGptcKernels) {
   REQUIRE_FAKE(b);
+  Program p;
+  testing::internal::CaptureStderr();
+  auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_f32"));
+  EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
+  EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_f32"));
+  EXPECT_EQ(err.find("refused"), std::string::npos) << err;
+}
+
+/// GPTC_GEMM_DGELU=cublaslt: cuBLASLt's epilogues do it all (the fake's
+/// cuBLASLt has every one), so no kernel runs after the GEMMs.
+TEST(CudaBackendFake, DgeluInCublasLtOnRequest) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto b = fakeBackendWith("GPTC_GEMM_DGELU", "cublaslt");
+  ASSERT_TRUE(b);
+  Program p;
+  auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
+  for (const std::string &name : names)
+    EXPECT_EQ(name.rfind("gemm_fallback_", 0), std::string::npos) << name;
+}
+
+/// Only DGELU_BGRAD refused (with GPTC_GEMM_DGELU=cublaslt): the GEMM keeps
+/// DGELU and only the bias gradient runs after it.
+TEST(CudaBackendFake, RefusedBiasGradientKeepsDgelu) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto b = fakeBackendWith("GPTC_GEMM_DGELU", "cublaslt");
+  ASSERT_TRUE(b);
   Refusing refusing({CUBLASLT_EPILOGUE_DGELU_BGRAD});
   Program p;
   auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
@@ -640,7 +675,7 @@ TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
   ASSERT_TRUE(b);
   Program p;
   auto names = checkWithFallbacks(p, backwardEpilogues(p), *b);
-  EXPECT_TRUE(contains(names, "gemm_fallback_gelu_grad_bf16"));
+  EXPECT_TRUE(contains(names, "gemm_fallback_gelu_grad_f32"));
   EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
 }
 

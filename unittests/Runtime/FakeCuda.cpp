@@ -370,13 +370,20 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
       store(ptr(0), t, i,
             float(load(ptr(0), t, i) * geluSlope(load(ptr(1), t, i))));
   } else if (name.rfind("gemm_fallback_column_partials_", 0) == 0) {
-    int64_t rows = num(2), cols = num(3), perChunk = num(4);
-    float *partial = static_cast<float *>(ptr(1));
+    // With pre: x = gelu'(pre) * x in place, summed before rounding.
+    int64_t rows = num(3), cols = num(4), perChunk = num(5);
+    float *partial = static_cast<float *>(ptr(2));
     for (int64_t k = 0; k * perChunk < rows; ++k)
       for (int64_t c = 0; c < cols; ++c) {
         double sum = 0;
-        for (int64_t r = k * perChunk; r < std::min(rows, (k + 1) * perChunk); ++r)
-          sum += load(ptr(0), t, r * cols + c);
+        for (int64_t r = k * perChunk; r < std::min(rows, (k + 1) * perChunk); ++r) {
+          float x = load(ptr(0), t, r * cols + c);
+          if (ptr(1)) {
+            x = float(x * geluSlope(load(ptr(1), t, r * cols + c)));
+            store(ptr(0), t, r * cols + c, x);
+          }
+          sum += x;
+        }
         partial[k * cols + c] = float(sum);
       }
   } else if (name.rfind("gemm_fallback_column_sums_", 0) == 0) {

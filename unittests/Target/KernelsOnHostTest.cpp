@@ -1304,7 +1304,6 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   EXPECT_EQ(names, (std::vector<std::string>{
                        "gemm_fallback_bias_f32", "gemm_fallback_bias_bf16",
                        "gemm_fallback_gelu_grad_f32",
-                       "gemm_fallback_gelu_grad_bf16",
                        "gemm_fallback_column_partials_bf16",
                        "gemm_fallback_column_sums_f32",
                        "gemm_fallback_column_sums_bf16"}));
@@ -1329,16 +1328,26 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   EXPECT_EQ(dBits, bf16Bits(fused[0])) << "GELU(d + bias)";
   EXPECT_EQ(preBits, bf16Bits(fused[1])) << "d + bias";
 
-  // GELU's derivative at that pre-activation, in place.
+  // GELU's derivative at that pre-activation, in place, and its column
+  // sums (before rounding), in one pass of 4 chunks of 64 rows.
+  const int64_t perChunk = 64, chunks = 4;
   exec::HostTensor d2 = fromBf16Bits(bf16Bits(randomFloats({rows, cols}, 3)),
                                      {rows, cols});
   std::vector<uint16_t> d2Bits = bf16Bits(d2);
-  kernels.call("gemm_fallback_gelu_grad_bf16",
-               {address(d2Bits), address(preBits), uint64_t(rows * cols)}, 7);
+  std::vector<float> partial(size_t(chunks * cols), -1.0f), sums(cols);
+  kernels.call("gemm_fallback_column_partials_bf16",
+               {address(d2Bits), address(preBits), address(partial),
+                uint64_t(rows), uint64_t(cols), uint64_t(perChunk)},
+               1, uint32_t(chunks));
+  kernels.call("gemm_fallback_column_sums_f32",
+               {address(partial), address(sums), uint64_t(chunks),
+                uint64_t(cols)},
+               1);
   exec::HostTensor preValues = fromBf16Bits(preBits, {rows, cols});
-  EXPECT_EQ(d2Bits, bf16Bits(exec::matmulGeluGrad(d2, identity, preValues,
-                                                  false, false, false)[0]))
-      << "gelu'(pre) * d";
+  std::vector<exec::HostTensor> dgelu =
+      exec::matmulGeluGrad(d2, identity, preValues, false, false, true);
+  EXPECT_EQ(d2Bits, bf16Bits(dgelu[0])) << "gelu'(pre) * d";
+  expectNear(dgelu[1], sums, 1e-5f, "column sums of gelu'(pre) * d");
 
   // The same in float32.
   exec::HostTensor dF = randomFloats({rows, cols}, 4), biasValues = randomFloats({cols}, 5);
@@ -1356,14 +1365,13 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   expectSame(exec::matmulGeluGrad(gradF, identity, preOutF, false, false, false)[0],
              dgF.f32, "gelu'(pre) * d in f32");
 
-  // Column sums of d2 into float32 and bf16.
-  const int64_t perChunk = 64, chunks = 4;
-  std::vector<float> partial(size_t(chunks * cols), -1.0f), sums(cols);
-  std::vector<uint16_t> sumBits(cols);
+  // Column sums of d2 (no pre: it stays) into float32 and bf16.
+  std::vector<uint16_t> sumBits(cols), before = d2Bits;
   kernels.call("gemm_fallback_column_partials_bf16",
-               {address(d2Bits), address(partial), uint64_t(rows),
+               {address(d2Bits), 0, address(partial), uint64_t(rows),
                 uint64_t(cols), uint64_t(perChunk)},
-               2, uint32_t(chunks));
+               1, uint32_t(chunks));
+  EXPECT_EQ(d2Bits, before);
   kernels.call("gemm_fallback_column_sums_f32",
                {address(partial), address(sums), uint64_t(chunks),
                 uint64_t(cols)},
@@ -1377,4 +1385,28 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   expectNear(want, sums, 1e-5f, "column sums");
   expectNear(want, fromBf16Bits(sumBits, {cols}).f32, 1.0f / 128,
              "column sums in bf16");
+
+  // A row length that is no multiple of 8 takes the element-at-a-time
+  // path (and the last lane's columns run past the end): the same values.
+  const int64_t odd = 37;
+  exec::HostTensor d3 =
+      fromBf16Bits(bf16Bits(randomFloats({rows, odd}, 7)), {rows, odd});
+  exec::HostTensor pre3 =
+      fromBf16Bits(bf16Bits(randomFloats({rows, odd}, 8)), {rows, odd});
+  std::vector<uint16_t> d3Bits = bf16Bits(d3), pre3Bits = bf16Bits(pre3);
+  std::vector<float> partial3(size_t(chunks * odd)), sums3(odd);
+  kernels.call("gemm_fallback_column_partials_bf16",
+               {address(d3Bits), address(pre3Bits), address(partial3),
+                uint64_t(rows), uint64_t(odd), uint64_t(perChunk)},
+               1, uint32_t(chunks));
+  kernels.call("gemm_fallback_column_sums_f32",
+               {address(partial3), address(sums3), uint64_t(chunks),
+                uint64_t(odd)},
+               1);
+  exec::HostTensor identity3 = exec::HostTensor::floats({odd, odd});
+  for (int64_t i = 0; i < odd; ++i)
+    identity3.f32[size_t(i * odd + i)] = 1.0f;
+  dgelu = exec::matmulGeluGrad(d3, identity3, pre3, false, false, true);
+  EXPECT_EQ(d3Bits, bf16Bits(dgelu[0])) << "gelu'(pre) * d, 37 columns";
+  expectNear(dgelu[1], sums3, 1e-5f, "column sums, 37 columns");
 }

@@ -19,6 +19,11 @@
 //                      the rt::GemmFallback kernels, as happens by itself
 //                      where cuBLASLt has no algorithm for an epilogue (one
 //                      stderr line per refused epilogue and shape says so)
+//   GPTC_GEMM_DGELU=cublaslt  GELU's derivative and the bias gradient
+//                      (matmul_gelu_grad) in cuBLASLt's DGELU_BGRAD
+//                      epilogue; by default gptc runs a plain GEMM and one
+//                      rt::GemmFallback pass for both, which was faster on
+//                      an H100 (docs/benchmarks.md)
 //   GPTC_GEMM_TUNE=1   at load, time up to 8 of cuBLASLt's candidate
 //                      algorithms for each GEMM shape and keep the fastest
 //                      (one stderr line gives both totals); without it the

@@ -135,7 +135,8 @@ LaunchCost launchCost(const Program &p, const Launch &l);
 
 /// The kernels the runtime runs after a GEMM whose fused epilogue cuBLASLt
 /// has no algorithm for on the device at hand (the GEMM then runs with the
-/// DEFAULT epilogue, or DGELU without its bias gradient). The CUDA emitter
+/// DEFAULT epilogue, or DGELU without its bias gradient), or that runs
+/// faster that way (DGELU_BGRAD: CudaBackend.h). The CUDA emitter
 /// adds the ones a program's GEMMs could need, from
 /// lib/Target/CUDA/kernels/gemm_fallback.cuh; no launch names them. Unlike
 /// generated kernels they take their sizes after their pointers:
@@ -143,8 +144,11 @@ LaunchCost launchCost(const Program &p, const Launch &l);
 ///                    i64 gelu)       d = act(d + bias) in place, pre: null
 ///                                    or d + bias
 ///   GeluGrad        (T *d, const T *pre, i64 n)   d = gelu'(pre) * d
-///   ColumnPartials  (const T *x, float *partial, i64 rows, i64 cols,
-///                    i64 rowsPerChunk)   grid (ceil(cols / 32), chunks)
+///   ColumnPartials  (T *x, const T *pre, float *partial, i64 rows,
+///                    i64 cols, i64 rowsPerChunk)   grid (ceil(cols / 256),
+///                                    chunks); pre non-null: x = gelu'(pre)
+///                                    * x first, in place (DGELU_BGRAD's
+///                                    whole epilogue in one pass)
 ///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
 /// All are 1-D blocks of 256 threads.
 enum class GemmFallback { Bias, GeluGrad, ColumnPartials, ColumnSums };
@@ -156,7 +160,7 @@ inline int gemmFallbackArgCount(std::string_view name) {
   for (auto [prefix, count] : {std::pair<std::string_view, int>{
                                    "gemm_fallback_bias_", 6},
                                {"gemm_fallback_gelu_grad_", 3},
-                               {"gemm_fallback_column_partials_", 5},
+                               {"gemm_fallback_column_partials_", 6},
                                {"gemm_fallback_column_sums_", 4}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;

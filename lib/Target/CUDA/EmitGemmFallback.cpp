@@ -31,9 +31,10 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
     return {T + " *d, const " + T + " *pre, i64 n",
             "gemmFallbackGeluGrad(d, pre, n)"};
   case GemmFallback::ColumnPartials:
-    return {"const " + T +
-                " *x, float *partial, i64 rows, i64 cols, i64 rowsPerChunk",
-            "gemmFallbackColumnPartials(x, partial, rows, cols, rowsPerChunk)"};
+    return {T + " *x, const " + T +
+                " *pre, float *partial, i64 rows, i64 cols, i64 rowsPerChunk",
+            "gemmFallbackColumnPartials(x, pre, partial, rows, cols, "
+            "rowsPerChunk)"};
   case GemmFallback::ColumnSums:
     return {"const float *partial, " + T + " *out, i64 chunks, i64 cols",
             "gemmFallbackColumnSums(partial, out, chunks, cols)"};
@@ -54,10 +55,13 @@ void addGemmFallbackKernels(rt::Program &p) {
       if (l.kernel == "matmul_epilogue") {
         needed.insert({GemmFallback::Bias, d});
       } else if (l.kernel == "matmul_gelu_grad") {
-        needed.insert({GemmFallback::GeluGrad, d});
+        // With a bias gradient, ColumnPartials applies GELU's derivative
+        // on its way.
         if (l.outputs.size() > 1) {
           needed.insert({GemmFallback::ColumnPartials, d});
           needed.insert({GemmFallback::ColumnSums, d});
+        } else {
+          needed.insert({GemmFallback::GeluGrad, d});
         }
       } else if (l.kernel == "matmul_bias_grad" && l.outputs.size() > 1) {
         needed.insert(

@@ -56,30 +56,83 @@ __device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
     d[i] = fromFloat<T>(fallbackGeluGrad(toFloat(pre[i]), toFloat(d[i])));
 }
 
-/// The first half of column sums over x [rows, cols]: block (bx, by) of 256
-/// threads sums columns [32 bx, 32 bx + 32) over rows [by * rowsPerChunk,
-/// ...) into partial[by * cols + c]. Each of the 8 warps takes every 8th
-/// row (a warp reads 32 consecutive columns), then warp 0 adds the 8 in
-/// order: deterministic.
+/// The first half of column sums over x [rows, cols], and with `pre` (may
+/// be null) GELU's derivative before them: x = gelu'(pre) * x in place,
+/// the sums over those values before their rounding to T (as the fused
+/// DGELU_BGRAD epilogue and the CPU executor sum them). Block (bx, by) of
+/// 256 threads sums columns [256 bx, 256 bx + 256) over rows [by *
+/// rowsPerChunk, ...) into partial[by * cols + c]: a lane takes 8
+/// adjacent columns (one 16-byte load of bf16 when cols is a multiple of
+/// 8), each of the 8 warps every 8th row, kRows of its rows in flight at
+/// once; then the 8 warps' sums are added in order: deterministic.
 template <typename T>
-__device__ void gemmFallbackColumnPartials(const T *x, float *partial,
+__device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
                                            i64 rows, i64 cols,
                                            i64 rowsPerChunk) {
-  __shared__ float sums[8][33];
+  constexpr int kRows = 4;
+  __shared__ float sums[8][256];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const i64 c = i64(blockIdx.x) * 32 + lane;
+  const i64 c0 = i64(blockIdx.x) * 256 + 8 * lane;
   const i64 begin = i64(blockIdx.y) * rowsPerChunk;
   const i64 end = begin + rowsPerChunk < rows ? begin + rowsPerChunk : rows;
-  float s = 0.0f;
-  if (c < cols)
-    for (i64 r = begin + warp; r < end; r += 8)
-      s = __fadd_rn(s, toFloat(x[r * cols + c]));
-  sums[warp][lane] = s;
+  // The vector path: 16-byte rows (the runtime's buffers are 256-byte
+  // aligned). Otherwise one element at a time, the same sums.
+  const bool vector = cols % 8 == 0 &&
+                      (reinterpret_cast<unsigned long long>(x) |
+                       reinterpret_cast<unsigned long long>(pre)) %
+                              16 ==
+                          0;
+  float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (i64 r0 = begin + warp; r0 < end && c0 < cols; r0 += 8 * kRows) {
+    float v[kRows][8], p[kRows][8];
+    // Every load of the kRows rows before any use.
+#pragma unroll
+    for (int b = 0; b < kRows; ++b) {
+      const i64 at = (r0 + 8 * b) * cols + c0;
+      if (r0 + 8 * b >= end)
+        continue;
+      if (vector) {
+        load8(x + at, v[b]);
+        if (pre)
+          load8(pre + at, p[b]);
+      } else {
+        for (int e = 0; e < 8; ++e) {
+          const bool in = c0 + e < cols;
+          v[b][e] = in ? toFloat(x[at + e]) : 0.0f;
+          p[b][e] = in && pre ? toFloat(pre[at + e]) : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kRows; ++b) {
+      const i64 at = (r0 + 8 * b) * cols + c0;
+      if (r0 + 8 * b >= end)
+        continue;
+      if (pre) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          v[b][e] = fallbackGeluGrad(p[b][e], v[b][e]);
+        if (vector)
+          store8(x + at, v[b]);
+        else
+          for (int e = 0; e < 8; ++e)
+            if (c0 + e < cols)
+              x[at + e] = fromFloat<T>(v[b][e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (c0 + e < cols)
+          s[e] = __fadd_rn(s[e], v[b][e]);
+    }
+  }
+  for (int e = 0; e < 8; ++e)
+    sums[warp][8 * lane + e] = s[e];
   __syncthreads();
-  if (warp == 0 && c < cols) {
+  const i64 c = i64(blockIdx.x) * 256 + threadIdx.x;
+  if (c < cols) {
     float total = 0.0f;
     for (int w = 0; w < 8; ++w)
-      total = __fadd_rn(total, sums[w][lane]);
+      total = __fadd_rn(total, sums[w][threadIdx.x]);
     partial[i64(blockIdx.y) * cols + c] = total;
   }
 }
@@ -91,8 +144,19 @@ __device__ void gemmFallbackColumnSums(const float *partial, O *out,
                                        i64 chunks, i64 cols) {
   for (i64 c = i64(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
        c += i64(gridDim.x) * blockDim.x) {
+    // In chunk order, 8 chunks' loads in flight at a time.
     float total = 0.0f;
-    for (i64 k = 0; k < chunks; ++k)
+    i64 k = 0;
+    for (; k + 8 <= chunks; k += 8) {
+      float p[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        p[j] = partial[(k + j) * cols + c];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        total = __fadd_rn(total, p[j]);
+    }
+    for (; k < chunks; ++k)
       total = __fadd_rn(total, partial[k * cols + c]);
     out[c] = fromFloat<O>(total);
   }
