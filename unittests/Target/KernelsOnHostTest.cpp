@@ -267,8 +267,9 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
     decay.ints["num_tensors"] = 2;
     decay.floatLists["per_tensor"] = {0.1f, 0.0f};
     decay.body = decayLike();
-    // 1: Σ (x · s)² over 3000, n1 and 5000 elements: 3 + 1 + 5 blocks.
-    int x2 = b.buf(f32, {50, 100}), sum = b.buf(f32, {});
+    // 1: Σ (x · s)² over 3000, n1 and 20000 elements: 3 + 1 + 20 chunks
+    // of 1024, two blocks (16 chunks a block, the second cut short).
+    int x2 = b.buf(f32, {200, 100}), sum = b.buf(f32, {});
     auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
     reduce.ints["num_tensors"] = 3;
     reduce.body = scaledSquare();
@@ -304,7 +305,7 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
     double want = exec::sumScalarProgram(
         scaledSquare(),
         {{&data[x0], &data[s]}, {&data[x1], &data[s]}, {&data[x2], &data[s]}},
-        {{3000}, {n1}, {50, 100}});
+        {{3000}, {n1}, {200, 100}});
     EXPECT_NEAR(data[sum].f32[0], want, 1e-6 * want);
     // The scratch counter was reset: a second launch gives the same bits.
     float first = data[sum].f32[0];
@@ -1145,7 +1146,7 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
                  "block");
     Builder b;
     int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {37}),
-        x2 = b.buf(f32, {50, 100}), s = b.buf(f32, {}), sum = b.buf(f32, {});
+        x2 = b.buf(f32, {200, 100}), s = b.buf(f32, {}), sum = b.buf(f32, {});
     auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
     reduce.ints["num_tensors"] = 3;
     reduce.body = scaledSquare();

@@ -18,8 +18,13 @@
 namespace gptc::cuda::detail {
 
 namespace {
-/// Elements per block: 256 threads, 4 elements a thread.
+/// Elements per block (of multi_tensor_reduce: per chunk): 256 threads, 4
+/// elements a thread.
 constexpr int64_t kBlockElems = 1024;
+/// Chunks a multi_tensor_reduce block sums: its tree, partial and arrival
+/// are paid once for this many chunks (GPT-2 124M's gradient norm ran as
+/// 121,597 blocks of one chunk, 32% of its DRAM floor on an H100).
+constexpr int64_t kReduceChunks = 16;
 } // namespace
 
 /// How a multi-tensor launch's operands feed its body: body argument j <
@@ -44,13 +49,15 @@ struct MultiTensorLayout {
 /// then `n` and `base`. Returns the number of blocks.
 int64_t Emitter::multiTensorHead(
     const MultiTensorLayout &m, const std::vector<int64_t> &numels,
-    const std::vector<std::pair<std::string, std::string>> &outs) {
+    const std::vector<std::pair<std::string, std::string>> &outs,
+    const std::string &chunk, const std::string &ind) {
   Emitter &e = *this;
   std::vector<int64_t> firstBlock{0};
   for (int64_t t = 0; t < m.n; ++t)
     firstBlock.push_back(firstBlock.back() +
                          ceilDiv(std::max<int64_t>(numels[t], 1), kBlockElems));
-  e.pre << "// Tensor t owns blocks [kFirstBlock[t], kFirstBlock[t + 1]).\n"
+  e.pre << "// Tensor t owns chunks of " << kBlockElems
+        << " elements [kFirstBlock[t], kFirstBlock[t + 1]).\n"
         << "__constant__ i64 kFirstBlock[" << m.n + 1 << "] = {";
   for (size_t i = 0; i < firstBlock.size(); ++i)
     e.pre << (i ? ", " : "") << firstBlock[i];
@@ -68,38 +75,40 @@ int64_t Emitter::multiTensorHead(
   }
   e.pre << "\n";
 
-  os << "  int lo = 0, hi = " << m.n - 1 << ";\n"
-     << "  while (lo < hi) { // the last tensor whose first block <= ours\n"
-     << "    int mid = (lo + hi + 1) / 2;\n"
-     << "    if (kFirstBlock[mid] <= i64(blockIdx.x)) lo = mid; else hi = mid "
-        "- 1;\n"
-     << "  }\n"
-     << "  const int t = lo;\n";
+  const std::string &I = ind;
+  os << I << "  int lo = 0, hi = " << m.n - 1 << ";\n"
+     << I << "  while (lo < hi) { // the last tensor whose first block <= ours\n"
+     << I << "    int mid = (lo + hi + 1) / 2;\n"
+     << I << "    if (kFirstBlock[mid] <= " << chunk
+     << ") lo = mid; else hi = mid - 1;\n"
+     << I << "  }\n"
+     << I << "  const int t = lo;\n";
   for (int64_t j = 0; j < m.perTensor; ++j)
-    os << "  const " << e.tin(m.input(j, 0)) << " *a" << j << ";\n";
+    os << I << "  const " << e.tin(m.input(j, 0)) << " *a" << j << ";\n";
   for (const auto &[type, name] : outs)
-    os << "  " << type << " *" << name << ";\n";
+    os << I << "  " << type << " *" << name << ";\n";
   // The last case is the default: every block has a tensor, and no thread
   // may leave before the block's barriers.
-  os << "  switch (t) {\n";
+  os << I << "  switch (t) {\n";
   for (int64_t t = 0; t < m.n; ++t) {
-    os << (t + 1 == m.n ? "  default:" : "  case " + std::to_string(t) + ":");
+    os << I
+       << (t + 1 == m.n ? "  default:" : "  case " + std::to_string(t) + ":");
     for (int64_t j = 0; j < m.perTensor; ++j)
       os << " a" << j << " = in" << m.input(j, t) << ";";
     for (size_t r = 0; r < outs.size(); ++r)
       os << " " << outs[r].second << " = out" << r * m.n + t << ";";
     os << " break;\n";
   }
-  os << "  }\n";
+  os << I << "  }\n";
   for (int64_t k = 0; k < m.constants; ++k)
-    os << "  const float r" << m.perTensor + k << " = kPerTensor[" << k * m.n
-       << " + t];\n";
+    os << I << "  const float r" << m.perTensor + k << " = kPerTensor["
+       << k * m.n << " + t];\n";
   for (int64_t j = m.perTensor + m.constants;
        j < m.perTensor + m.constants + m.scalars; ++j)
-    os << "  const float r" << j << " = toFloat(in" << m.input(j, 0)
+    os << I << "  const float r" << j << " = toFloat(in" << m.input(j, 0)
        << "[0]);\n";
-  os << "  const i64 n = kNumel[t];\n"
-     << "  const i64 base = (i64(blockIdx.x) - kFirstBlock[t]) * "
+  os << I << "  const i64 n = kNumel[t];\n"
+     << I << "  const i64 base = (" << chunk << " - kFirstBlock[t]) * "
      << kBlockElems << ";\n";
   return firstBlock.back();
 }
@@ -111,29 +120,32 @@ bool Emitter::multiTensorVectorizes(const std::vector<int64_t> &numels) {
   return true;
 }
 
-void Emitter::multiTensorLoop(const MultiTensorLayout &m, bool vec) {
+void Emitter::multiTensorLoop(const MultiTensorLayout &m, bool vec,
+                              const std::string &ind) {
   if (!vec) {
-    os << "  for (i64 i = base + threadIdx.x; i < n && i < base + "
+    os << ind << "  for (i64 i = base + threadIdx.x; i < n && i < base + "
        << kBlockElems << "; i += blockDim.x) {\n";
     for (int64_t j = 0; j < m.perTensor; ++j)
-      os << "    const float r" << j << " = toFloat(a" << j << "["
+      os << ind << "    const float r" << j << " = toFloat(a" << j << "["
          << (m.broadcasts[j] ? "0" : "i") << "]);\n";
     return;
   }
   static_assert(kBlockElems == 256 * 4, "a block is 256 threads of 4");
-  os << "  const i64 i = base + 4 * i64(threadIdx.x);\n"
-     << "  if (i < n) {\n";
+  os << ind << "  const i64 i = base + 4 * i64(threadIdx.x);\n"
+     << ind << "  if (i < n) {\n";
   for (int64_t j = 0; j < m.perTensor; ++j)
     if (m.broadcasts[j])
-      os << "    const float s" << j << " = toFloat(a" << j << "[0]);\n";
+      os << ind << "    const float s" << j << " = toFloat(a" << j
+         << "[0]);\n";
     else
-      os << "    float x" << j << "[4];\n    load4(a" << j << " + i, x" << j
-         << ");\n";
+      os << ind << "    float x" << j << "[4];\n"
+         << ind << "    load4(a" << j << " + i, x" << j << ");\n";
 }
 
-void Emitter::multiTensorElement(const MultiTensorLayout &m) {
+void Emitter::multiTensorElement(const MultiTensorLayout &m,
+                                 const std::string &ind) {
   for (int64_t j = 0; j < m.perTensor; ++j)
-    os << "      const float r" << j << " = "
+    os << ind << "      const float r" << j << " = "
        << (m.broadcasts[j] ? "s" + std::to_string(j)
                            : "x" + std::to_string(j) + "[e]")
        << ";\n";
@@ -229,24 +241,37 @@ void Emitter::emitMultiTensorReduce() {
   headers.insert("multi_tensor.cuh");
 
   begin(entry, 256);
-  int64_t blocks = multiTensorHead(m, numels, {});
+  // Block b sums chunks [b·kReduceChunks, ...), one after another.
+  os << "  double sum = 0.0; // this thread's terms, in order\n"
+     << "  for (int c = 0; c < " << kReduceChunks << "; ++c) {\n"
+     << "    const i64 chunk = i64(blockIdx.x) * " << kReduceChunks
+     << " + c;\n";
+  const std::string ind = "  ";
+  std::ostringstream head;
+  std::swap(os, head); // the chunk count comes first in the source
+  int64_t chunks = multiTensorHead(m, numels, {}, "chunk", ind);
+  std::swap(os, head);
+  int64_t blocks = ceilDiv(chunks, kReduceChunks);
+  os << "    if (chunk >= " << chunks << ")\n"
+     << "      break; // the same for the whole block\n"
+     << head.str();
   // Scratch of the grid-wide sum: one partial a block and the arrival
   // counter (lastBlockToArrive resets it for the next launch).
   pre << "__device__ double gptcPartials[" << blocks << "];\n"
       << "__device__ unsigned gptcCounter;\n\n";
-  os << "  double sum = 0.0; // this thread's terms, in order\n";
   bool vec = multiTensorVectorizes(numels);
-  multiTensorLoop(m, vec);
+  multiTensorLoop(m, vec, ind);
   if (vec) {
-    os << "#pragma unroll\n    for (int e = 0; e < 4; ++e) {\n";
-    multiTensorElement(m);
-    scalarCode(l.body, "      ");
-    os << "      sum += double(r" << l.body.results[0] << ");\n    }\n";
+    os << "#pragma unroll\n" << ind << "    for (int e = 0; e < 4; ++e) {\n";
+    multiTensorElement(m, ind);
+    scalarCode(l.body, ind + "      ");
+    os << ind << "      sum += double(r" << l.body.results[0] << ");\n"
+       << ind << "    }\n";
   } else {
-    scalarCode(l.body, "    ");
-    os << "    sum += double(r" << l.body.results[0] << ");\n";
+    scalarCode(l.body, ind + "    ");
+    os << ind << "    sum += double(r" << l.body.results[0] << ");\n";
   }
-  os << "  }\n"
+  os << ind << "  }\n  }\n"
      << "  multiTensorSum<256>(sum, out0, gptcPartials, &gptcCounter, "
      << blocks << "u);\n}\n";
   l.block[0] = 256;

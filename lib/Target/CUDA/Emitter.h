@@ -166,19 +166,27 @@ private:
   void emitMultiTensor();
   void emitMultiTensorReduce();
   MultiTensorLayout multiTensorLayout();
+  /// The tables and the code that finds chunk `chunk` (an expression: the
+  /// chunks of 1024 elements run through the tensors in order) and its
+  /// tensor's pointers; each line indented by `ind` more. The number of
+  /// chunks.
   int64_t
   multiTensorHead(const MultiTensorLayout &m,
                   const std::vector<int64_t> &numels,
-                  const std::vector<std::pair<std::string, std::string>> &outs);
+                  const std::vector<std::pair<std::string, std::string>> &outs,
+                  const std::string &chunk = "i64(blockIdx.x)",
+                  const std::string &ind = "");
   /// Whether every tensor's length is a multiple of 4: a thread then takes
   /// 4 consecutive elements with vector accesses.
   static bool multiTensorVectorizes(const std::vector<int64_t> &numels);
   /// Opens the per-element code: a loop over this thread's elements `i` with
   /// the per-tensor arguments as `rJ`, or (vec) a block over elements
   /// [i, i + 4) with them loaded as `xJ[4]` (or broadcast `sJ`).
-  void multiTensorLoop(const MultiTensorLayout &m, bool vec);
+  void multiTensorLoop(const MultiTensorLayout &m, bool vec,
+                       const std::string &ind = "");
   /// In the vector case, inside `for (int e ...)`: the arguments as `rJ`.
-  void multiTensorElement(const MultiTensorLayout &m);
+  void multiTensorElement(const MultiTensorLayout &m,
+                          const std::string &ind = "");
   /// The body's instructions as `float rN = ...;` lines.
   void scalarCode(const exec::ScalarProgram &body, const std::string &indent);
   // EmitTemplates.cpp
