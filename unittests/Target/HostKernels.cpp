@@ -690,7 +690,7 @@ inline u32 sharedAddress(const void *p) {
   return u32(static_cast<const char *>(p) - sharedBase);
 }
 inline char *sharedPointer(u32 a) { return sharedBase + (long long)(int)a; }
-/// 16-byte shared accesses (vector stores, cp.async, ldmatrix rows) must be
+/// 16-byte shared accesses (cp.async, ldmatrix rows) must be
 /// 16-byte aligned on the GPU; here a misaligned one aborts.
 inline char *aligned16(u32 a) {
   char *p = sharedPointer(a);
@@ -699,10 +699,6 @@ inline char *aligned16(u32 a) {
     std::abort();
   }
   return p;
-}
-EMU_UNCHECKED inline void storeShared128(u32 a, uint4 v) {
-  emu::race::access(aligned16(a), 16, true);
-  std::memcpy(sharedPointer(a), &v, 16);
 }
 /// ldmatrix.x4 (.trans): a warp-wide collective. Every lane deposits its
 /// row address; lane l then takes row l/4, columns 2(l%4) and 2(l%4)+1 of

@@ -191,19 +191,9 @@ template <int D> struct Tile {
   static constexpr int kStride = D + 8;
   alignas(16) unsigned short data[64 * kStride];
 
-  /// Rows [row0, row0 + 64) of D bf16 elements, `stride` apart from `src`
-  /// on (HeadRows), 16 bytes a thread.
-  __device__ __forceinline__ void load(const bf16 *src, i64 stride, i64 row0) {
-    constexpr int kChunks = 64 * D / 8;
-    const u32 base = sharedAddress(data);
-    for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
-      int r = c / (D / 8), col = c % (D / 8) * 8;
-      storeShared128(base + 2 * (r * kStride + col),
-                     *reinterpret_cast<const uint4 *>(
-                         src + (row0 + r) * stride + col));
-    }
-  }
-  /// load() through cp.async: in flight until the caller waits for it.
+  /// Starts the copies of rows [row0, row0 + 64) of D bf16 elements,
+  /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
+  /// cp.async: in flight until the caller commits and waits for them.
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
     constexpr int kChunks = 64 * D / 8;
@@ -462,7 +452,10 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
 
-  sK[1].load(q + LQ::head(h), kQ, i0);
+  // q and the first key tile in one group: one round trip, not two.
+  sK[1].loadAsync(q + LQ::head(h), kQ, i0);
+  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
+  waitCopies<0>();
   __syncthreads();
   u32 qa[D / 16][4];
 #pragma unroll
@@ -475,7 +468,6 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
-  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
     prefetchNextKeyTile<LK>(sK, sV, k, v, h, j0, keyEnd, buf);
     __syncthreads(); // every thread's copies of this tile have landed
@@ -725,18 +717,9 @@ template <int D> struct CoreTile {
     row = 8 * (c / D) + c % 8;
     col = 8 * (c / 8 % (D / 8));
   }
-  /// Rows [row0, row0 + 64) of D bf16 elements, `stride` apart from `src`
-  /// on (HeadRows), 16 bytes a thread.
-  __device__ __forceinline__ void load(const bf16 *src, i64 stride, i64 row0) {
-    const u32 base = sharedAddress(data);
-    for (int c = threadIdx.x; c < 64 * D / 8; c += blockDim.x) {
-      int r, col;
-      chunk(c, r, col);
-      storeShared128(base + 16 * c, *reinterpret_cast<const uint4 *>(
-                                        src + (row0 + r) * stride + col));
-    }
-  }
-  /// load() through cp.async: in flight until the caller waits for it.
+  /// Starts the copies of rows [row0, row0 + 64) of D bf16 elements,
+  /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
+  /// cp.async: in flight until the caller commits and waits for them.
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
     const u32 base = sharedAddress(data);
@@ -791,7 +774,9 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
 
-  sQ.load(q + LQ::head(h), kQ, i0); // read after the loop's first barrier
+  // q joins the first key tile's group (committed by loadKeyTileAsync) and
+  // is read after the loop's first wait and barrier.
+  sQ.loadAsync(q + LQ::head(h), kQ, i0);
 
   float acc[D / 8][4];
   zero(acc);

@@ -214,11 +214,6 @@ __device__ __forceinline__ void commitCopies() {
 template <int N> __device__ __forceinline__ void waitCopies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void storeShared128(u32 address, uint4 v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
 
 #if GPTC_WGMMA
 // Hopper's warpgroup MMA (sm_90a): the 4 warps of a 128-thread warpgroup
