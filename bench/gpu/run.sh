@@ -22,11 +22,13 @@
 # fastest kept); last, GPT-2 124M compiled with --recompute=gelu,layernorm
 # (the time the smaller arena costs); last, GPT-2 124M compiled for sm_90,
 # GPT-2 124M with --attention-forward=wgmma (what wgmma gains or costs
-# against the default mma.sync). Peak memory for gptc and PyTorch comes
+# against the default mma.sync); last, Nsight Compute on one launch each of
+# the attention kernels, the DGELU pass and the gradient norm. Peak memory
+# for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [dgelu] [tuned] [recompute] [wgmma]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -46,7 +48,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback dgelu tuned recompute wgmma} "
+steps_wanted=" ${*:-check tiny gpt2 torch fallback dgelu tuned recompute wgmma ncu} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -152,6 +154,23 @@ fi
 if want wgmma && [[ -f $P/gpt2-bf16-wgmma ]]; then
   step 90 gpt2-bf16-wgmma "${lib[@]}" "$P/gpt2-bf16-wgmma" \
     --device=cuda --data="$data" --steps=15 --seed=1
+fi
+
+# Nsight Compute on one launch of each kernel the last changes aimed at
+# (ncu.log in the archive): where the attention backward's warps stall,
+# its occupancy, and what the DGELU pass and the forward reach.
+if want ncu; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [[ -n $ncu_bin ]]; then
+    # --kernel-id context:stream:name:invocation, the first of each name.
+    GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
+      --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|multi_tensor_reduce_0)$':1 \
+      --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
+  else
+    echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
+  fi
 fi
 
 # One table last; the logs travel back as one archive ($OUT keeps 8 files).
