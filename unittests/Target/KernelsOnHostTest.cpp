@@ -1329,21 +1329,33 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   EXPECT_EQ(dBits, bf16Bits(fused[0])) << "GELU(d + bias)";
   EXPECT_EQ(preBits, bf16Bits(fused[1])) << "d + bias";
 
-  // GELU's derivative at that pre-activation, in place, and its column
-  // sums (before rounding), in one pass of 4 chunks of 64 rows.
+  // Column sums of bf16 x [rows, n], with GELU's derivative at `pre` (if
+  // any) applied in place first: partials of 4 chunks of 64 rows into
+  // `partial`, then their float32 sums.
   const int64_t perChunk = 64, chunks = 4;
+  auto columnSums = [&](std::vector<uint16_t> &x,
+                        const std::vector<uint16_t> *pre, int64_t n,
+                        std::vector<float> &partial) {
+    partial.assign(size_t(chunks * n), -1.0f);
+    std::vector<float> sums(n);
+    kernels.call("gemm_fallback_column_partials_bf16",
+                 {address(x), pre ? address(*pre) : 0, address(partial),
+                  uint64_t(rows), uint64_t(n), uint64_t(perChunk)},
+                 1, uint32_t(chunks));
+    kernels.call("gemm_fallback_column_sums_f32",
+                 {address(partial), address(sums), uint64_t(chunks),
+                  uint64_t(n)},
+                 1);
+    return sums;
+  };
+
+  // GELU's derivative at that pre-activation, in place, and its column
+  // sums (before rounding), in one pass.
   exec::HostTensor d2 = fromBf16Bits(bf16Bits(randomFloats({rows, cols}, 3)),
                                      {rows, cols});
   std::vector<uint16_t> d2Bits = bf16Bits(d2);
-  std::vector<float> partial(size_t(chunks * cols), -1.0f), sums(cols);
-  kernels.call("gemm_fallback_column_partials_bf16",
-               {address(d2Bits), address(preBits), address(partial),
-                uint64_t(rows), uint64_t(cols), uint64_t(perChunk)},
-               1, uint32_t(chunks));
-  kernels.call("gemm_fallback_column_sums_f32",
-               {address(partial), address(sums), uint64_t(chunks),
-                uint64_t(cols)},
-               1);
+  std::vector<float> partial;
+  std::vector<float> sums = columnSums(d2Bits, &preBits, cols, partial);
   exec::HostTensor preValues = fromBf16Bits(preBits, {rows, cols});
   std::vector<exec::HostTensor> dgelu =
       exec::matmulGeluGrad(d2, identity, preValues, false, false, true);
@@ -1368,15 +1380,8 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
 
   // Column sums of d2 (no pre: it stays) into float32 and bf16.
   std::vector<uint16_t> sumBits(cols), before = d2Bits;
-  kernels.call("gemm_fallback_column_partials_bf16",
-               {address(d2Bits), 0, address(partial), uint64_t(rows),
-                uint64_t(cols), uint64_t(perChunk)},
-               1, uint32_t(chunks));
+  sums = columnSums(d2Bits, nullptr, cols, partial);
   EXPECT_EQ(d2Bits, before);
-  kernels.call("gemm_fallback_column_sums_f32",
-               {address(partial), address(sums), uint64_t(chunks),
-                uint64_t(cols)},
-               1);
   kernels.call("gemm_fallback_column_sums_bf16",
                {address(partial), address(sumBits), uint64_t(chunks),
                 uint64_t(cols)},
@@ -1395,15 +1400,7 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   exec::HostTensor pre3 =
       fromBf16Bits(bf16Bits(randomFloats({rows, odd}, 8)), {rows, odd});
   std::vector<uint16_t> d3Bits = bf16Bits(d3), pre3Bits = bf16Bits(pre3);
-  std::vector<float> partial3(size_t(chunks * odd)), sums3(odd);
-  kernels.call("gemm_fallback_column_partials_bf16",
-               {address(d3Bits), address(pre3Bits), address(partial3),
-                uint64_t(rows), uint64_t(odd), uint64_t(perChunk)},
-               1, uint32_t(chunks));
-  kernels.call("gemm_fallback_column_sums_f32",
-               {address(partial3), address(sums3), uint64_t(chunks),
-                uint64_t(odd)},
-               1);
+  std::vector<float> sums3 = columnSums(d3Bits, &pre3Bits, odd, partial);
   exec::HostTensor identity3 = exec::HostTensor::floats({odd, odd});
   for (int64_t i = 0; i < odd; ++i)
     identity3.f32[size_t(i * odd + i)] = 1.0f;

@@ -56,6 +56,30 @@ __device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
     d[i] = fromFloat<T>(fallbackGeluGrad(toFloat(pre[i]), toFloat(d[i])));
 }
 
+/// The 8 elements at p, one 16-byte access where `vector`; else one at a
+/// time, those past the first `n` read as 0.
+template <typename T>
+__device__ __forceinline__ void loadUpTo8(const T *p, i64 n, bool vector,
+                                          float (&x)[8]) {
+  if (vector) {
+    load8(p, x);
+    return;
+  }
+  for (int e = 0; e < 8; ++e)
+    x[e] = e < n ? toFloat(p[e]) : 0.0f;
+}
+/// store8, or the first `n` (up to 8) one at a time.
+template <typename T>
+__device__ __forceinline__ void storeUpTo8(T *p, i64 n, bool vector,
+                                           const float (&x)[8]) {
+  if (vector) {
+    store8(p, x);
+    return;
+  }
+  for (int e = 0; e < 8 && e < n; ++e)
+    p[e] = fromFloat<T>(x[e]);
+}
+
 /// The first half of column sums over x [rows, cols], and with `pre` (may
 /// be null) GELU's derivative before them: x = gelu'(pre) * x in place,
 /// the sums over those values before their rounding to T (as the fused
@@ -85,23 +109,17 @@ __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
   float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   for (i64 r0 = begin + warp; r0 < end && c0 < cols; r0 += 8 * kRows) {
     float v[kRows][8], p[kRows][8];
-    // Every load of the kRows rows before any use.
+    // Every load of the kRows rows before any use. Columns past the end
+    // read as 0 (and GELU's derivative keeps them 0): their sums are not
+    // written.
 #pragma unroll
     for (int b = 0; b < kRows; ++b) {
       const i64 at = (r0 + 8 * b) * cols + c0;
       if (r0 + 8 * b >= end)
         continue;
-      if (vector) {
-        load8(x + at, v[b]);
-        if (pre)
-          load8(pre + at, p[b]);
-      } else {
-        for (int e = 0; e < 8; ++e) {
-          const bool in = c0 + e < cols;
-          v[b][e] = in ? toFloat(x[at + e]) : 0.0f;
-          p[b][e] = in && pre ? toFloat(pre[at + e]) : 0.0f;
-        }
-      }
+      loadUpTo8(x + at, cols - c0, vector, v[b]);
+      if (pre)
+        loadUpTo8(pre + at, cols - c0, vector, p[b]);
     }
 #pragma unroll
     for (int b = 0; b < kRows; ++b) {
@@ -112,17 +130,11 @@ __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           v[b][e] = fallbackGeluGrad(p[b][e], v[b][e]);
-        if (vector)
-          store8(x + at, v[b]);
-        else
-          for (int e = 0; e < 8; ++e)
-            if (c0 + e < cols)
-              x[at + e] = fromFloat<T>(v[b][e]);
+        storeUpTo8(x + at, cols - c0, vector, v[b]);
       }
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        if (c0 + e < cols)
-          s[e] = __fadd_rn(s[e], v[b][e]);
+        s[e] = __fadd_rn(s[e], v[b][e]);
     }
   }
   for (int e = 0; e < 8; ++e)
