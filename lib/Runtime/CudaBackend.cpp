@@ -316,6 +316,9 @@ public:
         if (g.desc)
           lt.cublasLtMatmulDescDestroy(g.desc);
       }
+      for (auto &[index, g] : alternatives)
+        if (g.desc)
+          lt.cublasLtMatmulDescDestroy(g.desc);
       if (ltHandle)
         lt.cublasLtDestroy(ltHandle);
     }
@@ -491,6 +494,8 @@ private:
   void tune();
   /// One GEMM of `g` with `algo` on the compute stream (all its loops).
   cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo);
+  /// The kernels planned after `g`'s GEMM, on the compute stream.
+  void launchFollowups(const GemmPlan &g, const std::string &label);
   void zeroArenaAndUploadConstants();
   std::set<std::string> fallbackNotes; // one stderr line per kind and shape
   bool reported = false; // profileReport() was called
@@ -503,6 +508,9 @@ private:
   std::map<const Function *, std::vector<Prepared>> launches;
   cublasLtHandle_t ltHandle = nullptr;
   std::vector<GemmPlan> gemms;
+  /// GPTC_GEMM_TUNE=1: a GEMM's other epilogue plan (into gemms), which
+  /// tune() times against it; its layouts are the GEMM's own.
+  std::map<int, GemmPlan> alternatives;
   const std::string *lastLaunch = nullptr; // the label of the last enqueued
 
   uint8_t *staging = nullptr;
@@ -537,6 +545,12 @@ void CudaBackendImpl::load(const Program &program) {
     tune();
     zeroArenaAndUploadConstants(); // tuning wrote GEMM outputs
   }
+  if (profile && tuneGemms)
+    for (const Function &f : program.functions)
+      for (size_t i = 0; i < f.launches.size(); ++i)
+        if (Prepared &pl = launches[&f][i]; pl.gemm >= 0)
+          pl.profileSlot =
+              profileSlot("cuBLASLt " + gemms[pl.gemm].shape, f.launches[i]);
 }
 
 void CudaBackendImpl::zeroArenaAndUploadConstants() {
@@ -671,7 +685,8 @@ void CudaBackendImpl::prepare(const Function &f) {
         pl.profileSlot = profileSlot(kernelName, l);
     } else if (isGemm(l.kernel)) {
       pl.gemm = planGemm(l, pl.label);
-      if (profile)
+      // (Tuning may change the epilogue, and so the name: then after it.)
+      if (profile && !tuneGemms)
         pl.profileSlot = profileSlot("cuBLASLt " + gemms[pl.gemm].shape, l);
     }
     if (profile)
@@ -821,44 +836,83 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   if (l.kernel == "matmul_gelu_grad" && l.outputs.size() > 1 && !plainFirst)
     levels.push_back(EpilogueLevel::WithoutBiasGrad);
   levels.push_back(epilogue ? EpilogueLevel::None : EpilogueLevel::Full);
+  // The first of `levels` cuBLASLt has an algorithm for, in `p` (its
+  // descriptor, algorithm, candidates and tuning key); false if none.
+  // `refused` collects the others.
   std::string refused; // "DGELU_BGRAD: CUBLAS_STATUS_NOT_SUPPORTED; ..."
-  EpilogueLevel kept = EpilogueLevel::Full;
-  for (EpilogueLevel level : levels) {
-    if (g.desc)
-      lt.cublasLtMatmulDescDestroy(g.desc);
-    g.desc = nullptr;
-    ltCheck(lt.cublasLtMatmulDescCreate(&g.desc, computeType, CUDA_R_32F),
-            "cublasLtMatmulDescCreate");
-    cublasOperation_t opLeft = map.transLeft ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opRight = map.transRight ? CUBLAS_OP_T : CUBLAS_OP_N;
-    ltCheck(lt.cublasLtMatmulDescSetAttribute(
-                g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opLeft, sizeof(opLeft)),
-            "setting TRANSA");
-    ltCheck(lt.cublasLtMatmulDescSetAttribute(
-                g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opRight, sizeof(opRight)),
-            "setting TRANSB");
-    std::string name =
-        epilogue ? setEpilogue(l, map, g, label, level) : "DEFAULT";
-    cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
-    int found = 0;
-    cublasStatus_t s = lt.cublasLtMatmulAlgoGetHeuristic(
-        ltHandle, g.desc, g.left, g.right, g.out, g.out, pref,
-        tuneGemms ? kTuneCandidates : 1, results, &found);
-    if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
-      g.algo = results[0].algo;
-      for (int i = 0; tuneGemms && i < found; ++i)
-        if (results[i].state == CUBLAS_STATUS_SUCCESS)
-          g.candidates.push_back(results[i].algo);
-      g.tuneKey = l.kernel + " " + g.shape + " " + name;
-      kept = level;
-      break;
+  auto describe = [&](GemmPlan &p, const std::vector<EpilogueLevel> &tries,
+                      EpilogueLevel &kept) {
+    for (EpilogueLevel level : tries) {
+      if (p.desc)
+        lt.cublasLtMatmulDescDestroy(p.desc);
+      p.desc = nullptr;
+      ltCheck(lt.cublasLtMatmulDescCreate(&p.desc, computeType, CUDA_R_32F),
+              "cublasLtMatmulDescCreate");
+      cublasOperation_t opLeft = map.transLeft ? CUBLAS_OP_T : CUBLAS_OP_N;
+      cublasOperation_t opRight = map.transRight ? CUBLAS_OP_T : CUBLAS_OP_N;
+      ltCheck(lt.cublasLtMatmulDescSetAttribute(p.desc,
+                                                CUBLASLT_MATMUL_DESC_TRANSA,
+                                                &opLeft, sizeof(opLeft)),
+              "setting TRANSA");
+      ltCheck(lt.cublasLtMatmulDescSetAttribute(p.desc,
+                                                CUBLASLT_MATMUL_DESC_TRANSB,
+                                                &opRight, sizeof(opRight)),
+              "setting TRANSB");
+      std::string name =
+          epilogue ? setEpilogue(l, map, p, label, level) : "DEFAULT";
+      cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
+      int found = 0;
+      cublasStatus_t s = lt.cublasLtMatmulAlgoGetHeuristic(
+          ltHandle, p.desc, p.left, p.right, p.out, p.out, pref,
+          tuneGemms ? kTuneCandidates : 1, results, &found);
+      if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+        p.algo = results[0].algo;
+        for (int i = 0; tuneGemms && i < found; ++i)
+          if (results[i].state == CUBLAS_STATUS_SUCCESS)
+            p.candidates.push_back(results[i].algo);
+        p.tuneKey = l.kernel + " " + p.shape + " " + name;
+        kept = level;
+        return true;
+      }
+      refused += (refused.empty() ? "" : "; ") + name + ": " +
+                 (s == CUBLAS_STATUS_SUCCESS ? std::string("no algorithm")
+                                             : lt.cublasLtGetStatusName(s));
     }
-    refused += (refused.empty() ? "" : "; ") + name + ": " +
-               (s == CUBLAS_STATUS_SUCCESS ? std::string("no algorithm")
-                                           : lt.cublasLtGetStatusName(s));
-    if (level == levels.back())
-      throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape +
-                        " (" + refused + ")");
+    return false;
+  };
+  // GPTC_GEMM_TUNE=1 also times the other way of a GELU derivative's or a
+  // bias gradient's epilogue (cuBLASLt's, or a plain GEMM and gptc's
+  // kernels), where the program has those kernels: the faster is kept.
+  GemmPlan other = g; // the layouts only, yet: shared, destroyed with g's
+  EpilogueLevel otherLevel = EpilogueLevel::Full;
+  const bool bothWays =
+      tuneGemms && !forceGemmFallback && l.outputs.size() > 1 &&
+      (l.kernel == "matmul_gelu_grad" || l.kernel == "matmul_bias_grad") &&
+      hasKernel(gemmFallbackKernel(GemmFallback::ColumnPartials,
+                                   buffer(l.kernel == "matmul_gelu_grad"
+                                              ? l.outputs[0]
+                                              : l.inputs[1])
+                                       .dtype)) &&
+      hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
+                                   buffer(l.outputs[1]).dtype));
+  EpilogueLevel kept = EpilogueLevel::Full;
+  if (!describe(g, levels, kept))
+    throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape +
+                      " (" + refused + ")");
+  if (bothWays) {
+    std::string refusedBefore = refused;
+    EpilogueLevel want = kept == EpilogueLevel::Full ? EpilogueLevel::None
+                                                     : EpilogueLevel::Full;
+    if (describe(other, {want}, otherLevel) && otherLevel != kept) {
+      if (otherLevel != EpilogueLevel::Full) {
+        planFollowups(l, map, other, label, otherLevel);
+        other.shape += " + gptc epilogue";
+      }
+    } else if (other.desc) {
+      lt.cublasLtMatmulDescDestroy(other.desc);
+      other.desc = nullptr;
+    }
+    refused = refusedBefore; // a refusal here is no news
   }
   if (kept != EpilogueLevel::Full) {
     planFollowups(l, map, g, label, kept);
@@ -871,6 +925,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
                    label.c_str(), refused.c_str());
   }
   gemms.push_back(std::move(g));
+  if (other.desc)
+    alternatives.emplace(int(gemms.size() - 1), std::move(other));
   return int(gemms.size() - 1);
 }
 
@@ -1080,19 +1136,7 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
     if (cublasStatus_t s = gemmOnce(g, g.algo); s != CUBLAS_STATUS_SUCCESS)
       throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
                         lt.cublasLtGetStatusName(s));
-    for (const GemmPlan::Followup &f : g.after) {
-      uint64_t values[8];
-      void *params[8];
-      for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
-        values[i] = f.args[i];
-        params[i] = &values[i];
-      }
-      if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256,
-                                         1, 1, 0, compute, params, nullptr);
-          r != CUDA_SUCCESS)
-        throw DeviceError("cannot launch the epilogue fallback of " +
-                          pl.label + ": " + cuError(cu, r));
-    }
+    launchFollowups(g, pl.label);
   } else {
     throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +
                       (l.loc.empty() ? "?" : l.loc) + " (" + pl.label + ")");
@@ -1124,6 +1168,23 @@ cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
   return CUBLAS_STATUS_SUCCESS;
 }
 
+void CudaBackendImpl::launchFollowups(const GemmPlan &g,
+                                      const std::string &label) {
+  for (const GemmPlan::Followup &f : g.after) {
+    uint64_t values[8];
+    void *params[8];
+    for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
+      values[i] = f.args[i];
+      params[i] = &values[i];
+    }
+    if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1,
+                                       1, 0, compute, params, nullptr);
+        r != CUDA_SUCCESS)
+      throw DeviceError("cannot launch the epilogue fallback of " + label +
+                        ": " + cuError(cu, r));
+  }
+}
+
 // GPTC_GEMM_TUNE=1, at load: every GEMM of the program with each of the
 // heuristic's candidates, timed on the device, the fastest kept (GEMMs of
 // one kernel, shape and epilogue share the result). The arena then holds
@@ -1138,63 +1199,96 @@ void CudaBackendImpl::tune() {
                            size_t(std::max<int64_t>(arenaBytes, 256)), compute),
         "cuMemsetD8Async");
   CUevent start = newEvent(true), stop = newEvent(true);
-  struct Tuned {
-    double first = 0, best = 0; // ms a GEMM: the heuristic's first, ours
-    int gemms = 0;
-    bool timed = false, changed = false;
-    cublasLtMatmulAlgo_t algo{};
-  };
-  std::map<std::string, Tuned> byKey;
   constexpr int kRuns = 5;
-  for (GemmPlan &g : gemms) {
-    Tuned &t = byKey[g.tuneKey];
-    ++t.gemms;
-    if (t.timed) {
-      g.algo = t.algo;
-      continue;
-    }
-    t.timed = true;
-    t.algo = g.algo;
-    double best = -1;
-    for (size_t c = 0; c < g.candidates.size(); ++c) {
-      if (gemmOnce(g, g.candidates[c]) != CUBLAS_STATUS_SUCCESS)
+  // The fastest of p's candidates (with the kernels after its GEMM) into
+  // `algo`, its ms and the first candidate's into `best` and `first`;
+  // false if none ran.
+  auto fastest = [&](const GemmPlan &p, cublasLtMatmulAlgo_t &algo,
+                     double &first, double &best) {
+    best = -1;
+    for (size_t c = 0; c < p.candidates.size(); ++c) {
+      if (gemmOnce(p, p.candidates[c]) != CUBLAS_STATUS_SUCCESS)
         continue; // (warm-up) this candidate cannot run here after all
+      launchFollowups(p, p.tuneKey);
       check(cu.cuEventRecord(start, compute), "cuEventRecord");
-      for (int r = 0; r < kRuns; ++r)
-        gemmOnce(g, g.candidates[c]);
+      for (int r = 0; r < kRuns; ++r) {
+        gemmOnce(p, p.candidates[c]);
+        launchFollowups(p, p.tuneKey);
+      }
       check(cu.cuEventRecord(stop, compute), "cuEventRecord");
       check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
       float ms = 0;
       check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
       double each = double(ms) / kRuns;
       if (c == 0)
-        t.first = each;
+        first = each;
       if (best < 0 || each < best) {
         best = each;
-        t.algo = g.candidates[c];
-        t.changed = c != 0;
+        algo = p.candidates[c];
       }
     }
-    t.best = best < 0 ? t.first : best;
+    return best >= 0;
+  };
+  struct Tuned {
+    double first = 0, best = 0; // ms a GEMM: the heuristic's first, ours
+    int gemms = 0;
+    bool timed = false, changed = false, twoWays = false, otherWay = false;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::string, Tuned> byKey;
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    GemmPlan &g = gemms[i];
+    auto alt = alternatives.find(int(i));
+    // (An algorithm is only good for the epilogue it was found for.)
+    Tuned &t =
+        byKey[g.tuneKey + (alt != alternatives.end() ? " or the other" : "")];
+    ++t.gemms;
+    if (!t.timed) {
+      t.timed = true;
+      t.algo = g.algo;
+      t.first = t.best = 0;
+      cublasLtMatmulAlgo_t algo{};
+      const bool ran = fastest(g, algo, t.first, t.best);
+      if (ran) {
+        t.algo = algo;
+        t.changed = std::memcmp(&algo, &g.candidates[0], sizeof algo) != 0;
+      } else {
+        t.best = t.first;
+      }
+      double altFirst = 0, altBest = 0;
+      t.twoWays = alt != alternatives.end();
+      if (alt != alternatives.end() &&
+          fastest(alt->second, algo, altFirst, altBest) &&
+          (!ran || altBest < t.best)) {
+        t.otherWay = t.changed = true;
+        t.best = altBest;
+        t.algo = algo;
+      }
+    }
+    if (t.otherWay && alt != alternatives.end())
+      std::swap(g, alt->second);
     g.algo = t.algo;
   }
   synchronize();
   cu.cuEventDestroy(start);
   cu.cuEventDestroy(stop);
   double first = 0, best = 0;
-  int changed = 0;
+  int changed = 0, otherWay = 0, twoWays = 0;
   for (const auto &[key, t] : byKey) {
     first += t.first * t.gemms;
     best += t.best * t.gemms;
     changed += t.changed;
+    otherWay += t.otherWay;
+    twoWays += t.twoWays;
   }
   std::fprintf(stderr,
                "gptc: GPTC_GEMM_TUNE: up to %d cuBLASLt algorithms timed for "
-               "each of %zu GEMM shapes, %d changed; all %zu GEMM launches "
+               "each of %zu GEMM shapes, %d changed (%d of the %d with two "
+               "ways to their epilogue took the other); all %zu GEMM launches "
                "once: %.3f ms with the heuristic's first choice, %.3f ms "
                "tuned\n",
-               kTuneCandidates, byKey.size(), changed, gemms.size(), first,
-               best);
+               kTuneCandidates, byKey.size(), changed, otherWay, twoWays,
+               gemms.size(), first, best);
 }
 
 void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {

@@ -703,7 +703,10 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
                      "timed for each of "),
             std::string::npos)
       << err;
-  EXPECT_NE(err.find("changed; all "), std::string::npos) << err;
+  EXPECT_NE(err.find(" changed (0 of the 0 with two ways to their epilogue "
+                     "took the other); all "),
+            std::string::npos)
+      << err;
   int gemms = 0;
   for (const Launch &l : p.functions[0].launches)
     gemms += isGemm(l.kernel);
@@ -713,6 +716,49 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
                 "tuned",
                 0.1 * gemms, 0.06 * gemms);
   EXPECT_NE(err.find(totals), std::string::npos) << err;
+}
+
+/// GPTC_GEMM_TUNE=1 also times the other way to a GELU derivative's or a
+/// bias gradient's epilogue and keeps the faster. Two shapes have two ways:
+/// the GELU gradients with a bias gradient (f32 and bf16 results of one
+/// shape; gptc's pass by default) and the weight gradient (BGRADA by
+/// default). The fake first makes cuBLASLt's DGELU_BGRAD fast and BGRADA
+/// slow (both take the other way), then the reverse (both keep theirs).
+/// Either way the results match the CPU backend.
+TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto epilogueMs = hook<void (*)(int, float)>("gptcFakeEpilogueMs");
+  for (float dgeluMs : {-0.3f, 0.3f}) {
+    SCOPED_TRACE("DGELU_BGRAD " + std::to_string(dgeluMs) + " ms");
+    epilogueMs(CUBLASLT_EPILOGUE_DGELU_BGRAD, dgeluMs);
+    epilogueMs(CUBLASLT_EPILOGUE_BGRADA, -dgeluMs);
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE");
+    ASSERT_TRUE(b);
+    Program p;
+    testing::internal::CaptureStderr();
+    checkWithFallbacks(p, backwardEpilogues(p), *b);
+    std::string err = testing::internal::GetCapturedStderr();
+    epilogueMs(-1, 0.0f);
+    const bool otherWay = dgeluMs < 0;
+    EXPECT_NE(err.find(std::string("(") + (otherWay ? "2" : "0") +
+                       " of the 2 with two ways to their epilogue took the "
+                       "other)"),
+              std::string::npos)
+        << err;
+    // A run after the load (whose timing ran both ways): the f32 GELU
+    // gradient's column sums run where gptc's pass was kept, and the
+    // weight gradient's where BGRADA was left.
+    int from = hook<int (*)()>("gptcFakeLaunchCount")();
+    const Function &grads = p.functions[0];
+    b->run(grads, 0, grads.launches.size());
+    b->synchronize();
+    auto names = launchedSince(from);
+    EXPECT_EQ(contains(names, "gemm_fallback_column_partials_f32"), !otherWay);
+    // (bf16: the weight gradient's when otherWay, the bf16 GELU
+    // gradient's otherwise.)
+    EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
+  }
 }
 
 /// A refused epilogue in a program without the fallback kernels (one

@@ -150,11 +150,23 @@ CUresult CUDAAPI cuEventQuery(CUevent) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
 /// The algorithm (its index among the heuristic's results) of the last
 /// cublasLtMatmul: GPTC_GEMM_TUNE's timing sees index i take 0.5 - 0.1·i
-/// ms, so index 2 is the fastest of the three the heuristic offers.
-static int lastAlgo = 0;
+/// ms, so index 2 is the fastest of the three the heuristic offers. The
+/// last GEMM's epilogue adds what gptcFakeEpilogueMs set for it (0 unless
+/// set), so that a test can make either way to an epilogue the faster.
+static int lastAlgo = 0, lastEpilogue = 0;
+static std::vector<std::pair<int, float>> epilogueMs;
 extern "C" int gptcFakeLastAlgo() { return lastAlgo; }
+extern "C" void gptcFakeEpilogueMs(int epilogue, float ms) {
+  if (epilogue < 0)
+    epilogueMs.clear();
+  else
+    epilogueMs.push_back({epilogue, ms});
+}
 CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent, CUevent) {
   *ms = 0.5f - 0.1f * float(lastAlgo);
+  for (auto [epilogue, extra] : epilogueMs)
+    if (epilogue == lastEpilogue)
+      *ms += extra;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n) {
@@ -505,6 +517,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     size_t, cudaStream_t) {
   lastAlgo = algo ? int(algo->data[0]) : 0;
   Desc desc = *reinterpret_cast<Desc *>(d);
+  lastEpilogue = desc.epilogue;
   Layout a = *reinterpret_cast<Layout *>(la), b = *reinterpret_cast<Layout *>(lb),
          out = *reinterpret_cast<Layout *>(ld);
   float al = *static_cast<const float *>(alpha),

@@ -25,9 +25,13 @@
 //                      rt::GemmFallback pass for both, which was faster on
 //                      an H100 (docs/benchmarks.md)
 //   GPTC_GEMM_TUNE=1   at load, time up to 8 of cuBLASLt's candidate
-//                      algorithms for each GEMM shape and keep the fastest
-//                      (one stderr line gives both totals); without it the
-//                      heuristic's first choice, reproducible run to run
+//                      algorithms for each GEMM shape and keep the fastest;
+//                      where a GELU derivative's or a bias gradient's
+//                      epilogue can run either in cuBLASLt or as a plain
+//                      GEMM and gptc's kernels, time both ways and keep the
+//                      faster (one stderr line gives the counts and both
+//                      totals); without it the heuristic's first choice
+//                      and the default way, reproducible run to run
 //
 //===----------------------------------------------------------------------===//
 
