@@ -1074,7 +1074,7 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
         uint32_t(chunks),
         {address(xId), pre, workspace, uint64_t(sumRows), uint64_t(cols),
          uint64_t(perChunk)});
-    add(GemmFallback::ColumnSums, out.dtype, gridFor(cols), 1,
+    add(GemmFallback::ColumnSums, out.dtype, uint32_t(ceilDiv(cols, 32)), 1,
         {workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
   };
   if (l.kernel == "matmul_epilogue") {

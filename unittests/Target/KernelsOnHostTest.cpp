@@ -1345,7 +1345,7 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
     kernels.call("gemm_fallback_column_sums_f32",
                  {address(partial), address(sums), uint64_t(chunks),
                   uint64_t(n)},
-                 1);
+                 uint32_t((n + 31) / 32));
     return sums;
   };
 
@@ -1385,7 +1385,7 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   kernels.call("gemm_fallback_column_sums_bf16",
                {address(partial), address(sumBits), uint64_t(chunks),
                 uint64_t(cols)},
-               1);
+               uint32_t((cols + 31) / 32));
   exec::HostTensor want =
       exec::reduceSum(fromBf16Bits(d2Bits, {rows, cols}), {cols});
   expectNear(want, sums, 1e-5f, "column sums");
@@ -1407,4 +1407,16 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   dgelu = exec::matmulGeluGrad(d3, identity3, pre3, false, false, true);
   EXPECT_EQ(d3Bits, bf16Bits(dgelu[0])) << "gelu'(pre) * d, 37 columns";
   expectNear(dgelu[1], sums3, 1e-5f, "column sums, 37 columns");
+
+  // Many chunks (each warp's 4 loads in flight, then one at a time), 37
+  // columns over two blocks: the partials' sums.
+  const int64_t many = 70;
+  exec::HostTensor parts = randomFloats({many, odd}, 9);
+  std::vector<float> manySums(odd);
+  kernels.call("gemm_fallback_column_sums_f32",
+               {address(parts.f32), address(manySums), uint64_t(many),
+                uint64_t(odd)},
+               2);
+  expectNear(exec::reduceSum(parts, {odd}), manySums, 1e-5f,
+             "column sums of 70 chunks");
 }

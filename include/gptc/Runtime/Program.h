@@ -150,6 +150,7 @@ LaunchCost launchCost(const Program &p, const Launch &l);
 ///                                    * x first, in place (DGELU_BGRAD's
 ///                                    whole epilogue in one pass)
 ///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
+///                                    grid ceil(cols / 32)
 /// All are 1-D blocks of 256 threads.
 enum class GemmFallback { Bias, GeluGrad, ColumnPartials, ColumnSums };
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...

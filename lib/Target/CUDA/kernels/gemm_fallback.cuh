@@ -149,27 +149,38 @@ __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
   }
 }
 
-/// The second half: out[c] = the chunks' partial sums of column c, in
-/// chunk order.
+/// The second half: out[c] = the sum of the chunks' partials of column c.
+/// Block bx of 256 threads takes columns [32 bx, 32 bx + 32), a lane one
+/// column: warp w adds chunks w, w + 8, ... in order (4 loads in flight),
+/// then warp 0 adds the 8 warps' sums in warp order: deterministic, and
+/// with 8 warps a column rather than one thread.
 template <typename O>
 __device__ void gemmFallbackColumnSums(const float *partial, O *out,
                                        i64 chunks, i64 cols) {
-  for (i64 c = i64(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-       c += i64(gridDim.x) * blockDim.x) {
-    // In chunk order, 8 chunks' loads in flight at a time.
-    float total = 0.0f;
-    i64 k = 0;
-    for (; k + 8 <= chunks; k += 8) {
-      float p[8];
+  __shared__ float sums[8][33];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const i64 c = i64(blockIdx.x) * 32 + lane;
+  float s = 0.0f;
+  if (c < cols) {
+    i64 k = warp;
+    for (; k + 24 < chunks; k += 32) {
+      float p[4];
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        p[j] = partial[(k + j) * cols + c];
+      for (int j = 0; j < 4; ++j)
+        p[j] = partial[(k + 8 * j) * cols + c];
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        total = __fadd_rn(total, p[j]);
+      for (int j = 0; j < 4; ++j)
+        s = __fadd_rn(s, p[j]);
     }
-    for (; k < chunks; ++k)
-      total = __fadd_rn(total, partial[k * cols + c]);
+    for (; k < chunks; k += 8)
+      s = __fadd_rn(s, partial[k * cols + c]);
+  }
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && c < cols) {
+    float total = 0.0f;
+    for (int w = 0; w < 8; ++w)
+      total = __fadd_rn(total, sums[w][lane]);
     out[c] = fromFloat<O>(total);
   }
 }
