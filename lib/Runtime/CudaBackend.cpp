@@ -822,18 +822,24 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   // H100, GPT-2's 16384x3072x768 DGELU_BGRAD GEMM took 477 µs, the plain
   // GEMM 159 µs, and even the one-element-a-thread kernels that ran after
   // it then took 370 in all.
-  const bool ownDgelu =
-      l.kernel == "matmul_gelu_grad" && l.outputs.size() > 1 &&
-      !dgeluInCublasLt &&
-      hasKernel(gemmFallbackKernel(GemmFallback::ColumnPartials,
-                                   buffer(l.outputs[0]).dtype)) &&
-      hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
-                                   buffer(l.outputs[1]).dtype));
+  // Whether the program carries the kernels of gptc's bias gradient: the
+  // column sums of x (GELU's derivative: the result; else b) into the
+  // second result.
+  auto hasColumnSums = [&](int x) {
+    return hasKernel(gemmFallbackKernel(GemmFallback::ColumnPartials,
+                                        buffer(x).dtype)) &&
+           hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
+                                        buffer(l.outputs[1]).dtype));
+  };
+  const bool dgelu = l.kernel == "matmul_gelu_grad";
+  const int summed = dgelu ? l.outputs[0] : l.inputs[1];
+  const bool ownDgelu = dgelu && l.outputs.size() > 1 && !dgeluInCublasLt &&
+                        hasColumnSums(summed);
   const bool plainFirst = forceGemmFallback || ownDgelu;
   std::vector<EpilogueLevel> levels;
   if (epilogue && !plainFirst)
     levels.push_back(EpilogueLevel::Full);
-  if (l.kernel == "matmul_gelu_grad" && l.outputs.size() > 1 && !plainFirst)
+  if (dgelu && l.outputs.size() > 1 && !plainFirst)
     levels.push_back(EpilogueLevel::WithoutBiasGrad);
   levels.push_back(epilogue ? EpilogueLevel::None : EpilogueLevel::Full);
   // The first of `levels` cuBLASLt has an algorithm for, in `p` (its
@@ -887,14 +893,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   EpilogueLevel otherLevel = EpilogueLevel::Full;
   const bool bothWays =
       tuneGemms && !forceGemmFallback && l.outputs.size() > 1 &&
-      (l.kernel == "matmul_gelu_grad" || l.kernel == "matmul_bias_grad") &&
-      hasKernel(gemmFallbackKernel(GemmFallback::ColumnPartials,
-                                   buffer(l.kernel == "matmul_gelu_grad"
-                                              ? l.outputs[0]
-                                              : l.inputs[1])
-                                       .dtype)) &&
-      hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
-                                   buffer(l.outputs[1]).dtype));
+      (dgelu || l.kernel == "matmul_bias_grad") && hasColumnSums(summed);
   EpilogueLevel kept = EpilogueLevel::Full;
   if (!describe(g, levels, kept))
     throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape +

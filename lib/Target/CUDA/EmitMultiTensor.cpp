@@ -75,23 +75,22 @@ int64_t Emitter::multiTensorHead(
   }
   e.pre << "\n";
 
-  const std::string &I = ind;
-  os << I << "  int lo = 0, hi = " << m.n - 1 << ";\n"
-     << I << "  while (lo < hi) { // the last tensor whose first block <= ours\n"
-     << I << "    int mid = (lo + hi + 1) / 2;\n"
-     << I << "    if (kFirstBlock[mid] <= " << chunk
+  os << ind << "  int lo = 0, hi = " << m.n - 1 << ";\n"
+     << ind << "  while (lo < hi) { // the last tensor whose first block <= ours\n"
+     << ind << "    int mid = (lo + hi + 1) / 2;\n"
+     << ind << "    if (kFirstBlock[mid] <= " << chunk
      << ") lo = mid; else hi = mid - 1;\n"
-     << I << "  }\n"
-     << I << "  const int t = lo;\n";
+     << ind << "  }\n"
+     << ind << "  const int t = lo;\n";
   for (int64_t j = 0; j < m.perTensor; ++j)
-    os << I << "  const " << e.tin(m.input(j, 0)) << " *a" << j << ";\n";
+    os << ind << "  const " << e.tin(m.input(j, 0)) << " *a" << j << ";\n";
   for (const auto &[type, name] : outs)
-    os << I << "  " << type << " *" << name << ";\n";
+    os << ind << "  " << type << " *" << name << ";\n";
   // The last case is the default: every block has a tensor, and no thread
   // may leave before the block's barriers.
-  os << I << "  switch (t) {\n";
+  os << ind << "  switch (t) {\n";
   for (int64_t t = 0; t < m.n; ++t) {
-    os << I
+    os << ind
        << (t + 1 == m.n ? "  default:" : "  case " + std::to_string(t) + ":");
     for (int64_t j = 0; j < m.perTensor; ++j)
       os << " a" << j << " = in" << m.input(j, t) << ";";
@@ -99,16 +98,16 @@ int64_t Emitter::multiTensorHead(
       os << " " << outs[r].second << " = out" << r * m.n + t << ";";
     os << " break;\n";
   }
-  os << I << "  }\n";
+  os << ind << "  }\n";
   for (int64_t k = 0; k < m.constants; ++k)
-    os << I << "  const float r" << m.perTensor + k << " = kPerTensor["
+    os << ind << "  const float r" << m.perTensor + k << " = kPerTensor["
        << k * m.n << " + t];\n";
   for (int64_t j = m.perTensor + m.constants;
        j < m.perTensor + m.constants + m.scalars; ++j)
-    os << I << "  const float r" << j << " = toFloat(in" << m.input(j, 0)
+    os << ind << "  const float r" << j << " = toFloat(in" << m.input(j, 0)
        << "[0]);\n";
-  os << I << "  const i64 n = kNumel[t];\n"
-     << I << "  const i64 base = (" << chunk << " - kFirstBlock[t]) * "
+  os << ind << "  const i64 n = kNumel[t];\n"
+     << ind << "  const i64 base = (" << chunk << " - kFirstBlock[t]) * "
      << kBlockElems << ";\n";
   return firstBlock.back();
 }
