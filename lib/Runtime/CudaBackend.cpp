@@ -148,10 +148,24 @@ constexpr int kTuneCandidates = 8;
 constexpr size_t kStagingBytes = 64u << 20;   // pinned host ring
 constexpr size_t kChunkBytes = kStagingBytes / 4;
 
-bool envIs(const char *name, const char *value) {
+/// The value of environment switch `name`, one of `values` (the first when
+/// unset or empty); any other value is a DeviceError naming the switch and
+/// what it takes, so that a misspelt switch is not quietly ignored.
+std::string envSwitch(const char *name,
+                      std::initializer_list<const char *> values) {
   const char *v = std::getenv(name);
-  return v && std::strcmp(v, value) == 0;
+  if (!v || !*v)
+    return *values.begin();
+  std::string expected;
+  for (const char *value : values) {
+    if (std::strcmp(v, value) == 0)
+      return v;
+    expected += (expected.empty() ? "" : " or ") + std::string(value);
+  }
+  throw DeviceError(std::string(name) + "=" + v + ": expected " + expected);
 }
+/// A switch that is off (0, the default) or on (1).
+bool envOn(const char *name) { return envSwitch(name, {"0", "1"}) == "1"; }
 
 cudaDataType_t cudaType(DType t) {
   switch (t) {
@@ -264,12 +278,14 @@ public:
     void *host = nullptr;
     check(cu.cuMemHostAlloc(&host, kStagingBytes, 0), "cuMemHostAlloc");
     staging = static_cast<uint8_t *>(host);
-    profile = envIs("GPTC_PROFILE", "1");
-    syncEach = envIs("GPTC_CUDA_SYNC", "1");
-    useGraphs = !envIs("GPTC_CUDA_GRAPH", "0") && !profile && !syncEach;
-    forceGemmFallback = envIs("GPTC_GEMM_FALLBACK", "1");
-    dgeluInCublasLt = envIs("GPTC_GEMM_DGELU", "cublaslt");
-    tuneGemms = envIs("GPTC_GEMM_TUNE", "1");
+    profile = envOn("GPTC_PROFILE");
+    syncEach = envOn("GPTC_CUDA_SYNC");
+    useGraphs = envSwitch("GPTC_CUDA_GRAPH", {"1", "0"}) == "1" && !profile &&
+                !syncEach;
+    forceGemmFallback = envOn("GPTC_GEMM_FALLBACK");
+    dgeluInCublasLt =
+        envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
+    tuneGemms = envOn("GPTC_GEMM_TUNE");
   }
 
   /// Frees whatever exists; ignores errors (it runs after failures too).

@@ -651,6 +651,31 @@ TEST(CudaBackendFake, DgeluInCublasLtOnRequest) {
     EXPECT_EQ(name.rfind("gemm_fallback_", 0), std::string::npos) << name;
 }
 
+/// An environment switch with a value it does not take (a typo) is one
+/// error naming the switch and its values, not quietly the default; empty
+/// is unset.
+TEST(CudaBackendFake, SwitchValuesAreChecked) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  for (auto [name, value, says] :
+       {std::tuple<const char *, const char *, const char *>{
+            "GPTC_GEMM_DGELU", "cublas",
+            "GPTC_GEMM_DGELU=cublas: expected gptc or cublaslt"},
+        {"GPTC_GEMM_TUNE", "yes", "GPTC_GEMM_TUNE=yes: expected 0 or 1"},
+        {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"}}) {
+    setenv(name, value, 1);
+    try {
+      createCudaBackend();
+      ADD_FAILURE() << name << "=" << value << " was taken";
+    } catch (const DeviceError &e) {
+      EXPECT_EQ(std::string(e.what()), says);
+    }
+    setenv(name, "", 1);
+    EXPECT_TRUE(fakeBackend()) << name << " empty";
+    unsetenv(name);
+  }
+}
+
 /// Only DGELU_BGRAD refused (with GPTC_GEMM_DGELU=cublaslt): the GEMM keeps
 /// DGELU and only the bias gradient runs after it.
 TEST(CudaBackendFake, RefusedBiasGradientKeepsDgelu) {

@@ -6,7 +6,8 @@
 // This header adds what only a GPU has: the device's arch and peak rate for
 // MFU, its memory use, and a per-kernel time profile.
 //
-// Environment switches (read once, by the constructor):
+// Environment switches (read once, by the constructor; unset or empty is
+// the default, a value a switch does not take is a DeviceError naming it):
 //   GPTC_PROFILE=1     time every launch with CUDA events, from the second
 //                      run of each launch range on (disables graphs); the
 //                      table goes to stderr at the end unless profileReport()
@@ -19,7 +20,7 @@
 //                      the rt::GemmFallback kernels, as happens by itself
 //                      where cuBLASLt has no algorithm for an epilogue (one
 //                      stderr line per refused epilogue and shape says so)
-//   GPTC_GEMM_DGELU=cublaslt  GELU's derivative and the bias gradient
+//   GPTC_GEMM_DGELU=cublaslt|gptc  GELU's derivative and the bias gradient
 //                      (matmul_gelu_grad) in cuBLASLt's DGELU_BGRAD
 //                      epilogue; by default gptc runs a plain GEMM and one
 //                      rt::GemmFallback pass for both, which was faster on
