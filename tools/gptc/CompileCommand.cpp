@@ -84,6 +84,14 @@ int runCompile(int argc, char **argv) {
                      "(mma.sync, the default) or wgmma (warpgroup MMA; "
                      "--gpu-arch=sm_90a; slower today)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory));
+  llvm::cl::opt<std::string> attentionBackward(
+      "attention-backward",
+      llvm::cl::desc("The bf16 backward attention's dq: split (T/64 more "
+                     "blocks recompute the probabilities for it, "
+                     "deterministic; the default) or atomic (summed in "
+                     "float32 with atomics, FlashAttention-2's way; five "
+                     "products a tile pair rather than seven)"),
+      llvm::cl::init("split"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<double> weightDecay(
       "weight-decay",
       llvm::cl::desc("AdamW weight decay (2-D parameters only)"),
@@ -106,6 +114,9 @@ int runCompile(int argc, char **argv) {
   if (attentionForward == "wgmma" && gpuArch != "sm_90a")
     fail("--attention-forward=wgmma needs --gpu-arch=sm_90a (this: " +
          gpuArch + ")");
+  if (attentionBackward != "split" && attentionBackward != "atomic")
+    fail("unknown --attention-backward '" + attentionBackward +
+         "' (split, atomic)");
   if (!(weightDecay >= 0) || !(clip >= 0))
     fail("--weight-decay and --clip must be non-negative");
   if (!memoryReport &&
@@ -126,6 +137,7 @@ int runCompile(int argc, char **argv) {
     opts.dumpDir = dumpKernels;
     opts.report = kernelReport ? &report : nullptr;
     opts.emit.wgmmaAttention = attentionForward == "wgmma";
+    opts.emit.atomicAttentionBackward = attentionBackward == "atomic";
     try {
       cuda::compileKernels(*program, gpuArch, opts);
     } catch (const std::exception &e) {

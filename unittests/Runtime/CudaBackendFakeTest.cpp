@@ -255,6 +255,35 @@ TEST(CudaBackendFake, MatmulsGraphsAndLaunches) {
   b->synchronize();
 }
 
+// A kernel launched with more than 48 KiB of dynamic shared memory (the
+// atomic attention backward's 56,320 bytes) is opted in to it once, at
+// load; more than the device allows is an error naming the kernel.
+TEST(CudaBackendFake, DynamicSharedMemoryAbove48KiB) {
+  REQUIRE_FAKE(b);
+  Program p = program(true);
+  p.functions[0].launches.back().sharedBytes = 56320;
+  b->load(p);
+  EXPECT_EQ(hook<int (*)(const char *)>("gptcFakeDynamicSharedOptIn")("k_gelu"),
+            56320);
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  int before = launches();
+  b->run(p.functions[0], 0, p.functions[0].launches.size());
+  b->synchronize();
+  ASSERT_EQ(launches(), before + 1);
+  EXPECT_EQ(hook<unsigned (*)(int)>("gptcFakeLaunchShared")(before), 56320u);
+
+  p.functions[0].launches.back().sharedBytes = 232449;
+  REQUIRE_FAKE(other);
+  try {
+    other->load(p);
+    ADD_FAILURE() << "loaded a kernel asking for too much shared memory";
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "kernel k_gelu asks for 232449 bytes of shared memory; Fake "
+              "NVIDIA H100 80GB HBM3 allows 232448");
+  }
+}
+
 TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
   REQUIRE_FAKE(b);
   Program p = program(false);

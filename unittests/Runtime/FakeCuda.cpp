@@ -222,13 +222,27 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) 
   *f = reinterpret_cast<CUfunction>(new Function{name}); // leaked: a test
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) {
+/// The dynamic shared memory each function opted in to, by name, and
+/// what each launch asked for.
+static std::vector<std::pair<std::string, int>> dynamicSharedOptIns;
+static std::vector<unsigned> launchShared;
+extern "C" int gptcFakeDynamicSharedOptIn(const char *name) {
+  for (auto &[fn, bytes] : dynamicSharedOptIns)
+    if (fn == name)
+      return bytes;
+  return 0;
+}
+extern "C" unsigned gptcFakeLaunchShared(int i) { return launchShared.at(i); }
+CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a,
+                                    int v) {
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+    dynamicSharedOptIns.push_back({reinterpret_cast<Function *>(f)->name, v});
   return CUDA_SUCCESS;
 }
 void runGemmFallback(const std::string &name, const std::vector<uint64_t> &args);
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
-                                unsigned, unsigned, unsigned, unsigned,
+                                unsigned, unsigned, unsigned, unsigned shared,
                                 CUstream, void **params, void **) {
   if (failLaunchIn >= 0 && failLaunchIn-- == 0)
     return CUDA_ERROR_LAUNCH_FAILED;
@@ -240,11 +254,12 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   std::vector<uint64_t> args;
   for (int i = 0; i < (fallback ? fallbackArgs : argCount); ++i)
     args.push_back(*static_cast<uint64_t *>(params[i]));
-  submit([name, args, fallback] {
+  submit([name, args, fallback, shared] {
     if (fallback)
       runGemmFallback(name, args);
     launchNames.push_back(name);
     launchArgs.push_back(args);
+    launchShared.push_back(shared);
   });
   return CUDA_SUCCESS;
 }

@@ -4,6 +4,7 @@
 
 #include "gptc/Target/CUDA/EmitCUDA.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -627,6 +628,7 @@ inline unsigned __ballot_sync(unsigned, bool p) {
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p += v; return o; }
+inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; return o; }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -681,6 +683,8 @@ template <typename T> inline void store8(T *p, const float (&x)[8]) {
 }
 
 struct uint4 { u32 x, y, z, w; };
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline u32 packBf16(float lo, float hi) {
   return u32(fromFloat<bf16>(lo).bits) | u32(fromFloat<bf16>(hi).bits) << 16;
 }
@@ -963,8 +967,11 @@ std::vector<std::string> declaredNames(const std::string &decl) {
 /// same lines: each `__shared__ T a[2], b;` becomes `static T a[2], b;
 /// emu::race::declare(&a, sizeof a, "a"); ...` where it is declared, and
 /// each module-scope `__device__ T x[n];` (scratch) is declared when the
-/// library loads. (Only declarations that start a line.)
-std::string declareMemory(const std::string &source) {
+/// library loads. (Only declarations that start a line.) The dynamic
+/// shared memory, `extern __shared__ T a[];`, becomes `static T a[n];` of
+/// `dynamicBytes` (the most the kernel's launches ask for), declared as that
+/// many bytes.
+std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
   std::string out;
   size_t done = 0;
   for (size_t line = 0; line < source.size();) {
@@ -975,8 +982,21 @@ std::string declareMemory(const std::string &source) {
       break;
     bool shared = source.compare(at, 11, "__shared__ ") == 0;
     bool device = source.compare(at, 11, "__device__ ") == 0;
+    bool dynamic = source.compare(at, 18, "extern __shared__ ") == 0;
     size_t end = source.find(';', at);
     line = next;
+    if (dynamic && end != std::string::npos) {
+      std::string decl = source.substr(at + 18, end - at - 18);
+      std::string name = declaredNames(decl).front();
+      std::string type = decl.substr(0, decl.rfind(name));
+      std::string bytes = std::to_string(dynamicBytes);
+      out += source.substr(done, at - done) + "static " + type + name +
+             "[(" + bytes + " + sizeof(" + type + ") - 1) / sizeof(" + type +
+             ") + 1]; emu::race::declare(&" + name + ", " + bytes + ", \"" +
+             name + "\");";
+      done = line = end + 1;
+      continue;
+    }
     if (!(shared || device) || end == std::string::npos)
       continue;
     std::string decl = source.substr(at + 11, end - at - 11);
@@ -1017,8 +1037,13 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       return;
     }
     s.replace(at, types.size(), "");
+    uint32_t dynamicBytes = 0;
+    for (const rt::Function &f : p.functions)
+      for (const rt::Launch &l : f.launches)
+        if (l.deviceKernel == int(k))
+          dynamicBytes = std::max(dynamicBytes, l.sharedBytes);
     src += "namespace k" + std::to_string(k) + " {\n" +
-           declareMemory(s) + "}\n";
+           declareMemory(s, dynamicBytes) + "}\n";
   }
   // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
   // grid x, grid y) with 1-D blocks of 256 threads.
@@ -1140,9 +1165,11 @@ void HostKernels::throwOnRaces() {
                              " race" + (n > 1 ? "s" : "") + " in all)");
 }
 
-rt::Program &emitForHost(rt::Program &p, HostTarget target) {
+rt::Program &emitForHost(rt::Program &p, HostTarget target,
+                         bool atomicAttentionBackward) {
   cuda::EmitOptions opts;
   opts.wgmmaAttention = target == HostTarget::Sm90a; // what sm_90a may run
+  opts.atomicAttentionBackward = atomicAttentionBackward;
   cuda::emitCUDA(p, target == HostTarget::Sm90a ? "sm_90a" : "sm_80", opts);
   return p;
 }

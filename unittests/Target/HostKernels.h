@@ -71,7 +71,8 @@ private:
 
 /// Emits `p`'s kernels for `target` and returns it, for HostKernels; for
 /// Sm90a with the wgmma forward attention chosen (EmitOptions).
-rt::Program &emitForHost(rt::Program &p, HostTarget target = HostTarget::Sm80);
+rt::Program &emitForHost(rt::Program &p, HostTarget target = HostTarget::Sm80,
+                         bool atomicAttentionBackward = false);
 
 /// rt::Backend over HostKernels: a host arena laid out by the program's
 /// memory plan, each generated kernel run from its CUDA source, and the

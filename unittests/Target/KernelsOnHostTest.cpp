@@ -63,11 +63,11 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 
 /// The attention implementation a kernel's entry calls: "TensorCores" (the
 /// forward that takes wgmma on sm_90a), "Mma" (mma.sync, the default
-/// forward and the backward), "Simple",
-/// or "" for none. (The source holds all of attention.cuh; the entry's call
-/// is the line that starts with two spaces.)
+/// forward and the backward), "Atomic" (the backward summing dq with
+/// atomics), "Simple", or "" for none. (The source holds all of
+/// attention.cuh; the entry's call is the line that starts with two spaces.)
 std::string attentionImpl(const std::string &source) {
-  for (const char *impl : {"TensorCores", "Mma", "Simple"})
+  for (const char *impl : {"TensorCores", "Mma", "Atomic", "Simple"})
     for (const char *dir : {"Forward", "Backward"})
       if (source.find(std::string("\n  attention") + dir + impl + "<") !=
           std::string::npos)
@@ -750,8 +750,8 @@ namespace {
 // the forward's wgmma) emulated as PTX defines them. Probabilities (and dS)
 // are rounded to bf16 between the two products, as FlashAttention does:
 // agreement to bf16 precision.
-void checkTensorCoreAttention(HostTarget target) {
-  SCOPED_TRACE(targetName(target));
+void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
+  SCOPED_TRACE(std::string(targetName(target)) + (atomic ? ", atomic" : ""));
   const DType f32 = DType::F32, bf = DType::BF16;
   Builder b;
   Shape qs = {1, 2, 128, 64};
@@ -771,12 +771,23 @@ void checkTensorCoreAttention(HostTarget target) {
     attn.insert(attn.end(), {o, lse, dq, dk, dv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p, target), target);
+  HostKernels kernels(emitForHost(p, target, atomic), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &dk : p.kernels)
-    ASSERT_NE(attentionImpl(dk.source), "Simple") << dk.name;
+    ASSERT_EQ(attentionImpl(dk.source),
+              dk.name.find("grad") == std::string::npos ? "Mma"
+              : atomic                                  ? "Atomic"
+                                                        : "Mma")
+        << dk.name;
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 200);
+  if (atomic) {
+    // Each launch leaves its dq sums and tile counts zero: a second run
+    // gives the same bits.
+    std::vector<exec::HostTensor> again = runOnRandomData(p, kernels, 200);
+    for (int id : attn)
+      expectSame(data[id], again[id].f32, "the second run");
+  }
   for (int c = 0; c < 2; ++c) {
     bool causal = c == 0;
     const int *a = attn.data() + 5 * c;
@@ -800,6 +811,9 @@ TEST(TemplateKernelsOnHost, TensorCoreAttentionMatchesTheCpuExecutor) {
 }
 TEST(TemplateKernelsOnHost, WgmmaAttentionMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm90a);
+}
+TEST(TemplateKernelsOnHost, AtomicAttentionBackwardMatchesTheCpuExecutor) {
+  checkTensorCoreAttention(HostTarget::Sm80, /*atomic=*/true);
 }
 
 // The tensor-core backward computes its row terms from bf16 tiles of out
@@ -830,8 +844,9 @@ namespace {
 /// inputs (T = 128, D = tensorD), tolerances as above; otherwise float32
 /// (the Simple kernels, D = 8), tolerances as for the [B, H, T, D] op.
 void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80,
-                          int64_t tensorD = 64) {
-  SCOPED_TRACE(targetName(target));
+                          int64_t tensorD = 64, bool atomic = false) {
+  SCOPED_TRACE(std::string(targetName(target)) + ", D " +
+               std::to_string(tensorD) + (atomic ? ", atomic" : ""));
   const DType f32 = DType::F32, in = tensorCores ? DType::BF16 : f32;
   const int64_t B = 2, H = 2, D = tensorCores ? tensorD : 8;
   const int64_t T = tensorCores ? 128 : 16, C = H * D;
@@ -852,10 +867,13 @@ void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p, target), target);
+  HostKernels kernels(emitForHost(p, target, atomic), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
-  for (const rt::DeviceKernel &k : p.kernels)
+  for (const rt::DeviceKernel &k : p.kernels) {
     ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
+    if (atomic && k.name.find("grad") != std::string::npos)
+      ASSERT_EQ(attentionImpl(k.source), "Atomic") << k.name;
+  }
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 300);
   const float outTol = tensorCores ? 1e-2f : 2e-5f;
@@ -895,7 +913,8 @@ std::pair<size_t, size_t> functionSpan(const std::string &source,
 /// One packed causal attention, forward and backward, B = H = 1, D = 64,
 /// T = 192: three tiles of 64, so that a double buffer is refilled.
 rt::Program &packedAttentionForRaces(Builder &b,
-                                     HostTarget target = HostTarget::Sm80) {
+                                     HostTarget target = HostTarget::Sm80,
+                                     bool atomicBackward = false) {
   const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
   int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
       dout = b.buf(DType::BF16, {B, T, C});
@@ -907,7 +926,7 @@ rt::Program &packedAttentionForRaces(Builder &b,
   auto &fag = b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
   fag.ints = {{"causal", 1}, {"num_heads", H}};
   fag.floats["scale"] = 0.125;
-  return emitForHost(b.p, target);
+  return emitForHost(b.p, target, atomicBackward);
 }
 
 /// Takes each `statement` out of function `fn` of kernel `k`, one at a
@@ -963,6 +982,21 @@ TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
               3)
         << p.kernels[k].name;
   }
+}
+
+// And for the atomic backward (its arrival at the query tiles is a helper:
+// what it orders, the blocks' atomics before their count, is between
+// blocks, which the emulation runs one after another).
+TEST(TemplateKernelsOnHost, EveryAtomicAttentionBarrierIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm80, true);
+  ASSERT_EQ(p.kernels.size(), 2u);
+  const size_t k = p.kernels[0].name.find("grad") == std::string::npos ? 1 : 0;
+  ASSERT_EQ(attentionImpl(p.kernels[k].source), "Atomic");
+  EXPECT_EQ(expectEachNeeded(p, k, "attentionBackwardAtomic",
+                             "__syncthreads();", "shared-memory race",
+                             HostTarget::Sm80),
+            5);
 }
 
 // The same for the wgmma forward, and its two fences: without a thread's
@@ -1249,6 +1283,15 @@ TEST(TemplateKernelsOnHost, PackedTensorCoreAttentionMatchesTheCpuExecutor) {
 // output; the scores are n64 whatever D is).
 TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, 32);
+}
+
+// The atomic backward's dq product splits D over the 4 warps by 16 rows,
+// then the 64 queries: one row block a warp at D = 64, two warps a row
+// block at 32, four at 16.
+TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) {
+  for (int64_t D : {64, 32, 16})
+    checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm80, D,
+                         /*atomic=*/true);
 }
 
 namespace {

@@ -25,6 +25,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <sstream>
 
 using namespace gptc;
@@ -94,10 +96,18 @@ void compileTiny(const std::string &precision) {
 void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
                  const std::string &precision,
                  std::vector<std::string> recompute = {},
-                 HostTarget target = HostTarget::Sm80) {
+                 HostTarget target = HostTarget::Sm80,
+                 bool atomicAttentionBackward = false) {
   rt::Program p =
       tinyProgram(precision, cfg, batch, seq, std::move(recompute));
-  emitForHost(p, target);
+  emitForHost(p, target, atomicAttentionBackward);
+  if (atomicAttentionBackward)
+    EXPECT_TRUE(std::any_of(p.kernels.begin(), p.kernels.end(),
+                            [](const rt::DeviceKernel &k) {
+                              return k.source.find(
+                                         "\n  attentionBackwardAtomic<") !=
+                                     std::string::npos;
+                            }));
   std::unique_ptr<rt::Backend> host = makeHostKernelBackend(target);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::ostringstream out;
@@ -147,6 +157,17 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsOnSm90aMatchTheCpuBackend) {
   cfg.nLayer = 1;
   cfg.vocabSize = 1000;
   checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm90a);
+}
+
+// With --attention-backward=atomic: dq summed with atomics into the
+// kernel's scratch, written to the packed bf16 dqkv by each query tile's
+// last block.
+TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomicBackwardMatchTheCpuBackend) {
+  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
+  cfg.nLayer = 1;
+  cfg.vocabSize = 1000;
+  checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm80,
+              /*atomicAttentionBackward=*/true);
 }
 
 // With gpt-recompute's copies: a gpt.fused_layernorm of the residual sum

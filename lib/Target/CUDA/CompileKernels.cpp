@@ -120,7 +120,12 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
     r.name = p.kernels[k].name;
     r.launches = int(p.kernels[k].fuses.size());
     r.registers = compiled[k].registers;
-    r.sharedBytes = compiled[k].sharedBytes;
+    uint32_t dynamicBytes = 0;
+    for (const rt::Function &f : p.functions)
+      for (const rt::Launch &l : f.launches)
+        if (l.deviceKernel == int(k))
+          dynamicBytes = std::max(dynamicBytes, l.sharedBytes);
+    r.sharedBytes = compiled[k].sharedBytes + int(dynamicBytes);
     r.localBytes = compiled[k].localBytes;
     r.spillStores = compiled[k].spillStores;
     r.spillLoads = compiled[k].spillLoads;

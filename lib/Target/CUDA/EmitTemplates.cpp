@@ -191,6 +191,12 @@ static std::string contiguousRows(int64_t rows, int64_t D) {
          ">";
 }
 
+/// sizeof(AtomicBackwardShared<D>) (attention.cuh): five 64 x (D + 8) bf16
+/// tiles, the 64 x 72 dS tile, and 4 x 64 floats of row terms.
+static uint32_t atomicSharedBytes(int64_t D) {
+  return uint32_t(5 * 64 * (D + 8) * 2 + 64 * 72 * 2 + 4 * 64 * 4);
+}
+
 void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // HeadRows::head computes element offsets in 32 bits.
   for (size_t i = 0; i < l.inputs.size(); ++i)
@@ -205,6 +211,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   std::string scale = floatLiteral(floatAttr("scale", 1.0));
   bool mma = a.bf16 && a.aligned16 && a.T % 64 == 0 && a.S % 64 == 0 &&
              a.D % 16 == 0 && a.D <= 64 && (!causal || a.T == a.S);
+  // --attention-backward=atomic: FlashAttention-2's backward, dq summed
+  // by atomics in module scratch (attentionBackwardAtomic), for the head
+  // sizes its dq product splits over 4 warps.
+  bool atomic = grad && mma && opts.atomicAttentionBackward &&
+                (a.D == 16 || a.D == 32 || a.D == 64);
   headers.insert("attention.cuh");
   std::string tmpl = std::to_string(a.D) + ", " + std::to_string(a.T) + ", " +
                      std::to_string(a.S) + ", " + (causal ? "true" : "false") +
@@ -222,12 +233,29 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      : grad                ? "Mma"
                      : opts.wgmmaAttention ? "TensorCores"
                                            : "Mma";
+  if (atomic) {
+    impl = "Atomic";
+    // dq's float32 sums ([heads, T, D]) and each query tile's arrivals,
+    // left zero by every launch for the next.
+    pre << "__device__ float gptcDqSum[" << a.heads * a.T * a.D << "];\n"
+        << "__device__ unsigned gptcArrivals[" << a.heads * (a.T / 64)
+        << "];\n"
+        << "static_assert(sizeof(AtomicBackwardShared<" << a.D
+        << ">) == " << atomicSharedBytes(a.D)
+        << ", \"the launch's dynamic shared memory\");\n\n";
+  }
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
-     << tmpl << ">(" << a.args << ", " << scale << ");\n}\n";
+     << tmpl << ">(" << a.args << ", " << scale
+     << (atomic ? ", gptcDqSum, gptcArrivals" : "") << ");\n}\n";
   l.block[0] = mma ? 128 : 64;
-  l.grid[0] =
-      toGrid(grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64) : ceilDiv(a.T, 64));
+  l.grid[0] = toGrid(atomic ? a.S / 64
+                     : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
+                            : ceilDiv(a.T, 64));
   l.grid[1] = uint32_t(a.heads);
+  // AtomicBackwardShared<D>: five 64 x (D + 8) bf16 tiles, the 64 x 72 dS
+  // tile, and 4 x 64 floats of row terms.
+  if (atomic)
+    l.sharedBytes = atomicSharedBytes(a.D);
 }
 
 void Emitter::emitFlashAttention(bool grad) {

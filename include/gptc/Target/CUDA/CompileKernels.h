@@ -20,7 +20,8 @@
 
 namespace gptc::cuda {
 
-/// What ptxas said about one kernel.
+/// What ptxas said about one kernel. sharedBytes: a block's, the static
+/// bytes ptxas reports plus the most dynamic bytes a launch of it asks for.
 struct KernelResources {
   std::string name;
   int launches = 0;

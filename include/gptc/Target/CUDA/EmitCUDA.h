@@ -38,11 +38,16 @@ struct EmitOptions {
   /// mma.sync everywhere. Off by default: on an H100 at GPT-2's sizes it
   /// took 253 µs a launch against mma.sync's 173 (docs/benchmarks.md).
   bool wgmmaAttention = false;
+  /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
+  /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
+  /// atomics (five products a tile pair, against seven; dq's sums then
+  /// depend on the blocks' order). Off by default: not yet timed on a GPU.
+  bool atomicAttentionBackward = false;
 };
 
 /// Fills p.kernels (replacing what was there) and, for every launch but
 /// the GEMMs, its deviceKernel, grid, block and sharedBytes (dynamic shared
-/// memory: always 0, the kernels use static shared memory only). Appends
+/// memory: 0 but for the atomic attention backward). Appends
 /// the rt::GemmFallback kernels the fused GEMMs could need, which no launch
 /// names. `arch` is
 /// checked (rt::isSupportedArch) and recorded in no kernel: the sources are

@@ -236,9 +236,10 @@ template <int N> __device__ __forceinline__ void zero(float (&c)[N][4]) {
     zero(c[i]);
 }
 
-/// The A fragment of columns [16kc, 16kc+16) of a 16x64 accumulator held
-/// as 8 C fragments: the C layout of two n-tiles is the A layout.
-__device__ __forceinline__ void accToA(u32 (&a)[4], const float (&c)[8][4],
+/// The A fragment of columns [16kc, 16kc+16) of a 16 x 8N accumulator held
+/// as N C fragments: the C layout of two n-tiles is the A layout.
+template <int N>
+__device__ __forceinline__ void accToA(u32 (&a)[4], const float (&c)[N][4],
                                        int kc) {
   a[0] = packBf16(c[2 * kc][0], c[2 * kc][1]);
   a[1] = packBf16(c[2 * kc][2], c[2 * kc][3]);
@@ -246,45 +247,46 @@ __device__ __forceinline__ void accToA(u32 (&a)[4], const float (&c)[8][4],
   a[3] = packBf16(c[2 * kc + 1][2], c[2 * kc + 1][3]);
 }
 
-/// c[8][4] = rows [r0, r0+16) of `a` times the 64 rows of `b`, transposed:
-/// a 16 x 64 block of a·bᵀ over D. B[k][n] = b[n][k]: the tile's rows are
-/// B's columns, so one loadMatrices of the 16 x 16 block at (16np, 16kc)
-/// holds two n-tiles' fragments, b0 and b1 of 2np in registers 0 and 2, of
-/// 2np+1 in 1 and 3.
-template <int D>
-__device__ __forceinline__ void productABt(float (&c)[8][4],
+/// c[N][4] = rows [r0, r0+16) of `a` times rows [8 n0, 8 n0 + 8N) of `b`
+/// (all 64 by default), transposed: a 16 x 8N block of a·bᵀ over D.
+/// B[k][n] = b[n][k]: the tile's rows are B's columns, so one loadMatrices
+/// of the 16 x 16 block at (8 n0 + 16np, 16kc) holds two n-tiles'
+/// fragments, b0 and b1 of 2np in registers 0 and 2, of 2np+1 in 1 and 3.
+template <int D, int N = 8>
+__device__ __forceinline__ void productABt(float (&c)[N][4],
                                            const u32 (&a)[D / 16][4],
-                                           const Tile<D> &b) {
+                                           const Tile<D> &b, int n0 = 0) {
 #pragma unroll
-  for (int np = 0; np < 4; ++np) {
+  for (int np = 0; np < N / 2; ++np) {
     zero(c[2 * np]);
     zero(c[2 * np + 1]);
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) {
       u32 f[4];
-      loadMatrices(f, b.block(np * 16, kc * 16));
+      loadMatrices(f, b.block(n0 * 8 + np * 16, kc * 16));
       mma16816(c[2 * np], a[kc], f[0], f[2]);
       mma16816(c[2 * np + 1], a[kc], f[1], f[3]);
     }
   }
 }
 
-/// acc[D/8][4] += p (16 x 64, as C fragments) times the 64 x D tile.
-/// B[k][n] = b[k][n]: B's fragments run down the tile's columns, which
-/// loadMatricesTransposed of the block at (16kc, 16np) delivers: b0 and b1
-/// of n-tile 2np in registers 0 and 1, of 2np+1 in 2 and 3.
-template <int D>
+/// acc[D/8][4] += p (16 x 8N, as C fragments) times rows [8 k0, 8 k0 + 8N)
+/// of the 64 x D tile (all by default). B[k][n] = b[k][n]: B's fragments
+/// run down the tile's columns, which loadMatricesTransposed of the block
+/// at (8 k0 + 16kc, 16np) delivers: b0 and b1 of n-tile 2np in registers 0
+/// and 1, of 2np+1 in 2 and 3.
+template <int D, int N = 8>
 __device__ __forceinline__ void accumulatePB(float (&acc)[D / 8][4],
-                                             const float (&p)[8][4],
-                                             const Tile<D> &b) {
+                                             const float (&p)[N][4],
+                                             const Tile<D> &b, int k0 = 0) {
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
+  for (int kc = 0; kc < N / 2; ++kc) {
     u32 a[4];
     accToA(a, p, kc);
 #pragma unroll
     for (int np = 0; np < D / 16; ++np) {
       u32 f[4];
-      loadMatricesTransposed(f, b.block(kc * 16, np * 16));
+      loadMatricesTransposed(f, b.block(k0 * 8 + kc * 16, np * 16));
       mma16816(acc[2 * np], a, f[0], f[1]);
       mma16816(acc[2 * np + 1], a, f[2], f[3]);
     }
@@ -312,17 +314,17 @@ __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
 
 /// On the diagonal tile, sets the scores whose key comes after their query
 /// to `value`. This lane holds rows rowLo and rowLo + 8 of the tile, columns
-/// nt·8 + 2tq + (e & 1); kRowsAreKeys: rows are keys and columns queries
-/// (the dk/dv products), else the other way round.
-template <bool kRowsAreKeys>
-__device__ __forceinline__ void maskFuture(float (&s)[8][4], int rowLo,
-                                           float value) {
+/// (n0 + nt)·8 + 2tq + (e & 1); kRowsAreKeys: rows are keys and columns
+/// queries (the dk/dv products), else the other way round.
+template <bool kRowsAreKeys, int N = 8>
+__device__ __forceinline__ void maskFuture(float (&s)[N][4], int rowLo,
+                                           float value, int n0 = 0) {
   const int tq = threadIdx.x % 4;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+  for (int nt = 0; nt < N; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      int col = nt * 8 + 2 * tq + (e & 1), row = rowLo + (e < 2 ? 0 : 8);
+      int col = (n0 + nt) * 8 + 2 * tq + (e & 1), row = rowLo + (e < 2 ? 0 : 8);
       if (kRowsAreKeys ? col < row : col > row)
         s[nt][e] = value;
     }
@@ -691,6 +693,219 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward with dq summed by atomics (--attention-backward=atomic)
+//===----------------------------------------------------------------------===//
+
+/// The shared memory of attentionBackwardAtomic, dynamic: 56 KB at D = 64,
+/// over the 48 KB a kernel may declare statically. The query tiles it walks
+/// (q, dout, and their lse) are double-buffered; out, from which a tile's
+/// row terms come, is copied one tile ahead into `out`; `ds` holds the
+/// block's dS (rows keys, columns queries) as bf16 for the dq product.
+template <int D> struct AtomicBackwardShared {
+  mma::Tile<D> q[2], dout[2], out;
+  mma::Tile<64> ds;
+  alignas(16) float lse[2][64]; // cp.async destinations
+  float dot[2][64];
+};
+
+/// attentionBackwardAtomic's end: counts this block in at query tiles
+/// [firstTile, T/64), whose dq it added to (kCausal: key tiles 0..t add to
+/// query tile t), once every thread's atomics are done; last[t] says
+/// whether it was the last, which resets tile t's count for the next launch.
+template <int T, int S, bool kCausal>
+__device__ __forceinline__ void arriveAtQueryTiles(unsigned *arrivals,
+                                                   u32 *last, int firstTile) {
+  __threadfence();
+  __syncthreads();
+  for (int t = firstTile + threadIdx.x; t < T / 64; t += blockDim.x) {
+    const unsigned blocks = kCausal ? t + 1 : S / 64;
+    last[t] = atomicAdd(arrivals + t, 1u) == blocks - 1;
+    if (last[t])
+      arrivals[t] = 0;
+  }
+  __syncthreads();
+  __threadfence();
+}
+
+/// grid (S/64, heads), 128 threads, sizeof(AtomicBackwardShared<D>) bytes of
+/// dynamic shared memory; D of 16, 32 or 64. FlashAttention-2's backward:
+/// one block a key tile computes dk and dv as attentionBackwardMma's dk/dv
+/// blocks do, and also adds each query tile's share of dq, scale-free, into
+/// dqSum ([heads, T, D] float32) with atomics; the last block to add to a
+/// query tile (counted in arrivals, [heads, T/64]) writes its dq and leaves
+/// dqSum and arrivals zero for the next launch. Five products a tile pair
+/// rather than seven, but dq's float32 sums depend on the blocks' order.
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TDQ, typename TDK, typename TDV>
+__device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
+                                        const bf16 *v, const bf16 *o,
+                                        const float *lse, const bf16 *dout,
+                                        TDQ *dq, TDK *dk, TDV *dv, float scale,
+                                        float *dqSum, unsigned *arrivals) {
+  using namespace mma;
+  static_assert(D == 16 || D == 32 || D == 64, "dq splits D by 16 rows a warp");
+  extern __shared__ uint4 gptcDynamicShared[];
+  AtomicBackwardShared<D> &sm =
+      *reinterpret_cast<AtomicBackwardShared<D> *>(gptcDynamicShared);
+  __shared__ u32 lastFor[T / 64]; // this block writes query tile t's dq
+  const i64 h = blockIdx.y;
+  const int warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  q += LQ::head(h);
+  dq += LQ::head(h);
+  k += LK::head(h);
+  v += LK::head(h);
+  dk += LK::head(h);
+  dv += LK::head(h);
+  o += LO::head(h);
+  dout += LO::head(h);
+  lse += h * T;
+  dqSum += h * T * D;
+  arrivals += h * (T / 64);
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
+                kO = LO::kRowStride;
+  const float scaleLog2 = scale * log2e();
+  // The dq product dqᵀ = kᵀ · dsᵀ (D x 64 queries) is split over the warps
+  // by 16 rows of D, then by n-tiles of queries: kSplit warps share a row
+  // block, each taking kTiles of the 8 n-tiles.
+  constexpr int kRowBlocks = D / 16, kSplit = 4 / kRowBlocks,
+                kTiles = 8 / kSplit;
+  const int rowBlock = warp % kRowBlocks, tile0 = warp / kRowBlocks * kTiles;
+
+  const int j0 = blockIdx.x * 64;
+  const int first = kCausal ? j0 : 0;
+  // This tile's k and v (in the second buffers, free until the second
+  // query tile) and the first query tile, one group.
+  sm.q[1].loadAsync(k, kK, j0);
+  sm.dout[1].loadAsync(v, kK, j0);
+  sm.q[0].loadAsync(q, kQ, first);
+  sm.dout[0].loadAsync(dout, kO, first);
+  sm.out.loadAsync(o, kO, first);
+  loadLseAsync(sm.lse[0], lse, first);
+  commitCopies();
+  waitCopies<0>();
+  __syncthreads();
+  // ka, va: this warp's 16 keys as A fragments; kt: kᵀ's rows [16 rowBlock,
+  // +16) over the 64 keys, A fragments by ldmatrix.trans of k's blocks (the
+  // transposes arrive in the order a0, a2, a1, a3).
+  u32 ka[D / 16][4], va[D / 16][4], kt[4][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    loadA(ka[kc], sm.q[1], warp * 16, kc * 16);
+    loadA(va[kc], sm.dout[1], warp * 16, kc * 16);
+  }
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    u32 f[4];
+    loadMatricesTransposed(f, sm.q[1].block(kc * 16, rowBlock * 16));
+    kt[kc][0] = f[0];
+    kt[kc][1] = f[2];
+    kt[kc][2] = f[1];
+    kt[kc][3] = f[3];
+  }
+  rowTerms<D>(sm.lse[0], sm.dot[0], sm.dout[0], sm.out);
+  __syncthreads(); // the terms are written; q[1], dout[1] and out are free
+  float accK[D / 8][4], accV[D / 8][4];
+  zero(accK);
+  zero(accV);
+  for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
+    const bool more = i0 + 64 < T;
+    if (more) {
+      sm.q[buf ^ 1].loadAsync(q, kQ, i0 + 64);
+      sm.dout[buf ^ 1].loadAsync(dout, kO, i0 + 64);
+      sm.out.loadAsync(o, kO, i0 + 64);
+      loadLseAsync(sm.lse[buf ^ 1], lse, i0 + 64);
+      commitCopies();
+    }
+    const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
+    // Half a query tile at a time (32 queries, n-tiles n0..n0+3): the
+    // scores and dS of a whole one on top of ka, va, kt and the two
+    // accumulators spill.
+#pragma unroll
+    for (int n0 = 0; n0 < 8; n0 += 4) {
+      float p[4][4], ds[4][4];
+      productABt<D, 4>(p, ka, sm.q[buf], n0);
+      productABt<D, 4>(ds, va, sm.dout[buf], n0);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
+          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
+        }
+      if (kCausal && i0 == j0)
+        maskFuture<true>(p, warp * 16 + g, 0.0f, n0);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int c = (n0 + nt) * 8 + 2 * tq + (e & 1);
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
+        }
+      accumulatePB<D, 4>(accV, p, sm.dout[buf], n0);
+      accumulatePB<D, 4>(accK, ds, sm.q[buf], n0);
+      // dS to shared memory, bf16 as the products take it: rows keys.
+      unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
+      unsigned short *hi = lo + 8 * Tile<64>::kStride;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = (n0 + nt) * 8 + 2 * tq;
+        *reinterpret_cast<u32 *>(lo + c) = packBf16(ds[nt][0], ds[nt][1]);
+        *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
+      }
+    }
+    __syncthreads(); // dS is whole; q[buf] and dout[buf] are free
+    // This warp's part of dqᵀ: B = dsᵀ with keys as k, down ds's rows.
+    float acc[kTiles][4];
+    zero(acc);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+      for (int np = 0; np < kTiles / 2; ++np) {
+        u32 f[4];
+        loadMatricesTransposed(f, sm.ds.block(kc * 16, tile0 * 8 + np * 16));
+        mma16816(acc[2 * np], kt[kc], f[0], f[1]);
+        mma16816(acc[2 * np + 1], kt[kc], f[2], f[3]);
+      }
+    // acc[nt][e]: d = 16 rowBlock + g (+8 for e >= 2), query (tile0 + nt)·8
+    // + 2tq + (e & 1).
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int d = rowBlock * 16 + g + (e < 2 ? 0 : 8);
+        const int row = i0 + (tile0 + nt) * 8 + 2 * tq + (e & 1);
+        atomicAdd(dqSum + row * D + d, acc[nt][e]);
+      }
+    if (!more)
+      break;
+    // The next tile's row terms, once its copies have landed.
+    waitCopies<0>();
+    __syncthreads();
+    rowTerms<D>(sm.lse[buf ^ 1], sm.dot[buf ^ 1], sm.dout[buf ^ 1], sm.out);
+    __syncthreads(); // the terms are written; out and ds are free
+  }
+  storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
+  storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+
+  arriveAtQueryTiles<T, S, kCausal>(arrivals, lastFor, first / 64);
+  for (int t = first / 64; t < T / 64; ++t) {
+    if (!lastFor[t])
+      continue; // the same for the whole block
+    for (int e = threadIdx.x * 4; e < 64 * D; e += blockDim.x * 4) {
+      float *sum = dqSum + t * 64 * D + e;
+      const float4 x = __ldcg(reinterpret_cast<const float4 *>(sum));
+      TDQ *row = dq + (t * 64 + e / D) * kQ + e % D;
+      row[0] = fromFloat<TDQ>(scale * x.x);
+      row[1] = fromFloat<TDQ>(scale * x.y);
+      row[2] = fromFloat<TDQ>(scale * x.z);
+      row[3] = fromFloat<TDQ>(scale * x.w);
+      *reinterpret_cast<float4 *>(sum) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
