@@ -50,6 +50,12 @@ if [[ $arch == sm_90a ]]; then
     --vocab-size=1000 --attention-forward=wgmma
   compile gpt2-bf16-wgmma gpt2 bf16 "$batch" "$seq" --attention-forward=wgmma
 fi
+# The backward attention with dq summed by atomics (FlashAttention-2's way;
+# the default recomputes the probabilities in separate dq blocks): checked
+# at GPT-2's widths, and timed against the default in the same run.
+compile check-gpt2w-bf16-atomic gpt2 bf16 2 192 --n-layer=1 \
+  --vocab-size=1000 --attention-backward=atomic
+compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic
 # The same step recomputing GELU and layernorm outputs in the backward: what
 # the smaller arena costs in time.
 compile gpt2-bf16-recompute gpt2 bf16 "$batch" "$seq" --recompute=gelu,layernorm

@@ -9,10 +9,13 @@
 # Steps (each under its own time limit; a failing step does not stop the
 # rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16 and on
 # one layer of GPT-2's widths (every launch on the GPU against the CPU
-# backend; on sm_90a the forward attention is warpgroup MMA); 10 steps of gpt2-tiny
+# backend; also with --attention-backward=atomic, and on sm_90a with the
+# forward attention on warpgroup MMA); 10 steps of gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
-# bench/gpu/torch_gpt2.py with the same B and T; last, --check-kernels of
+# bench/gpu/torch_gpt2.py with the same B and T; GPT-2 124M compiled with
+# --attention-backward=atomic (dq summed by atomics, against the default's
+# dq blocks); last, --check-kernels of
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
 # refused cuBLASLt epilogue) and with GPTC_GEMM_DGELU=cublaslt (GELU's
 # derivative in cuBLASLt's epilogue rather than gptc's column-sums pass);
@@ -23,12 +26,13 @@
 # (the time the smaller arena costs); last, GPT-2 124M compiled for sm_90,
 # GPT-2 124M with --attention-forward=wgmma (what wgmma gains or costs
 # against the default mma.sync); last, Nsight Compute on one launch each of
-# the attention kernels, the DGELU pass and the gradient norm. Peak memory
+# the attention kernels, the DGELU pass and the gradient norm, and of the
+# atomic backward. Peak memory
 # for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -48,7 +52,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch fallback dgelu tuned recompute wgmma ncu} "
+steps_wanted=" ${*:-check tiny gpt2 torch atomic fallback dgelu tuned recompute wgmma ncu} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -101,7 +105,7 @@ if want check; then
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
-  for w in check-gpt2w-bf16 check-gpt2w-bf16-wgmma; do
+  for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
@@ -127,6 +131,13 @@ fi
 if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
     --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --out="$logs/torch.json"
+fi
+
+if want atomic && [[ -f $P/gpt2-bf16-atomic ]]; then
+  step 90 gpt2-bf16-atomic "${lib[@]}" "$P/gpt2-bf16-atomic" \
+    --device=cuda --data="$data" --steps=15 --seed=1
+  GPTC_PROFILE=1 step 90 gpt2-bf16-atomic-profile "${lib[@]}" \
+    "$P/gpt2-bf16-atomic" --device=cuda --data="$data" --steps=8 --seed=1
 fi
 
 if want fallback; then
@@ -168,6 +179,12 @@ if want ncu; then
       --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
+    [[ -f $P/gpt2-bf16-atomic ]] &&
+      GPTC_CUDA_GRAPH=0 step 90 ncu-atomic "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv_grad_0$':1 \
+        --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "${lib[@]}" "$P/gpt2-bf16-atomic" --device=cuda --data="$data" --steps=1 --seed=1
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
   fi

@@ -6,14 +6,17 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
   check-tiny-bf16-dgelu.log                  the same, GPTC_GEMM_DGELU=cublaslt
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
+  check-gpt2w-bf16-atomic.log                the same, --attention-backward=atomic
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
+  gpt2-bf16-atomic-profile.log               the same, --attention-backward=atomic
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        --attention-forward=wgmma
+  gpt2-bf16-atomic.log                       --attention-backward=atomic
   torch.json                                 bench/gpu/torch_gpt2.py --out
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
@@ -72,7 +75,7 @@ def main():
 
     # Kernel checks.
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
-                 "gpt2w-bf16-wgmma"):
+                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
@@ -123,6 +126,7 @@ def main():
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
     for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
+                      ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
                       ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
                       ("gptc, recompute", "gpt2-bf16-recompute"),
                       ("gptc, wgmma attention forward", "gpt2-bf16-wgmma")):
@@ -147,11 +151,11 @@ def main():
     lines.append("")
     lines.append(f"GPT-2 124M bf16, B={batch} T={seq}, {fpt / 1e6:.1f} MFLOP/token, "
                  f"MFU against {peak / 1e12:.0f} TFLOP/s")
-    lines.append(f"{'impl':18} {'ms/step':>9} {'tok/s':>10} {'MFU':>6} "
+    lines.append(f"{'impl':31} {'ms/step':>9} {'tok/s':>10} {'MFU':>6} "
                  f"{'peak MiB':>9}  loss")
     for r in rows:
         mem = f"{r['peak_mib']:.0f}" if r["peak_mib"] else "-"
-        lines.append(f"{r['impl']:18} {r['ms_per_step']:9.1f} {r['tok_per_s']:10,.0f} "
+        lines.append(f"{r['impl']:31} {r['ms_per_step']:9.1f} {r['tok_per_s']:10,.0f} "
                      f"{100 * r['mfu']:5.1f}% {mem:>9}  {r['loss_first']:.3f} -> "
                      f"{r['loss_last']:.3f}")
     if not rows:
@@ -179,6 +183,17 @@ def main():
             if m:
                 summary["profile"] = {"total_ms": float(m.group(1)),
                                       "of_floor": float(m.group(3)) / 100}
+
+    # The atomic backward's own profile: its attention rows, to set beside
+    # the default's above.
+    atomic = read(os.path.join(res, "gpt2-bf16-atomic-profile.log")) or ""
+    rows = [r for r in atomic.splitlines() if "flash_attention_qkv" in r]
+    if rows:
+        lines.append("")
+        lines.append("--attention-backward=atomic (GPTC_PROFILE=1), the "
+                     "attention kernels:")
+        lines.extend(rows[:4])
+        summary["atomic_attention_rows"] = rows[:4]
 
     text = "\n".join(lines)
     print(text)
