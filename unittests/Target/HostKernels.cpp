@@ -628,7 +628,7 @@ inline unsigned __ballot_sync(unsigned, bool p) {
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p += v; return o; }
-inline float atomicAdd(float *p, float v) { float o = *p; *p = o + v; return o; }
+inline void reduceAddGlobal(float *p, float v) { *p += v; }
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -775,9 +775,10 @@ void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &dk : p.kernels)
     ASSERT_EQ(attentionImpl(dk.source),
-              dk.name.find("grad") == std::string::npos ? "Mma"
-              : atomic                                  ? "Atomic"
-                                                        : "Mma")
+              dk.name.find("grad") == std::string::npos
+                  ? (target == HostTarget::Sm90a ? "TensorCores" : "Mma")
+              : atomic ? "Atomic"
+                       : "Mma")
         << dk.name;
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 200);

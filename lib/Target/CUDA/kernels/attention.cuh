@@ -32,6 +32,8 @@
 // probabilities from lse. Each query tile's row terms (lse and Σ dout·out)
 // are computed from its tiles in shared memory, which cp.async fills one
 // tile ahead: the key loop of a dk/dv block issues no plain global load.
+// Opt-in, attentionBackwardAtomic is FlashAttention-2's backward instead:
+// the dk/dv blocks alone, each adding its share of dq with atomics.
 //
 //===----------------------------------------------------------------------===//
 
@@ -661,28 +663,33 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       commitCopies();
     }
     const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
-    float p[8][4], ds[8][4];
-    productABt<D>(p, ka, sA[buf]);
-    productABt<D>(ds, va, sB[buf]);
+    // Half a query tile at a time (32 queries, n-tiles n0..n0+3): fewer
+    // registers live at once, so the block fits 168 without spilling.
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int n0 = 0; n0 < 8; n0 += 4) {
+      float p[4][4], ds[4][4];
+      productABt<D, 4>(p, ka, sA[buf], n0);
+      productABt<D, 4>(ds, va, sB[buf], n0);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int c = nt * 8 + 2 * tq + (e & 1); // query within the tile
-        p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
-      }
-    // Causal: the first query tile is the diagonal one.
-    if (kCausal && i0 == j0)
-      maskFuture<true>(p, warp * 16 + g, 0.0f);
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
+          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
+        }
+      // Causal: the first query tile is the diagonal one.
+      if (kCausal && i0 == j0)
+        maskFuture<true>(p, warp * 16 + g, 0.0f, n0);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int c = nt * 8 + 2 * tq + (e & 1);
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
-      }
-    accumulatePB<D>(accV, p, sB[buf]);
-    accumulatePB<D>(accK, ds, sA[buf]);
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int c = (n0 + nt) * 8 + 2 * tq + (e & 1);
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
+        }
+      accumulatePB<D, 4>(accV, p, sB[buf], n0);
+      accumulatePB<D, 4>(accK, ds, sA[buf], n0);
+    }
     if (!more)
       break;
     // The next tile's row terms, once its copies have landed.
@@ -878,7 +885,7 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       for (int e = 0; e < 4; ++e) {
         const int d = rowBlock * 16 + g + (e < 2 ? 0 : 8);
         const int row = i0 + (tile0 + nt) * 8 + 2 * tq + (e & 1);
-        atomicAdd(dqSum + row * D + d, acc[nt][e]);
+        reduceAddGlobal(dqSum + row * D + d, acc[nt][e]);
       }
     if (!more)
       break;

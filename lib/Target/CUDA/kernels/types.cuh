@@ -84,6 +84,15 @@ __device__ __forceinline__ void storeGlobal64(void *p, u32 a, u32 b) {
                : "memory");
 }
 
+/// *p += x in global memory, at L2, with no result: red rather than the
+/// atom an unused atomicAdd is written as in PTX.
+__device__ __forceinline__ void reduceAddGlobal(float *p, float x) {
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(
+                   __cvta_generic_to_global(p)),
+               "f"(x)
+               : "memory");
+}
+
 // Four consecutive elements as one 16-byte (f32, i32) or 8-byte (bf16,
 // f16) access; the address is aligned (arena offsets are 256-aligned and
 // the emitter only vectorises rows whose length is a multiple of 4).
