@@ -154,12 +154,21 @@ void printKernelReport(const std::vector<KernelResources> &resources,
                 int(width), "kernel", "launches", "registers", "shared bytes",
                 "stack bytes", "spill stores", "spill loads");
   os << line;
+  bool afterGemms = false;
   for (const KernelResources &r : resources) {
-    std::snprintf(line, sizeof line, "%-*s %8d %9d %12d %11d %12d %11d\n",
-                  int(width), r.name.c_str(), r.launches, r.registers,
+    // The GEMM-epilogue fallbacks: the runtime decides how often, at load.
+    bool fallback = rt::gemmFallbackArgCount(r.name) > 0;
+    afterGemms |= fallback;
+    std::string launches = fallback ? "-" : std::to_string(r.launches);
+    std::snprintf(line, sizeof line, "%-*s %8s %9d %12d %11d %12d %11d\n",
+                  int(width), r.name.c_str(), launches.c_str(), r.registers,
                   r.sharedBytes, r.localBytes, r.spillStores, r.spillLoads);
     os << line;
   }
+  if (afterGemms)
+    os << "launches -: run by the runtime after the GEMMs whose epilogue it "
+          "computes (by default GELU's derivative with a bias gradient), or "
+          "in place of an epilogue cuBLASLt refuses\n";
 }
 
 } // namespace gptc::cuda
