@@ -71,6 +71,28 @@ OptimizerOptions ModelOptions::compileOptions() const {
   return opts;
 }
 
+void KernelOptions::check() const {
+  if (attentionForward != "mma" && attentionForward != "wgmma")
+    fail("unknown --attention-forward '" + attentionForward +
+         "' (mma, wgmma)");
+  if (attentionBackward != "split" && attentionBackward != "atomic")
+    fail("unknown --attention-backward '" + attentionBackward +
+         "' (split, atomic)");
+}
+
+cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
+                                             bool archFromFlag) const {
+  check();
+  if (attentionForward == "wgmma" && arch != "sm_90a")
+    fail(std::string("--attention-forward=wgmma needs ") +
+         (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
+         " (this: " + arch + ")");
+  cuda::EmitOptions emit;
+  emit.wgmmaAttention = attentionForward == "wgmma";
+  emit.atomicAttentionBackward = attentionBackward == "atomic";
+  return emit;
+}
+
 int64_t ModelOptions::seqLength() const {
   return seq.getNumOccurrences() ? int64_t(seq) : config().blockSize;
 }

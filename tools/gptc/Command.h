@@ -11,6 +11,7 @@
 #include "gptc/Models/GPT2.h"
 #include "gptc/Pipeline/MemoryReport.h"
 #include "gptc/Pipeline/Pipeline.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/CommandLine.h"
@@ -71,6 +72,33 @@ struct ModelOptions {
   /// The default optimizer options with --precision and --recompute
   /// (validated).
   OptimizerOptions compileOptions() const;
+};
+
+/// How the CUDA kernels are built: --attention-forward, --attention-backward
+/// (gptc compile, and gptc train on --device=cuda).
+struct KernelOptions {
+  llvm::cl::opt<std::string> attentionForward{
+      "attention-forward",
+      llvm::cl::desc("The bf16 forward attention's tensor cores: mma "
+                     "(mma.sync, the default) or wgmma (warpgroup MMA; "
+                     "sm_90a; slower today)"),
+      llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<std::string> attentionBackward{
+      "attention-backward",
+      llvm::cl::desc("The bf16 backward attention's dq: split (T/64 more "
+                     "blocks recompute the probabilities for it, "
+                     "deterministic; the default) or atomic (summed in "
+                     "float32 with atomics, FlashAttention-2's way; five "
+                     "products a tile pair rather than seven)"),
+      llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};
+
+  /// Exits with one error line on an unknown value.
+  void check() const;
+  /// The emitter's options for kernels compiled for `arch` (--gpu-arch's,
+  /// or the GPU's); exits with one error line on an unknown value, or
+  /// wgmma for another arch than sm_90a.
+  cuda::EmitOptions emitOptions(const std::string &arch,
+                                bool archFromFlag) const;
 };
 
 /// Parses this subcommand's flags; on a bad flag prints one error line and

@@ -78,20 +78,7 @@ int runCompile(int argc, char **argv) {
       llvm::cl::desc("NVRTC-compile every kernel for --gpu-arch and print "
                      "its registers, shared memory and spills"),
       llvm::cl::cat(gptcCategory));
-  llvm::cl::opt<std::string> attentionForward(
-      "attention-forward",
-      llvm::cl::desc("The bf16 forward attention's tensor cores: mma "
-                     "(mma.sync, the default) or wgmma (warpgroup MMA; "
-                     "--gpu-arch=sm_90a; slower today)"),
-      llvm::cl::init("mma"), llvm::cl::cat(gptcCategory));
-  llvm::cl::opt<std::string> attentionBackward(
-      "attention-backward",
-      llvm::cl::desc("The bf16 backward attention's dq: split (T/64 more "
-                     "blocks recompute the probabilities for it, "
-                     "deterministic; the default) or atomic (summed in "
-                     "float32 with atomics, FlashAttention-2's way; five "
-                     "products a tile pair rather than seven)"),
-      llvm::cl::init("split"), llvm::cl::cat(gptcCategory));
+  KernelOptions kernels;
   llvm::cl::opt<double> weightDecay(
       "weight-decay",
       llvm::cl::desc("AdamW weight decay (2-D parameters only)"),
@@ -108,15 +95,7 @@ int runCompile(int argc, char **argv) {
   if (!rt::isSupportedArch(gpuArch))
     fail("unknown GPU architecture '" + gpuArch +
          "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
-  if (attentionForward != "mma" && attentionForward != "wgmma")
-    fail("unknown --attention-forward '" + attentionForward +
-         "' (mma, wgmma)");
-  if (attentionForward == "wgmma" && gpuArch != "sm_90a")
-    fail("--attention-forward=wgmma needs --gpu-arch=sm_90a (this: " +
-         gpuArch + ")");
-  if (attentionBackward != "split" && attentionBackward != "atomic")
-    fail("unknown --attention-backward '" + attentionBackward +
-         "' (split, atomic)");
+  const cuda::EmitOptions emit = kernels.emitOptions(gpuArch, /*archFromFlag=*/true);
   if (!(weightDecay >= 0) || !(clip >= 0))
     fail("--weight-decay and --clip must be non-negative");
   if (!memoryReport &&
@@ -136,8 +115,7 @@ int runCompile(int argc, char **argv) {
     cuda::CompileKernelsOptions opts;
     opts.dumpDir = dumpKernels;
     opts.report = kernelReport ? &report : nullptr;
-    opts.emit.wgmmaAttention = attentionForward == "wgmma";
-    opts.emit.atomicAttentionBackward = attentionBackward == "atomic";
+    opts.emit = emit;
     try {
       cuda::compileKernels(*program, gpuArch, opts);
     } catch (const std::exception &e) {

@@ -72,6 +72,7 @@ int runTrain(int argc, char **argv) {
            "default there); program: the kernel-level Program that gptc "
            "compile builds, on --device (cuda's default)"),
       cat(gptcCategory));
+  KernelOptions kernelFlags; // --device=cuda's kernels
   llvm::cl::opt<int64_t> steps("steps", desc("Optimizer steps"), init(50),
                                cat(gptcCategory));
   llvm::cl::opt<int64_t> gradAccum(
@@ -150,6 +151,7 @@ int runTrain(int argc, char **argv) {
     fail("unknown --runtime '" + runtime + "' (executor, program)");
   if (device == "cuda" && runtime == "executor")
     fail("--runtime=executor runs on the CPU only: use --device=cpu");
+  kernelFlags.check();
   std::optional<LRSchedule::Kind> kind = parseScheduleKind(schedule);
   if (!kind)
     fail("unknown --lr-schedule '" + schedule + "' (cosine, constant)");
@@ -245,8 +247,12 @@ int runTrain(int argc, char **argv) {
       if (failed(lowered))
         return 1;
       kernels = std::move(*lowered);
-      if (rt::CudaBackend *cuda = rt::asCudaBackend(backend.get()))
-        cuda::compileKernels(*kernels, cuda->arch(), {});
+      if (rt::CudaBackend *cuda = rt::asCudaBackend(backend.get())) {
+        cuda::CompileKernelsOptions compile;
+        compile.emit = kernelFlags.emitOptions(cuda->arch(),
+                                               /*archFromFlag=*/false);
+        cuda::compileKernels(*kernels, cuda->arch(), compile);
+      }
       engine = makeProgramEngine(*kernels, *backend);
       for (const ParamSpec &p : kernels->params)
         params.push_back({exec::ArgumentInfo::Kind::Param, p.name, p.shape});
