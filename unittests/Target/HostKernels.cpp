@@ -41,6 +41,7 @@ static Dim3 blockIndex, gridSize, blockSize;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__
 #define __restrict__
 #define __constant__ static
 #define __shared__ static

@@ -527,6 +527,64 @@ __device__ __forceinline__ void rowTerms(float *sLse, float *sDot,
   }
 }
 
+/// The dk/dv work of a warp's 16 keys (ka, va: their k and v rows as A
+/// fragments) on queries [8 n0, 8 n0 + 32) of a query tile (its q and dout
+/// tiles, its row terms: −lse·log2 e and Σ dout·out): P and dS with rows
+/// keys, dv += P·dout, dk += dS·q (unscaled); dS is left in `ds`. Half a
+/// tile at a time: the whole tile's scores and dS on top of the fragments
+/// and both accumulators spill. `diagonal`: the causal tile, masked.
+template <int D>
+__device__ __forceinline__ void
+keyRowsOnQueries(float (&ds)[4][4], float (&accK)[D / 8][4],
+                 float (&accV)[D / 8][4], const u32 (&ka)[D / 16][4],
+                 const u32 (&va)[D / 16][4], const mma::Tile<D> &q,
+                 const mma::Tile<D> &dout, const float *tileLse,
+                 const float *tileDot, float scaleLog2, bool diagonal,
+                 int n0) {
+  using namespace mma;
+  const int tq = threadIdx.x % 4;
+  float p[4][4];
+  productABt<D, 4>(p, ka, q, n0);
+  productABt<D, 4>(ds, va, dout, n0);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
+      p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
+    }
+  if (diagonal)
+    maskFuture<true>(p, threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4, 0.0f,
+                     n0);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      int c = (n0 + nt) * 8 + 2 * tq + (e & 1);
+      ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
+    }
+  accumulatePB<D, 4>(accV, p, dout, n0);
+  accumulatePB<D, 4>(accK, ds, q, n0);
+}
+
+/// Moves the backward's operands to head h's rows.
+template <int T, class LQ, class LK, class LO, typename TDQ, typename TDK,
+          typename TDV>
+__device__ __forceinline__ void
+backwardToHead(i64 h, const bf16 *&q, const bf16 *&k, const bf16 *&v,
+               const bf16 *&o, const float *&lse, const bf16 *&dout, TDQ *&dq,
+               TDK *&dk, TDV *&dv) {
+  q += LQ::head(h);
+  dq += LQ::head(h);
+  k += LK::head(h);
+  v += LK::head(h);
+  dk += LK::head(h);
+  dv += LK::head(h);
+  o += LO::head(h);
+  dout += LO::head(h);
+  lse += h * T;
+}
+
 /// grid (T/64 + S/64, heads), 128 threads. q, k, v, out and dout are bf16
 /// (they feed the tensor cores, or tiles of them rowTerms reads). The
 /// tiles a block walks are double-buffered with cp.async, as in the
@@ -549,15 +607,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
   constexpr int kQueryBlocks = T / 64;
   // This head's rows from here on.
-  q += LQ::head(h);
-  dq += LQ::head(h);
-  k += LK::head(h);
-  v += LK::head(h);
-  dk += LK::head(h);
-  dv += LK::head(h);
-  o += LO::head(h);
-  dout += LO::head(h);
-  lse += h * T;
+  backwardToHead<T, LQ, LK, LO>(h, q, k, v, o, lse, dout, dq, dk, dv);
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
                 kO = LO::kRowStride;
   const float scaleLog2 = scale * log2e();
@@ -663,32 +713,12 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       commitCopies();
     }
     const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
-    // Half a query tile at a time (32 queries, n-tiles n0..n0+3): fewer
-    // registers live at once, so the block fits 168 without spilling.
+    // Causal: the first query tile is the diagonal one.
 #pragma unroll
     for (int n0 = 0; n0 < 8; n0 += 4) {
-      float p[4][4], ds[4][4];
-      productABt<D, 4>(p, ka, sA[buf], n0);
-      productABt<D, 4>(ds, va, sB[buf], n0);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
-          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
-        }
-      // Causal: the first query tile is the diagonal one.
-      if (kCausal && i0 == j0)
-        maskFuture<true>(p, warp * 16 + g, 0.0f, n0);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int c = (n0 + nt) * 8 + 2 * tq + (e & 1);
-          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
-        }
-      accumulatePB<D, 4>(accV, p, sB[buf], n0);
-      accumulatePB<D, 4>(accK, ds, sA[buf], n0);
+      float ds[4][4];
+      keyRowsOnQueries<D>(ds, accK, accV, ka, va, sA[buf], sB[buf], tileLse,
+                          tileDot, scaleLog2, kCausal && i0 == j0, n0);
     }
     if (!more)
       break;
@@ -737,6 +767,32 @@ __device__ __forceinline__ void arriveAtQueryTiles(unsigned *arrivals,
   __threadfence();
 }
 
+/// attentionBackwardAtomic's last block for a query tile: dq = scale · the
+/// tile's 64 x D sums (rows kQ apart from `dq` on), and the sums zeroed.
+/// Each thread's loads first, so that they are in flight together (through
+/// L2: other blocks' adds). Not inlined: unrolled into the kernel, it made
+/// ptxas spill more in the loop.
+template <int D, i64 kQ, typename TDQ>
+__device__ __noinline__ void writeQueryTileDq(TDQ *dq, float *dqSum,
+                                              float scale) {
+  constexpr int kLoads = 64 * D / (128 * 4);
+  float4 *sums = reinterpret_cast<float4 *>(dqSum);
+  float4 x[kLoads];
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j)
+    x[j] = __ldcg(sums + threadIdx.x + 128 * j);
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int e = 4 * (threadIdx.x + 128 * j);
+    TDQ *row = dq + e / D * kQ + e % D;
+    row[0] = fromFloat<TDQ>(scale * x[j].x);
+    row[1] = fromFloat<TDQ>(scale * x[j].y);
+    row[2] = fromFloat<TDQ>(scale * x[j].z);
+    row[3] = fromFloat<TDQ>(scale * x[j].w);
+    sums[threadIdx.x + 128 * j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
 /// grid (S/64, heads), 128 threads, sizeof(AtomicBackwardShared<D>) bytes of
 /// dynamic shared memory; D of 16, 32 or 64. FlashAttention-2's backward:
 /// one block a key tile computes dk and dv as attentionBackwardMma's dk/dv
@@ -761,15 +817,7 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   const i64 h = blockIdx.y;
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  q += LQ::head(h);
-  dq += LQ::head(h);
-  k += LK::head(h);
-  v += LK::head(h);
-  dk += LK::head(h);
-  dv += LK::head(h);
-  o += LO::head(h);
-  dout += LO::head(h);
-  lse += h * T;
+  backwardToHead<T, LQ, LK, LO>(h, q, k, v, o, lse, dout, dq, dk, dv);
   dqSum += h * T * D;
   arrivals += h * (T / 64);
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
@@ -828,32 +876,12 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       commitCopies();
     }
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
-    // Half a query tile at a time (32 queries, n-tiles n0..n0+3): the
-    // scores and dS of a whole one on top of ka, va, kt and the two
-    // accumulators spill.
 #pragma unroll
     for (int n0 = 0; n0 < 8; n0 += 4) {
-      float p[4][4], ds[4][4];
-      productABt<D, 4>(p, ka, sm.q[buf], n0);
-      productABt<D, 4>(ds, va, sm.dout[buf], n0);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
-          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
-        }
-      if (kCausal && i0 == j0)
-        maskFuture<true>(p, warp * 16 + g, 0.0f, n0);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int c = (n0 + nt) * 8 + 2 * tq + (e & 1);
-          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
-        }
-      accumulatePB<D, 4>(accV, p, sm.dout[buf], n0);
-      accumulatePB<D, 4>(accK, ds, sm.q[buf], n0);
+      float ds[4][4];
+      keyRowsOnQueries<D>(ds, accK, accV, ka, va, sm.q[buf], sm.dout[buf],
+                          tileLse, tileDot, scaleLog2, kCausal && i0 == j0,
+                          n0);
       // dS to shared memory, bf16 as the products take it: rows keys.
       unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
       unsigned short *hi = lo + 8 * Tile<64>::kStride;
@@ -899,20 +927,9 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
 
   arriveAtQueryTiles<T, S, kCausal>(arrivals, lastFor, first / 64);
-  for (int t = first / 64; t < T / 64; ++t) {
-    if (!lastFor[t])
-      continue; // the same for the whole block
-    for (int e = threadIdx.x * 4; e < 64 * D; e += blockDim.x * 4) {
-      float *sum = dqSum + t * 64 * D + e;
-      const float4 x = __ldcg(reinterpret_cast<const float4 *>(sum));
-      TDQ *row = dq + (t * 64 + e / D) * kQ + e % D;
-      row[0] = fromFloat<TDQ>(scale * x.x);
-      row[1] = fromFloat<TDQ>(scale * x.y);
-      row[2] = fromFloat<TDQ>(scale * x.z);
-      row[3] = fromFloat<TDQ>(scale * x.w);
-      *reinterpret_cast<float4 *>(sum) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
+  for (int t = first / 64; t < T / 64; ++t)
+    if (lastFor[t]) // the same for the whole block
+      writeQueryTileDq<D, kQ>(dq + t * 64 * kQ, dqSum + t * 64 * D, scale);
 }
 
 //===----------------------------------------------------------------------===//
