@@ -42,7 +42,9 @@ compile tiny-bf16 gpt2-tiny bf16 $tiny_batch $tiny_seq
 # runs, over 3 tiles of 64) in one layer with a small vocabulary: a
 # --check-kernels run the CPU backend keeps short.
 compile check-gpt2w-bf16 gpt2 bf16 2 192 --n-layer=1 --vocab-size=1000
-compile gpt2-bf16 gpt2 bf16 "$batch" "$seq"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+compile gpt2-bf16 gpt2 bf16 "$batch" "$seq" --dump-kernels="$tmp/split"
 # The same with the opt-in wgmma forward attention (mma.sync is the
 # default): checked at GPT-2's widths, and what it gains or costs, same run.
 if [[ $arch == sm_90a ]]; then
@@ -55,7 +57,34 @@ fi
 # at GPT-2's widths, and timed against the default in the same run.
 compile check-gpt2w-bf16-atomic gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-backward=atomic
-compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic
+compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic \
+  --dump-kernels="$tmp/atomic"
+
+# The attention kernels alone (attention_bench.cpp): the two GPT-2 programs'
+# own cubins, the forward and both backwards, with each launch's geometry
+# from the manifests; the bench itself is host C++ on the driver API.
+att=$bundle/attention
+mkdir -p "$att"
+python3 - "$tmp" "$att" <<'PY'
+import json, shutil, sys
+tmp, att = sys.argv[1], sys.argv[2]
+lines = []
+for role, name, dump, entry in (
+        ("forward", "mma", "split", "flash_attention_qkv_0"),
+        ("backward", "split", "split", "flash_attention_qkv_grad_0"),
+        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0")):
+    manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
+    k = next(k for k in manifest["kernels"] if k["name"] == entry)
+    l = k["launches"][0]
+    shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{name}.cubin")
+    lines.append(f"{role} {name} {name}.cubin {entry} {l['grid'][0]} "
+                 f"{l['grid'][1]} {l['block'][0]} {l['dynamic_shared_bytes']}")
+open(f"{att}/kernels.txt", "w").write("\n".join(lines) + "\n")
+PY
+echo "$batch $seq 768 12" > "$att/sizes.txt" # GPT-2 124M: C = 768, 12 heads
+cuda=${CUDA_HOME:-/usr/local/cuda}
+g++ -O2 -std=c++17 -I"$cuda/include" -o "$att/attention_bench" \
+  "$root/bench/gpu/attention_bench.cpp" -L"$cuda/lib64/stubs" -lcuda
 # The same step recomputing GELU and layernorm outputs in the backward: what
 # the smaller arena costs in time.
 compile gpt2-bf16-recompute gpt2 bf16 "$batch" "$seq" --recompute=gelu,layernorm

@@ -10,7 +10,9 @@
 # rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16 and on
 # one layer of GPT-2's widths (every launch on the GPU against the CPU
 # backend; also with --attention-backward=atomic, and on sm_90a with the
-# forward attention on warpgroup MMA); 10 steps of gpt2-tiny
+# forward attention on warpgroup MMA); the attention kernels alone
+# (attention_bench: both backwards timed, the atomic one's results against
+# the default's); 10 steps of gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T; GPT-2 124M compiled with
@@ -32,7 +34,7 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [tiny] [gpt2] [torch] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -52,7 +54,7 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-steps_wanted=" ${*:-check tiny gpt2 torch atomic fallback dgelu tuned recompute wgmma ncu} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch atomic fallback dgelu tuned recompute wgmma ncu} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -110,6 +112,12 @@ if want check; then
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
   done
+fi
+
+# The attention kernels alone, GPT-2's cubins on random data: the forward,
+# then each backward timed and checked against the default's results.
+if want attn && [[ -x $bundle/attention/attention_bench ]]; then
+  step 60 attention "$bundle/attention/attention_bench" "$bundle/attention" 20
 fi
 
 if want tiny; then

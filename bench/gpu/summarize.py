@@ -8,6 +8,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
   check-gpt2w-bf16-atomic.log                the same, --attention-backward=atomic
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
+  attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
@@ -183,6 +184,15 @@ def main():
             if m:
                 summary["profile"] = {"total_ms": float(m.group(1)),
                                       "of_floor": float(m.group(3)) / 100}
+
+    # The attention kernels alone (attention_bench).
+    bench = read(os.path.join(res, "attention.log")) or ""
+    rows = [r for r in bench.splitlines()
+            if r.startswith(("attention_bench:", "forward ", "backward "))]
+    if rows:
+        lines.append("")
+        lines.extend(rows)
+        summary["attention_bench"] = rows
 
     # The atomic backward's own profile: its attention rows, to set beside
     # the default's above.

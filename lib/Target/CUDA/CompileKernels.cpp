@@ -48,18 +48,26 @@ void dump(const rt::Program &p, const std::string &arch,
     const rt::DeviceKernel &dk = p.kernels[k];
     writeText(dir + "/" + dk.name + ".cu", dk.source);
     writeText(dir + "/" + dk.name + ".log", compiled[k].log);
+    const std::vector<uint8_t> &cubin = compiled[k].cubin;
+    writeFileAtomically(dir + "/" + dk.name + ".cubin", cubin.data(),
+                        cubin.size());
     nlohmann::ordered_json launches = nlohmann::ordered_json::array();
     for (const rt::Function &f : p.functions)
       for (size_t i = 0; i < f.launches.size(); ++i)
-        if (f.launches[i].deviceKernel == int(k))
-          launches.push_back({{"function", f.name},
-                              {"index", i},
-                              {"op", "gpt." + f.launches[i].kernel},
-                              {"loc", f.launches[i].loc}});
+        if (const rt::Launch &l = f.launches[i]; l.deviceKernel == int(k))
+          launches.push_back(
+              {{"function", f.name},
+               {"index", i},
+               {"op", "gpt." + l.kernel},
+               {"loc", l.loc},
+               {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
+               {"block", {l.block[0], l.block[1], l.block[2]}},
+               {"dynamic_shared_bytes", l.sharedBytes}});
     const rt::CompiledKernel &c = compiled[k];
     kernels.push_back({{"name", dk.name},
                        {"source", dk.name + ".cu"},
                        {"log", dk.name + ".log"},
+                       {"cubin", dk.name + ".cubin"},
                        {"registers", c.registers},
                        {"shared_bytes", c.sharedBytes},
                        {"stack_bytes", c.localBytes},

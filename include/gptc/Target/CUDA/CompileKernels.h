@@ -31,9 +31,10 @@ struct KernelResources {
 };
 
 struct CompileKernelsOptions {
-  /// Non-empty: write NAME.cu and NAME.log per kernel, nvrtc-options.txt
-  /// and manifest.json (each kernel's launches: function, index, op, loc)
-  /// here, once everything compiled.
+  /// Non-empty: write NAME.cu, NAME.log and NAME.cubin per kernel,
+  /// nvrtc-options.txt and manifest.json (each kernel's launches: function,
+  /// index, op, loc, grid, block, dynamic shared bytes) here, once
+  /// everything compiled.
   std::string dumpDir;
   /// Non-null: the resource table, one line per kernel.
   std::ostream *report = nullptr;

@@ -1,0 +1,222 @@
+// bench/gpu/attention_bench.cpp — gptc's attention kernels alone, on a GPU.
+//
+// Loads the cubins `gptc compile --dump-kernels` wrote for GPT-2 (the very
+// ones its training program runs: NVRTC's), runs the forward once on random
+// bf16 q, k, v for its out and lse, then times each backward variant over
+// the same inputs and checks its dq, dk and dv against the first variant's.
+// prepare.sh builds it (host C++ on the driver API, no nvcc) and writes
+// DIR/sizes.txt ("batch seq channels heads") and DIR/kernels.txt, a line a
+// kernel: "role name cubin entry grid.x grid.y block.x dynamic_shared",
+// role "forward" once, then "backward" lines, the reference first.
+//
+//   attention_bench DIR [launches]
+//
+// Prints one line a kernel (µs a launch, the mean of `launches` after two
+// untimed ones) and exits non-zero if a backward's results stray from the
+// reference's by more than 2% of the reference's largest magnitude, part by
+// part, or if anything fails.
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(CUresult r, const char *what) {
+  if (r == CUDA_SUCCESS)
+    return;
+  const char *name = "?";
+  cuGetErrorName(r, &name);
+  std::fprintf(stderr, "attention_bench: %s: %s\n", what, name);
+  std::exit(1);
+}
+
+struct Kernel {
+  std::string role, name, cubin, entry;
+  unsigned gridX = 0, gridY = 0, block = 0, shared = 0;
+  CUmodule module = nullptr;
+  CUfunction fn = nullptr;
+};
+
+std::string readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "attention_bench: cannot read %s\n", path.c_str());
+    std::exit(1);
+  }
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+uint16_t toBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float fromBf16(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+/// Uniform in [-1, 1), bf16, from a fixed xorshift stream.
+std::vector<uint16_t> randomBf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (uint16_t &x : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = toBf16(float(s >> 40) / float(1 << 23) - 1.0f);
+  }
+  return v;
+}
+
+/// Mean µs a launch over `n`, after two untimed launches.
+double timeLaunches(const Kernel &k, void **args, int n) {
+  auto launch = [&] {
+    check(cuLaunchKernel(k.fn, k.gridX, k.gridY, 1, k.block, 1, 1, k.shared,
+                         nullptr, args, nullptr),
+          ("launching " + k.name).c_str());
+  };
+  launch();
+  launch();
+  check(cuCtxSynchronize(), ("running " + k.name).c_str());
+  CUevent start, end;
+  check(cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(cuEventCreate(&end, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(cuEventRecord(start, nullptr), "cuEventRecord");
+  for (int i = 0; i < n; ++i)
+    launch();
+  check(cuEventRecord(end, nullptr), "cuEventRecord");
+  check(cuEventSynchronize(end), ("running " + k.name).c_str());
+  float ms = 0;
+  check(cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime");
+  cuEventDestroy(start);
+  cuEventDestroy(end);
+  return 1000.0 * ms / n;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: attention_bench DIR [launches]\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const int launches = argc > 2 ? std::max(1, std::atoi(argv[2])) : 20;
+  long long B = 0, T = 0, C = 0, H = 0;
+  std::istringstream(readFile(dir + "/sizes.txt")) >> B >> T >> C >> H;
+  std::vector<Kernel> kernels;
+  std::istringstream lines(readFile(dir + "/kernels.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    Kernel k;
+    if (std::istringstream(line) >> k.role >> k.name >> k.cubin >> k.entry >>
+        k.gridX >> k.gridY >> k.block >> k.shared)
+      kernels.push_back(k);
+  }
+  if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || kernels.size() < 2 ||
+      kernels[0].role != "forward") {
+    std::fprintf(stderr, "attention_bench: bad sizes.txt or kernels.txt\n");
+    return 1;
+  }
+
+  check(cuInit(0), "cuInit");
+  CUdevice dev;
+  CUcontext ctx;
+  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  for (Kernel &k : kernels) {
+    std::string image = readFile(dir + "/" + k.cubin);
+    check(cuModuleLoadData(&k.module, image.data()),
+          ("loading " + k.cubin).c_str());
+    check(cuModuleGetFunction(&k.fn, k.module, k.entry.c_str()),
+          ("finding " + k.entry).c_str());
+    if (k.shared > 48 * 1024)
+      check(cuFuncSetAttribute(k.fn,
+                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               int(k.shared)),
+            "cuFuncSetAttribute");
+  }
+
+  // qkv [B, T, 3C] and dout [B, T, C] random; out [B, T, C] and lse
+  // [B·H, T] from the forward.
+  const size_t nQkv = size_t(B * T * 3 * C), nOut = size_t(B * T * C);
+  CUdeviceptr qkv, out, lse, dout;
+  check(cuMemAlloc(&qkv, 2 * nQkv), "cuMemAlloc");
+  check(cuMemAlloc(&out, 2 * nOut), "cuMemAlloc");
+  check(cuMemAlloc(&lse, 4 * size_t(B * H * T)), "cuMemAlloc");
+  check(cuMemAlloc(&dout, 2 * nOut), "cuMemAlloc");
+  std::vector<uint16_t> host = randomBf16(nQkv, 1);
+  check(cuMemcpyHtoD(qkv, host.data(), 2 * nQkv), "cuMemcpyHtoD");
+  host = randomBf16(nOut, 2);
+  check(cuMemcpyHtoD(dout, host.data(), 2 * nOut), "cuMemcpyHtoD");
+
+  std::printf("attention_bench: B=%lld T=%lld C=%lld H=%lld, %d launches "
+              "each\n",
+              B, T, C, H, launches);
+  void *fwdArgs[] = {&qkv, &out, &lse};
+  std::printf("%-8s %-8s %-28s %10.1f us\n", "forward", kernels[0].name.c_str(),
+              kernels[0].entry.c_str(), timeLaunches(kernels[0], fwdArgs, launches));
+
+  // Each backward into its own dqkv, compared part by part (dq, dk, dv:
+  // the three C-column thirds of each row) with the first one's.
+  int failures = 0;
+  std::vector<float> reference;
+  for (size_t i = 1; i < kernels.size(); ++i) {
+    Kernel &k = kernels[i];
+    CUdeviceptr dqkv;
+    check(cuMemAlloc(&dqkv, 2 * nQkv), "cuMemAlloc");
+    check(cuMemsetD8(dqkv, 0, 2 * nQkv), "cuMemsetD8");
+    void *args[] = {&qkv, &out, &lse, &dout, &dqkv};
+    double us = timeLaunches(k, args, launches);
+    check(cuMemcpyDtoH(host.data(), dqkv, 2 * nQkv), "cuMemcpyDtoH");
+    cuMemFree(dqkv);
+    std::vector<float> got(nQkv);
+    for (size_t e = 0; e < nQkv; ++e)
+      got[e] = fromBf16(host[e]);
+    std::string verdict = "(the reference)";
+    if (reference.empty()) {
+      reference = std::move(got);
+    } else {
+      std::ostringstream parts;
+      bool ok = true;
+      const char *names[] = {"dq", "dk", "dv"};
+      for (int part = 0; part < 3; ++part) {
+        double diff = 0, scale = 0;
+        bool finite = true;
+        for (size_t row = 0; row < size_t(B * T); ++row)
+          for (size_t c = 0; c < size_t(C); ++c) {
+            size_t e = row * 3 * C + part * C + c;
+            finite &= std::isfinite(got[e]);
+            diff = std::max(diff, double(std::fabs(got[e] - reference[e])));
+            scale = std::max(scale, double(std::fabs(reference[e])));
+          }
+        bool partOk = finite && diff <= 0.02 * scale;
+        ok &= partOk;
+        char text[96];
+        std::snprintf(text, sizeof text, " %s %.2e/%.2e%s", names[part], diff,
+                      scale, partOk ? "" : " FAIL");
+        parts << text;
+      }
+      verdict = "max|diff|/max|ref|:" + parts.str() + (ok ? "  PASS" : "");
+      failures += !ok;
+    }
+    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "backward", k.name.c_str(),
+                k.entry.c_str(), us, verdict.c_str());
+  }
+  return failures ? 1 : 0;
+}
