@@ -6,8 +6,11 @@
 // the same inputs and checks its dq, dk and dv against the first variant's.
 // prepare.sh builds it (host C++ on the driver API, no nvcc) and writes
 // DIR/sizes.txt ("batch seq channels heads") and DIR/kernels.txt, a line a
-// kernel: "role name cubin entry grid.x grid.y block.x dynamic_shared",
-// role "forward" once, then "backward" lines, the reference first.
+// kernel: "role name file entry grid.x grid.y block.x dynamic_shared",
+// role "forward" once, then "backward" lines, the reference first. A file
+// is a cubin, or CUDA C++ (.cu: a dumped kernel with a change, such as its
+// launch bounds), which this compiles with the GPU machine's NVRTC and
+// gptc's options (DIR/nvrtc-options.txt), as the training program would.
 //
 //   attention_bench DIR [launches]
 //
@@ -17,6 +20,8 @@
 // part, or if anything fails.
 
 #include <cuda.h>
+#include <dlfcn.h>
+#include <nvrtc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -55,6 +60,75 @@ std::string readFile(const std::string &path) {
     std::exit(1);
   }
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// The cubin NVRTC makes of `source` with gptc's options (libnvrtc opened
+/// with dlopen, as gptc's runtime does).
+std::string compileWithNvrtc(const std::string &source, const std::string &name,
+                             const std::string &optionsFile) {
+  void *lib = nullptr;
+  for (const char *candidate : {"libnvrtc.so.13", "libnvrtc.so",
+                                "/usr/local/cuda/lib64/libnvrtc.so.13"})
+    if ((lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL)))
+      break;
+  if (!lib) {
+    std::fprintf(stderr, "attention_bench: no libnvrtc for %s\n", name.c_str());
+    std::exit(1);
+  }
+  auto sym = [&](const char *s) {
+    void *f = dlsym(lib, s);
+    if (!f) {
+      std::fprintf(stderr, "attention_bench: libnvrtc has no %s\n", s);
+      std::exit(1);
+    }
+    return f;
+  };
+  auto create = reinterpret_cast<decltype(&nvrtcCreateProgram)>(
+      sym("nvrtcCreateProgram"));
+  auto compile = reinterpret_cast<decltype(&nvrtcCompileProgram)>(
+      sym("nvrtcCompileProgram"));
+  auto logSize = reinterpret_cast<decltype(&nvrtcGetProgramLogSize)>(
+      sym("nvrtcGetProgramLogSize"));
+  auto getLog = reinterpret_cast<decltype(&nvrtcGetProgramLog)>(
+      sym("nvrtcGetProgramLog"));
+  auto cubinSize = reinterpret_cast<decltype(&nvrtcGetCUBINSize)>(
+      sym("nvrtcGetCUBINSize"));
+  auto getCubin =
+      reinterpret_cast<decltype(&nvrtcGetCUBIN)>(sym("nvrtcGetCUBIN"));
+  std::vector<std::string> options;
+  std::istringstream in(readFile(optionsFile));
+  for (std::string o; std::getline(in, o);)
+    if (!o.empty())
+      options.push_back(o);
+  std::vector<const char *> argv;
+  for (const std::string &o : options)
+    argv.push_back(o.c_str());
+  nvrtcProgram prog;
+  if (create(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS) {
+    std::fprintf(stderr, "attention_bench: nvrtcCreateProgram failed\n");
+    std::exit(1);
+  }
+  nvrtcResult r = compile(prog, int(argv.size()), argv.data());
+  size_t n = 0;
+  logSize(prog, &n);
+  std::string log(n, '\0');
+  getLog(prog, log.data());
+  if (r != NVRTC_SUCCESS) {
+    std::fprintf(stderr, "attention_bench: NVRTC failed on %s:\n%s\n",
+                 name.c_str(), log.c_str());
+    std::exit(1);
+  }
+  // ptxas -v: the registers and spills of the variant, for the log.
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("registers") != std::string::npos ||
+        line.find("spill") != std::string::npos)
+      std::printf("  %s: %s\n", name.c_str(), line.c_str());
+  cubinSize(prog, &n);
+  std::string cubin(n, '\0');
+  getCubin(prog, cubin.data());
+  return cubin;
 }
 
 uint16_t toBf16(float x) {
@@ -141,6 +215,8 @@ int main(int argc, char **argv) {
   check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
   for (Kernel &k : kernels) {
     std::string image = readFile(dir + "/" + k.cubin);
+    if (k.cubin.size() > 3 && k.cubin.substr(k.cubin.size() - 3) == ".cu")
+      image = compileWithNvrtc(image, k.cubin, dir + "/nvrtc-options.txt");
     check(cuModuleLoadData(&k.module, image.data()),
           ("loading " + k.cubin).c_str());
     check(cuModuleGetFunction(&k.fn, k.module, k.entry.c_str()),

@@ -62,24 +62,39 @@ compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic \
 
 # The attention kernels alone (attention_bench.cpp): the two GPT-2 programs'
 # own cubins, the forward and both backwards, with each launch's geometry
-# from the manifests; the bench itself is host C++ on the driver API.
+# from the manifests; then both backwards at 2 blocks an SM rather than 3
+# (their sources with __launch_bounds__(128, 2), which the bench compiles
+# with the GPU machine's NVRTC and gptc's options). The bench itself is
+# host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
 python3 - "$tmp" "$att" <<'PY'
 import json, shutil, sys
 tmp, att = sys.argv[1], sys.argv[2]
 lines = []
-for role, name, dump, entry in (
-        ("forward", "mma", "split", "flash_attention_qkv_0"),
-        ("backward", "split", "split", "flash_attention_qkv_grad_0"),
-        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0")):
+for role, name, dump, entry, bounds in (
+        ("forward", "mma", "split", "flash_attention_qkv_0", None),
+        ("backward", "split", "split", "flash_attention_qkv_grad_0", None),
+        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None),
+        ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2),
+        ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2)):
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]
-    shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{name}.cubin")
-    lines.append(f"{role} {name} {name}.cubin {entry} {l['grid'][0]} "
+    if bounds is None:
+        file = f"{name}.cubin"
+        shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{file}")
+    else:
+        file = f"{name}.cu"
+        source = open(f"{tmp}/{dump}/{k['source']}").read()
+        old = "__launch_bounds__(128, 3)"
+        assert source.count(old) == 1, f"{entry}: no {old}"
+        open(f"{att}/{file}", "w").write(
+            source.replace(old, f"__launch_bounds__(128, {bounds})"))
+    lines.append(f"{role} {name} {file} {entry} {l['grid'][0]} "
                  f"{l['grid'][1]} {l['block'][0]} {l['dynamic_shared_bytes']}")
 open(f"{att}/kernels.txt", "w").write("\n".join(lines) + "\n")
+shutil.copy(f"{tmp}/split/nvrtc-options.txt", f"{att}/nvrtc-options.txt")
 PY
 echo "$batch $seq 768 12" > "$att/sizes.txt" # GPT-2 124M: C = 768, 12 heads
 cuda=${CUDA_HOME:-/usr/local/cuda}
