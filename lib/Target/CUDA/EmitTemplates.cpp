@@ -225,7 +225,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // no spills at D=64, but at 3 blocks an SM (168 registers, then a spill
   // of 84 bytes) it ran 20% faster on an H100 (1075 against 1344 µs, GPT-2
   // at T=1024). Taking the query tiles in halves, it no longer spills on
-  // sm_90a; the atomic backward, 12 bytes.
+  // sm_90a, nor does the atomic backward.
   begin(entry, mma ? 128 : 64, mma ? (grad ? 3 : 4) : 0);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for

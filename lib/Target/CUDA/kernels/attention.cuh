@@ -892,7 +892,12 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
         *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
       }
     }
+    // The next tile's copies land before the barrier, so that its row
+    // terms come between this one and the next: two barriers a tile.
+    waitCopies<0>();
     __syncthreads(); // dS is whole; q[buf] and dout[buf] are free
+    if (more)
+      rowTerms<D>(sm.lse[buf ^ 1], sm.dot[buf ^ 1], sm.dout[buf ^ 1], sm.out);
     // This warp's part of dqᵀ: B = dsᵀ with keys as k, down ds's rows.
     float acc[kTiles][4];
     zero(acc);
@@ -917,10 +922,6 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       }
     if (!more)
       break;
-    // The next tile's row terms, once its copies have landed.
-    waitCopies<0>();
-    __syncthreads();
-    rowTerms<D>(sm.lse[buf ^ 1], sm.dot[buf ^ 1], sm.dout[buf ^ 1], sm.out);
     __syncthreads(); // the terms are written; out and ds are free
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
