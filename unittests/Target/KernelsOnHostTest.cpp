@@ -817,6 +817,37 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm80, /*atomic=*/true);
 }
 
+// Without the causal mask keys and queries may differ in number: 3 key
+// tiles add to each of 2 query tiles (the last arrival writes dq).
+TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  Builder b;
+  Shape qs = {1, 2, 128, 64}, ks = {1, 2, 192, 64};
+  int q = b.buf(bf, qs), k = b.buf(bf, ks), v = b.buf(bf, ks),
+      dout = b.buf(bf, qs);
+  int o = b.buf(bf, qs), lse = b.buf(f32, {1, 2, 128});
+  auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
+  fa.ints["causal"] = 0;
+  fa.floats["scale"] = 0.125;
+  int dq = b.buf(f32, qs), dk = b.buf(f32, ks), dv = b.buf(f32, ks);
+  auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
+                       {dq, dk, dv});
+  fag.ints["causal"] = 0;
+  fag.floats["scale"] = 0.125;
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
+  ASSERT_EQ(attentionImpl(p.kernels[1].source), "Atomic");
+  EXPECT_EQ(p.functions[0].launches[1].grid[0], 3u);
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
+  std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
+      data[q], data[k], data[v], data[o], data[lse], data[dout], 0.125f,
+      false);
+  expectNear(bw[0], data[dq].f32, 2e-2f, "flash_attention_grad dq");
+  expectNear(bw[1], data[dk].f32, 2e-2f, "flash_attention_grad dk");
+  expectNear(bw[2], data[dv].f32, 2e-2f, "flash_attention_grad dv");
+}
+
 // The tensor-core backward computes its row terms from bf16 tiles of out
 // and dout: a float32 out (which no gpt op produces from bf16 q, but the
 // kernel-level form allows) gets the simple backward, the forward still
