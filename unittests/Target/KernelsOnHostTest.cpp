@@ -817,6 +817,25 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm80, /*atomic=*/true);
 }
 
+// The atomic backward's dq product splits D by 16 rows over 4 warps: at
+// D = 48 (and on the float32 path) the split kernel stays.
+TEST(TemplateKernelsOnHost, AtomicBackwardKeepsTheSplitKernelElsewhere) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  for (auto [D, t] : {std::pair<int64_t, DType>{48, bf}, {64, f32}}) {
+    Builder b;
+    Shape qs = {1, 2, 128, D};
+    int q = b.buf(t, qs), k = b.buf(t, qs), v = b.buf(t, qs),
+        dout = b.buf(t, qs), o = b.buf(t, qs), lse = b.buf(f32, {1, 2, 128});
+    b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
+             {b.buf(f32, qs), b.buf(f32, qs), b.buf(f32, qs)});
+    rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
+    EXPECT_EQ(attentionImpl(p.kernels[0].source),
+              t == bf ? "Mma" : "Simple")
+        << "D " << D;
+    EXPECT_EQ(p.functions[0].launches[0].sharedBytes, 0u);
+  }
+}
+
 // Without the causal mask keys and queries may differ in number: 3 key
 // tiles add to each of 2 query tiles (the last arrival writes dq).
 TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
