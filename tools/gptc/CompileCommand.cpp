@@ -69,9 +69,9 @@ int runCompile(int argc, char **argv) {
                                     llvm::cl::cat(gptcCategory));
   llvm::cl::opt<std::string> dumpKernels(
       "dump-kernels",
-      llvm::cl::desc("Write every generated CUDA kernel (.cu), its NVRTC log, "
-                     "the NVRTC options and manifest.json (kernel -> "
-                     "launches) into this directory"),
+      llvm::cl::desc("Write every generated CUDA kernel (.cu), its NVRTC log "
+                     "and cubin, the NVRTC options and manifest.json (kernel "
+                     "-> launches) into this directory"),
       llvm::cl::value_desc("dir"), llvm::cl::cat(gptcCategory));
   llvm::cl::opt<bool> kernelReport(
       "kernel-report",
