@@ -26,7 +26,8 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// (gradient accumulation on the device). A version 1 program has neither.
 /// 3: gemm_fallback_column_partials_* takes `pre` (GELU's derivative in the
 /// bias gradient's pass, Program.h), and the runtime runs it by default.
-constexpr uint32_t kVersion = 3;
+/// 4: each kernel's scratch_bytes (DeviceKernel::scratchBytes).
+constexpr uint32_t kVersion = 4;
 
 json bodyToJson(const exec::ScalarProgram &b) {
   json code = json::array();
@@ -177,6 +178,7 @@ std::vector<uint8_t> writeProgram(const Program &p) {
                        {"source", k.source},
                        {"fuses", k.fuses},
                        {"arch", k.arch},
+                       {"scratch_bytes", k.scratchBytes},
                        {"cubin", json::binary(k.cubin)}});
   json doc = {{"meta", p.meta},         {"params", params},
               {"buffers", buffers},     {"functions", functions},
@@ -269,6 +271,9 @@ Program readProgram(const uint8_t *data, size_t size,
     k.source = r.get<std::string>(kernels[i], "source", path);
     k.fuses = r.get<std::vector<std::string>>(kernels[i], "fuses", path);
     k.arch = r.get<std::string>(kernels[i], "arch", path);
+    k.scratchBytes = r.get<int64_t>(kernels[i], "scratch_bytes", path);
+    if (k.scratchBytes < 0)
+      r.fail("field '" + path + ".scratch_bytes' is negative");
     k.cubin = r.bytes(kernels[i], "cubin", path);
     p.kernels.push_back(std::move(k));
   }

@@ -264,6 +264,8 @@ std::string printProgram(const Program &p) {
       os << "  " << k.name << ": " << k.source.size() << " bytes of CUDA C++";
       if (!k.cubin.empty())
         os << ", cubin " << k.cubin.size() << " bytes for " << k.arch;
+      if (k.scratchBytes)
+        os << ", scratch " << k.scratchBytes << " bytes";
       os << '\n';
       for (const std::string &f : k.fuses)
         os << "    fuses " << f << '\n';

@@ -315,7 +315,7 @@ void setMfu(TrainOptions &opts, rt::Backend &backend,
   }
 }
 
-std::string programMemoryLine(const rt::Program &program) {
+std::string programMemoryLine(const rt::Program &program, bool withKernels) {
   rt::MemoryPlanSummary plan = rt::summarizePlan(program);
   auto bound = [&](std::initializer_list<Role> roles) {
     int64_t bytes = 0;
@@ -327,6 +327,12 @@ std::string programMemoryLine(const rt::Program &program) {
   auto it = program.meta.find("precision");
   // The GradSum buffers (--grad-accum on the device) are as big as the
   // gradients.
+  // The CUDA kernels' module-scope scratch, beside the arena.
+  int64_t scratchBytes = 0;
+  for (const rt::DeviceKernel &k : program.kernels)
+    scratchBytes += withKernels ? k.scratchBytes : 0;
+  std::string scratch =
+      scratchBytes ? " | kernel scratch " + mebibytes(scratchBytes) : "";
   std::string sums = plan.bound.count(Role::GradSum)
                          ? " | grad sums " + bound({Role::GradSum})
                          : "";
@@ -336,7 +342,7 @@ std::string programMemoryLine(const rt::Program &program) {
          bound({Role::AdamM, Role::AdamV}) + " | io " +
          bound({Role::Input, Role::Hyper, Role::Output, Role::Constant}) +
          " | temporaries " + mebibytes(plan.temps) + " | arena " +
-         mebibytes(plan.arena);
+         mebibytes(plan.arena) + scratch;
 }
 
 } // namespace gptc::train

@@ -312,7 +312,9 @@ int run(const Flags &flags) {
   }
 
   log.line(describe(compiled, params));
-  log.line(programMemoryLine(program) + " | device " + backend->name());
+  log.line(programMemoryLine(program,
+                             rt::asCudaBackend(backend.get()) != nullptr) +
+           " | device " + backend->name());
   log.line(describe("train", data, train));
   if (val)
     log.line(describe("val", valData, *val));

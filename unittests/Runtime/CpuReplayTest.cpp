@@ -340,3 +340,21 @@ TEST(CpuReplayPlan, ABufferReusedTooEarlyShows) {
 }
 
 } // namespace
+
+/// The memory line names the CUDA kernels' module scratch beside the arena
+/// when the program runs its kernels (the CUDA backend), not otherwise.
+TEST(ProgramMemoryLine, KernelScratchOnlyWithKernels) {
+  mlir::MLIRContext ctx;
+  mlir::FailureOr<TrainingProgram> step = mlir::failure();
+  rt::Program program;
+  ASSERT_NO_FATAL_FAILURE(compileTiny(ctx, "bf16", 16, step, program));
+  std::string plain = programMemoryLine(program);
+  EXPECT_EQ(programMemoryLine(program, true), plain) << "no kernels yet";
+  rt::DeviceKernel a, b;
+  a.scratchBytes = 1 << 20;
+  b.scratchBytes = 1 << 19;
+  program.kernels = {a, b};
+  EXPECT_EQ(programMemoryLine(program), plain);
+  EXPECT_EQ(programMemoryLine(program, true),
+            plain + " | kernel scratch 1.5 MiB");
+}

@@ -123,7 +123,7 @@ TEST(ProgramTest, RoundTripIsExact) {
   // Fields the lowering leaves empty, as the CUDA emitter fills them.
   p.kernels.push_back({"k0", "extern \"C\" __global__ void k0() {}",
                        {"gpt.layernorm at models/gpt2.cpp:40"}, "sm_90a",
-                       {0, 1, 2, 255, 7}});
+                       {0, 1, 2, 255, 7}, 4104});
   Launch &l = p.functions[0].launches[0];
   l.deviceKernel = 0;
   l.grid[0] = 12;
@@ -158,7 +158,7 @@ TEST(ProgramTest, RoundTripIsExact) {
   int sum = q.find(Role::GradSum, "wte.weight");
   ASSERT_GE(sum, 0);
   EXPECT_EQ(sum, p.find(Role::GradSum, "wte.weight"));
-  EXPECT_EQ(bytes[8], 3);
+  EXPECT_EQ(bytes[8], 4);
   EXPECT_NE(q.function("accumulate_grads"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -189,6 +189,7 @@ TEST(ProgramTest, RoundTripIsExact) {
     }
   EXPECT_TRUE(sawPerTensor);
   EXPECT_EQ(q.kernels[0].cubin, p.kernels[0].cubin);
+  EXPECT_EQ(q.kernels[0].scratchBytes, 4104);
   EXPECT_EQ(q.functions[0].launches[0].block[1], 256u);
   EXPECT_EQ(q.functions[0].launches[0].sharedBytes, 4096u);
   // A constant carries its bytes: grads' seed 1.0f.
@@ -220,7 +221,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 3 "
+            "prog.bin: gptc program version 1, this build reads version 4 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start

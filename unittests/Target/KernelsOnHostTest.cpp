@@ -856,6 +856,10 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
   rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
   ASSERT_EQ(attentionImpl(p.kernels[1].source), "Atomic");
   EXPECT_EQ(p.functions[0].launches[1].grid[0], 3u);
+  // Its module scratch: dq's float32 sums, [2 heads, 128, 64], and a count
+  // for each of the 2 heads' 2 query tiles.
+  EXPECT_EQ(p.kernels[1].scratchBytes, 2 * 128 * 64 * 4 + 2 * 2 * 4);
+  EXPECT_EQ(p.kernels[0].scratchBytes, 0);
   HostKernels kernels(p);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);

@@ -95,6 +95,10 @@ struct DeviceKernel {
   std::vector<std::string> fuses; ///< "gpt.layernorm at models/gpt2.cpp:57"
   std::string arch;   ///< arch of `cubin` ("sm_90a"), "" if none
   std::vector<uint8_t> cubin; ///< empty: NVRTC compiles at run time
+  /// Module-scope __device__ scratch the source declares (grid-wide
+  /// partials and arrival counters; the atomic attention backward's dq
+  /// sums): device memory beside the arena, allocated when the module loads.
+  int64_t scratchBytes = 0;
 };
 
 struct Launch {

@@ -55,8 +55,11 @@ void setMfu(TrainOptions &opts, rt::Backend &backend,
             const models::GPT2Config &config, int64_t parameters);
 
 /// "memory (bf16): params 474.7 MiB | grads ... | adam m+v ... | io ... |
-/// temporaries ... | arena ...": the planned arena by role.
-std::string programMemoryLine(const rt::Program &program);
+/// temporaries ... | arena ...": the planned arena by role; withKernels:
+/// and " | kernel scratch ..." where the CUDA kernels declare module scratch
+/// beside it (DeviceKernel::scratchBytes).
+std::string programMemoryLine(const rt::Program &program,
+                              bool withKernels = false);
 
 } // namespace gptc::train
 

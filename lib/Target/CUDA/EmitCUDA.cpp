@@ -111,8 +111,18 @@ std::string Emitter::broadcastOffset(const Shape &operand, const Shape &shape,
   return offsetExpr(shape, strides, prefix);
 }
 
+void Emitter::deviceScratch(const std::string &type, const std::string &name,
+                            int64_t count) {
+  pre << "__device__ " << type << " " << name;
+  if (count >= 0)
+    pre << "[" << count << "]";
+  pre << ";\n";
+  scratchBytes += (type == "double" ? 8 : 4) * std::max<int64_t>(count, 1);
+}
+
 std::string Emitter::run(const std::string &name) {
   entry = name;
+  scratchBytes = 0;
   l.grid[0] = l.grid[1] = l.grid[2] = 1;
   l.block[0] = l.block[1] = l.block[2] = 1;
   l.sharedBytes = 0;
@@ -215,7 +225,8 @@ void emitCUDA(rt::Program &p, const std::string &arch,
       l.deviceKernel = -1;
       if (rt::isGemm(l.kernel))
         continue; // cuBLASLt, epilogues and all
-      std::string src = emitLaunch(p, l, placeholder, opts);
+      Emitter emitter(p, l, opts);
+      std::string src = emitter.run(placeholder);
       // The first line names the op and location; not part of the identity.
       std::string key = src.substr(src.find('\n') + 1);
       auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
@@ -223,6 +234,7 @@ void emitCUDA(rt::Program &p, const std::string &arch,
         rt::DeviceKernel k;
         k.name = stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++);
         k.source = src;
+        k.scratchBytes = emitter.scratchBytes;
         for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
           k.source.replace(at, placeholder.size(), k.name);
         p.kernels.push_back(std::move(k));

@@ -135,9 +135,10 @@ void Emitter::emitFusedLayernormGrad() {
   os << "  }\n};\n\n";
 
   int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
-  pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n"
-      << "__device__ float gptcPartials[" << blocks * 2 * C << "];\n"
-      << "__device__ unsigned gptcCounter;\n\n";
+  pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n";
+  deviceScratch("float", "gptcPartials", blocks * 2 * C);
+  deviceScratch("unsigned", "gptcCounter", -1);
+  pre << "\n";
   begin(entry, 256, kLayernormGradMinBlocks);
   os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, Epilogue{";

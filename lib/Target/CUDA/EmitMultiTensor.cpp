@@ -256,8 +256,9 @@ void Emitter::emitMultiTensorReduce() {
      << head.str();
   // Scratch of the grid-wide sum: one partial a block and the arrival
   // counter (lastBlockToArrive resets it for the next launch).
-  pre << "__device__ double gptcPartials[" << blocks << "];\n"
-      << "__device__ unsigned gptcCounter;\n\n";
+  deviceScratch("double", "gptcPartials", blocks);
+  deviceScratch("unsigned", "gptcCounter", -1);
+  pre << "\n";
   bool vec = multiTensorVectorizes(numels);
   multiTensorLoop(m, vec, ind);
   if (vec) {

@@ -69,9 +69,10 @@ void Emitter::emitLayernormGrad() {
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
   int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
-  pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n"
-      << "__device__ float gptcPartials[" << blocks * 2 * C << "];\n"
-      << "__device__ unsigned gptcCounter;\n\n";
+  pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n";
+  deviceScratch("float", "gptcPartials", blocks * 2 * C);
+  deviceScratch("unsigned", "gptcCounter", -1);
+  pre << "\n";
   begin(entry, 256, kLayernormGradMinBlocks);
   os << "  layernormBackward<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, out0, out1, out2, "
@@ -126,9 +127,11 @@ void Emitter::emitReduceSum() {
   decompose(keptShape, keptStrides, "k");
   decompose(redShape, redStrides, "r");
   pre << "    (void)k;\n    (void)r;\n    return o;\n  }\n};\n\n";
-  if (splits > 1)
-    pre << "__device__ float gptcPartials[" << splits * K << "];\n"
-        << "__device__ unsigned gptcCounters[" << gx << "];\n\n";
+  if (splits > 1) {
+    deviceScratch("float", "gptcPartials", splits * K);
+    deviceScratch("unsigned", "gptcCounters", gx);
+    pre << "\n";
+  }
   begin(entry, 256);
   os << "  reduceSum<Index, " << i64Literal(K) << ", " << i64Literal(R) << ", "
      << kt << ", " << splits << ">(in0, out0, "
@@ -149,9 +152,10 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   int64_t ignore = intAttr("ignore_index", 0);
   headers.insert("cross_entropy.cuh");
   int threads = V >= 8192 ? 512 : 128;
-  pre << "// Per-row loss terms and the arrival counter.\n"
-      << "__device__ double gptcLosses[" << rows << "];\n"
-      << "__device__ unsigned gptcCounter;\n\n";
+  pre << "// Per-row loss terms and the arrival counter.\n";
+  deviceScratch("double", "gptcLosses", rows);
+  deviceScratch("unsigned", "gptcCounter", -1);
+  pre << "\n";
   // Two 512-thread blocks an SM (64 registers a thread): while one block
   // waits at a barrier between the passes, the other's loads keep DRAM busy.
   begin(entry, threads, 2);
@@ -238,10 +242,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     impl = "Atomic";
     // dq's float32 sums ([heads, T, D]) and each query tile's arrivals,
     // left zero by every launch for the next.
-    pre << "__device__ float gptcDqSum[" << a.heads * a.T * a.D << "];\n"
-        << "__device__ unsigned gptcArrivals[" << a.heads * (a.T / 64)
-        << "];\n"
-        << "static_assert(sizeof(AtomicBackwardShared<" << a.D
+    deviceScratch("float", "gptcDqSum", a.heads * a.T * a.D);
+    deviceScratch("unsigned", "gptcArrivals", a.heads * (a.T / 64));
+    pre << "static_assert(sizeof(AtomicBackwardShared<" << a.D
         << ">) == " << atomicSharedBytes(a.D)
         << ", \"the launch's dynamic shared memory\");\n\n";
   }

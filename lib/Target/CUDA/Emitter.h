@@ -110,7 +110,15 @@ public:
 
   std::string run(const std::string &name);
 
+  /// The bytes of module-scope scratch the source declares (deviceScratch):
+  /// DeviceKernel::scratchBytes.
+  int64_t scratchBytes = 0;
+
 private:
+  /// Declares `__device__ type name[count];` ahead of the kernel (count
+  /// < 0: a scalar) and counts its bytes. type: float, double or unsigned.
+  void deviceScratch(const std::string &type, const std::string &name,
+                     int64_t count);
   const Buffer &in(size_t i) const { return p.buffers[l.inputs.at(i)]; }
   const Buffer &out(size_t i) const { return p.buffers[l.outputs.at(i)]; }
   const char *tin(size_t i) const { return ctype(in(i).dtype); }
