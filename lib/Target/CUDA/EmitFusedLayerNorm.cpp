@@ -134,11 +134,7 @@ void Emitter::emitFusedLayernormGrad() {
        << body.results[r - 2] << ");\n";
   os << "  }\n};\n\n";
 
-  int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
-  pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n";
-  deviceScratch("float", "gptcPartials", blocks * 2 * C);
-  deviceScratch("unsigned", "gptcCounter", -1);
-  pre << "\n";
+  int64_t blocks = layernormGradScratch(rows, C);
   begin(entry, 256, kLayernormGradMinBlocks);
   os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, Epilogue{";

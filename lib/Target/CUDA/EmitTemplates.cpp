@@ -64,15 +64,20 @@ void Emitter::emitLayernorm() {
   l.grid[0] = toGrid(ceilDiv(rows, 8));
 }
 
-void Emitter::emitLayernormGrad() {
-  expectArity(3, 3);
-  int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
-  headers.insert("layernorm.cuh");
+int64_t Emitter::layernormGradScratch(int64_t rows, int64_t C) {
   int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
   pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n";
   deviceScratch("float", "gptcPartials", blocks * 2 * C);
   deviceScratch("unsigned", "gptcCounter", -1);
   pre << "\n";
+  return blocks;
+}
+
+void Emitter::emitLayernormGrad() {
+  expectArity(3, 3);
+  int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
+  headers.insert("layernorm.cuh");
+  int64_t blocks = layernormGradScratch(rows, C);
   begin(entry, 256, kLayernormGradMinBlocks);
   os << "  layernormBackward<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, out0, out1, out2, "

@@ -119,6 +119,9 @@ private:
   /// < 0: a scalar) and counts its bytes. type: float, double or unsigned.
   void deviceScratch(const std::string &type, const std::string &name,
                      int64_t count);
+  /// The layernorm gradients' grid (blocks for `rows` rows of C) and the
+  /// scratch of their dgamma/dbeta partials and arrival counter.
+  int64_t layernormGradScratch(int64_t rows, int64_t C);
   const Buffer &in(size_t i) const { return p.buffers[l.inputs.at(i)]; }
   const Buffer &out(size_t i) const { return p.buffers[l.outputs.at(i)]; }
   const char *tin(size_t i) const { return ctype(in(i).dtype); }
