@@ -652,12 +652,8 @@ void CudaBackendImpl::loadKernels() {
   }
 
   // Dynamic shared memory above 48 KiB needs an opt-in per function.
-  std::vector<uint32_t> maxShared(kernels.size(), 0);
-  for (const Function &f : prog->functions)
-    for (const Launch &l : f.launches)
-      if (l.deviceKernel >= 0 && size_t(l.deviceKernel) < kernels.size())
-        maxShared[l.deviceKernel] =
-            std::max(maxShared[l.deviceKernel], l.sharedBytes);
+  std::vector<uint32_t> maxShared = dynamicSharedBytes(*prog);
+  maxShared.resize(kernels.size(), 0);
   for (size_t i = 0; i < kernels.size(); ++i) {
     if (maxShared[i] <= 48u * 1024)
       continue;

@@ -6,6 +6,8 @@
 
 #include "gptc/Runtime/Program.h"
 
+#include <algorithm>
+
 namespace gptc::rt {
 
 const char *dtypeName(DType t) {
@@ -24,6 +26,15 @@ const char *dtypeName(DType t) {
 
 int64_t dtypeBytes(DType t) {
   return t == DType::BF16 || t == DType::F16 ? 2 : 4;
+}
+
+std::vector<uint32_t> dynamicSharedBytes(const Program &p) {
+  std::vector<uint32_t> bytes(p.kernels.size(), 0);
+  for (const Function &f : p.functions)
+    for (const Launch &l : f.launches)
+      if (l.deviceKernel >= 0 && size_t(l.deviceKernel) < bytes.size())
+        bytes[l.deviceKernel] = std::max(bytes[l.deviceKernel], l.sharedBytes);
+  return bytes;
 }
 
 bool isGemm(const std::string &kernel) {

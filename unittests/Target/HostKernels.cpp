@@ -1030,6 +1030,7 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
   std::string src = std::string("#define GPTC_WGMMA ") +
                     (target == HostTarget::Sm90a ? "1" : "0") + "\n" + kShim;
   const std::string types = cuda::kernelTemplate("types.cuh");
+  const std::vector<uint32_t> dynamicBytes = rt::dynamicSharedBytes(p);
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     std::string s = p.kernels[k].source;
     size_t at = s.find(types);
@@ -1038,13 +1039,8 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       return;
     }
     s.replace(at, types.size(), "");
-    uint32_t dynamicBytes = 0;
-    for (const rt::Function &f : p.functions)
-      for (const rt::Launch &l : f.launches)
-        if (l.deviceKernel == int(k))
-          dynamicBytes = std::max(dynamicBytes, l.sharedBytes);
     src += "namespace k" + std::to_string(k) + " {\n" +
-           declareMemory(s, dynamicBytes) + "}\n";
+           declareMemory(s, dynamicBytes[k]) + "}\n";
   }
   // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
   // grid x, grid y) with 1-D blocks of 256 threads.

@@ -137,6 +137,11 @@ struct LaunchCost {
 struct Program;
 LaunchCost launchCost(const Program &p, const Launch &l);
 
+/// Per kernel of p.kernels, the most dynamic shared memory a launch of it
+/// asks for (Launch::sharedBytes): what the runtime opts each function in
+/// to, and what a block of it uses beside its static shared memory.
+std::vector<uint32_t> dynamicSharedBytes(const Program &p);
+
 /// The kernels the runtime runs after a GEMM whose fused epilogue cuBLASLt
 /// has no algorithm for on the device at hand (the GEMM then runs with the
 /// DEFAULT epilogue, or DGELU without its bias gradient), or that runs

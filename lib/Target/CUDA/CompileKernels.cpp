@@ -121,6 +121,7 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
     std::rethrow_exception(error);
 
   std::vector<KernelResources> resources(n);
+  const std::vector<uint32_t> dynamicBytes = rt::dynamicSharedBytes(p);
   for (size_t k = 0; k < n; ++k) {
     p.kernels[k].cubin = compiled[k].cubin;
     p.kernels[k].arch = arch;
@@ -128,12 +129,7 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
     r.name = p.kernels[k].name;
     r.launches = int(p.kernels[k].fuses.size());
     r.registers = compiled[k].registers;
-    uint32_t dynamicBytes = 0;
-    for (const rt::Function &f : p.functions)
-      for (const rt::Launch &l : f.launches)
-        if (l.deviceKernel == int(k))
-          dynamicBytes = std::max(dynamicBytes, l.sharedBytes);
-    r.sharedBytes = compiled[k].sharedBytes + int(dynamicBytes);
+    r.sharedBytes = compiled[k].sharedBytes + int(dynamicBytes[k]);
     r.localBytes = compiled[k].localBytes;
     r.spillStores = compiled[k].spillStores;
     r.spillLoads = compiled[k].spillLoads;

@@ -495,6 +495,20 @@ __device__ __forceinline__ void loadLseAsync(float *sLse, const float *lse,
                 lse + i0 + 4 * threadIdx.x);
 }
 
+/// Starts the copies of query tile i0 for the backward: its q, dout and out
+/// rows (this head's, LQ and LO apart) into three tiles and its lse values
+/// into sLse. Not committed: they join the caller's group.
+template <class LQ, class LO, int D>
+__device__ __forceinline__ void
+loadQueryTileAsync(mma::Tile<D> &sQ, mma::Tile<D> &sDout, mma::Tile<D> &sO,
+                   float *sLse, const bf16 *q, const bf16 *dout,
+                   const bf16 *o, const float *lse, int i0) {
+  sQ.loadAsync(q, LQ::kRowStride, i0);
+  sDout.loadAsync(dout, LO::kRowStride, i0);
+  sO.loadAsync(o, LO::kRowStride, i0);
+  loadLseAsync(sLse, lse, i0);
+}
+
 /// The backward's per-query terms of a 64-query tile whose dout and out
 /// rows are in sDout and sO and whose lse values loadLseAsync copied into
 /// sLse: sLse[r] becomes −lse·log2 e (what a score in log2 units is offset
@@ -608,8 +622,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   constexpr int kQueryBlocks = T / 64;
   // This head's rows from here on.
   backwardToHead<T, LQ, LK, LO>(h, q, k, v, o, lse, dout, dq, dk, dv);
-  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
-                kO = LO::kRowStride;
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
 
   if (blockIdx.x < kQueryBlocks) {
@@ -620,10 +633,8 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
     // This tile's q, dout and out (the last two in the second buffers,
     // free until the second key tile) and lse, then the first key tile.
-    sC.loadAsync(q, kQ, i0);
-    sA[1].loadAsync(dout, kO, i0);
-    sB[1].loadAsync(o, kO, i0);
-    loadLseAsync(sLse[0], lse, i0);
+    loadQueryTileAsync<LQ, LO>(sC, sA[1], sB[1], sLse[0], q, dout, o, lse,
+                               i0);
     commitCopies();
     sA[0].loadAsync(k, kK, 0);
     sB[0].loadAsync(v, kK, 0);
@@ -685,10 +696,8 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   // query tile) and the first query tile, one group.
   sA[1].loadAsync(k, kK, j0);
   sB[1].loadAsync(v, kK, j0);
-  sA[0].loadAsync(q, kQ, first);
-  sB[0].loadAsync(dout, kO, first);
-  sC.loadAsync(o, kO, first);
-  loadLseAsync(sLse[0], lse, first);
+  loadQueryTileAsync<LQ, LO>(sA[0], sB[0], sC, sLse[0], q, dout, o, lse,
+                             first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
@@ -706,10 +715,8 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      sA[buf ^ 1].loadAsync(q, kQ, i0 + 64);
-      sB[buf ^ 1].loadAsync(dout, kO, i0 + 64);
-      sC.loadAsync(o, kO, i0 + 64);
-      loadLseAsync(sLse[buf ^ 1], lse, i0 + 64);
+      loadQueryTileAsync<LQ, LO>(sA[buf ^ 1], sB[buf ^ 1], sC, sLse[buf ^ 1],
+                                 q, dout, o, lse, i0 + 64);
       commitCopies();
     }
     const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
@@ -820,8 +827,7 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   backwardToHead<T, LQ, LK, LO>(h, q, k, v, o, lse, dout, dq, dk, dv);
   dqSum += h * T * D;
   arrivals += h * (T / 64);
-  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride,
-                kO = LO::kRowStride;
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
   // The dq product dqᵀ = kᵀ · dsᵀ (D x 64 queries) is split over the warps
   // by 16 rows of D, then by n-tiles of queries: kSplit warps share a row
@@ -836,10 +842,8 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   // query tile) and the first query tile, one group.
   sm.q[1].loadAsync(k, kK, j0);
   sm.dout[1].loadAsync(v, kK, j0);
-  sm.q[0].loadAsync(q, kQ, first);
-  sm.dout[0].loadAsync(dout, kO, first);
-  sm.out.loadAsync(o, kO, first);
-  loadLseAsync(sm.lse[0], lse, first);
+  loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.out, sm.lse[0], q, dout,
+                             o, lse, first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
@@ -869,10 +873,8 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      sm.q[buf ^ 1].loadAsync(q, kQ, i0 + 64);
-      sm.dout[buf ^ 1].loadAsync(dout, kO, i0 + 64);
-      sm.out.loadAsync(o, kO, i0 + 64);
-      loadLseAsync(sm.lse[buf ^ 1], lse, i0 + 64);
+      loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1], sm.out,
+                                 sm.lse[buf ^ 1], q, dout, o, lse, i0 + 64);
       commitCopies();
     }
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
