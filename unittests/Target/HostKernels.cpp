@@ -46,6 +46,7 @@ static Dim3 blockIndex, gridSize, blockSize;
 #define __constant__ static
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
 /// Emulation code the race checker's instrumentation must not see.
 #define EMU_UNCHECKED __attribute__((no_sanitize("thread")))
 
@@ -661,13 +662,26 @@ template <typename T> inline void load4(const T *p, float (&x)[4]) {
 template <typename T> inline void store4(T *p, const float (&x)[4]) {
   for (int i = 0; i < 4; ++i) p[i] = fromFloat<T>(x[i]);
 }
-/// 16-byte global accesses must be 16-byte aligned on the GPU; here a
-/// misaligned one aborts.
-inline void globalAligned16(const void *p) {
+/// 16-byte global (and shared) accesses must be 16-byte aligned on the
+/// GPU; here a misaligned one aborts. Shared arrays are declared 16-byte
+/// aligned here, as the GPU aligns them.
+inline void globalAligned16(const void *p, const char *space = "global") {
   if (reinterpret_cast<unsigned long long>(p) % 16) {
-    std::fprintf(stderr, "misaligned 16-byte global access\n");
+    std::fprintf(stderr, "misaligned 16-byte %s access\n", space);
     std::abort();
   }
+}
+inline void load4AtL2(const float *p, float (&x)[4]) {
+  globalAligned16(p);
+  for (int i = 0; i < 4; ++i) x[i] = p[i];
+}
+inline void loadShared4(const float *p, float (&x)[4]) {
+  globalAligned16(p, "shared");
+  for (int i = 0; i < 4; ++i) x[i] = p[i];
+}
+inline void storeShared4(float *p, const float (&x)[4]) {
+  globalAligned16(p, "shared");
+  for (int i = 0; i < 4; ++i) p[i] = x[i];
 }
 inline float fastExp2(float x) { return std::exp2(x); }
 inline void loadIds4(const int *p, int (&x)[4]) {
@@ -991,7 +1005,8 @@ std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
       std::string name = declaredNames(decl).front();
       std::string type = decl.substr(0, decl.rfind(name));
       std::string bytes = std::to_string(dynamicBytes);
-      out += source.substr(done, at - done) + "static " + type + name +
+      out += source.substr(done, at - done) + "alignas(16) static " + type +
+             name +
              "[(" + bytes + " + sizeof(" + type + ") - 1) / sizeof(" + type +
              ") + 1]; emu::race::declare(&" + name + ", " + bytes + ", \"" +
              name + "\");";
@@ -1013,7 +1028,8 @@ std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
                                ", sizeof " + name + ", \"" + name +
                                "\"), true);";
     out += source.substr(done, at - done) +
-           (shared ? "static " + decl : "__device__ " + decl) + ";" + declares;
+           (shared ? "alignas(16) static " + decl : "__device__ " + decl) +
+           ";" + declares;
     done = line = end + 1;
   }
   return out + source.substr(done);

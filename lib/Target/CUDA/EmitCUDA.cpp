@@ -113,9 +113,12 @@ std::string Emitter::broadcastOffset(const Shape &operand, const Shape &shape,
 
 void Emitter::deviceScratch(const std::string &type, const std::string &name,
                             int64_t count) {
-  pre << "__device__ " << type << " " << name;
+  pre << "__device__ ";
+  // Arrays 16-byte aligned: the kernels read partial sums four at a time.
   if (count >= 0)
-    pre << "[" << count << "]";
+    pre << "__align__(16) " << type << " " << name << "[" << count << "]";
+  else
+    pre << type << " " << name;
   pre << ";\n";
   scratchBytes += (type == "double" ? 8 : 4) * std::max<int64_t>(count, 1);
 }

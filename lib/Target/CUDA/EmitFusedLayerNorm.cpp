@@ -1,11 +1,14 @@
 //===- EmitFusedLayerNorm.cpp - gpt.fused_layernorm -----------------------===//
 //
 // The launch's body becomes a generated functor (struct Prologue) that
-// evaluates the ScalarProgram at one flat index, broadcasting its operands
-// by index arithmetic as the fused elementwise kernels do, writes the
-// body's other values and returns the value to normalise;
-// layernormPrologueForward (layernorm.cuh) calls it per element of a row
+// evaluates the ScalarProgram at a chunk of a row (4 consecutive elements
+// when C is a multiple of 4, as layernorm.cuh's RowLayout takes them),
+// reading its operands as the fused elementwise kernels do, writes the
+// body's other values and leaves the values to normalise;
+// layernormPrologueForward (layernorm.cuh) calls it per chunk of a row
 // held in registers, then normalises the row as layernormForward does.
+// gpt.fused_layernorm_grad's body becomes struct Epilogue, called per
+// chunk of dx.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,43 +32,27 @@ void Emitter::emitFusedLayernorm() {
   if (in(nIn).numel() != C || in(nIn + 1).numel() != C)
     unsupported("gamma and beta are not [C]");
   headers.insert("layernorm.cuh");
+  const int width = layernormChunk(C);
 
-  // Only the dimensions a broadcast operand varies along need a digit.
-  std::vector<bool> needed(shape.size(), false);
-  for (size_t a = 0; a < nIn; ++a) {
-    const Shape &s = in(a).shape;
-    if (s == shape || in(a).numel() == 1)
-      continue;
-    if (s.size() > shape.size())
-      unsupported("an input does not broadcast to the result");
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[i] != 1)
-        needed[shape.size() - s.size() + i] = true;
-  }
-  bool anyDigit = std::find(needed.begin(), needed.end(), true) != needed.end();
-
-  os << "// The fused body at flat index i: writes the other values, returns\n"
-     << "// the value to normalise.\nstruct Prologue {\n";
+  os << "// The fused body at the " << width
+     << " elements from flat index i: writes the\n"
+     << "// other values, leaves the values to normalise in v.\n"
+     << "struct Prologue {\n";
   for (size_t a = 0; a < nIn; ++a)
     os << "  const " << tin(a) << " *in" << a << ";\n";
   for (size_t r = 1; r < l.outputs.size(); ++r)
     os << "  " << tout(r) << " *out" << r << ";\n";
-  os << "  __device__ __forceinline__ float operator()(i64 i) const {\n";
-  if (anyDigit)
-    digits(shape, "i", "d", "    ", needed);
-  for (size_t a = 0; a < nIn; ++a) {
-    std::string index = in(a).shape == shape  ? std::string("i")
-                        : in(a).numel() == 1 ? std::string("0")
-                                             : broadcastOffset(in(a).shape,
-                                                               shape, "d");
-    os << "    const float r" << a << " = toFloat(in" << a << "[" << index
-       << "]);\n";
-  }
-  scalarCode(body, "    ");
+  os << "  __device__ __forceinline__ void operator()(i64 i, float (&v)["
+     << width << "]) const {\n";
+  std::vector<int> args(nIn);
+  for (size_t a = 0; a < nIn; ++a)
+    args[a] = int(a);
+  std::vector<std::string> targets(l.outputs.size());
+  targets[0] = "v";
+  chunkBody(body, shape, args, width, targets, "    ");
   for (size_t r = 1; r < l.outputs.size(); ++r)
-    os << "    out" << r << "[i] = fromFloat<" << tout(r) << ">(r"
-       << body.results[r] << ");\n";
-  os << "    return r" << body.results[0] << ";\n  }\n};\n\n";
+    os << "    storeW<" << width << ">(out" << r << " + i, y" << r << ");\n";
+  os << "  }\n};\n\n";
 
   begin(entry, 256);
   os << "  layernormPrologueForward<" << C << ", " << i64Literal(rows)
@@ -95,57 +82,37 @@ void Emitter::emitFusedLayernormGrad() {
     if (out(r).shape != shape)
       unsupported("values differ in shape from x");
   headers.insert("layernorm.cuh");
+  const int width = layernormChunk(C);
 
-  std::vector<bool> needed(shape.size(), false);
-  for (size_t a = 0; a < nIn; ++a) {
-    const Shape &s = in(3 + a).shape;
-    if (s == shape || in(3 + a).numel() == 1)
-      continue;
-    if (s.size() > shape.size())
-      unsupported("an input does not broadcast to x");
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[i] != 1)
-        needed[shape.size() - s.size() + i] = true;
-  }
-  bool anyDigit = std::find(needed.begin(), needed.end(), true) != needed.end();
-
-  os << "// The fused body at flat index i of dx (register r0): writes its\n"
-     << "// values.\nstruct Epilogue {\n";
+  os << "// The fused body at the " << width
+     << " elements of dx from flat index i (register\n"
+     << "// r0 is given[e]): writes its values.\nstruct Epilogue {\n";
   for (size_t a = 0; a < nIn; ++a)
     os << "  const " << tin(3 + a) << " *in" << 3 + a << ";\n";
   for (size_t r = 2; r < l.outputs.size(); ++r)
     os << "  " << tout(r) << " *out" << r << ";\n";
-  os << "  __device__ __forceinline__ void operator()(i64 i, float dx) const "
-        "{\n";
-  if (anyDigit)
-    digits(shape, "i", "d", "    ", needed);
-  os << "    const float r0 = dx;\n";
-  for (size_t a = 0; a < nIn; ++a) {
-    const Shape &s = in(3 + a).shape;
-    std::string index = s == shape                ? std::string("i")
-                        : in(3 + a).numel() == 1 ? std::string("0")
-                                                 : broadcastOffset(s, shape, "d");
-    os << "    const float r" << a + 1 << " = toFloat(in" << 3 + a << "["
-       << index << "]);\n";
-  }
-  scalarCode(body, "    ");
+  os << "  __device__ __forceinline__ void operator()(i64 i, const float "
+        "(&given)["
+     << width << "]) const {\n";
+  std::vector<int> args(nIn + 1, -1);
+  for (size_t a = 0; a < nIn; ++a)
+    args[a + 1] = int(3 + a);
+  chunkBody(body, shape, args, width,
+            std::vector<std::string>(body.results.size()), "    ");
   for (size_t r = 2; r < l.outputs.size(); ++r)
-    os << "    out" << r << "[i] = fromFloat<" << tout(r) << ">(r"
-       << body.results[r - 2] << ");\n";
+    os << "    storeW<" << width << ">(out" << r << " + i, y" << r - 2
+       << ");\n";
   os << "  }\n};\n\n";
 
-  int64_t blocks = layernormGradScratch(rows, C);
-  begin(entry, 256, kLayernormGradMinBlocks);
-  os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows)
-     << ">(in0, in1, in2, Epilogue{";
+  begin(entry, layernormGradLaunch(rows, C), kLayernormGradMinBlocks);
+  os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows) << ", "
+     << kLayernormGradGroup << ">(in0, in1, in2, Epilogue{";
   for (size_t a = 0; a < nIn; ++a)
     os << (a ? ", " : "") << "in" << 3 + a;
   for (size_t r = 2; r < l.outputs.size(); ++r)
     os << (nIn + r > 2 ? ", " : "") << "out" << r;
   os << "}, out0, out1, " << floatLiteral(floatAttr("epsilon", 1e-5))
-     << ", gptcPartials, &gptcCounter);\n}\n";
-  l.block[0] = 256;
-  l.grid[0] = toGrid(blocks);
+     << ", gptcPartials, gptcGroupPartials, gptcCounters);\n}\n";
 }
 
 } // namespace gptc::cuda::detail

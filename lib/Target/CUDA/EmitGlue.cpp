@@ -198,6 +198,67 @@ void Emitter::scalarCode(const exec::ScalarProgram &body,
   }
 }
 
+void Emitter::chunkBody(const exec::ScalarProgram &body, const Shape &shape,
+                        const std::vector<int> &args, int width,
+                        const std::vector<std::string> &targets,
+                        const std::string &ind) {
+  // Only the dimensions a broadcast operand varies along need a digit.
+  std::vector<bool> needed(shape.size(), false);
+  for (int a : args) {
+    if (a < 0)
+      continue;
+    const Shape &s = in(a).shape;
+    if (s == shape || in(a).numel() == 1)
+      continue;
+    if (s.size() > shape.size())
+      unsupported("an operand does not broadcast to the result");
+    for (size_t i = 0; i < s.size(); ++i)
+      if (s[i] != 1)
+        needed[shape.size() - s.size() + i] = true;
+  }
+  if (std::find(needed.begin(), needed.end(), true) != needed.end())
+    digits(shape, "i", "d", ind, needed);
+  const std::string w = std::to_string(width);
+  std::vector<std::string> value(args.size());
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (args[a] < 0) {
+      value[a] = "given[e]";
+      continue;
+    }
+    const Shape &s = in(args[a]).shape;
+    const std::string n = std::to_string(args[a]);
+    std::string index = s == shape              ? std::string("i")
+                        : in(args[a]).numel() == 1 ? std::string("0")
+                                                   : broadcastOffset(s, shape, "d");
+    // Varies along the row: `width` consecutive elements from its offset
+    // (rows are a multiple of `width` long, so the chunk stays in one row).
+    bool perElement = s == shape || (in(args[a]).numel() > 1 && !s.empty() &&
+                                     s.back() == shape.back());
+    if (perElement) {
+      os << ind << "float x" << n << "[" << w << "];\n"
+         << ind << (width == 4 ? "load4(" : "loadW<" + w + ">(") << "in" << n
+         << " + " << index << ", x" << n << ");\n";
+      value[a] = "x" + n + "[e]";
+    } else {
+      os << ind << "const float s" << n << " = toFloat(in" << n << "["
+         << index << "]);\n";
+      value[a] = "s" + n;
+    }
+  }
+  for (size_t k = 0; k < targets.size(); ++k)
+    if (targets[k].empty())
+      os << ind << "float y" << k << "[" << w << "];\n";
+  os << "#pragma unroll\n" << ind << "for (int e = 0; e < " << w << "; ++e) {\n";
+  for (size_t a = 0; a < args.size(); ++a)
+    os << ind << "  const float r" << a << " = " << value[a] << ";\n";
+  scalarCode(body, ind + "  ");
+  for (size_t k = 0; k < targets.size(); ++k)
+    os << ind << "  "
+       << (targets[k].empty() ? "y" + std::to_string(k) : targets[k])
+       << "[e] = r" << body.results[k] << ";\n";
+  os << ind << "}\n";
+}
+
 void Emitter::emitElementwise(const exec::ScalarProgram &body) {
   if (l.outputs.empty())
     unsupported("no results");
@@ -206,77 +267,23 @@ void Emitter::emitElementwise(const exec::ScalarProgram &body) {
     unsupported("the body does not match the operands");
   const Shape &shape = out(0).shape;
   const int64_t n = numel(shape);
-  // Only the dimensions a broadcast operand varies along need a digit.
-  std::vector<bool> needed(shape.size(), false);
-  for (size_t a = 0; a < l.inputs.size(); ++a) {
-    const Shape &s = in(a).shape;
-    if (s == shape || in(a).numel() == 1)
-      continue;
-    for (size_t i = 0; i < s.size(); ++i)
-      if (s[i] != 1)
-        needed[shape.size() - s.size() + i] = true;
-  }
-  bool anyDigit = std::find(needed.begin(), needed.end(), true) != needed.end();
-  auto operandIndex = [&](size_t a) {
-    return in(a).shape == shape ? std::string("i")
-           : in(a).numel() == 1 ? std::string("0")
-                                : broadcastOffset(in(a).shape, shape, "d");
-  };
   begin(entry, 256);
   l.block[0] = 256;
-
   // Four elements a thread with vector accesses when rows split into fours
   // (the operands that vary along the row then start 4-aligned too).
-  bool vectorize = !shape.empty() && shape.back() % 4 == 0;
-  if (!vectorize) {
-    l.grid[0] = toGrid(ceilDiv(n, 256));
-    os << "  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < "
-       << i64Literal(n) << "; i += i64(gridDim.x) * blockDim.x) {\n";
-    if (anyDigit)
-      digits(shape, "i", "d", "    ", needed);
-    for (size_t a = 0; a < l.inputs.size(); ++a)
-      os << "    const float r" << a << " = toFloat(in" << a << "["
-         << operandIndex(a) << "]);\n";
-    scalarCode(body, "    ");
-    for (size_t r = 0; r < l.outputs.size(); ++r)
-      os << "    out" << r << "[i] = fromFloat<" << tout(r) << ">(r"
-         << body.results[r] << ");\n";
-    os << "  }\n}\n";
-    return;
-  }
-  l.grid[0] = toGrid(ceilDiv(n / 4, 256));
+  int width = !shape.empty() && shape.back() % 4 == 0 ? 4 : 1;
+  l.grid[0] = toGrid(ceilDiv(n / width, 256));
   os << "  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < "
-     << i64Literal(n / 4) << "; v += i64(gridDim.x) * blockDim.x) {\n"
-     << "    const i64 i = v * 4;\n";
-  if (anyDigit)
-    digits(shape, "i", "d", "    ", needed);
-  std::vector<bool> perElement(l.inputs.size());
-  for (size_t a = 0; a < l.inputs.size(); ++a) {
-    const Shape &s = in(a).shape;
-    // Varies along the row: four consecutive elements from its offset.
-    perElement[a] = s == shape || (in(a).numel() > 1 && !s.empty() &&
-                                   s.back() == shape.back());
-    if (perElement[a])
-      os << "    float x" << a << "[4];\n    load4(in" << a << " + "
-         << operandIndex(a) << ", x" << a << ");\n";
-    else
-      os << "    const float s" << a << " = toFloat(in" << a << "["
-         << operandIndex(a) << "]);\n";
-  }
+     << i64Literal(n / width) << "; v += i64(gridDim.x) * blockDim.x) {\n"
+     << "    const i64 i = v * " << width << ";\n";
+  std::vector<int> args(l.inputs.size());
+  for (size_t a = 0; a < args.size(); ++a)
+    args[a] = int(a);
+  chunkBody(body, shape, args, width,
+            std::vector<std::string>(l.outputs.size()), "    ");
   for (size_t r = 0; r < l.outputs.size(); ++r)
-    os << "    float y" << r << "[4];\n";
-  os << "#pragma unroll\n    for (int e = 0; e < 4; ++e) {\n";
-  for (size_t a = 0; a < l.inputs.size(); ++a)
-    os << "      const float r" << a << " = "
-       << (perElement[a] ? "x" + std::to_string(a) + "[e]"
-                         : "s" + std::to_string(a))
-       << ";\n";
-  scalarCode(body, "      ");
-  for (size_t r = 0; r < l.outputs.size(); ++r)
-    os << "      y" << r << "[e] = r" << body.results[r] << ";\n";
-  os << "    }\n";
-  for (size_t r = 0; r < l.outputs.size(); ++r)
-    os << "    store4(out" << r << " + i, y" << r << ");\n";
+    os << "    " << (width == 4 ? "store4(" : "storeW<1>(") << "out" << r
+       << " + i, y" << r << ");\n";
   os << "  }\n}\n";
 }
 

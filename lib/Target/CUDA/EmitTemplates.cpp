@@ -64,27 +64,41 @@ void Emitter::emitLayernorm() {
   l.grid[0] = toGrid(ceilDiv(rows, 8));
 }
 
-int64_t Emitter::layernormGradScratch(int64_t rows, int64_t C) {
-  int64_t blocks = std::min<int64_t>(ceilDiv(rows, 8), kLayernormGradBlocks);
-  pre << "// Per-block partial dgamma/dbeta and the arrival counter.\n";
+int Emitter::layernormGradLaunch(int64_t rows, int64_t C) {
+  // Each warp's dgamma/dbeta sums in shared memory: 8 warps a block while
+  // two blocks fit in an H100's SM (C up to 1536), fewer for wider rows.
+  int64_t warps = 8;
+  while (warps > 1 && warps * 8 * C > kLayernormGradSharedBytes)
+    warps /= 2;
+  if (8 * C > kLayernormGradSharedBytes)
+    unsupported("rows of " + std::to_string(C) +
+                " elements: one warp's dgamma/dbeta sums take " +
+                std::to_string(8 * C) + " bytes of shared memory, over " +
+                std::to_string(kLayernormGradSharedBytes));
+  int64_t blocks = std::min<int64_t>(ceilDiv(rows, warps), kLayernormGradBlocks);
+  int64_t groups = ceilDiv(blocks, kLayernormGradGroup);
+  pre << "// dgamma/dbeta partials: a block's, then a group's of "
+      << kLayernormGradGroup << " blocks; the\n"
+      << "// groups' arrival counters and the last group's.\n";
   deviceScratch("float", "gptcPartials", blocks * 2 * C);
-  deviceScratch("unsigned", "gptcCounter", -1);
+  deviceScratch("float", "gptcGroupPartials", groups * 2 * C);
+  deviceScratch("unsigned", "gptcCounters", groups + 1);
   pre << "\n";
-  return blocks;
+  l.block[0] = uint32_t(32 * warps);
+  l.grid[0] = toGrid(blocks);
+  l.sharedBytes = uint32_t(warps * 8 * C);
+  return int(32 * warps);
 }
 
 void Emitter::emitLayernormGrad() {
   expectArity(3, 3);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
-  int64_t blocks = layernormGradScratch(rows, C);
-  begin(entry, 256, kLayernormGradMinBlocks);
-  os << "  layernormBackward<" << C << ", " << i64Literal(rows)
-     << ">(in0, in1, in2, out0, out1, out2, "
+  begin(entry, layernormGradLaunch(rows, C), kLayernormGradMinBlocks);
+  os << "  layernormBackward<" << C << ", " << i64Literal(rows) << ", "
+     << kLayernormGradGroup << ">(in0, in1, in2, out0, out1, out2, "
      << floatLiteral(floatAttr("epsilon", 1e-5))
-     << ", gptcPartials, &gptcCounter);\n}\n";
-  l.block[0] = 256;
-  l.grid[0] = toGrid(blocks);
+     << ", gptcPartials, gptcGroupPartials, gptcCounters);\n}\n";
 }
 
 void Emitter::emitReduceSum() {

@@ -97,11 +97,20 @@ inline int storageOf(const rt::Program &p, int id) {
 struct MultiTensorLayout; // EmitMultiTensor.cpp
 
 /// The layernorm gradients' launch: at most 256 blocks of 8 warps (a row a
-/// warp at a time; the last block sums every block's dgamma/dbeta partial
-/// in block order, so more blocks cost more than they gain: 512 were
-/// slower on an H100), at 2 blocks an SM (128 registers; at C=768 the
-/// kernel wants ~170 and would run one block an SM: 137 against 152 µs).
-constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2;
+/// warp at a time), at 2 blocks an SM (kLayernormGradMinBlocks: at most
+/// 128 registers). A block's dgamma/dbeta partial is summed with the others
+/// of its group of kLayernormGradGroup blocks, then the groups' (each block
+/// summing all 256 partials was a large part of the kernel: 512 blocks
+/// were slower than 256 on an H100). Each warp's sums take 8·C bytes of
+/// shared memory; a block takes at most kLayernormGradSharedBytes, so that
+/// two fit in an H100's SM.
+constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2,
+                  kLayernormGradGroup = 16,
+                  kLayernormGradSharedBytes = 96 * 1024;
+
+/// The elements a lane of the layernorm kernels takes at once
+/// (RowLayout<C>::kW in layernorm.cuh).
+inline int layernormChunk(int64_t C) { return C % 4 == 0 ? 4 : 1; }
 
 class Emitter {
 public:
@@ -119,9 +128,10 @@ private:
   /// < 0: a scalar) and counts its bytes. type: float, double or unsigned.
   void deviceScratch(const std::string &type, const std::string &name,
                      int64_t count);
-  /// The layernorm gradients' grid (blocks for `rows` rows of C) and the
-  /// scratch of their dgamma/dbeta partials and arrival counter.
-  int64_t layernormGradScratch(int64_t rows, int64_t C);
+  /// Sets the layernorm gradients' launch (grid, block, dynamic shared
+  /// memory) for `rows` rows of C and declares the scratch of their
+  /// dgamma/dbeta partials and arrival counters; the block's threads.
+  int layernormGradLaunch(int64_t rows, int64_t C);
   const Buffer &in(size_t i) const { return p.buffers[l.inputs.at(i)]; }
   const Buffer &out(size_t i) const { return p.buffers[l.outputs.at(i)]; }
   const char *tin(size_t i) const { return ctype(in(i).dtype); }
@@ -198,6 +208,16 @@ private:
   /// In the vector case, inside `for (int e ...)`: the arguments as `rJ`.
   void multiTensorElement(const MultiTensorLayout &m,
                           const std::string &ind = "");
+  /// The fused `body` at `width` consecutive elements [i, i + width) of
+  /// `shape`, in one row (rows are a multiple of `width` long): argument a
+  /// is launch input args[a], read with one access when it varies along the
+  /// row and once otherwise, or, where args[a] < 0, the caller's
+  /// `given[e]`. Result k goes to targets[k][e], or to `float yK[width]`
+  /// (declared here) where targets[k] is empty.
+  void chunkBody(const exec::ScalarProgram &body, const Shape &shape,
+                 const std::vector<int> &args, int width,
+                 const std::vector<std::string> &targets,
+                 const std::string &ind);
   /// The body's instructions as `float rN = ...;` lines.
   void scalarCode(const exec::ScalarProgram &body, const std::string &indent);
   // EmitTemplates.cpp

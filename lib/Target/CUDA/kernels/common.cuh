@@ -56,3 +56,74 @@ __device__ __forceinline__ bool lastBlockToArrive(unsigned *counter,
     __threadfence();
   return last;
 }
+
+/// kW consecutive elements as one access: load4/store4 (16-byte float32,
+/// 8-byte bf16) when kW is 4, the element itself when 1. p is aligned to
+/// kW elements.
+template <int kW, typename T>
+__device__ __forceinline__ void loadW(const T *p, float (&x)[kW]) {
+  if constexpr (kW == 4)
+    load4(p, x);
+  else
+    for (int e = 0; e < kW; ++e)
+      x[e] = toFloat(p[e]);
+}
+template <int kW, typename T>
+__device__ __forceinline__ void storeW(T *p, const float (&x)[kW]) {
+  if constexpr (kW == 4)
+    store4(p, x);
+  else
+    for (int e = 0; e < kW; ++e)
+      p[e] = fromFloat<T>(x[e]);
+}
+/// loadW of float32 at L2 (ld.global.cg): partial results other blocks
+/// wrote in this launch.
+template <int kW>
+__device__ __forceinline__ void loadWAtL2(const float *p, float (&x)[kW]) {
+  if constexpr (kW == 4)
+    load4AtL2(p, x);
+  else
+    for (int e = 0; e < kW; ++e)
+      x[e] = __ldcg(p + e);
+}
+/// kW consecutive float32 in shared memory, aligned to kW elements.
+template <int kW>
+__device__ __forceinline__ void loadSharedW(const float *p, float (&x)[kW]) {
+  if constexpr (kW == 4)
+    loadShared4(p, x);
+  else
+    for (int e = 0; e < kW; ++e)
+      x[e] = p[e];
+}
+template <int kW>
+__device__ __forceinline__ void storeSharedW(float *p, const float (&x)[kW]) {
+  if constexpr (kW == 4)
+    storeShared4(p, x);
+  else
+    for (int e = 0; e < kW; ++e)
+      p[e] = x[e];
+}
+
+/// For each i < n (a multiple of kW), dst(i, s) with s[e] the sum over
+/// b < count of src[b·n + i + e], added in b order (deterministic); the
+/// block's threads take kW consecutive i at a time. src holds partial
+/// sums that other blocks wrote in this launch.
+template <int kW, typename Dst>
+__device__ __forceinline__ void sumPartialsInOrder(const float *src,
+                                                   unsigned count, int n,
+                                                   const Dst &dst) {
+  for (int i = threadIdx.x * kW; i < n; i += blockDim.x * kW) {
+    float s[kW];
+    for (int e = 0; e < kW; ++e)
+      s[e] = 0.0f;
+    // Unrolled so that several partials' loads are in flight.
+#pragma unroll 8
+    for (unsigned b = 0; b < count; ++b) {
+      float t[kW];
+      loadWAtL2<kW>(src + i64(b) * n + i, t);
+      for (int e = 0; e < kW; ++e)
+        s[e] += t[e];
+    }
+    dst(i, s);
+  }
+}

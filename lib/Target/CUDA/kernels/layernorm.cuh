@@ -1,64 +1,94 @@
 //===- layernorm.cuh - layernorm forward and backward ---------------------===//
 //
-// One warp per row of C elements, the row held in registers (C/32 per
-// lane), float32 statistics in two passes (mean, then the squared
-// deviations), as lib/Executor/NormKernels.cpp does in double. The fused
-// layernorm computes its row with a generated prologue instead of loading it.
+// One warp per row of C elements, the row held in registers, float32
+// statistics in two passes (mean, then the squared deviations), as
+// lib/Executor/NormKernels.cpp does in double. A lane takes chunks of 4
+// consecutive elements when C is a multiple of 4 (one 16-byte float32 or
+// 8-byte bf16 access each), else single elements. The fused layernorm
+// computes its row with a generated prologue instead of loading it, and
+// the fused gradient hands dx to a generated epilogue; both take a chunk
+// at a time.
 //
-// The backward's dgamma/dbeta sum over every row: each block sums its rows
-// in a fixed order into a partial in module scratch memory, and the last
-// block to finish adds the partials in block order, so the result does not
-// depend on scheduling (no float atomics).
+// The backward's dgamma/dbeta sum over every row: each warp sums its rows
+// in a fixed order in its own shared memory, the block adds its warps' in
+// warp order, the last block of each group of kGroup blocks adds the
+// group's in block order, and the last group the groups' in group order.
+// The result does not depend on scheduling (no float atomics), and no
+// block reads more than kGroup or gridDim.x / kGroup partials.
 //
 //===----------------------------------------------------------------------===//
 
-template <int C> struct RowRegs {
-  static constexpr int kPerLane = (C + 31) / 32;
+/// A row of C elements across a warp: lane `lane` holds kChunks chunks of
+/// kW consecutive elements, chunk j from column column(j, lane); chunks at
+/// or past C are zeros.
+template <int C> struct RowLayout {
+  static constexpr int kW = C % 4 == 0 ? 4 : 1;
+  static constexpr int kChunks = (C + 32 * kW - 1) / (32 * kW);
+  static __device__ __forceinline__ int column(int j, int lane) {
+    return j * 32 * kW + lane * kW;
+  }
 };
+template <int C>
+using RowChunks = float[RowLayout<C>::kChunks][RowLayout<C>::kW];
 
 template <int C, typename TX>
-__device__ __forceinline__ void loadRow(const TX *row, float (&v)[RowRegs<C>::kPerLane]) {
+__device__ __forceinline__ void loadRow(const TX *row, RowChunks<C> &v) {
+  using L = RowLayout<C>;
   int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int i = 0; i < RowRegs<C>::kPerLane; ++i) {
-    int c = lane + 32 * i;
-    v[i] = c < C ? toFloat(row[c]) : 0.0f;
+  for (int j = 0; j < L::kChunks; ++j) {
+    int c = L::column(j, lane);
+    if (c < C)
+      loadW<L::kW>(row + c, v[j]);
+    else
+      for (int e = 0; e < L::kW; ++e)
+        v[j][e] = 0.0f;
   }
 }
 
 /// mean and 1/sqrt(var + eps) of a row in registers.
 template <int C>
-__device__ __forceinline__ void rowStats(const float (&v)[RowRegs<C>::kPerLane],
-                                         float eps, float &mean, float &rstd) {
+__device__ __forceinline__ void rowStats(const RowChunks<C> &v, float eps,
+                                         float &mean, float &rstd) {
+  using L = RowLayout<C>;
   int lane = threadIdx.x % 32;
   float s = 0.0f;
 #pragma unroll
-  for (int i = 0; i < RowRegs<C>::kPerLane; ++i)
-    s += v[i];
+  for (int j = 0; j < L::kChunks; ++j)
+    for (int e = 0; e < L::kW; ++e)
+      s += v[j][e];
   mean = warpSum(s) / float(C);
   float q = 0.0f;
 #pragma unroll
-  for (int i = 0; i < RowRegs<C>::kPerLane; ++i) {
-    float d = lane + 32 * i < C ? v[i] - mean : 0.0f;
-    q += d * d;
-  }
+  for (int j = 0; j < L::kChunks; ++j)
+    if (L::column(j, lane) < C)
+      for (int e = 0; e < L::kW; ++e) {
+        float d = v[j][e] - mean;
+        q += d * d;
+      }
   rstd = 1.0f / sqrtf(warpSum(q) / float(C) + eps);
 }
 
 /// out = (x - mean) · rstd · gamma + beta for the row in registers.
 template <int C, typename TG, typename TB, typename TO>
-__device__ __forceinline__ void normaliseRow(const float (&v)[RowRegs<C>::kPerLane],
+__device__ __forceinline__ void normaliseRow(const RowChunks<C> &v,
                                              const TG *gamma, const TB *beta,
                                              TO *out, float eps) {
+  using L = RowLayout<C>;
   float mean, rstd;
   rowStats<C>(v, eps, mean, rstd);
   int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int i = 0; i < RowRegs<C>::kPerLane; ++i) {
-    int c = lane + 32 * i;
-    if (c < C)
-      out[c] = fromFloat<TO>((v[i] - mean) * rstd * toFloat(gamma[c]) +
-                             toFloat(beta[c]));
+  for (int j = 0; j < L::kChunks; ++j) {
+    int c = L::column(j, lane);
+    if (c >= C)
+      continue;
+    float g[L::kW], b[L::kW], y[L::kW];
+    loadW<L::kW>(gamma + c, g);
+    loadW<L::kW>(beta + c, b);
+    for (int e = 0; e < L::kW; ++e)
+      y[e] = (v[j][e] - mean) * rstd * g[e] + b[e];
+    storeW<L::kW>(out + c, y);
   }
 }
 
@@ -69,141 +99,179 @@ __device__ void layernormForward(const TX *x, const TG *gamma, const TB *beta,
   i64 row = i64(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= kRows)
     return;
-  float v[RowRegs<C>::kPerLane];
+  RowChunks<C> v;
   loadRow<C>(x + row * C, v);
   normaliseRow<C>(v, gamma, beta, out + row * C, eps);
 }
 
 /// gpt.fused_layernorm: layernormForward of the row that a generated
-/// prologue computes. `prologue(i)` evaluates the fused body at flat index
-/// i of the [rows, C] iteration space, writes the body's other values and
-/// returns the float32 value to normalise, which then stays in registers:
-/// one pass over the operands instead of a write and a read of x.
+/// prologue computes. `prologue(i, v)` evaluates the fused body at the
+/// RowLayout<C>::kW elements from flat index i of the [rows, C] iteration
+/// space, writes the body's other values and leaves the float32 values to
+/// normalise in v, which then stay in registers: one pass over the
+/// operands instead of a write and a read of x.
 template <int C, i64 kRows, typename Prologue, typename TG, typename TB,
           typename TO>
 __device__ void layernormPrologueForward(const Prologue &prologue,
                                          const TG *gamma, const TB *beta,
                                          TO *out, float eps) {
+  using L = RowLayout<C>;
   i64 row = i64(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= kRows)
     return;
   int lane = threadIdx.x % 32;
-  float v[RowRegs<C>::kPerLane];
+  RowChunks<C> v;
 #pragma unroll
-  for (int i = 0; i < RowRegs<C>::kPerLane; ++i) {
-    int c = lane + 32 * i;
-    v[i] = c < C ? prologue(row * C + c) : 0.0f;
+  for (int j = 0; j < L::kChunks; ++j) {
+    int c = L::column(j, lane);
+    if (c < C)
+      prologue(row * C + c, v[j]);
+    else
+      for (int e = 0; e < L::kW; ++e)
+        v[j][e] = 0.0f;
   }
   normaliseRow<C>(v, gamma, beta, out + row * C, eps);
 }
 
-/// Stores dx at flat index i: layernorm_grad's plain dx.
+/// Stores dx's chunk at flat index i: layernorm_grad's plain dx.
 template <typename T> struct StoreDx {
   T *dx;
-  __device__ __forceinline__ void operator()(i64 i, float v) const {
-    dx[i] = fromFloat<T>(v);
+  template <int kW>
+  __device__ __forceinline__ void operator()(i64 i, const float (&v)[kW]) const {
+    storeW<kW>(dx + i, v);
   }
 };
 
 /// With xhat = (x - mean)·rstd and d = dy·gamma:
 ///   dx = rstd · (d - mean(d) - xhat · mean(d·xhat)),
 ///   dgamma = Σ_rows dy·xhat, dbeta = Σ_rows dy.
-/// `partials` holds gridDim.x · 2C floats, `counter` one zeroed unsigned.
-template <int C, i64 kRows, typename TX, typename TG, typename TD,
+/// Dynamic shared memory: blockDim.x / 32 · 2C floats. `partials` holds
+/// gridDim.x · 2C floats, `groupPartials` ceil(gridDim.x / kGroup) · 2C,
+/// `counters` ceil(gridDim.x / kGroup) + 1 zeroed unsigneds.
+template <int C, i64 kRows, int kGroup, typename TX, typename TG, typename TD,
           typename TDX, typename TDG, typename TDB>
 __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
                                   TDX *dx, TDG *dgamma, TDB *dbeta, float eps,
-                                  float *partials, unsigned *counter);
+                                  float *partials, float *groupPartials,
+                                  unsigned *counters);
 
-/// layernormBackward with dx handed to `store(i, dx)` rather than written:
-/// gpt.fused_layernorm_grad's generated epilogue (struct Epilogue) computes
-/// its body from it and writes the body's values.
-template <int C, i64 kRows, typename Store, typename TX, typename TG,
-          typename TD, typename TDG, typename TDB>
+/// layernormBackward with dx handed to `store(i, chunk)` rather than
+/// written: gpt.fused_layernorm_grad's generated epilogue (struct Epilogue)
+/// computes its body from it and writes the body's values.
+template <int C, i64 kRows, int kGroup, typename Store, typename TX,
+          typename TG, typename TD, typename TDG, typename TDB>
 __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
                                       const TD *dy, const Store &store,
                                       TDG *dgamma, TDB *dbeta, float eps,
-                                      float *partials, unsigned *counter) {
-  constexpr int kPer = RowRegs<C>::kPerLane;
+                                      float *partials, float *groupPartials,
+                                      unsigned *counters) {
+  using L = RowLayout<C>;
+  constexpr int kW = L::kW;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warps = blockDim.x / 32;
-  float accG[kPer], accB[kPer];
+  // The warp's dgamma sums at [0, C), its dbeta sums at [C, 2C), in the
+  // row layout: each lane adds only its own columns, so no barrier is
+  // needed until every row is done, and no register holds them.
+  extern __shared__ float warpSums[];
+  float *sums = warpSums + warp * 2 * C;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i)
-    accG[i] = accB[i] = 0.0f;
+  for (int j = 0; j < L::kChunks; ++j) {
+    int c = L::column(j, lane);
+    if (c < C)
+      for (int e = 0; e < kW; ++e)
+        sums[c + e] = sums[C + c + e] = 0.0f;
+  }
 
-  // Only x (then xhat) and the dgamma/dbeta sums stay in registers; dy and
-  // gamma are read twice from L1/L2, which keeps large C from spilling.
+  // Only xhat stays in registers; dy and gamma are read twice, the second
+  // time from L1/L2, which keeps large C from spilling.
   for (i64 row = i64(blockIdx.x) * warps + warp; row < kRows;
        row += i64(gridDim.x) * warps) {
-    float v[kPer];
+    RowChunks<C> v;
     loadRow<C>(x + row * C, v);
     float mean, rstd;
     rowStats<C>(v, eps, mean, rstd);
     const TD *dyRow = dy + row * C;
     float sumD = 0.0f, sumDX = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      int c = lane + 32 * i;
-      v[i] = c < C ? (v[i] - mean) * rstd : 0.0f; // xhat
-      float g = c < C ? toFloat(dyRow[c]) : 0.0f;
-      float d = c < C ? g * toFloat(gamma[c]) : 0.0f;
-      accG[i] += g * v[i];
-      accB[i] += g;
-      sumD += d;
-      sumDX += d * v[i];
+    for (int j = 0; j < L::kChunks; ++j) {
+      int c = L::column(j, lane);
+      if (c >= C)
+        continue;
+      float g[kW], gm[kW], sg[kW], sb[kW];
+      loadW<kW>(dyRow + c, g);
+      loadW<kW>(gamma + c, gm);
+      loadSharedW<kW>(sums + c, sg);
+      loadSharedW<kW>(sums + C + c, sb);
+      for (int e = 0; e < kW; ++e) {
+        v[j][e] = (v[j][e] - mean) * rstd; // xhat
+        float d = g[e] * gm[e];
+        sg[e] += g[e] * v[j][e];
+        sb[e] += g[e];
+        sumD += d;
+        sumDX += d * v[j][e];
+      }
+      storeSharedW<kW>(sums + c, sg);
+      storeSharedW<kW>(sums + C + c, sb);
     }
     float meanD = warpSum(sumD) / float(C), meanDX = warpSum(sumDX) / float(C);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      int c = lane + 32 * i;
-      if (c < C) {
-        float d = toFloat(dyRow[c]) * toFloat(gamma[c]);
-        store(row * C + c, rstd * (d - meanD - v[i] * meanDX));
-      }
+    for (int j = 0; j < L::kChunks; ++j) {
+      int c = L::column(j, lane);
+      if (c >= C)
+        continue;
+      float g[kW], gm[kW], out[kW];
+      loadW<kW>(dyRow + c, g);
+      loadW<kW>(gamma + c, gm);
+      for (int e = 0; e < kW; ++e)
+        out[e] = rstd * (g[e] * gm[e] - meanD - v[j][e] * meanDX);
+      store(row * C + c, out);
     }
   }
 
-  // The block's partial: warps add theirs in warp order, in shared memory
-  // (in global memory these 8 dependent passes were a large fixed cost of
-  // every block), then it is copied out once.
-  __shared__ float blockPartial[2 * C];
-  for (int w = 0; w < warps; ++w) {
-    if (w == warp) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        int c = lane + 32 * i;
-        if (c < C) {
-          blockPartial[c] = w == 0 ? accG[i] : blockPartial[c] + accG[i];
-          blockPartial[C + c] = w == 0 ? accB[i] : blockPartial[C + c] + accB[i];
-        }
-      }
-    }
-    __syncthreads();
-  }
+  // The block's partial: its warps' sums added in warp order.
+  __syncthreads();
   float *mine = partials + i64(blockIdx.x) * 2 * C;
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x)
-    mine[c] = blockPartial[c];
-  if (!lastBlockToArrive(counter, gridDim.x))
-    return;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float sg = 0.0f, sb = 0.0f;
-    // In block order; unrolled so that several blocks' loads are in flight.
-#pragma unroll 8
-    for (unsigned b = 0; b < gridDim.x; ++b) {
-      sg += __ldcg(partials + i64(b) * 2 * C + c);
-      sb += __ldcg(partials + i64(b) * 2 * C + C + c);
+  for (int i = threadIdx.x * kW; i < 2 * C; i += blockDim.x * kW) {
+    float s[kW], t[kW];
+    loadSharedW<kW>(warpSums + i, s);
+    for (int w = 1; w < warps; ++w) {
+      loadSharedW<kW>(warpSums + w * 2 * C + i, t);
+      for (int e = 0; e < kW; ++e)
+        s[e] += t[e];
     }
-    dgamma[c] = fromFloat<TDG>(sg);
-    dbeta[c] = fromFloat<TDB>(sb);
+    storeW<kW>(mine + i, s);
   }
+  // The group's partial, then the whole sum.
+  const unsigned group = blockIdx.x / kGroup;
+  const unsigned groups = (gridDim.x + kGroup - 1) / kGroup;
+  const unsigned first = group * kGroup;
+  const unsigned inGroup = min(unsigned(kGroup), gridDim.x - first);
+  if (!lastBlockToArrive(counters + group, inGroup))
+    return;
+  float *groupSum = groupPartials + i64(group) * 2 * C;
+  sumPartialsInOrder<kW>(partials + i64(first) * 2 * C, inGroup, 2 * C,
+                         [&](int i, const float (&s)[kW]) {
+                           storeW<kW>(groupSum + i, s);
+                         });
+  if (!lastBlockToArrive(counters + groups, groups))
+    return;
+  // C is a multiple of kW: a chunk is all dgamma or all dbeta.
+  sumPartialsInOrder<kW>(groupPartials, groups, 2 * C,
+                         [&](int i, const float (&s)[kW]) {
+                           if (i < C)
+                             storeW<kW>(dgamma + i, s);
+                           else
+                             storeW<kW>(dbeta + (i - C), s);
+                         });
 }
 
-template <int C, i64 kRows, typename TX, typename TG, typename TD,
+template <int C, i64 kRows, int kGroup, typename TX, typename TG, typename TD,
           typename TDX, typename TDG, typename TDB>
 __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
                                   TDX *dx, TDG *dgamma, TDB *dbeta, float eps,
-                                  float *partials, unsigned *counter) {
-  layernormBackwardWith<C, kRows>(x, gamma, dy, StoreDx<TDX>{dx}, dgamma,
-                                  dbeta, eps, partials, counter);
+                                  float *partials, float *groupPartials,
+                                  unsigned *counters) {
+  layernormBackwardWith<C, kRows, kGroup>(x, gamma, dy, StoreDx<TDX>{dx},
+                                          dgamma, dbeta, eps, partials,
+                                          groupPartials, counters);
 }

@@ -125,6 +125,22 @@ __device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
   storeGlobal64(p, v.x, v.y);
 }
 
+/// Four float32 at L2 (ld.global.cg.v4): partial sums other blocks wrote
+/// in this launch; p is 16-byte aligned.
+__device__ __forceinline__ void load4AtL2(const float *p, float (&x)[4]) {
+  float4 v = __ldcg(reinterpret_cast<const float4 *>(p));
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+/// Four float32 in shared memory as one 16-byte access (a warp's 32 such
+/// accesses take the minimum four wavefronts); p is 16-byte aligned.
+__device__ __forceinline__ void loadShared4(const float *p, float (&x)[4]) {
+  float4 v = *reinterpret_cast<const float4 *>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+__device__ __forceinline__ void storeShared4(float *p, const float (&x)[4]) {
+  *reinterpret_cast<float4 *>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+
 /// 2^x on the special-function unit: ex2.approx.ftz, within a few ulp,
 /// results below 2^-126 flush to 0 (-inf gives 0). For softmax terms that
 /// are rounded to bf16 next.
