@@ -631,6 +631,13 @@ inline unsigned __ballot_sync(unsigned, bool p) {
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p += v; return o; }
 inline void reduceAddGlobal(float *p, float v) { *p += v; }
+inline void reduceAddGlobal4(float *p, const float (&v)[4]) {
+  if (reinterpret_cast<unsigned long long>(p) % 16) {
+    std::fprintf(stderr, "misaligned 16-byte global reduction\n");
+    std::abort();
+  }
+  for (int e = 0; e < 4; ++e) p[e] += v[e];
+}
 template <typename T> inline T __ldcg(const T *p) { return *p; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -774,6 +774,30 @@ __device__ __forceinline__ void arriveAtQueryTiles(unsigned *arrivals,
   __threadfence();
 }
 
+/// A 4 x 4 transpose across the four lanes 4, 8 and 12 apart whose g % 4
+/// is i = 0..3 (the lanes of an mma fragment that hold four consecutive
+/// rows): before, lane i holds m[i][e] in v[e]; after, m[s][i] in v[s].
+/// Two butterfly rounds, two shuffles each.
+__device__ __forceinline__ void transposeAcrossLanes4(float (&v)[4], int i) {
+#pragma unroll
+  for (int mask = 1; mask <= 2; mask *= 2) {
+    const bool upper = (i & mask) != 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (e & mask)
+        continue;
+      // The lower lane keeps slot e and takes the partner's slot e into
+      // slot e ^ mask; the upper one the other way round.
+      float got = __shfl_xor_sync(0xffffffffu, upper ? v[e] : v[e ^ mask],
+                                  4 * mask);
+      if (upper)
+        v[e] = got;
+      else
+        v[e ^ mask] = got;
+    }
+  }
+}
+
 /// attentionBackwardAtomic's last block for a query tile: dq = scale · the
 /// tile's 64 x D sums (rows kQ apart from `dq` on), and the sums zeroed.
 /// Each thread's loads first, so that they are in flight together (through
@@ -913,15 +937,17 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
         mma16816(acc[2 * np + 1], kt[kc], f[2], f[3]);
       }
     // acc[nt][e]: d = 16 rowBlock + g (+8 for e >= 2), query (tile0 + nt)·8
-    // + 2tq + (e & 1).
+    // + 2tq + (e & 1). Four lanes (g = 4a + i) swap values until lane i
+    // holds query 2tq + (i & 1) at d = 16 rowBlock + 4a + 8(i >> 1) + s in
+    // slot s: one 16-byte reduction instead of four.
+    const int i = g % 4;
 #pragma unroll
-    for (int nt = 0; nt < kTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int d = rowBlock * 16 + g + (e < 2 ? 0 : 8);
-        const int row = i0 + (tile0 + nt) * 8 + 2 * tq + (e & 1);
-        reduceAddGlobal(dqSum + row * D + d, acc[nt][e]);
-      }
+    for (int nt = 0; nt < kTiles; ++nt) {
+      transposeAcrossLanes4(acc[nt], i);
+      const int d = rowBlock * 16 + (g - i) + 8 * (i >> 1);
+      const int row = i0 + (tile0 + nt) * 8 + 2 * tq + (i & 1);
+      reduceAddGlobal4(dqSum + row * D + d, acc[nt]);
+    }
     if (!more)
       break;
     __syncthreads(); // the terms are written; out and ds are free
