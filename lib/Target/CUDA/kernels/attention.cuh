@@ -542,14 +542,15 @@ __device__ __forceinline__ void rowTerms(float *sLse, float *sDot,
 }
 
 /// The dk/dv work of a warp's 16 keys (ka, va: their k and v rows as A
-/// fragments) on queries [8 n0, 8 n0 + 32) of a query tile (its q and dout
+/// fragments) on queries [8 n0, 8 n0 + 8N) of a query tile (its q and dout
 /// tiles, its row terms: −lse·log2 e and Σ dout·out): P and dS with rows
-/// keys, dv += P·dout, dk += dS·q (unscaled); dS is left in `ds`. Half a
-/// tile at a time: the whole tile's scores and dS on top of the fragments
-/// and both accumulators spill. `diagonal`: the causal tile, masked.
-template <int D>
+/// keys, dv += P·dout, dk += dS·q (unscaled); dS is left in `ds`. Part of
+/// a tile at a time: the whole tile's scores and dS on top of the
+/// fragments and both accumulators spill. `diagonal`: the causal tile,
+/// masked.
+template <int D, int N>
 __device__ __forceinline__ void
-keyRowsOnQueries(float (&ds)[4][4], float (&accK)[D / 8][4],
+keyRowsOnQueries(float (&ds)[N][4], float (&accK)[D / 8][4],
                  float (&accV)[D / 8][4], const u32 (&ka)[D / 16][4],
                  const u32 (&va)[D / 16][4], const mma::Tile<D> &q,
                  const mma::Tile<D> &dout, const float *tileLse,
@@ -557,11 +558,11 @@ keyRowsOnQueries(float (&ds)[4][4], float (&accK)[D / 8][4],
                  int n0) {
   using namespace mma;
   const int tq = threadIdx.x % 4;
-  float p[4][4];
-  productABt<D, 4>(p, ka, q, n0);
-  productABt<D, 4>(ds, va, dout, n0);
+  float p[N][4];
+  productABt<D, N>(p, ka, q, n0);
+  productABt<D, N>(ds, va, dout, n0);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < N; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
@@ -571,14 +572,14 @@ keyRowsOnQueries(float (&ds)[4][4], float (&accK)[D / 8][4],
     maskFuture<true>(p, threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4, 0.0f,
                      n0);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < N; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       int c = (n0 + nt) * 8 + 2 * tq + (e & 1);
       ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
     }
-  accumulatePB<D, 4>(accV, p, dout, n0);
-  accumulatePB<D, 4>(accK, ds, q, n0);
+  accumulatePB<D, N>(accV, p, dout, n0);
+  accumulatePB<D, N>(accK, ds, q, n0);
 }
 
 /// Moves the backward's operands to head h's rows.
@@ -664,23 +665,28 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
         waitCopies<0>();
       }
       __syncthreads();
-      float s[8][4], dp[8][4];
-      productABt<D>(s, qa, sA[buf]);
-      productABt<D>(dp, da, sB[buf]);
+      // Half a key tile at a time, as the dk/dv blocks take query tiles:
+      // the whole tile's scores and dout·vᵀ spilled on sm_80.
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+      for (int n0 = 0; n0 < 8; n0 += 4) {
+        float s[4][4], dp[4][4];
+        productABt<D, 4>(s, qa, sA[buf], n0);
+        productABt<D, 4>(dp, da, sB[buf], n0);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[nt][e] =
-              fastExp2(fmaf(s[nt][e], scaleLog2, e < 2 ? lseLo : lseHi));
-      if (kCausal && j0 == i0)
-        maskFuture<false>(s, rLo, 0.0f);
+        for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+          for (int e = 0; e < 4; ++e)
+            s[nt][e] =
+                fastExp2(fmaf(s[nt][e], scaleLog2, e < 2 ? lseLo : lseHi));
+        if (kCausal && j0 == i0)
+          maskFuture<false, 4>(s, rLo, 0.0f, n0);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[nt][e] *= dp[nt][e] - (e < 2 ? dotLo : dotHi);
-      accumulatePB<D>(acc, s, sA[buf]);
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[nt][e] *= dp[nt][e] - (e < 2 ? dotLo : dotHi);
+        accumulatePB<D, 4>(acc, s, sA[buf], n0);
+      }
       __syncthreads(); // done with this buffer before it is refilled
     }
     storeAcc<D, kQ>(dq, i0 + warp * 16, acc, scale, scale);
@@ -720,12 +726,14 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       commitCopies();
     }
     const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
-    // Causal: the first query tile is the diagonal one.
+    // Causal: the first query tile is the diagonal one. A quarter of it at
+    // a time: in halves, sm_80 spilled 16 bytes.
 #pragma unroll
-    for (int n0 = 0; n0 < 8; n0 += 4) {
-      float ds[4][4];
-      keyRowsOnQueries<D>(ds, accK, accV, ka, va, sA[buf], sB[buf], tileLse,
-                          tileDot, scaleLog2, kCausal && i0 == j0, n0);
+    for (int n0 = 0; n0 < 8; n0 += 2) {
+      float ds[2][4];
+      keyRowsOnQueries<D, 2>(ds, accK, accV, ka, va, sA[buf], sB[buf],
+                             tileLse, tileDot, scaleLog2,
+                             kCausal && i0 == j0, n0);
     }
     if (!more)
       break;
@@ -905,9 +913,9 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int n0 = 0; n0 < 8; n0 += 4) {
       float ds[4][4];
-      keyRowsOnQueries<D>(ds, accK, accV, ka, va, sm.q[buf], sm.dout[buf],
-                          tileLse, tileDot, scaleLog2, kCausal && i0 == j0,
-                          n0);
+      keyRowsOnQueries<D, 4>(ds, accK, accV, ka, va, sm.q[buf],
+                             sm.dout[buf], tileLse, tileDot, scaleLog2,
+                             kCausal && i0 == j0, n0);
       // dS to shared memory, bf16 as the products take it: rows keys.
       unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
       unsigned short *hi = lo + 8 * Tile<64>::kStride;
