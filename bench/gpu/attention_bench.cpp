@@ -1,13 +1,15 @@
 // bench/gpu/attention_bench.cpp — gptc's attention kernels alone, on a GPU.
 //
 // Loads the cubins `gptc compile --dump-kernels` wrote for GPT-2 (the very
-// ones its training program runs: NVRTC's), runs the forward once on random
-// bf16 q, k, v for its out and lse, then times each backward variant over
-// the same inputs and checks its dq, dk and dv against the first variant's.
+// ones its training program runs: NVRTC's), times each forward variant on
+// random bf16 q, k, v and checks its out and lse against the first one's,
+// whose out and lse the backwards then take; times each backward variant
+// over the same inputs and checks its dq, dk and dv against the first
+// backward's.
 // prepare.sh builds it (host C++ on the driver API, no nvcc) and writes
 // DIR/sizes.txt ("batch seq channels heads") and DIR/kernels.txt, a line a
 // kernel: "role name file entry grid.x grid.y block.x dynamic_shared",
-// role "forward" once, then "backward" lines, the reference first. A file
+// "forward" lines, then "backward" lines, each role's reference first. A file
 // is a cubin, or CUDA C++ (.cu: a dumped kernel with a change, such as its
 // launch bounds), which this compiles with the GPU machine's NVRTC and
 // gptc's options (DIR/nvrtc-options.txt), as the training program would.
@@ -15,7 +17,7 @@
 //   attention_bench DIR [launches]
 //
 // Prints one line a kernel (µs a launch, the mean of `launches` after two
-// untimed ones) and exits non-zero if a backward's results stray from the
+// untimed ones) and exits non-zero if a variant's results stray from its
 // reference's by more than 2% of the reference's largest magnitude, part by
 // part, or if anything fails.
 
@@ -182,6 +184,36 @@ double timeLaunches(const Kernel &k, void **args, int n) {
   return 1000.0 * ms / n;
 }
 
+/// "max|diff|/max|ref|: NAME d/s ..." for each part of `got` against
+/// `ref`: row r's part p is columns [p·width, (p+1)·width) of rows
+/// `stride` apart; a part fails past 2% of the reference's largest
+/// magnitude or with a non-finite value. ok: whether every part passed.
+std::string compareParts(const std::vector<float> &got,
+                         const std::vector<float> &ref, size_t rows,
+                         size_t stride, size_t width,
+                         const std::vector<const char *> &names, bool &ok) {
+  std::ostringstream parts;
+  ok = true;
+  for (size_t part = 0; part < names.size(); ++part) {
+    double diff = 0, scale = 0;
+    bool finite = true;
+    for (size_t row = 0; row < rows; ++row)
+      for (size_t c = 0; c < width; ++c) {
+        size_t e = row * stride + part * width + c;
+        finite &= std::isfinite(got[e]);
+        diff = std::max(diff, double(std::fabs(got[e] - ref[e])));
+        scale = std::max(scale, double(std::fabs(ref[e])));
+      }
+    bool partOk = finite && diff <= 0.02 * scale;
+    ok &= partOk;
+    char text[96];
+    std::snprintf(text, sizeof text, " %s %.2e/%.2e%s", names[part], diff,
+                  scale, partOk ? "" : " FAIL");
+    parts << text;
+  }
+  return "max|diff|/max|ref|:" + parts.str() + (ok ? "  PASS" : "");
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -201,8 +233,11 @@ int main(int argc, char **argv) {
         k.gridX >> k.gridY >> k.block >> k.shared)
       kernels.push_back(k);
   }
-  if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || kernels.size() < 2 ||
-      kernels[0].role != "forward") {
+  size_t forwards = 0;
+  while (forwards < kernels.size() && kernels[forwards].role == "forward")
+    ++forwards;
+  if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || forwards == 0 ||
+      forwards == kernels.size()) {
     std::fprintf(stderr, "attention_bench: bad sizes.txt or kernels.txt\n");
     return 1;
   }
@@ -244,15 +279,47 @@ int main(int argc, char **argv) {
   std::printf("attention_bench: B=%lld T=%lld C=%lld H=%lld, %d launches "
               "each\n",
               B, T, C, H, launches);
-  void *fwdArgs[] = {&qkv, &out, &lse};
-  std::printf("%-8s %-8s %-28s %10.1f us\n", "forward", kernels[0].name.c_str(),
-              kernels[0].entry.c_str(), timeLaunches(kernels[0], fwdArgs, launches));
+  // Each forward into its own out and lse, compared with the first's,
+  // which the backwards take.
+  int failures = 0;
+  std::vector<float> refOut, refLse;
+  for (size_t i = 0; i < forwards; ++i) {
+    CUdeviceptr o = out, l = lse;
+    if (i > 0) {
+      check(cuMemAlloc(&o, 2 * nOut), "cuMemAlloc");
+      check(cuMemAlloc(&l, 4 * size_t(B * H * T)), "cuMemAlloc");
+    }
+    void *args[] = {&qkv, &o, &l};
+    double us = timeLaunches(kernels[i], args, launches);
+    std::vector<uint16_t> bits(nOut);
+    std::vector<float> gotOut(nOut), gotLse(size_t(B * H * T));
+    check(cuMemcpyDtoH(bits.data(), o, 2 * nOut), "cuMemcpyDtoH");
+    check(cuMemcpyDtoH(gotLse.data(), l, 4 * gotLse.size()), "cuMemcpyDtoH");
+    for (size_t e = 0; e < nOut; ++e)
+      gotOut[e] = fromBf16(bits[e]);
+    std::string verdict = "(the reference)";
+    if (i == 0) {
+      refOut = std::move(gotOut);
+      refLse = std::move(gotLse);
+    } else {
+      cuMemFree(o);
+      cuMemFree(l);
+      bool okOut, okLse;
+      verdict = compareParts(gotOut, refOut, size_t(B * T), size_t(C),
+                             size_t(C), {"out"}, okOut);
+      verdict += ";" + compareParts(gotLse, refLse, 1, 0, gotLse.size(),
+                                    {"lse"}, okLse);
+      failures += !(okOut && okLse);
+    }
+    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "forward",
+                kernels[i].name.c_str(), kernels[i].entry.c_str(), us,
+                verdict.c_str());
+  }
 
   // Each backward into its own dqkv, compared part by part (dq, dk, dv:
   // the three C-column thirds of each row) with the first one's.
-  int failures = 0;
   std::vector<float> reference;
-  for (size_t i = 1; i < kernels.size(); ++i) {
+  for (size_t i = forwards; i < kernels.size(); ++i) {
     Kernel &k = kernels[i];
     CUdeviceptr dqkv;
     check(cuMemAlloc(&dqkv, 2 * nQkv), "cuMemAlloc");
@@ -268,27 +335,9 @@ int main(int argc, char **argv) {
     if (reference.empty()) {
       reference = std::move(got);
     } else {
-      std::ostringstream parts;
-      bool ok = true;
-      const char *names[] = {"dq", "dk", "dv"};
-      for (int part = 0; part < 3; ++part) {
-        double diff = 0, scale = 0;
-        bool finite = true;
-        for (size_t row = 0; row < size_t(B * T); ++row)
-          for (size_t c = 0; c < size_t(C); ++c) {
-            size_t e = row * 3 * C + part * C + c;
-            finite &= std::isfinite(got[e]);
-            diff = std::max(diff, double(std::fabs(got[e] - reference[e])));
-            scale = std::max(scale, double(std::fabs(reference[e])));
-          }
-        bool partOk = finite && diff <= 0.02 * scale;
-        ok &= partOk;
-        char text[96];
-        std::snprintf(text, sizeof text, " %s %.2e/%.2e%s", names[part], diff,
-                      scale, partOk ? "" : " FAIL");
-        parts << text;
-      }
-      verdict = "max|diff|/max|ref|:" + parts.str() + (ok ? "  PASS" : "");
+      bool ok;
+      verdict = compareParts(got, reference, size_t(B * T), size_t(3 * C),
+                             size_t(C), {"dq", "dk", "dv"}, ok);
       failures += !ok;
     }
     std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "backward", k.name.c_str(),

@@ -59,9 +59,17 @@ compile check-gpt2w-bf16-atomic gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-backward=atomic
 compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic \
   --dump-kernels="$tmp/atomic"
+# The forward attention with 8 warps, 128 queries a block (opt-in
+# --attention-forward=mma128): checked at GPT-2's widths (T=256: a multiple
+# of 128), and its cubin for the attention bench.
+compile check-gpt2w-bf16-wide gpt2 bf16 2 256 --n-layer=1 \
+  --vocab-size=1000 --attention-forward=mma128
+"$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" --seq="$seq" \
+  --gpu-arch="$arch" --attention-forward=mma128 --dump-kernels="$tmp/wide" \
+  -o "$tmp/wide.program" > /dev/null
 
-# The attention kernels alone (attention_bench.cpp): the two GPT-2 programs'
-# own cubins, the forward and both backwards, with each launch's geometry
+# The attention kernels alone (attention_bench.cpp): the GPT-2 programs'
+# own cubins, both forwards and both backwards, with each launch's geometry
 # from the manifests; then both backwards at 2 blocks an SM rather than 3
 # (their sources with __launch_bounds__(128, 2), which the bench compiles
 # with the GPU machine's NVRTC and gptc's options). The bench itself is
@@ -74,6 +82,7 @@ tmp, att = sys.argv[1], sys.argv[2]
 lines = []
 for role, name, dump, entry, bounds in (
         ("forward", "mma", "split", "flash_attention_qkv_0", None),
+        ("forward", "mma128", "wide", "flash_attention_qkv_0", None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None),
         ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2),

@@ -9,10 +9,11 @@
 # Steps (each under its own time limit; a failing step does not stop the
 # rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16 and on
 # one layer of GPT-2's widths (every launch on the GPU against the CPU
-# backend; also with --attention-backward=atomic, and on sm_90a with the
-# forward attention on warpgroup MMA); the attention kernels alone
-# (attention_bench: both backwards timed, the atomic one's results against
-# the default's); 10 steps of gpt2-tiny
+# backend; also with --attention-backward=atomic, with
+# --attention-forward=mma128, and on sm_90a with the forward attention on
+# warpgroup MMA); the attention kernels alone (attention_bench: both
+# forwards and both backwards timed, each one's results against the
+# default's); 10 steps of gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T; GPT-2 124M compiled with
@@ -109,15 +110,16 @@ if want check; then
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
-  for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma; do
+  for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
+    check-gpt2w-bf16-wide; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
   done
 fi
 
-# The attention kernels alone, GPT-2's cubins on random data: the forward,
-# then each backward timed and checked against the default's results.
+# The attention kernels alone, GPT-2's cubins on random data: each forward
+# and each backward timed and checked against the default's results.
 if want attn && [[ -x $bundle/attention/attention_bench ]]; then
   step 60 attention "$bundle/attention/attention_bench" "$bundle/attention" 20
 fi

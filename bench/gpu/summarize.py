@@ -7,6 +7,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-tiny-bf16-dgelu.log                  the same, GPTC_GEMM_DGELU=cublaslt
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
   check-gpt2w-bf16-atomic.log                the same, --attention-backward=atomic
+  check-gpt2w-bf16-wide.log                  the same (T=256), --attention-forward=mma128
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
@@ -76,7 +77,7 @@ def main():
 
     # Kernel checks.
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
-                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma"):
+                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma", "gpt2w-bf16-wide"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")

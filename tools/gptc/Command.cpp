@@ -72,9 +72,10 @@ OptimizerOptions ModelOptions::compileOptions() const {
 }
 
 void KernelOptions::check() const {
-  if (attentionForward != "mma" && attentionForward != "wgmma")
+  if (attentionForward != "mma" && attentionForward != "mma128" &&
+      attentionForward != "wgmma")
     fail("unknown --attention-forward '" + attentionForward +
-         "' (mma, wgmma)");
+         "' (mma, mma128, wgmma)");
   if (attentionBackward != "split" && attentionBackward != "atomic")
     fail("unknown --attention-backward '" + attentionBackward +
          "' (split, atomic)");
@@ -89,6 +90,7 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
          " (this: " + arch + ")");
   cuda::EmitOptions emit;
   emit.wgmmaAttention = attentionForward == "wgmma";
+  emit.wideAttentionForward = attentionForward == "mma128";
   emit.atomicAttentionBackward = attentionBackward == "atomic";
   return emit;
 }

@@ -80,8 +80,10 @@ struct KernelOptions {
   llvm::cl::opt<std::string> attentionForward{
       "attention-forward",
       llvm::cl::desc("The bf16 forward attention's tensor cores: mma "
-                     "(mma.sync, the default) or wgmma (warpgroup MMA; "
-                     "sm_90a; slower today)"),
+                     "(mma.sync, 64 queries a block; the default), mma128 "
+                     "(mma.sync, 128 queries a block of 8 warps, where T is "
+                     "a multiple of 128) or wgmma (warpgroup MMA; sm_90a; "
+                     "slower today)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> attentionBackward{
       "attention-backward",

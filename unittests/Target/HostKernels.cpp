@@ -1188,8 +1188,13 @@ void HostKernels::throwOnRaces() {
 rt::Program &emitForHost(rt::Program &p, HostTarget target,
                          bool atomicAttentionBackward) {
   cuda::EmitOptions opts;
-  opts.wgmmaAttention = target == HostTarget::Sm90a; // what sm_90a may run
   opts.atomicAttentionBackward = atomicAttentionBackward;
+  return emitForHost(p, target, opts);
+}
+
+rt::Program &emitForHost(rt::Program &p, HostTarget target,
+                         cuda::EmitOptions opts) {
+  opts.wgmmaAttention = target == HostTarget::Sm90a; // what sm_90a may run
   cuda::emitCUDA(p, target == HostTarget::Sm90a ? "sm_90a" : "sm_80", opts);
   return p;
 }

@@ -20,6 +20,7 @@
 
 #include "gptc/Runtime/Backend.h"
 #include "gptc/Runtime/Program.h"
+#include "gptc/Target/CUDA/EmitCUDA.h"
 
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,10 @@ private:
 /// Sm90a with the wgmma forward attention chosen (EmitOptions).
 rt::Program &emitForHost(rt::Program &p, HostTarget target = HostTarget::Sm80,
                          bool atomicAttentionBackward = false);
+/// The same with the emitter's other choices (wgmmaAttention is set as
+/// above).
+rt::Program &emitForHost(rt::Program &p, HostTarget target,
+                         cuda::EmitOptions opts);
 
 /// rt::Backend over HostKernels: a host arena laid out by the program's
 /// memory plan, each generated kernel run from its CUDA source, and the

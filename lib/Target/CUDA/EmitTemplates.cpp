@@ -249,7 +249,12 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // of 84 bytes) it ran 20% faster on an H100 (1075 against 1344 µs, GPT-2
   // at T=1024). Taking the query tiles in halves, it no longer spills on
   // sm_90a, nor does the atomic backward.
-  begin(entry, mma ? 128 : 64, mma ? (grad ? 3 : 4) : 0);
+  // --attention-forward=mma128: 8 warps, 128 queries a block, at 2
+  // blocks an SM (the same 128 registers a thread).
+  const bool wide = !grad && mma && opts.wideAttentionForward &&
+                    !opts.wgmmaAttention && a.T % 128 == 0;
+  const int threads = !mma ? 64 : wide ? 256 : 128;
+  begin(entry, threads, mma ? (grad ? 3 : wide ? 2 : 4) : 0);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
   // another); without, mma.sync.
@@ -268,12 +273,12 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
         << ", \"the launch's dynamic shared memory\");\n\n";
   }
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
-     << tmpl << ">(" << a.args << ", " << scale
+     << tmpl << (wide ? ", 8" : "") << ">(" << a.args << ", " << scale
      << (atomic ? ", gptcDqSum, gptcArrivals" : "") << ");\n}\n";
-  l.block[0] = mma ? 128 : 64;
+  l.block[0] = uint32_t(threads);
   l.grid[0] = toGrid(atomic ? a.S / 64
                      : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
-                            : ceilDiv(a.T, 64));
+                            : ceilDiv(a.T, wide ? 128 : 64));
   l.grid[1] = uint32_t(a.heads);
   // AtomicBackwardShared<D>: five 64 x (D + 8) bf16 tiles, the 64 x 72 dS
   // tile, and 4 x 64 floats of row terms.

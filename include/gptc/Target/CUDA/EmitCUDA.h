@@ -38,6 +38,11 @@ struct EmitOptions {
   /// mma.sync everywhere. Off by default: on an H100 at GPT-2's sizes it
   /// took 253 µs a launch against mma.sync's 173 (docs/benchmarks.md).
   bool wgmmaAttention = false;
+  /// The mma.sync forward attention with 8 warps a block, 128 queries,
+  /// where T is a multiple of 128 (attentionForwardMma<..., 8>): each key
+  /// tile copied once for 128 queries rather than 64. Off by default: not
+  /// yet timed on a GPU.
+  bool wideAttentionForward = false;
   /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
   /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
   /// atomics (five products a tile pair, against seven; dq's sums then
