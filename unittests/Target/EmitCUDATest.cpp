@@ -199,6 +199,19 @@ TEST(EmitCUDA, RejectsUnknownArchAndKinds) {
   rt::Program p = gpt2Launches(DType::F32);
   EXPECT_THROW(cuda::emitCUDA(p, "sm_75"), cuda::EmitError);
   EXPECT_THROW(cuda::emitCUDA(p, "compute_90"), cuda::EmitError);
+  // A cast that reshapes (the gpt op cannot; a program file could).
+  rt::Program reshaping = gpt2Launches(DType::F32);
+  rt::Launch &cast = reshaping.functions[0].launches[0];
+  ASSERT_EQ(cast.kernel, "cast");
+  rt::Buffer &to = reshaping.buffers[cast.outputs[0]];
+  to.shape = {to.shape[0] * to.shape[1], to.shape[2]};
+  try {
+    cuda::emitCUDA(reshaping, "sm_80");
+    FAIL();
+  } catch (const cuda::EmitError &e) {
+    EXPECT_STREQ(e.what(), "no CUDA kernel for gpt.cast at test:1:1: operand "
+                           "and result shapes differ");
+  }
   p.functions[0].launches[0].kernel = "softmax";
   try {
     cuda::emitCUDA(p, "sm_80");

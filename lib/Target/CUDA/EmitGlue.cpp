@@ -17,8 +17,10 @@ namespace gptc::cuda::detail {
 
 void Emitter::emitMap() {
   expectArity(1, 1);
-  if (in(0).numel() != out(0).numel())
-    unsupported("operand and result sizes differ");
+  // gpt.cast keeps the shape (SameOperandsAndResultShape); the elementwise
+  // body would index a reshaped operand as a broadcast one.
+  if (in(0).shape != out(0).shape)
+    unsupported("operand and result shapes differ");
   exec::ScalarProgram identity;
   identity.numArgs = identity.numRegisters = 1;
   identity.results = {0};
