@@ -3,13 +3,15 @@
 // Loads the cubins `gptc compile --dump-kernels` wrote for GPT-2 (the very
 // ones its training program runs: NVRTC's), times each forward variant on
 // random bf16 q, k, v and checks its out and lse against the first one's,
-// whose out and lse the backwards then take; times each backward variant
-// over the same inputs and checks its dq, dk and dv against the first
-// backward's.
+// whose out and lse the backwards then take; times the row-dot pre-pass
+// (delta = Σ dout·out a query row, checked against the host's sums); times
+// each backward variant over the same inputs and checks its dq, dk and dv
+// against the first backward's.
 // prepare.sh builds it (host C++ on the driver API, no nvcc) and writes
 // DIR/sizes.txt ("batch seq channels heads") and DIR/kernels.txt, a line a
 // kernel: "role name file entry grid.x grid.y block.x dynamic_shared",
-// "forward" lines, then "backward" lines, each role's reference first. A file
+// "forward" lines, one "rowdot" line, then "backward" lines, each role's
+// reference first. A backward takes (qkv, out, lse, dout, delta, dqkv). A file
 // is a cubin, or CUDA C++ (.cu: a dumped kernel with a change, such as its
 // launch bounds), which this compiles with the GPU machine's NVRTC and
 // gptc's options (DIR/nvrtc-options.txt), as the training program would.
@@ -237,7 +239,7 @@ int main(int argc, char **argv) {
   while (forwards < kernels.size() && kernels[forwards].role == "forward")
     ++forwards;
   if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || forwards == 0 ||
-      forwards == kernels.size()) {
+      forwards + 1 >= kernels.size() || kernels[forwards].role != "rowdot") {
     std::fprintf(stderr, "attention_bench: bad sizes.txt or kernels.txt\n");
     return 1;
   }
@@ -264,17 +266,18 @@ int main(int argc, char **argv) {
   }
 
   // qkv [B, T, 3C] and dout [B, T, C] random; out [B, T, C] and lse
-  // [B·H, T] from the forward.
+  // [B·H, T] from the forward, delta [B·H, T] from the row dot.
   const size_t nQkv = size_t(B * T * 3 * C), nOut = size_t(B * T * C);
-  CUdeviceptr qkv, out, lse, dout;
+  CUdeviceptr qkv, out, lse, dout, delta;
   check(cuMemAlloc(&qkv, 2 * nQkv), "cuMemAlloc");
   check(cuMemAlloc(&out, 2 * nOut), "cuMemAlloc");
   check(cuMemAlloc(&lse, 4 * size_t(B * H * T)), "cuMemAlloc");
   check(cuMemAlloc(&dout, 2 * nOut), "cuMemAlloc");
+  check(cuMemAlloc(&delta, 4 * size_t(B * H * T)), "cuMemAlloc");
   std::vector<uint16_t> host = randomBf16(nQkv, 1);
   check(cuMemcpyHtoD(qkv, host.data(), 2 * nQkv), "cuMemcpyHtoD");
-  host = randomBf16(nOut, 2);
-  check(cuMemcpyHtoD(dout, host.data(), 2 * nOut), "cuMemcpyHtoD");
+  const std::vector<uint16_t> doutBits = randomBf16(nOut, 2);
+  check(cuMemcpyHtoD(dout, doutBits.data(), 2 * nOut), "cuMemcpyHtoD");
 
   std::printf("attention_bench: B=%lld T=%lld C=%lld H=%lld, %d launches "
               "each\n",
@@ -316,15 +319,42 @@ int main(int argc, char **argv) {
                 verdict.c_str());
   }
 
+  // The row dot of the reference forward's out, against the host's sums
+  // (head h of row b·T + t is element (b·H + h)·T + t).
+  {
+    Kernel &k = kernels[forwards];
+    void *args[] = {&out, &dout, &delta};
+    double us = timeLaunches(k, args, launches);
+    const long long D = C / H;
+    std::vector<float> got(size_t(B * H * T)), want(got.size());
+    check(cuMemcpyDtoH(got.data(), delta, 4 * got.size()), "cuMemcpyDtoH");
+    for (long long b = 0; b < B; ++b)
+      for (long long t = 0; t < T; ++t)
+        for (long long h = 0; h < H; ++h) {
+          double sum = 0;
+          for (long long d = 0; d < D; ++d) {
+            size_t e = size_t((b * T + t) * C + h * D + d);
+            sum += double(refOut[e]) * fromBf16(doutBits[e]);
+          }
+          want[size_t((b * H + h) * T + t)] = float(sum);
+        }
+    bool ok;
+    std::string verdict = compareParts(got, want, 1, 0, got.size(),
+                                       {"delta"}, ok);
+    failures += !ok;
+    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "rowdot", k.name.c_str(),
+                k.entry.c_str(), us, verdict.c_str());
+  }
+
   // Each backward into its own dqkv, compared part by part (dq, dk, dv:
   // the three C-column thirds of each row) with the first one's.
   std::vector<float> reference;
-  for (size_t i = forwards; i < kernels.size(); ++i) {
+  for (size_t i = forwards + 1; i < kernels.size(); ++i) {
     Kernel &k = kernels[i];
     CUdeviceptr dqkv;
     check(cuMemAlloc(&dqkv, 2 * nQkv), "cuMemAlloc");
     check(cuMemsetD8(dqkv, 0, 2 * nQkv), "cuMemsetD8");
-    void *args[] = {&qkv, &out, &lse, &dout, &dqkv};
+    void *args[] = {&qkv, &out, &lse, &dout, &delta, &dqkv};
     double us = timeLaunches(k, args, launches);
     check(cuMemcpyDtoH(host.data(), dqkv, 2 * nQkv), "cuMemcpyDtoH");
     cuMemFree(dqkv);

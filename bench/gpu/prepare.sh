@@ -69,37 +69,55 @@ compile check-gpt2w-bf16-wide gpt2 bf16 2 256 --n-layer=1 \
   -o "$tmp/wide.program" > /dev/null
 
 # The attention kernels alone (attention_bench.cpp): the GPT-2 programs'
-# own cubins, both forwards and both backwards, with each launch's geometry
-# from the manifests; then both backwards at 2 blocks an SM rather than 3
-# (their sources with __launch_bounds__(128, 2), which the bench compiles
-# with the GPU machine's NVRTC and gptc's options). The bench itself is
-# host C++ on the driver API.
+# own cubins, both forwards, the row-dot pre-pass and both backwards, with
+# each launch's geometry from the manifests; then both backwards at 2
+# blocks an SM rather than 3 (their sources with __launch_bounds__(128, 2)),
+# and both as they were before the pre-pass (the same sources with
+# attention.cuh of $baseline, which computed each query tile's Σ dout·out
+# from an out tile in every block). The bench compiles sources with the GPU
+# machine's NVRTC and gptc's options. It is host C++ on the driver API.
+baseline=ff2b93d
 att=$bundle/attention
 mkdir -p "$att"
-python3 - "$tmp" "$att" <<'PY'
+git -C "$root" show "$baseline:lib/Target/CUDA/kernels/attention.cuh" \
+  > "$tmp/attention-baseline.cuh"
+python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" <<'PY'
 import json, shutil, sys
-tmp, att = sys.argv[1], sys.argv[2]
+tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
+now, before = open(cuh).read(), open(f"{tmp}/attention-baseline.cuh").read()
+def baseline(source, entry):
+    # The old kernels took out (in1) where the new ones take delta (in4).
+    assert source.count(now) == 1, f"{entry}: attention.cuh not embedded"
+    call = ", in2, in3, in4, out0,"
+    assert source.count(call) == 1, f"{entry}: no {call}"
+    return source.replace(now, before).replace(call, ", in1, in2, in3, out0,")
 lines = []
-for role, name, dump, entry, bounds in (
-        ("forward", "mma", "split", "flash_attention_qkv_0", None),
-        ("forward", "mma128", "wide", "flash_attention_qkv_0", None),
-        ("backward", "split", "split", "flash_attention_qkv_grad_0", None),
-        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None),
-        ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2),
-        ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2)):
+for role, name, dump, entry, bounds, old in (
+        ("forward", "mma", "split", "flash_attention_qkv_0", None, False),
+        ("forward", "mma128", "wide", "flash_attention_qkv_0", None, False),
+        ("rowdot", "rowdot", "split", "attention_row_dot_0", None, False),
+        ("backward", "split", "split", "flash_attention_qkv_grad_0", None, False),
+        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, False),
+        ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, False),
+        ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, False),
+        ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, True),
+        ("backward", "atomic-before", "atomic", "flash_attention_qkv_grad_0", None, True)):
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]
-    if bounds is None:
+    if bounds is None and not old:
         file = f"{name}.cubin"
         shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{file}")
     else:
         file = f"{name}.cu"
         source = open(f"{tmp}/{dump}/{k['source']}").read()
-        old = "__launch_bounds__(128, 3)"
-        assert source.count(old) == 1, f"{entry}: no {old}"
-        open(f"{att}/{file}", "w").write(
-            source.replace(old, f"__launch_bounds__(128, {bounds})"))
+        if bounds is not None:
+            was = "__launch_bounds__(128, 3)"
+            assert source.count(was) == 1, f"{entry}: no {was}"
+            source = source.replace(was, f"__launch_bounds__(128, {bounds})")
+        if old:
+            source = baseline(source, entry)
+        open(f"{att}/{file}", "w").write(source)
     lines.append(f"{role} {name} {file} {entry} {l['grid'][0]} "
                  f"{l['grid'][1]} {l['block'][0]} {l['dynamic_shared_bytes']}")
 open(f"{att}/kernels.txt", "w").write("\n".join(lines) + "\n")

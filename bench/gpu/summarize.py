@@ -189,7 +189,8 @@ def main():
     # The attention kernels alone (attention_bench).
     bench = read(os.path.join(res, "attention.log")) or ""
     rows = [r for r in bench.splitlines()
-            if r.startswith(("attention_bench:", "forward ", "backward "))]
+            if r.startswith(("attention_bench:", "forward ", "rowdot ",
+                             "backward "))]
     if rows:
         lines.append("")
         lines.extend(rows)

@@ -34,6 +34,7 @@ namespace {
 /// The ops of the fused stage that are launches (gpt.reshape is a view,
 /// gpt.constant data).
 const char *const kKernels[] = {
+    "attention_row_dot",
     "cast",       "concat",          "cross_entropy",
     "cross_entropy_with_grad",       "embedding",
     "embedding_grad",                "flash_attention",

@@ -126,8 +126,10 @@ std::vector<HostTensor>
 flashAttentionGrad(const HostTensor &q, const HostTensor &k,
                    const HostTensor &v, const HostTensor &out,
                    const HostTensor &lse, const HostTensor &dout, float scale,
-                   bool causal, AttentionTiles tiles) {
+                   bool causal, AttentionTiles tiles, const HostTensor *delta) {
   const AttentionDims dims = dimsOf(q, k);
+  const HostTensor rowDots = delta ? HostTensor() : attentionRowDot(out, dout);
+  const float *allRowDots = delta ? delta->data() : rowDots.data();
   const int64_t heads = dims.heads, T = dims.T, S = dims.S, D = dims.D;
   HostTensor dq = HostTensor::floats(q.shape);
   HostTensor dk = HostTensor::floats(k.shape);
@@ -144,14 +146,7 @@ flashAttentionGrad(const HostTensor &q, const HostTensor &k,
     float *dvHead = dv.data() + h * S * D;
 
     // rowDot[t] = Σ_d dout·out = Σ_j P·dP: the softmax backward's row term.
-    std::vector<float> rowDot(T);
-    for (int64_t t = 0; t < T; ++t) {
-      const float *o = out.data() + (h * T + t) * D;
-      double s = 0.0;
-      for (int64_t d = 0; d < D; ++d)
-        s += double(doHead[t * D + d]) * o[d];
-      rowDot[t] = float(s);
-    }
+    const float *rowDot = allRowDots + h * T;
 
     std::vector<float> p(Br * Bc), ds(Br * Bc);
     for (int64_t j0 = 0; j0 < S; j0 += Bc) {
@@ -241,15 +236,35 @@ std::vector<HostTensor>
 flashAttentionQKVGrad(const HostTensor &qkv, const HostTensor &out,
                       const HostTensor &lse, const HostTensor &dout,
                       int64_t heads, float scale, bool causal,
-                      AttentionTiles tiles) {
+                      AttentionTiles tiles, const HostTensor *delta) {
   std::vector<HostTensor> g = flashAttentionGrad(
       unpackHeads(qkv, 3, 0, heads), unpackHeads(qkv, 3, 1, heads),
       unpackHeads(qkv, 3, 2, heads), unpackHeads(out, 1, 0, heads), lse,
-      unpackHeads(dout, 1, 0, heads), scale, causal, tiles);
+      unpackHeads(dout, 1, 0, heads), scale, causal, tiles, delta);
   HostTensor dqkv = HostTensor::floats(qkv.shape);
   for (int64_t part = 0; part < 3; ++part)
     packHeads(g[size_t(part)], 3, part, dqkv);
   return {std::move(dqkv)};
+}
+
+HostTensor attentionRowDot(const HostTensor &out, const HostTensor &dout,
+                           int64_t heads) {
+  if (heads > 0)
+    return attentionRowDot(unpackHeads(out, 1, 0, heads),
+                           unpackHeads(dout, 1, 0, heads));
+  const std::vector<int64_t> &s = out.shape;
+  const int64_t D = s.back(), rows = out.numel() / D;
+  HostTensor delta =
+      HostTensor::floats(std::vector<int64_t>(s.begin(), s.end() - 1));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *o = out.data() + r * D, *g = dout.data() + r * D;
+    double sum = 0.0;
+    for (int64_t d = 0; d < D; ++d)
+      sum += double(g[d]) * o[d];
+    delta.data()[r] = float(sum);
+  }
+  return delta;
 }
 
 } // namespace gptc::exec

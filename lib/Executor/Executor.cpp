@@ -194,13 +194,18 @@ std::vector<HostTensor> evaluate(Operation *op,
       .Case([&](gpt::FlashAttentionGradOp a) {
         return flashAttentionGrad(*in[0], *in[1], *in[2], *in[3], *in[4],
                                   *in[5], a.getScale().convertToFloat(),
-                                  a.getCausal());
+                                  a.getCausal(), {},
+                                  in.size() > 6 ? in[6] : nullptr);
       })
       .Case([&](gpt::FlashAttentionQKVGradOp a) {
         return flashAttentionQKVGrad(*in[0], *in[1], *in[2], *in[3],
                                      a.getNumHeads(),
                                      a.getScale().convertToFloat(),
-                                     a.getCausal());
+                                     a.getCausal(), {},
+                                     in.size() > 4 ? in[4] : nullptr);
+      })
+      .Case([&](gpt::AttentionRowDotOp a) {
+        return one(attentionRowDot(*in[0], *in[1], a.getNumHeads().value_or(0)));
       })
       .Case([&](gpt::NegOp) { return one(unary(UnaryKind::Neg, *in[0])); })
       .Case([&](gpt::ExpOp) { return one(unary(UnaryKind::Exp, *in[0])); })

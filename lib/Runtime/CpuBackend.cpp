@@ -274,7 +274,13 @@ const std::unordered_map<std::string, Kernel> &kernels() {
                                    const Outputs &) {
       return exec::flashAttentionGrad(*in[0], *in[1], *in[2], *in[3], *in[4],
                                       *in[5], real(l, "scale", 1),
-                                      flag(l, "causal"));
+                                      flag(l, "causal"), {},
+                                      in.size() > 6 ? in[6] : nullptr);
+    };
+    k["attention_row_dot"] = [](const Launch &l, const Inputs &in,
+                                const Outputs &) {
+      return one(exec::attentionRowDot(*in[0], *in[1],
+                                       integer(l, "num_heads", 0)));
     };
     k["flash_attention_qkv"] = [](const Launch &l, const Inputs &in,
                                   const Outputs &) {
@@ -286,7 +292,8 @@ const std::unordered_map<std::string, Kernel> &kernels() {
       return exec::flashAttentionQKVGrad(*in[0], *in[1], *in[2], *in[3],
                                          l.ints.at("num_heads"),
                                          real(l, "scale", 1),
-                                         flag(l, "causal"));
+                                         flag(l, "causal"), {},
+                                         in.size() > 4 ? in[4] : nullptr);
     };
     k["transpose"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(exec::transpose(*in[0], l.lists.at("permutation")));

@@ -27,7 +27,9 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// 3: gemm_fallback_column_partials_* takes `pre` (GELU's derivative in the
 /// bias gradient's pass, Program.h), and the runtime runs it by default.
 /// 4: each kernel's scratch_bytes (DeviceKernel::scratchBytes).
-constexpr uint32_t kVersion = 4;
+/// 5: attention_row_dot launches, whose result the attention gradients
+/// read as their last input (their kernels no longer read out).
+constexpr uint32_t kVersion = 5;
 
 json bodyToJson(const exec::ScalarProgram &b) {
   json code = json::array();

@@ -76,11 +76,13 @@ func.func @attention(%s: tensor<2x4x4xf32> {gpt.param = "scores"},
 // -----
 
 // Fused attention: one flash_attention_grad takes the forward's out and lse
-// and gives all three input gradients.
+// and gives all three input gradients; the row terms rowsum(dout ∘ out)
+// come first, from gpt.attention_row_dot, as its delta.
 // CHECK-LABEL: func.func @flash_grad
 // CHECK: %[[O:.+]], %[[LSE:.+]] = gpt.flash_attention %[[Q:[^,]+]], %[[K:[^,]+]], %[[V:[^ ]+]] {causal, scale = 5.000000e-01 : f32}
 // CHECK: %[[DO:.+]] = gpt.cross_entropy_grad
-// CHECK: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = gpt.flash_attention_grad %[[Q]], %[[K]], %[[V]], %[[O]], %[[LSE]], %[[DO]] {causal, scale = 5.000000e-01 : f32}
+// CHECK: %[[D:.+]] = gpt.attention_row_dot %[[O]], %[[DO]] : tensor<1x2x4x4xf32> -> tensor<1x2x4xf32>
+// CHECK: %[[DQ:.+]], %[[DK:.+]], %[[DV:.+]] = gpt.flash_attention_grad %[[Q]], %[[K]], %[[V]], %[[O]], %[[LSE]], %[[DO]], %[[D]] {causal, scale = 5.000000e-01 : f32}
 // CHECK: return %{{.+}}, %[[DQ]], %[[DK]], %[[DV]]
 func.func @flash(%q: tensor<1x2x4x4xf32> {gpt.param = "q"},
                  %k: tensor<1x2x4x4xf32> {gpt.param = "k"},
@@ -97,7 +99,8 @@ func.func @flash(%q: tensor<1x2x4x4xf32> {gpt.param = "q"},
 // CHECK-LABEL: func.func @flash_qkv_grad
 // CHECK: %[[O:.+]], %[[LSE:.+]] = gpt.flash_attention_qkv %[[X:[^ ]+]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32}
 // CHECK: %[[DO:.+]] = gpt.cross_entropy_grad
-// CHECK: %[[DX:.+]] = gpt.flash_attention_qkv_grad %[[X]], %[[O]], %[[LSE]], %[[DO]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32}
+// CHECK: %[[D:.+]] = gpt.attention_row_dot %[[O]], %[[DO]] {num_heads = 2 : i64} : tensor<1x4x8xf32> -> tensor<1x2x4xf32>
+// CHECK: %[[DX:.+]] = gpt.flash_attention_qkv_grad %[[X]], %[[O]], %[[LSE]], %[[DO]], %[[D]] {causal, num_heads = 2 : i64, scale = 5.000000e-01 : f32}
 // CHECK: return %{{.+}}, %[[DX]]
 func.func @flash_qkv(%x: tensor<1x4x24xf32> {gpt.param = "x"},
                      %t: tensor<1x4xi32> {gpt.input = "targets"}) -> (tensor<f32> {gpt.output = "loss"}) {

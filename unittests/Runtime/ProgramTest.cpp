@@ -158,7 +158,7 @@ TEST(ProgramTest, RoundTripIsExact) {
   int sum = q.find(Role::GradSum, "wte.weight");
   ASSERT_GE(sum, 0);
   EXPECT_EQ(sum, p.find(Role::GradSum, "wte.weight"));
-  EXPECT_EQ(bytes[8], 4);
+  EXPECT_EQ(bytes[8], 5);
   EXPECT_NE(q.function("accumulate_grads"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -221,7 +221,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 4 "
+            "prog.bin: gptc program version 1, this build reads version 5 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start

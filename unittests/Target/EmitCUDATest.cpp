@@ -93,7 +93,8 @@ rt::Program gpt2Launches(DType act) {
   auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
   fa.ints["causal"] = 1;
   fa.floats["scale"] = 0.125;
-  auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, o},
+  int delta = b.rowDot(o, o, {B, H, T});
+  auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, o, delta},
                        {b.buf(act, {B, H, T, D}), b.buf(act, {B, H, T, D}),
                         b.buf(act, {B, H, T, D})});
   fag.ints["causal"] = 1;
@@ -115,7 +116,9 @@ rt::Program gpt2Launches(DType act) {
   auto &pa = b.launch("flash_attention_qkv", {packed}, {y, ylse});
   pa.ints = {{"causal", 1}, {"num_heads", H}};
   pa.floats["scale"] = 0.125;
-  auto &pag = b.launch("flash_attention_qkv_grad", {packed, y, ylse, y},
+  int ydelta = b.rowDot(y, y, {B, H, T}, H);
+  auto &pag = b.launch("flash_attention_qkv_grad",
+                       {packed, y, ylse, y, ydelta},
                        {b.buf(act, {B, T, 3 * C})});
   pag.ints = {{"causal", 1}, {"num_heads", H}};
   pag.floats["scale"] = 0.125;

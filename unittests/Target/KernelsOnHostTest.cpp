@@ -535,11 +535,12 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
     fa.ints["causal"] = causal;
     fa.floats["scale"] = 0.35;
     int dq = b.buf(f32, qs), dk = b.buf(f32, qs), dv = b.buf(f32, qs);
-    auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
-                         {dq, dk, dv});
+    int delta = b.rowDot(o, dout, {2, 2, 16});
+    auto &fag = b.launch("flash_attention_grad",
+                         {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
     fag.ints["causal"] = causal;
     fag.floats["scale"] = 0.35;
-    attn.insert(attn.end(), {o, lse, dq, dk, dv});
+    attn.insert(attn.end(), {o, lse, dq, dk, dv, delta});
   }
 
   rt::Program &p = b.p;
@@ -609,11 +610,14 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
              data[dtable].f32, tol, "embedding_grad");
   for (int c = 0; c < 2; ++c) {
     bool causal = c == 0;
-    const int *a = attn.data() + 5 * c;
+    const int *a = attn.data() + 6 * c;
     std::vector<exec::HostTensor> fw =
         exec::flashAttention(data[q], data[k], data[v], 0.35f, causal);
     expectNear(fw[0], data[a[0]].f32, tol, "flash_attention out");
     expectNear(fw[1], data[a[1]].f32, tol, "flash_attention lse");
+    expectNear(exec::attentionRowDot(data[a[0]], data[dout]), data[a[5]].f32,
+               tol, "attention_row_dot");
+    // The reference computes D itself, from out and dout.
     std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
         data[q], data[k], data[v], data[a[0]], data[a[1]], data[dout], 0.35f,
         causal);
@@ -841,18 +845,20 @@ void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
     fa.ints["causal"] = causal;
     fa.floats["scale"] = 0.125;
     int dq = b.buf(f32, qs), dk = b.buf(f32, qs), dv = b.buf(f32, qs);
-    auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
-                         {dq, dk, dv});
+    int delta = b.rowDot(o, dout, {1, 2, 128});
+    auto &fag = b.launch("flash_attention_grad",
+                         {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
     fag.ints["causal"] = causal;
     fag.floats["scale"] = 0.125;
-    attn.insert(attn.end(), {o, lse, dq, dk, dv});
+    attn.insert(attn.end(), {o, lse, dq, dk, dv, delta});
   }
   rt::Program &p = b.p;
   HostKernels kernels(emitForHost(p, target, atomic), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &dk : p.kernels)
     ASSERT_EQ(attentionImpl(dk.source),
-              dk.name.find("grad") == std::string::npos
+              dk.name.find("row_dot") != std::string::npos ? ""
+              : dk.name.find("grad") == std::string::npos
                   ? (target == HostTarget::Sm90a ? "TensorCores" : "Mma")
               : atomic ? "Atomic"
                        : "Mma")
@@ -868,11 +874,14 @@ void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
   }
   for (int c = 0; c < 2; ++c) {
     bool causal = c == 0;
-    const int *a = attn.data() + 5 * c;
+    const int *a = attn.data() + 6 * c;
     std::vector<exec::HostTensor> fw =
         exec::flashAttention(data[q], data[k], data[v], 0.125f, causal);
     expectNear(fw[0], data[a[0]].f32, 1e-2f, "flash_attention out");
     expectNear(fw[1], data[a[1]].f32, 1e-5f, "flash_attention lse");
+    // 16-byte loads of bf16 out and dout, 8 lanes a row of 64.
+    expectNear(exec::attentionRowDot(data[a[0]], data[dout]), data[a[5]].f32,
+               1e-5f, "attention_row_dot");
     std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
         data[q], data[k], data[v], data[a[0]], data[a[1]], data[dout], 0.125f,
         causal);
@@ -903,7 +912,8 @@ TEST(TemplateKernelsOnHost, AtomicBackwardKeepsTheSplitKernelElsewhere) {
     Shape qs = {1, 2, 128, D};
     int q = b.buf(t, qs), k = b.buf(t, qs), v = b.buf(t, qs),
         dout = b.buf(t, qs), o = b.buf(t, qs), lse = b.buf(f32, {1, 2, 128});
-    b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
+    int delta = b.buf(f32, {1, 2, 128});
+    b.launch("flash_attention_grad", {q, k, v, o, lse, dout, delta},
              {b.buf(f32, qs), b.buf(f32, qs), b.buf(f32, qs)});
     rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
     EXPECT_EQ(attentionImpl(p.kernels[0].source),
@@ -926,16 +936,17 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
   fa.ints["causal"] = 0;
   fa.floats["scale"] = 0.125;
   int dq = b.buf(f32, qs), dk = b.buf(f32, ks), dv = b.buf(f32, ks);
-  auto &fag = b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
-                       {dq, dk, dv});
+  int delta = b.rowDot(o, dout, {1, 2, 128});
+  auto &fag = b.launch("flash_attention_grad",
+                       {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
   fag.ints["causal"] = 0;
   fag.floats["scale"] = 0.125;
   rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
-  ASSERT_EQ(attentionImpl(p.kernels[1].source), "Atomic");
-  EXPECT_EQ(p.functions[0].launches[1].grid[0], 3u);
+  ASSERT_EQ(attentionImpl(p.kernels[2].source), "Atomic");
+  EXPECT_EQ(p.functions[0].launches[2].grid[0], 3u);
   // Its module scratch: dq's float32 sums, [2 heads, 128, 64], and a count
   // for each of the 2 heads' 2 query tiles.
-  EXPECT_EQ(p.kernels[1].scratchBytes, 2 * 128 * 64 * 4 + 2 * 2 * 4);
+  EXPECT_EQ(p.kernels[2].scratchBytes, 2 * 128 * 64 * 4 + 2 * 2 * 4);
   EXPECT_EQ(p.kernels[0].scratchBytes, 0);
   HostKernels kernels(p);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -948,23 +959,65 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
   expectNear(bw[2], data[dv].f32, 2e-2f, "flash_attention_grad dv");
 }
 
-// The tensor-core backward computes its row terms from bf16 tiles of out
-// and dout: a float32 out (which no gpt op produces from bf16 q, but the
-// kernel-level form allows) gets the simple backward, the forward still
-// the tensor cores.
-TEST(TemplateKernelsOnHost, AttentionBackwardNeedsBf16Out) {
+// The tensor-core backward reads D from delta, not out: a float32 out
+// (which no gpt op produces from bf16 q, but the kernel-level form allows)
+// keeps the tensor cores, and so does a float32 dout's row dot its
+// 16-byte loads. A bf16 dout is what the tensor cores need.
+TEST(TemplateKernelsOnHost, AttentionBackwardReadsDeltaNotOut) {
   const DType f32 = DType::F32, bf = DType::BF16;
-  Builder b;
-  Shape qs = {1, 2, 128, 64};
-  int q = b.buf(bf, qs), k = b.buf(bf, qs), v = b.buf(bf, qs),
-      dout = b.buf(bf, qs), o = b.buf(f32, qs), lse = b.buf(f32, {1, 2, 128});
-  b.launch("flash_attention", {q, k, v}, {o, lse});
-  b.launch("flash_attention_grad", {q, k, v, o, lse, dout},
-           {b.buf(f32, qs), b.buf(f32, qs), b.buf(f32, qs)});
-  rt::Program &p = emitForHost(b.p);
-  ASSERT_EQ(p.kernels.size(), 2u);
-  EXPECT_EQ(attentionImpl(p.kernels[0].source), "Mma");
-  EXPECT_EQ(attentionImpl(p.kernels[1].source), "Simple");
+  for (DType doutType : {bf, f32}) {
+    Builder b;
+    Shape qs = {1, 2, 128, 64};
+    int q = b.buf(bf, qs), k = b.buf(bf, qs), v = b.buf(bf, qs),
+        dout = b.buf(doutType, qs), o = b.buf(doutType, qs),
+        lse = b.buf(f32, {1, 2, 128});
+    b.launch("flash_attention", {q, k, v}, {b.buf(bf, qs), lse});
+    int delta = b.rowDot(o, dout, {1, 2, 128});
+    b.launch("flash_attention_grad", {q, k, v, o, lse, dout, delta},
+             {b.buf(f32, qs), b.buf(f32, qs), b.buf(f32, qs)});
+    rt::Program &p = emitForHost(b.p);
+    ASSERT_EQ(p.kernels.size(), 3u);
+    EXPECT_EQ(attentionImpl(p.kernels[0].source), "Mma");
+    EXPECT_NE(p.kernels[1].source.find(doutType == bf ? ", 8, 8>(in0, in1"
+                                                      : ", 4, 16>(in0, in1"),
+              std::string::npos);
+    EXPECT_EQ(attentionImpl(p.kernels[2].source),
+              doutType == bf ? "Mma" : "Simple");
+  }
+}
+
+// gpt.attention_row_dot alone, on the layouts and widths it takes:
+// [B, H, T, D] and packed [B, T, H·D]; 16-byte loads of bf16 (8 lanes a
+// row at D = 64, 2 at D = 16), float32 4 at a time (32 lanes at D = 136),
+// and one element at a time where a row's start is not 16-byte aligned
+// (D = 12 of bf16: 8 lanes). B = 2, H = 3, T = 40: 240 rows, more than a
+// block of 32 rows of 8 lanes takes, and a last block only partly full.
+TEST(TemplateKernelsOnHost, AttentionRowDotMatchesTheCpuExecutor) {
+  struct Case {
+    int64_t D;
+    DType type;
+    bool packed;
+    const char *call;
+  };
+  for (const Case &c : {Case{64, DType::BF16, true, ", 8, 8>(in0, in1"},
+                        Case{16, DType::BF16, false, ", 8, 2>(in0, in1"},
+                        Case{136, DType::F32, true, ", 4, 32>(in0, in1"},
+                        Case{12, DType::BF16, true, ", 1, 8>(in0, in1"}}) {
+    SCOPED_TRACE("D " + std::to_string(c.D) + (c.packed ? ", packed" : ""));
+    const int64_t B = 2, H = 3, T = 40;
+    Builder b;
+    Shape shape = c.packed ? Shape{B, T, H * c.D} : Shape{B, H, T, c.D};
+    int o = b.buf(c.type, shape), dout = b.buf(c.type, shape);
+    int delta = b.rowDot(o, dout, {B, H, T}, c.packed ? H : 0);
+    rt::Program &p = emitForHost(b.p);
+    ASSERT_NE(p.kernels[0].source.find(c.call), std::string::npos)
+        << p.kernels[0].source.substr(p.kernels[0].source.rfind("extern"));
+    HostKernels kernels(p);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 500);
+    expectNear(exec::attentionRowDot(data[o], data[dout], c.packed ? H : 0),
+               data[delta].f32, 1e-5f, "attention_row_dot");
+  }
 }
 
 namespace {
@@ -992,8 +1045,9 @@ void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80
     fa.ints = {{"causal", causal}, {"num_heads", H}};
     fa.floats["scale"] = scale;
     int dqkv = b.buf(f32, {B, T, 3 * C});
-    auto &fag =
-        b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
+    int delta = b.rowDot(o, dout, {B, H, T}, H);
+    auto &fag = b.launch("flash_attention_qkv_grad",
+                         {qkv, o, lse, dout, delta}, {dqkv});
     fag.ints = {{"causal", causal}, {"num_heads", H}};
     fag.floats["scale"] = scale;
     attn.insert(attn.end(), {o, lse, dqkv});
@@ -1002,6 +1056,8 @@ void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80
   HostKernels kernels(emitForHost(p, target, atomic), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &k : p.kernels) {
+    if (k.name.find("row_dot") != std::string::npos)
+      continue;
     ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
     if (atomic && k.name.find("grad") != std::string::npos)
       ASSERT_EQ(attentionImpl(k.source), "Atomic") << k.name;
@@ -1055,7 +1111,9 @@ rt::Program &packedAttentionForRaces(Builder &b,
   fa.ints = {{"causal", 1}, {"num_heads", H}};
   fa.floats["scale"] = 0.125;
   int dqkv = b.buf(DType::F32, {B, T, 3 * C});
-  auto &fag = b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout}, {dqkv});
+  int delta = b.rowDot(o, dout, {B, H, T}, H);
+  auto &fag = b.launch("flash_attention_qkv_grad",
+                       {qkv, o, lse, dout, delta}, {dqkv});
   fag.ints = {{"causal", 1}, {"num_heads", H}};
   fag.floats["scale"] = 0.125;
   return emitForHost(b.p, target, atomicBackward);
@@ -1103,8 +1161,10 @@ int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
 TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b);
-  ASSERT_EQ(p.kernels.size(), 2u);
+  ASSERT_EQ(p.kernels.size(), 3u);
   for (size_t k = 0; k < p.kernels.size(); ++k) {
+    if (p.kernels[k].name.find("row_dot") != std::string::npos)
+      continue;
     bool grad = p.kernels[k].name.find("grad") != std::string::npos;
     EXPECT_GE(expectEachNeeded(p, k,
                                grad ? "attentionBackwardMma"
@@ -1177,14 +1237,16 @@ TEST(TemplateKernelsOnHost, EveryWideForwardBarrierIsNeeded) {
 TEST(TemplateKernelsOnHost, EveryAtomicAttentionBarrierIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm80, true);
-  ASSERT_EQ(p.kernels.size(), 2u);
-  const size_t k = p.kernels[0].name.find("grad") == std::string::npos ? 1 : 0;
-  ASSERT_EQ(attentionImpl(p.kernels[k].source), "Atomic");
-  // The prologue's two, and two a query tile.
+  ASSERT_EQ(p.kernels.size(), 3u);
+  size_t k = 0;
+  while (k < p.kernels.size() && attentionImpl(p.kernels[k].source) != "Atomic")
+    ++k;
+  ASSERT_LT(k, p.kernels.size());
+  // The prologue's two, and one a query tile.
   EXPECT_EQ(expectEachNeeded(p, k, "attentionBackwardAtomic",
                              "__syncthreads();", "shared-memory race",
                              HostTarget::Sm80),
-            4);
+            3);
 }
 
 // The same for the wgmma forward, and its two fences: without a thread's
@@ -1195,8 +1257,12 @@ TEST(TemplateKernelsOnHost, EveryAtomicAttentionBarrierIsNeeded) {
 TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a);
-  ASSERT_EQ(p.kernels.size(), 2u);
-  const size_t k = p.kernels[0].name.find("grad") == std::string::npos ? 0 : 1;
+  ASSERT_EQ(p.kernels.size(), 3u);
+  size_t k = 0;
+  while (k < p.kernels.size() &&
+         attentionImpl(p.kernels[k].source) != "TensorCores")
+    ++k;
+  ASSERT_LT(k, p.kernels.size());
   const HostTarget sm90a = HostTarget::Sm90a;
   // The loop's two: tiles landed before wgmma reads them, read before they
   // are refilled (q's tile is written once, before the first).

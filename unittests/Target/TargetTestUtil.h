@@ -93,6 +93,17 @@ struct Builder {
     f->launches.push_back(std::move(l));
     return f->launches.back();
   }
+  /// gpt.attention_row_dot of out `o` and `dout` into a new float32
+  /// buffer of shape `rows` ([B, H, T]; `heads` for packed [B, T, C]
+  /// operands), as gpt-autodiff writes it ahead of an attention gradient,
+  /// which takes the result as its last input.
+  int rowDot(int o, int dout, std::vector<int64_t> rows, int64_t heads = 0) {
+    int delta = buf(rt::DType::F32, std::move(rows));
+    rt::Launch &l = launch("attention_row_dot", {o, dout}, {delta});
+    if (heads)
+      l.ints["num_heads"] = heads;
+    return delta;
+  }
 };
 
 /// A ScalarProgram of `numArgs` arguments, one instruction at a time, each

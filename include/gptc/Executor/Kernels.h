@@ -81,12 +81,19 @@ std::vector<HostTensor> flashAttention(const HostTensor &q, const HostTensor &k,
                                        const HostTensor &v, float scale,
                                        bool causal, AttentionTiles tiles = {});
 /// gpt.flash_attention_grad: {dq, dk, dv}, recomputing the probabilities of
-/// each tile from q, k and lse.
+/// each tile from q, k and lse. The row terms D come from `delta` when
+/// given (gpt.attention_row_dot's result), else from out and dout.
 std::vector<HostTensor>
 flashAttentionGrad(const HostTensor &q, const HostTensor &k,
                    const HostTensor &v, const HostTensor &out,
                    const HostTensor &lse, const HostTensor &dout, float scale,
-                   bool causal, AttentionTiles tiles = {});
+                   bool causal, AttentionTiles tiles = {},
+                   const HostTensor *delta = nullptr);
+/// gpt.attention_row_dot: D [B, H, T] = Σ_d dout·out per query row, summed
+/// in double and rounded once. out and dout are [B, H, T, D] (heads = 0) or
+/// packed [B, T, heads·D].
+HostTensor attentionRowDot(const HostTensor &out, const HostTensor &dout,
+                           int64_t heads = 0);
 /// gpt.flash_attention_qkv: {out [B, T, C], lse [B, H, T]} from qkv
 /// [B, T, 3C] (q, k, v side by side, `heads` heads of C/heads each). The
 /// reference for the strided GPU kernels: it unpacks the heads, runs
@@ -101,7 +108,8 @@ std::vector<HostTensor>
 flashAttentionQKVGrad(const HostTensor &qkv, const HostTensor &out,
                       const HostTensor &lse, const HostTensor &dout,
                       int64_t heads, float scale, bool causal,
-                      AttentionTiles tiles = {});
+                      AttentionTiles tiles = {},
+                      const HostTensor *delta = nullptr);
 
 // Gradients (the adjoints gpt-autodiff emits).
 /// With `addend` (float32, the table's shape): addend + the scatter-add,

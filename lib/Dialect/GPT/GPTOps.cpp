@@ -200,9 +200,18 @@ LogicalResult FlashAttentionOp::verify() {
                          getCausal());
 }
 
+/// A gradient's `delta`, when it has one, has lse's shape.
+static LogicalResult verifyDelta(Operation *op, Value delta, Value lse) {
+  if (!delta)
+    return success();
+  return expectShape(op, "delta", shapeOf(delta), shapeOf(lse));
+}
+
 LogicalResult FlashAttentionGradOp::verify() {
-  return verifyAttention(*this, getQ(), getK(), getV(), getLse(), getScale(),
-                         getCausal());
+  if (failed(verifyAttention(*this, getQ(), getK(), getV(), getLse(),
+                             getScale(), getCausal())))
+    return failure();
+  return verifyDelta(*this, getDelta(), getLse());
 }
 
 //===----------------------------------------------------------------------===//
@@ -243,8 +252,32 @@ LogicalResult FlashAttentionQKVOp::verify() {
 }
 
 LogicalResult FlashAttentionQKVGradOp::verify() {
-  return verifyPackedAttention(*this, getQkv(), getOut(), getLse(),
-                               getNumHeads(), getScale());
+  if (failed(verifyPackedAttention(*this, getQkv(), getOut(), getLse(),
+                                   getNumHeads(), getScale())))
+    return failure();
+  return verifyDelta(*this, getDelta(), getLse());
+}
+
+LogicalResult AttentionRowDotOp::verify() {
+  ArrayRef<int64_t> s = shapeOf(getOut());
+  std::optional<uint64_t> heads = getNumHeads();
+  SmallVector<int64_t> rows; // [B, H, T]
+  if (s.size() == 4 && !heads) {
+    rows = {s[0], s[1], s[2]};
+  } else if (s.size() == 3 && heads) {
+    const int64_t h = int64_t(*heads);
+    if (h <= 0 || s[2] % h != 0)
+      return emitOpError() << "num_heads " << h
+                           << " does not divide out's last dimension " << s[2];
+    rows = {s[0], h, s[1]};
+  } else {
+    return emitOpError() << "out must be [batch, heads, positions, head_dim], "
+                            "or [batch, positions, channels] with num_heads; "
+                            "got "
+                         << shapeStr(s)
+                         << (heads ? " with num_heads" : " without num_heads");
+  }
+  return expectShape(*this, "delta", shapeOf(getDelta()), rows);
 }
 
 //===----------------------------------------------------------------------===//

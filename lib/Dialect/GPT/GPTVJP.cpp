@@ -145,15 +145,20 @@ LogicalResult CausalMaskOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
 
 // The backward recomputes the probabilities from q, k and the forward's lse
 // (flash_attention_grad). lse itself only ever feeds that op, so it has no
-// gradient rule: a graph whose loss depends on lse is refused.
+// gradient rule: a graph whose loss depends on lse is refused. The row term
+// D = rowsum(dout ∘ out) comes first, as its own op (FlashAttention-2's
+// preprocessing): the gradient's kernels then read it rather than
+// recomputing it in every key tile.
 LogicalResult FlashAttentionOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
                                          SmallVectorImpl<Value> &dxs) {
   if (dys[1])
     return emitOpError("has no gradient rule for its lse result (the loss "
                        "depends on the logsumexp); only out is differentiable");
+  auto delta = b.create<AttentionRowDotOp>(getLoc(), getLse().getType(),
+                                           getOut(), dys[0], IntegerAttr());
   auto grad = b.create<FlashAttentionGradOp>(
       getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
-      getK(), getV(), getOut(), getLse(), dys[0], getScaleAttr(),
+      getK(), getV(), getOut(), getLse(), dys[0], delta, getScaleAttr(),
       getCausalAttr());
   dxs.append({grad.getDq(), grad.getDk(), grad.getDv()});
   return success();
@@ -166,9 +171,12 @@ LogicalResult FlashAttentionQKVOp::buildVJP(OpBuilder &b, ArrayRef<Value> dys,
   if (dys[1])
     return emitOpError("has no gradient rule for its lse result (the loss "
                        "depends on the logsumexp); only out is differentiable");
+  auto delta =
+      b.create<AttentionRowDotOp>(getLoc(), getLse().getType(), getOut(),
+                                  dys[0], getNumHeadsAttr());
   dxs.push_back(b.create<FlashAttentionQKVGradOp>(
       getLoc(), getQkv().getType(), getQkv(), getOut(), getLse(), dys[0],
-      getNumHeadsAttr(), getScaleAttr(), getCausalAttr()));
+      delta, getNumHeadsAttr(), getScaleAttr(), getCausalAttr()));
   return success();
 }
 

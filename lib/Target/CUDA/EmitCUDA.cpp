@@ -170,6 +170,8 @@ std::string Emitter::run(const std::string &name) {
     emitFlashAttentionQKV(false);
   else if (k == "flash_attention_qkv_grad")
     emitFlashAttentionQKV(true);
+  else if (k == "attention_row_dot")
+    emitAttentionRowDot();
   else if (k == "fused_elementwise")
     emitElementwise(l.body);
   else if (k == "multi_tensor_elementwise")

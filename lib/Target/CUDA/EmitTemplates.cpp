@@ -203,8 +203,8 @@ void Emitter::emitCrossEntropy(bool withGrad) {
 struct Emitter::AttentionLayout {
   int64_t D, T, S, heads; ///< heads = B·H, the grid's y
   std::string lq, lk, lo; ///< q and dq; k, v, dk and dv; out and dout
-  std::string args;       ///< q, k, v, out, lse or q, k, v, o, lse, dout, dq, dk, dv
-  bool bf16;              ///< q, k, v (and out and dout) are bf16
+  std::string args; ///< q, k, v, out, lse or q, k, v, lse, dout, delta, dq, dk, dv
+  bool bf16;        ///< q, k, v (and dout) are bf16
   bool aligned16;         ///< every row start is 16-byte aligned
 };
 
@@ -214,10 +214,10 @@ static std::string contiguousRows(int64_t rows, int64_t D) {
          ">";
 }
 
-/// sizeof(AtomicBackwardShared<D>) (attention.cuh): five 64 x (D + 8) bf16
-/// tiles, the 64 x 72 dS tile, and 4 x 64 floats of row terms.
+/// sizeof(AtomicBackwardShared<D>) (attention.cuh): four 64 x (D + 8) bf16
+/// tiles, two 64 x 72 dS tiles, and 4 x 64 floats of row terms.
 static uint32_t atomicSharedBytes(int64_t D) {
-  return uint32_t(5 * 64 * (D + 8) * 2 + 64 * 72 * 2 + 4 * 64 * 4);
+  return uint32_t(4 * 64 * (D + 8) * 2 + 2 * 64 * 72 * 2 + 4 * 64 * 4);
 }
 
 void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
@@ -280,19 +280,20 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
                             : ceilDiv(a.T, wide ? 128 : 64));
   l.grid[1] = uint32_t(a.heads);
-  // AtomicBackwardShared<D>: five 64 x (D + 8) bf16 tiles, the 64 x 72 dS
-  // tile, and 4 x 64 floats of row terms.
   if (atomic)
     l.sharedBytes = atomicSharedBytes(a.D);
 }
 
 void Emitter::emitFlashAttention(bool grad) {
-  expectArity(grad ? 6 : 3, grad ? 3 : 2);
+  if (grad && l.inputs.size() == 6)
+    unsupported("no delta operand (gpt.attention_row_dot's result, which "
+                "gpt-autodiff writes)");
+  expectArity(grad ? 7 : 3, grad ? 3 : 2);
   const Shape &q = in(0).shape, &k = in(1).shape;
   if (q.size() < 2 || k.size() != q.size())
     unsupported("q and k need rank 2 or more");
-  if (grad && in(4).dtype != DType::F32)
-    unsupported("lse must be f32");
+  if (grad && (in(4).dtype != DType::F32 || in(6).dtype != DType::F32))
+    unsupported("lse and delta must be f32");
   AttentionLayout a;
   a.T = q[q.size() - 2];
   a.D = q.back();
@@ -300,23 +301,27 @@ void Emitter::emitFlashAttention(bool grad) {
   a.heads = numel(q) / (a.T * a.D);
   a.lq = a.lo = contiguousRows(a.T, a.D);
   a.lk = contiguousRows(a.S, a.D);
-  a.args = grad ? "in0, in1, in2, in3, in4, in5, out0, out1, out2"
+  // q, k, v, lse, dout, delta -> dq, dk, dv (out is delta's input only).
+  a.args = grad ? "in0, in1, in2, in4, in5, in6, out0, out1, out2"
                 : "in0, in1, in2, out0, out1";
   a.bf16 = in(0).dtype == DType::BF16 && in(1).dtype == DType::BF16 &&
            in(2).dtype == DType::BF16 &&
-           (!grad || (in(3).dtype == DType::BF16 && in(5).dtype == DType::BF16));
+           (!grad || in(5).dtype == DType::BF16);
   a.aligned16 = a.D % 8 == 0; // 8 bf16s: rows start at multiples of D
   emitAttention(a, grad);
 }
 
 void Emitter::emitFlashAttentionQKV(bool grad) {
-  expectArity(grad ? 4 : 1, grad ? 1 : 2);
+  if (grad && l.inputs.size() == 4)
+    unsupported("no delta operand (gpt.attention_row_dot's result, which "
+                "gpt-autodiff writes)");
+  expectArity(grad ? 5 : 1, grad ? 1 : 2);
   const Shape &qkv = in(0).shape;
   int64_t H = intAttr("num_heads", 0);
   if (qkv.size() != 3 || H <= 0 || qkv[2] % (3 * H) != 0)
     unsupported("expected qkv [B, T, 3 * num_heads * head size]");
-  if (grad && in(2).dtype != DType::F32)
-    unsupported("lse must be f32");
+  if (grad && (in(2).dtype != DType::F32 || in(4).dtype != DType::F32))
+    unsupported("lse and delta must be f32");
   AttentionLayout a;
   const int64_t B = qkv[0], T = qkv[1], C = qkv[2] / 3;
   a.T = a.S = T;
@@ -329,18 +334,62 @@ void Emitter::emitFlashAttentionQKV(bool grad) {
   a.lo = "HeadRows<" + std::to_string(H) + ", " + i64Literal(C) + ", " +
          std::to_string(a.D) + ", " + i64Literal(T * C) + ">";
   const std::string c = i64Literal(C), c2 = i64Literal(2 * C);
-  // qkv, out, lse -> out, lse; qkv, out, lse, dout -> dqkv.
+  // qkv -> out, lse; qkv, out, lse, dout, delta -> dqkv (out is delta's
+  // input only).
   a.args = grad ? "in0, in0 + " + c + ", in0 + " + c2 +
-                      ", in1, in2, in3, out0, out0 + " + c + ", out0 + " + c2
+                      ", in2, in3, in4, out0, out0 + " + c + ", out0 + " + c2
                 : "in0, in0 + " + c + ", in0 + " + c2 + ", out0, out1";
   a.bf16 = in(0).dtype == DType::BF16 &&
-           (!grad || (in(1).dtype == DType::BF16 && in(3).dtype == DType::BF16));
+           (!grad || in(3).dtype == DType::BF16);
   // The tensor-core kernels load rows 16 bytes (8 bf16s) at a time: the
   // row strides (3C, C), the head offsets (h·D) and the part offsets (C,
   // 2C) must all be multiples of 8. Padded GPT-2 has C a multiple of 64
   // and D = 64; anything else takes the simple kernel.
   a.aligned16 = C % 8 == 0 && a.D % 8 == 0;
   emitAttention(a, grad);
+}
+
+void Emitter::emitAttentionRowDot() {
+  expectArity(2, 1);
+  const Shape &o = in(0).shape;
+  int64_t H = intAttr("num_heads", 0);
+  if (in(1).shape != o || in(1).dtype != in(0).dtype)
+    unsupported("out and dout differ");
+  if (out(0).dtype != DType::F32)
+    unsupported("delta must be f32");
+  // The layout of out: [B, H, T, D] contiguous, or packed [B, T, H·D].
+  int64_t T, D, heads;
+  std::string lo;
+  if (o.size() == 4 && H == 0) {
+    T = o[2], D = o[3], heads = o[0] * o[1];
+    lo = contiguousRows(T, D);
+  } else if (o.size() == 3 && H > 0 && o[2] % H == 0) {
+    T = o[1], D = o[2] / H, heads = o[0] * H;
+    lo = "HeadRows<" + std::to_string(H) + ", " + i64Literal(o[2]) + ", " +
+         std::to_string(D) + ", " + i64Literal(T * o[2]) + ">";
+  } else {
+    unsupported("expected out [B, H, T, D], or [B, T, C] with num_heads");
+  }
+  if (in(0).numel() >= (int64_t(1) << 32))
+    unsupported("out has 2^32 elements or more (head offsets are 32-bit)");
+  // 16-byte loads where every row starts 16 bytes aligned: 8 bf16s or f16s,
+  // 4 floats.
+  const bool narrow = in(0).dtype != DType::F32;
+  const int64_t rowStride = o.size() == 4 ? D : o[2];
+  const int width = narrow && D % 8 == 0 && rowStride % 8 == 0    ? 8
+                    : !narrow && D % 4 == 0 && rowStride % 4 == 0 ? 4
+                                                                  : 1;
+  int lanes = 1; // the most lanes, a power of two up to 32, with a chunk each
+  while (lanes < 32 && lanes * 2 * width <= D)
+    lanes *= 2;
+  headers.insert("attention.cuh");
+  begin(entry, 256);
+  const int64_t rows = heads * T;
+  os << "  attentionRowDot<" << D << ", " << T << ", " << i64Literal(rows)
+     << ", " << lo << ", " << width << ", " << lanes
+     << ">(in0, in1, out0);\n}\n";
+  l.block[0] = 256;
+  l.grid[0] = toGrid(ceilDiv(rows, 256 / lanes));
 }
 
 } // namespace gptc::cuda::detail

@@ -234,6 +234,7 @@ private:
   void emitFlashAttentionQKV(bool grad);
   struct AttentionLayout;
   void emitAttention(const AttentionLayout &a, bool grad);
+  void emitAttentionRowDot();
 
   const rt::Program &p;
   Launch &l;

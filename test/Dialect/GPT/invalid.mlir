@@ -273,6 +273,62 @@ func.func @attention_qkv_grad_lse(%qkv: tensor<2x8x48xf32>, %o: tensor<2x8x16xf3
 
 // -----
 
+func.func @attention_qkv_grad_delta(%qkv: tensor<2x8x48xf32>, %o: tensor<2x8x16xf32>, %l: tensor<2x4x8xf32>, %d: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{delta has shape 2x8x4, expected 2x4x8}}
+  %g = gpt.flash_attention_qkv_grad %qkv, %o, %l, %o, %d {num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xf32>, tensor<2x8x16xf32>, tensor<2x4x8xf32>, tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_delta(%q: tensor<2x4x8x16xf32>, %lse: tensor<2x4x8xf32>, %d: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{delta has shape 2x4x16, expected 2x4x8}}
+  %dq, %dk, %dv = gpt.flash_attention_grad %q, %q, %q, %q, %lse, %q, %d {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_delta_type(%q: tensor<2x4x8x16xf32>, %lse: tensor<2x4x8xf32>, %d: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{operand #6 must be ranked tensor of 32-bit float values}}
+  %dq, %dk, %dv = gpt.flash_attention_grad %q, %q, %q, %q, %lse, %q, %d {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_row_dot_heads(%o: tensor<2x8x16xbf16>) {
+  // expected-error @+1 {{num_heads 3 does not divide out's last dimension 16}}
+  %d = gpt.attention_row_dot %o, %o {num_heads = 3 : i64} : tensor<2x8x16xbf16> -> tensor<2x3x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_row_dot_packed_without_heads(%o: tensor<2x8x16xbf16>) {
+  // expected-error @+1 {{out must be [batch, heads, positions, head_dim], or [batch, positions, channels] with num_heads; got 2x8x16 without num_heads}}
+  %d = gpt.attention_row_dot %o, %o : tensor<2x8x16xbf16> -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_row_dot_shape(%o: tensor<2x4x8x16xf32>) {
+  // expected-error @+1 {{delta has shape 2x4x16, expected 2x4x8}}
+  %d = gpt.attention_row_dot %o, %o : tensor<2x4x8x16xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_row_dot_types(%o: tensor<2x4x8x16xf32>, %do: tensor<2x4x8x16xbf16>) {
+  // expected-error @+1 {{all of {out, dout} have same type}}
+  %d = "gpt.attention_row_dot"(%o, %do) : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xbf16>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
 func.func @gelu_approximation(%x: tensor<8xf32>) {
   // expected-error @+1 {{approximate must be "tanh" or "none", got "sigmoid"}}
   %y = gpt.gelu %x {approximate = "sigmoid"} : tensor<8xf32>

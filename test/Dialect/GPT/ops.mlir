@@ -62,6 +62,11 @@ func.func @attention(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: ten
   %o, %lse = gpt.flash_attention %q, %k, %v {causal, scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
   // CHECK: gpt.flash_attention_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[O]], %[[L]], %{{.+}} {causal, scale = 2.500000e-01 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
   %dq, %dk, %dv = gpt.flash_attention_grad %q, %k, %v, %o, %lse, %do {causal, scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
+  // The row terms as their own op, and a gradient that reads them.
+  // CHECK: %[[D:.+]] = gpt.attention_row_dot %[[O]], %{{.+}} : tensor<2x4x8x16xf32> -> tensor<2x4x8xf32>
+  %delta = gpt.attention_row_dot %o, %do : tensor<2x4x8x16xf32> -> tensor<2x4x8xf32>
+  // CHECK: gpt.flash_attention_grad %{{.+}}, %{{.+}}, %{{.+}}, %[[O]], %[[L]], %{{.+}}, %[[D]] {causal, scale = 2.500000e-01 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %dq2, %dk2, %dv2 = gpt.flash_attention_grad %q, %k, %v, %o, %lse, %do, %delta {causal, scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
   // Without causal, keys and queries may differ in number.
   // CHECK: gpt.flash_attention %{{.+}}, %{{.+}}, %{{.+}} {scale = 2.500000e-01 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x5x16xf32>, tensor<2x4x5x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
   %x, %xlse = gpt.flash_attention %q, %kx, %kx {scale = 0.25 : f32} : tensor<2x4x8x16xf32>, tensor<2x4x5x16xf32>, tensor<2x4x5x16xf32> -> tensor<2x4x8x16xf32>, tensor<2x4x8xf32>
@@ -74,6 +79,10 @@ func.func @attention_qkv(%qkv: tensor<2x8x48xbf16>, %do: tensor<2x8x16xbf16>) ->
   %o, %lse = gpt.flash_attention_qkv %qkv {causal, num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xbf16> -> tensor<2x8x16xbf16>, tensor<2x4x8xf32>
   // CHECK: gpt.flash_attention_qkv_grad %[[QKV]], %[[O]], %[[L]], %{{.+}} {causal, num_heads = 4 : i64, scale = 5.000000e-01 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>
   %dqkv = gpt.flash_attention_qkv_grad %qkv, %o, %lse, %do {causal, num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>
+  // CHECK: %[[D:.+]] = gpt.attention_row_dot %[[O]], %{{.+}} {num_heads = 4 : i64} : tensor<2x8x16xbf16> -> tensor<2x4x8xf32>
+  %delta = gpt.attention_row_dot %o, %do {num_heads = 4 : i64} : tensor<2x8x16xbf16> -> tensor<2x4x8xf32>
+  // CHECK: gpt.flash_attention_qkv_grad %[[QKV]], %[[O]], %[[L]], %{{.+}}, %[[D]] {causal, num_heads = 4 : i64, scale = 5.000000e-01 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  %dqkv2 = gpt.flash_attention_qkv_grad %qkv, %o, %lse, %do, %delta {causal, num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
   return %o, %dqkv : tensor<2x8x16xbf16>, tensor<2x8x48xbf16>
 }
 

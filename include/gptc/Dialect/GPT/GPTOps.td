@@ -535,7 +535,10 @@ def GPT_FlashAttentionGradOp : GPT_Op<"flash_attention_grad",
       dS = P ∘ (dout · vᵀ − D)
       dq = scale · dS · k,   dk = scale · dSᵀ · q
 
-    `scale` and `causal` are the forward op's.
+    `scale` and `causal` are the forward op's. With a `delta` operand
+    (gpt.attention_row_dot of `out` and `dout`, as gpt-autodiff writes it),
+    D is read from it rather than computed: once per query row, not once
+    per key tile that row meets.
 
     ```mlir
     %dq, %dk, %dv = gpt.flash_attention_grad %q, %k, %v, %out, %lse, %dout
@@ -547,12 +550,13 @@ def GPT_FlashAttentionGradOp : GPT_Op<"flash_attention_grad",
   let arguments = (ins GPT_FloatTensor:$q, GPT_FloatTensor:$k,
                        GPT_FloatTensor:$v, GPT_FloatTensor:$out,
                        RankedTensorOf<[F32]>:$lse, GPT_FloatTensor:$dout,
+                       Optional<RankedTensorOf<[F32]>>:$delta,
                        F32Attr:$scale, UnitAttr:$causal);
   let results = (outs GPT_FloatTensor:$dq, GPT_FloatTensor:$dk,
                       GPT_FloatTensor:$dv);
   let assemblyFormat = [{
-    $q `,` $k `,` $v `,` $out `,` $lse `,` $dout attr-dict `:` type($q) `,`
-    type($k) `,` type($v) `,` type($lse)
+    $q `,` $k `,` $v `,` $out `,` $lse `,` $dout (`,` $delta^)? attr-dict `:`
+    type($q) `,` type($k) `,` type($v) `,` type($lse) (`,` type($delta)^)?
   }];
   let hasVerifier = 1;
 }
@@ -565,21 +569,54 @@ def GPT_FlashAttentionQKVGradOp : GPT_Op<"flash_attention_qkv_grad",
     `out` and `dout` `[B, T, C]`, `lse` `[B, H, T]` f32. `dqkv` has the
     layout of `qkv` (dq, dk, dv side by side, heads contiguous within each):
     what the c_attn backward GEMMs read, with no concat in between.
-    `num_heads`, `scale` and `causal` are the forward op's.
+    `num_heads`, `scale` and `causal` are the forward op's; `delta`, as for
+    gpt.flash_attention_grad, `[B, H, T]`.
 
     ```mlir
-    %dqkv = gpt.flash_attention_qkv_grad %qkv, %out, %lse, %dout
+    %dqkv = gpt.flash_attention_qkv_grad %qkv, %out, %lse, %dout, %delta
         {causal, num_heads = 12 : i64, scale = 0.125 : f32}
-        : tensor<4x64x2304xbf16>, tensor<4x64x768xbf16>, tensor<4x12x64xf32>
+        : tensor<4x64x2304xbf16>, tensor<4x64x768xbf16>, tensor<4x12x64xf32>,
+          tensor<4x12x64xf32>
     ```
   }];
   let arguments = (ins GPT_FloatTensor:$qkv, GPT_FloatTensor:$out,
                        RankedTensorOf<[F32]>:$lse, GPT_FloatTensor:$dout,
+                       Optional<RankedTensorOf<[F32]>>:$delta,
                        I64Attr:$num_heads, F32Attr:$scale, UnitAttr:$causal);
   let results = (outs GPT_FloatTensor:$dqkv);
   let assemblyFormat = [{
-    $qkv `,` $out `,` $lse `,` $dout attr-dict `:` type($qkv) `,` type($out)
-    `,` type($lse)
+    $qkv `,` $out `,` $lse `,` $dout (`,` $delta^)? attr-dict `:` type($qkv)
+    `,` type($out) `,` type($lse) (`,` type($delta)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def GPT_AttentionRowDotOp : GPT_Op<"attention_row_dot",
+    [Pure, AllTypesMatch<["out", "dout"]>]> {
+  let summary = "D = rowsum(dout ∘ out) of each head's query rows, the "
+                "attention backward's row term";
+  let description = [{
+    The softmax backward's per-row term of FlashAttention-2
+    (`D_i = Σ_d dout_id · out_id = Σ_j P_ij · dP_ij`), in float32, for
+    gpt.flash_attention_grad and gpt.flash_attention_qkv_grad to read as
+    their `delta`. gpt-autodiff writes it ahead of each attention gradient
+    (FlashAttention-2's preprocessing kernel): every key tile of a query
+    row needs D, and here it is computed once.
+
+    `out` and `dout` are `[B, H, T, D]`, or packed `[B, T, H·D]` with
+    `num_heads` (gpt.flash_attention_qkv's layout); the result is
+    `[B, H, T]`.
+
+    ```mlir
+    %delta = gpt.attention_row_dot %out, %dout {num_heads = 12 : i64}
+        : tensor<4x64x768xbf16> -> tensor<4x12x64xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$out, GPT_FloatTensor:$dout,
+                       OptionalAttr<I64Attr>:$num_heads);
+  let results = (outs RankedTensorOf<[F32]>:$delta);
+  let assemblyFormat = [{
+    $out `,` $dout attr-dict `:` type($out) `->` type($delta)
   }];
   let hasVerifier = 1;
 }

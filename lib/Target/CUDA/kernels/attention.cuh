@@ -26,14 +26,17 @@
 //   softmax, both products as wgmma reading K and V from shared memory.
 // - attention*Simple: any dtype and shape, one thread per row, float32 on
 //   CUDA cores. Correct, not fast: the fp32 and fp16 paths.
-// The backward is deterministic without atomics: a grid of T/64 "dq" blocks
-// (one query tile each, walking the key tiles) and S/64 "dk/dv" blocks (one
-// key tile each, walking the query tiles); both recompute the
-// probabilities from lse. Each query tile's row terms (lse and Σ dout·out)
-// are computed from its tiles in shared memory, which cp.async fills one
-// tile ahead: the key loop of a dk/dv block issues no plain global load.
-// Opt-in, attentionBackwardAtomic is FlashAttention-2's backward instead:
-// the dk/dv blocks alone, each adding its share of dq with atomics.
+// The backward reads each query row's D = Σ dout·out from `delta`, which
+// gpt.attention_row_dot (attentionRowDot, below) writes before it, once a
+// row: FlashAttention-2's preprocessing. out itself is not read. It is
+// deterministic without atomics: a grid of T/64 "dq" blocks (one query
+// tile each, walking the key tiles) and S/64 "dk/dv" blocks (one key tile
+// each, walking the query tiles); both recompute the probabilities from
+// lse. A query tile's lse and D values arrive by cp.async with its q and
+// dout tiles, one tile ahead: the loop of a dk/dv block issues no plain
+// global load, and waits at one barrier a tile. Opt-in,
+// attentionBackwardAtomic is FlashAttention-2's backward instead: the
+// dk/dv blocks alone, each adding its share of dq with atomics.
 //
 //===----------------------------------------------------------------------===//
 
@@ -99,27 +102,61 @@ __device__ void attentionForwardSimple(const TQ *q, const TK *k, const TV *v,
   lse[h * T + i] = m + logf(l);
 }
 
+/// gpt.attention_row_dot: delta[bh·T + t] = Σ_d dout·out of query row t of
+/// head bh, float32, for kRows = heads · T rows. kLanes lanes (a power of
+/// two) take a row, kW elements at a time: 8 is one 16-byte access of
+/// bf16 or f16 (rows 16-byte aligned), 4 one of float32 or 8 bytes of
+/// bf16, 1 any. 256 threads a block, grid-stride over the rows in steps the
+/// whole block takes, so that every lane of a warp reaches the shuffles.
+template <int D, int T, i64 kRows, class LO, int kW, int kLanes, typename TO>
+__device__ void attentionRowDot(const TO *out, const TO *dout, float *delta) {
+  static_assert(D % kW == 0 && 32 % kLanes == 0, "whole chunks, whole warps");
+  constexpr int kRowsPerBlock = 256 / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  for (i64 r0 = i64(blockIdx.x) * kRowsPerBlock; r0 < kRows;
+       r0 += i64(gridDim.x) * kRowsPerBlock) {
+    const i64 r = r0 + threadIdx.x / kLanes;
+    float s = 0.0f;
+    if (r < kRows) {
+      const i64 row = LO::head(r / T) + (r % T) * LO::kRowStride;
+      for (int c = lane * kW; c < D; c += kLanes * kW) {
+        float x[kW], y[kW];
+        if constexpr (kW == 8) {
+          load8(out + row + c, x);
+          load8(dout + row + c, y);
+        } else {
+          loadW<kW>(out + row + c, x);
+          loadW<kW>(dout + row + c, y);
+        }
+#pragma unroll
+        for (int e = 0; e < kW; ++e)
+          s = fmaf(x[e], y[e], s);
+      }
+    }
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o /= 2)
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (r < kRows && lane == 0)
+      delta[r] = s;
+  }
+}
+
 /// Blocks [0, ceil(T/64)) compute dq rows, the rest dk/dv rows; 64 threads,
-/// one row each.
+/// one row each. delta: each query row's Σ dout·out (attentionRowDot).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TQ, typename TK, typename TV, typename TO, typename TDO,
-          typename TDQ, typename TDK, typename TDV>
+          typename TQ, typename TK, typename TV, typename TDO, typename TDQ,
+          typename TDK, typename TDV>
 __device__ void attentionBackwardSimple(const TQ *q, const TK *k, const TV *v,
-                                        const TO *o, const float *lse,
-                                        const TDO *dout, TDQ *dq, TDK *dk,
+                                        const float *lse, const TDO *dout,
+                                        const float *delta, TDQ *dq, TDK *dk,
                                         TDV *dv, float scale) {
   const i64 h = blockIdx.y;
   constexpr int kQueryBlocks = (T + 63) / 64;
-  // Row i of this head's q (dq) and out (dout), row j of k and v (dk, dv).
+  // Row i of this head's q (dq) and dout, row j of k and v (dk, dv).
   auto qRow = [&](int i) { return LQ::head(h) + i * LQ::kRowStride; };
   auto oRow = [&](int i) { return LO::head(h) + i * LO::kRowStride; };
   auto kRow = [&](int j) { return LK::head(h) + j * LK::kRowStride; };
-  auto rowDot = [&](int i) { // Σ_d dout·out of query row i
-    float s = 0.0f;
-    for (int d = 0; d < D; ++d)
-      s += toFloat(dout[oRow(i) + d]) * toFloat(o[oRow(i) + d]);
-    return s;
-  };
+  auto rowDot = [&](int i) { return delta[h * T + i]; };
   if (blockIdx.x < kQueryBlocks) {
     const int i = blockIdx.x * 64 + threadIdx.x;
     if (i >= T)
@@ -501,65 +538,37 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   rows.finish<D, T, LO>(out, lse, h, row0, acc);
 }
 
-/// Starts the copies of the 64 lse values of queries [i0, i0 + 64) into
-/// sLse (16-byte aligned); `lse` points at this head's [T] row. Not
-/// committed: they join the caller's group.
-__device__ __forceinline__ void loadLseAsync(float *sLse, const float *lse,
-                                             int i0) {
+/// Starts the copies of the row terms of queries [i0, i0 + 64): their lse
+/// values into sLse and their Σ dout·out (delta) into sDot, both 16-byte
+/// aligned; `lse` and `delta` point at this head's [T] rows. Not committed:
+/// they join the caller's group.
+__device__ __forceinline__ void loadRowTermsAsync(float *sLse, float *sDot,
+                                                  const float *lse,
+                                                  const float *delta, int i0) {
   if (threadIdx.x < 16)
     copyAsync16(sharedAddress(sLse + 4 * threadIdx.x),
                 lse + i0 + 4 * threadIdx.x);
+  else if (threadIdx.x < 32)
+    copyAsync16(sharedAddress(sDot + 4 * (threadIdx.x - 16)),
+                delta + i0 + 4 * (threadIdx.x - 16));
 }
 
-/// Starts the copies of query tile i0 for the backward: its q, dout and out
-/// rows (this head's, LQ and LO apart) into three tiles and its lse values
-/// into sLse. Not committed: they join the caller's group.
+/// Starts the copies of query tile i0 for the backward: its q and dout rows
+/// (this head's, LQ and LO apart) into two tiles and its row terms into
+/// sLse and sDot. Not committed: they join the caller's group.
 template <class LQ, class LO, int D>
 __device__ __forceinline__ void
-loadQueryTileAsync(mma::Tile<D> &sQ, mma::Tile<D> &sDout, mma::Tile<D> &sO,
-                   float *sLse, const bf16 *q, const bf16 *dout,
-                   const bf16 *o, const float *lse, int i0) {
+loadQueryTileAsync(mma::Tile<D> &sQ, mma::Tile<D> &sDout, float *sLse,
+                   float *sDot, const bf16 *q, const bf16 *dout,
+                   const float *lse, const float *delta, int i0) {
   sQ.loadAsync(q, LQ::kRowStride, i0);
   sDout.loadAsync(dout, LO::kRowStride, i0);
-  sO.loadAsync(o, LO::kRowStride, i0);
-  loadLseAsync(sLse, lse, i0);
-}
-
-/// The backward's per-query terms of a 64-query tile whose dout and out
-/// rows are in sDout and sO and whose lse values loadLseAsync copied into
-/// sLse: sLse[r] becomes −lse·log2 e (what a score in log2 units is offset
-/// by) and sDot[r] = Σ_d dout·out. From shared memory, so that no global
-/// load stalls the tile loop: two threads a row (128 in all), each half
-/// the columns, 16 bytes at a time. A barrier must follow before other
-/// threads read the terms.
-template <int D>
-__device__ __forceinline__ void rowTerms(float *sLse, float *sDot,
-                                         const mma::Tile<D> &sDout,
-                                         const mma::Tile<D> &sO) {
-  constexpr int kStride = mma::Tile<D>::kStride;
-  const int r = threadIdx.x / 2, c0 = threadIdx.x % 2 * (D / 2);
-  const bf16 *x = reinterpret_cast<const bf16 *>(sDout.data) + r * kStride;
-  const bf16 *y = reinterpret_cast<const bf16 *>(sO.data) + r * kStride;
-  float s = 0.0f;
-#pragma unroll
-  for (int c = c0; c < c0 + D / 2; c += 8) {
-    float a[8], b[8];
-    load8(x + c, a);
-    load8(y + c, b);
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      s = fmaf(a[e], b[e], s);
-  }
-  s += __shfl_xor_sync(0xffffffffu, s, 1);
-  if (c0 == 0) {
-    sDot[r] = s;
-    sLse[r] *= -log2e();
-  }
+  loadRowTermsAsync(sLse, sDot, lse, delta, i0);
 }
 
 /// The dk/dv work of a warp's 16 keys (ka, va: their k and v rows as A
 /// fragments) on queries [8 n0, 8 n0 + 8N) of a query tile (its q and dout
-/// tiles, its row terms: −lse·log2 e and Σ dout·out): P and dS with rows
+/// tiles, its row terms: lse and Σ dout·out): P and dS with rows
 /// keys, dv += P·dout, dk += dS·q (unscaled); dS is left in `ds`. Part of
 /// a tile at a time: the whole tile's scores and dS on top of the
 /// fragments and both accumulators spill. `diagonal`: the causal tile,
@@ -582,7 +591,7 @@ keyRowsOnQueries(float (&ds)[N][4], float (&accK)[D / 8][4],
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       int c = (n0 + nt) * 8 + 2 * tq + (e & 1); // query within the tile
-      p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, tileLse[c]));
+      p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
     }
   if (diagonal)
     maskFuture<true>(p, threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4, 0.0f,
@@ -603,42 +612,41 @@ template <int T, class LQ, class LK, class LO, typename TDQ, typename TDK,
           typename TDV>
 __device__ __forceinline__ void
 backwardToHead(i64 h, const bf16 *&q, const bf16 *&k, const bf16 *&v,
-               const bf16 *&o, const float *&lse, const bf16 *&dout, TDQ *&dq,
-               TDK *&dk, TDV *&dv) {
+               const float *&lse, const bf16 *&dout, const float *&delta,
+               TDQ *&dq, TDK *&dk, TDV *&dv) {
   q += LQ::head(h);
   dq += LQ::head(h);
   k += LK::head(h);
   v += LK::head(h);
   dk += LK::head(h);
   dv += LK::head(h);
-  o += LO::head(h);
   dout += LO::head(h);
   lse += h * T;
+  delta += h * T;
 }
 
-/// grid (T/64 + S/64, heads), 128 threads. q, k, v, out and dout are bf16
-/// (they feed the tensor cores, or tiles of them rowTerms reads). The
-/// tiles a block walks are double-buffered with cp.async, as in the
-/// forward, and every operand, the row terms' included, arrives that way.
+/// grid (T/64 + S/64, heads), 128 threads. q, k, v and dout are bf16 (they
+/// feed the tensor cores); lse and delta (Σ dout·out) float32 [heads, T].
+/// The tiles a block walks are double-buffered with cp.async, as in the
+/// forward, and every operand, the row terms included, arrives that way.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
           typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
-                                     const bf16 *v, const bf16 *o,
-                                     const float *lse, const bf16 *dout,
+                                     const bf16 *v, const float *lse,
+                                     const bf16 *dout, const float *delta,
                                      TDQ *dq, TDK *dk, TDV *dv, float scale) {
   using namespace mma;
   // Double-buffered tiles the loop walks (dq: k and v; dk/dv: q and dout,
-  // with their rows' lse and rowDot); sC stages the operands of the
-  // fragments that stay in registers (dq: q) or the out rows (dk/dv).
-  __shared__ Tile<D> sA[2], sB[2], sC;
-  alignas(16) __shared__ float sLse[2][64]; // cp.async destinations
-  __shared__ float sDot[2][64];
+  // with their rows' lse and delta). The second buffers first hold the
+  // tile whose fragments stay in registers (dq: q and dout; dk/dv: k, v).
+  __shared__ Tile<D> sA[2], sB[2];
+  alignas(16) __shared__ float sLse[2][64], sDot[2][64]; // cp.async targets
   const i64 h = blockIdx.y;
   const int warp = threadIdx.x / 32;
-  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  const int g = threadIdx.x % 32 / 4;
   constexpr int kQueryBlocks = T / 64;
   // This head's rows from here on.
-  backwardToHead<T, LQ, LK, LO>(h, q, k, v, o, lse, dout, dq, dk, dv);
+  backwardToHead<T, LQ, LK, LO>(h, q, k, v, lse, dout, delta, dq, dk, dv);
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
 
@@ -648,10 +656,10 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     // start with the first key tiles.
     const int i0 = (kQueryBlocks - 1 - blockIdx.x) * 64;
     const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
-    // This tile's q, dout and out (the last two in the second buffers,
-    // free until the second key tile) and lse, then the first key tile.
-    loadQueryTileAsync<LQ, LO>(sC, sA[1], sB[1], sLse[0], q, dout, o, lse,
-                               i0);
+    // This tile's q and dout (in the second buffers, free until the second
+    // key tile) and row terms, then the first key tile.
+    loadQueryTileAsync<LQ, LO>(sB[1], sA[1], sLse[0], sDot[0], q, dout, lse,
+                               delta, i0);
     commitCopies();
     sA[0].loadAsync(k, kK, 0);
     sB[0].loadAsync(v, kK, 0);
@@ -661,13 +669,13 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     u32 qa[D / 16][4], da[D / 16][4];
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) {
-      loadA(qa[kc], sC, warp * 16, kc * 16);
+      loadA(qa[kc], sB[1], warp * 16, kc * 16);
       loadA(da[kc], sA[1], warp * 16, kc * 16);
     }
-    rowTerms<D>(sLse[0], sDot[0], sA[1], sB[1]);
-    __syncthreads(); // the terms are written; sA[1] and sB[1] are free
-    const float lseLo = sLse[0][rLo], lseHi = sLse[0][rHi]; // −lse·log2 e
+    // What a score in log2 units is offset by, and the rows' delta.
+    const float lseLo = -log2e() * sLse[0][rLo], lseHi = -log2e() * sLse[0][rHi];
     const float dotLo = sDot[0][rLo], dotHi = sDot[0][rHi];
+    __syncthreads(); // sA[1] and sB[1] are read; the loop may refill them
     float acc[D / 8][4];
     zero(acc);
     const int keyEnd = kCausal ? i0 + 64 : S;
@@ -710,16 +718,15 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   }
 
   // dv = Σ_queries Pᵀ · dout, dk = scale · Σ_queries dSᵀ · q, computed as
-  // transposed products: rows are keys, columns queries. A query tile's
-  // out rows go to sC, one tile ahead, like its q and dout.
+  // transposed products: rows are keys, columns queries.
   const int j0 = (blockIdx.x - kQueryBlocks) * 64;
   const int first = kCausal ? j0 : 0;
   // This tile's k and v (in the second buffers, free until the second
   // query tile) and the first query tile, one group.
   sA[1].loadAsync(k, kK, j0);
   sB[1].loadAsync(v, kK, j0);
-  loadQueryTileAsync<LQ, LO>(sA[0], sB[0], sC, sLse[0], q, dout, o, lse,
-                             first);
+  loadQueryTileAsync<LQ, LO>(sA[0], sB[0], sLse[0], sDot[0], q, dout, lse,
+                             delta, first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
@@ -729,35 +736,32 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     loadA(ka[kc], sA[1], warp * 16, kc * 16);
     loadA(va[kc], sB[1], warp * 16, kc * 16);
   }
-  rowTerms<D>(sLse[0], sDot[0], sB[0], sC);
-  __syncthreads(); // the terms are written; sA[1], sB[1] and sC are free
+  __syncthreads(); // sA[1] and sB[1] are read; the loop may refill them
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
+  // One barrier a tile: it follows the wait for the next tile's copies,
+  // and it also frees this tile's buffers for the copies after next.
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      loadQueryTileAsync<LQ, LO>(sA[buf ^ 1], sB[buf ^ 1], sC, sLse[buf ^ 1],
-                                 q, dout, o, lse, i0 + 64);
+      loadQueryTileAsync<LQ, LO>(sA[buf ^ 1], sB[buf ^ 1], sLse[buf ^ 1],
+                                 sDot[buf ^ 1], q, dout, lse, delta, i0 + 64);
       commitCopies();
     }
-    const float *tileLse = sLse[buf], *tileDot = sDot[buf]; // −lse·log2 e
     // Causal: the first query tile is the diagonal one. A quarter of it at
     // a time: in halves, sm_80 spilled 16 bytes.
 #pragma unroll
     for (int n0 = 0; n0 < 8; n0 += 2) {
       float ds[2][4];
       keyRowsOnQueries<D, 2>(ds, accK, accV, ka, va, sA[buf], sB[buf],
-                             tileLse, tileDot, scaleLog2,
+                             sLse[buf], sDot[buf], scaleLog2,
                              kCausal && i0 == j0, n0);
     }
     if (!more)
       break;
-    // The next tile's row terms, once its copies have landed.
     waitCopies<0>();
     __syncthreads();
-    rowTerms<D>(sLse[buf ^ 1], sDot[buf ^ 1], sB[buf ^ 1], sC);
-    __syncthreads(); // the terms are written; this buffer and sC are free
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
@@ -767,16 +771,15 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 // Backward with dq summed by atomics (--attention-backward=atomic)
 //===----------------------------------------------------------------------===//
 
-/// The shared memory of attentionBackwardAtomic, dynamic: 56 KB at D = 64,
+/// The shared memory of attentionBackwardAtomic, dynamic: 55 KB at D = 64,
 /// over the 48 KB a kernel may declare statically. The query tiles it walks
-/// (q, dout, and their lse) are double-buffered; out, from which a tile's
-/// row terms come, is copied one tile ahead into `out`; `ds` holds the
-/// block's dS (rows keys, columns queries) as bf16 for the dq product.
+/// (q, dout, and their lse and delta) are double-buffered, and so is `ds`,
+/// the block's dS (rows keys, columns queries) as bf16 for the dq product:
+/// one barrier a tile.
 template <int D> struct AtomicBackwardShared {
-  mma::Tile<D> q[2], dout[2], out;
-  mma::Tile<64> ds;
-  alignas(16) float lse[2][64]; // cp.async destinations
-  float dot[2][64];
+  mma::Tile<D> q[2], dout[2];
+  mma::Tile<64> ds[2];
+  alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
 };
 
 /// attentionBackwardAtomic's end: counts this block in at query tiles
@@ -859,8 +862,8 @@ __device__ __noinline__ void writeQueryTileDq(TDQ *dq, float *dqSum,
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
           typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
-                                        const bf16 *v, const bf16 *o,
-                                        const float *lse, const bf16 *dout,
+                                        const bf16 *v, const float *lse,
+                                        const bf16 *dout, const float *delta,
                                         TDQ *dq, TDK *dk, TDV *dv, float scale,
                                         float *dqSum, unsigned *arrivals) {
   using namespace mma;
@@ -872,7 +875,7 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   const i64 h = blockIdx.y;
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
-  backwardToHead<T, LQ, LK, LO>(h, q, k, v, o, lse, dout, dq, dk, dv);
+  backwardToHead<T, LQ, LK, LO>(h, q, k, v, lse, dout, delta, dq, dk, dv);
   dqSum += h * T * D;
   arrivals += h * (T / 64);
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
@@ -890,8 +893,8 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   // query tile) and the first query tile, one group.
   sm.q[1].loadAsync(k, kK, j0);
   sm.dout[1].loadAsync(v, kK, j0);
-  loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.out, sm.lse[0], q, dout,
-                             o, lse, first);
+  loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
+                             dout, lse, delta, first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
@@ -913,27 +916,33 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
     kt[kc][2] = f[1];
     kt[kc][3] = f[3];
   }
-  rowTerms<D>(sm.lse[0], sm.dot[0], sm.dout[0], sm.out);
-  __syncthreads(); // the terms are written; q[1], dout[1] and out are free
+  __syncthreads(); // q[1] and dout[1] are read; the loop may refill them
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
+  // One barrier a tile: it makes dS whole, follows the wait for the next
+  // tile's copies, and frees this tile's buffers for the copies after next
+  // (ds[buf] is next written two tiles on, after the next barrier).
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1], sm.out,
-                                 sm.lse[buf ^ 1], q, dout, o, lse, i0 + 64);
+      loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
+                                 sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
+                                 lse, delta, i0 + 64);
       commitCopies();
     }
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
-#pragma unroll
+    Tile<64> &sDs = sm.ds[buf];
+    // Half a query tile at a time, the halves not unrolled: unrolled,
+    // ptxas spilled 76 bytes at 168 registers.
+#pragma unroll 1
     for (int n0 = 0; n0 < 8; n0 += 4) {
       float ds[4][4];
       keyRowsOnQueries<D, 4>(ds, accK, accV, ka, va, sm.q[buf],
                              sm.dout[buf], tileLse, tileDot, scaleLog2,
                              kCausal && i0 == j0, n0);
       // dS to shared memory, bf16 as the products take it: rows keys.
-      unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
+      unsigned short *lo = sDs.data + (warp * 16 + g) * Tile<64>::kStride;
       unsigned short *hi = lo + 8 * Tile<64>::kStride;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -942,39 +951,39 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
         *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
       }
     }
-    // The next tile's copies land before the barrier, so that its row
-    // terms come between this one and the next: two barriers a tile.
     waitCopies<0>();
     __syncthreads(); // dS is whole; q[buf] and dout[buf] are free
-    if (more)
-      rowTerms<D>(sm.lse[buf ^ 1], sm.dot[buf ^ 1], sm.dout[buf ^ 1], sm.out);
-    // This warp's part of dqᵀ: B = dsᵀ with keys as k, down ds's rows.
-    float acc[kTiles][4];
-    zero(acc);
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-      for (int np = 0; np < kTiles / 2; ++np) {
-        u32 f[4];
-        loadMatricesTransposed(f, sm.ds.block(kc * 16, tile0 * 8 + np * 16));
-        mma16816(acc[2 * np], kt[kc], f[0], f[1]);
-        mma16816(acc[2 * np + 1], kt[kc], f[2], f[3]);
-      }
-    // acc[nt][e]: d = 16 rowBlock + g (+8 for e >= 2), query (tile0 + nt)·8
-    // + 2tq + (e & 1). Four lanes (g = 4a + i) swap values until lane i
-    // holds query 2tq + (i & 1) at d = 16 rowBlock + 4a + 8(i >> 1) + s in
-    // slot s: one 16-byte reduction instead of four.
+    // This warp's part of dqᵀ: B = dsᵀ with keys as k, down ds's rows. In
+    // parts of at most 4 n-tiles: 8 tiles' sums on top of the loop's
+    // registers spilled.
+    constexpr int kPart = kTiles > 4 ? 4 : kTiles;
     const int i = g % 4;
 #pragma unroll
-    for (int nt = 0; nt < kTiles; ++nt) {
-      transposeAcrossLanes4(acc[nt], i);
-      const int d = rowBlock * 16 + (g - i) + 8 * (i >> 1);
-      const int row = i0 + (tile0 + nt) * 8 + 2 * tq + (i & 1);
-      reduceAddGlobal4(dqSum + row * D + d, acc[nt]);
+    for (int part = 0; part < kTiles; part += kPart) {
+      float acc[kPart][4];
+      zero(acc);
+#pragma unroll
+      for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int np = 0; np < kPart / 2; ++np) {
+          u32 f[4];
+          loadMatricesTransposed(
+              f, sDs.block(kc * 16, (tile0 + part) * 8 + np * 16));
+          mma16816(acc[2 * np], kt[kc], f[0], f[1]);
+          mma16816(acc[2 * np + 1], kt[kc], f[2], f[3]);
+        }
+      // acc[nt][e]: d = 16 rowBlock + g (+8 for e >= 2), query (tile0 +
+      // part + nt)·8 + 2tq + (e & 1). Four lanes (g = 4a + i) swap values
+      // until lane i holds query 2tq + (i & 1) at d = 16 rowBlock + 4a +
+      // 8(i >> 1) + s in slot s: one 16-byte reduction instead of four.
+#pragma unroll
+      for (int nt = 0; nt < kPart; ++nt) {
+        transposeAcrossLanes4(acc[nt], i);
+        const int d = rowBlock * 16 + (g - i) + 8 * (i >> 1);
+        const int row = i0 + (tile0 + part + nt) * 8 + 2 * tq + (i & 1);
+        reduceAddGlobal4(dqSum + row * D + d, acc[nt]);
+      }
     }
-    if (!more)
-      break;
-    __syncthreads(); // the terms are written; out and ds are free
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
