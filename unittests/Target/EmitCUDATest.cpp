@@ -198,31 +198,47 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
             std::string::npos);
 }
 
+namespace {
+/// emitCUDA(p, "sm_80") fails with exactly `message`.
+void expectEmitError(rt::Program p, const std::string &message) {
+  try {
+    cuda::emitCUDA(p, "sm_80");
+    ADD_FAILURE() << "no error; expected " << message;
+  } catch (const cuda::EmitError &e) {
+    EXPECT_EQ(e.what(), message);
+  }
+}
+} // namespace
+
 TEST(EmitCUDA, RejectsUnknownArchAndKinds) {
   rt::Program p = gpt2Launches(DType::F32);
   EXPECT_THROW(cuda::emitCUDA(p, "sm_75"), cuda::EmitError);
   EXPECT_THROW(cuda::emitCUDA(p, "compute_90"), cuda::EmitError);
   // A cast that reshapes (the gpt op cannot; a program file could).
-  rt::Program reshaping = gpt2Launches(DType::F32);
+  rt::Program reshaping = p;
   rt::Launch &cast = reshaping.functions[0].launches[0];
   ASSERT_EQ(cast.kernel, "cast");
   rt::Buffer &to = reshaping.buffers[cast.outputs[0]];
   to.shape = {to.shape[0] * to.shape[1], to.shape[2]};
-  try {
-    cuda::emitCUDA(reshaping, "sm_80");
-    FAIL();
-  } catch (const cuda::EmitError &e) {
-    EXPECT_STREQ(e.what(), "no CUDA kernel for gpt.cast at test:1:1: operand "
-                           "and result shapes differ");
+  expectEmitError(reshaping, "no CUDA kernel for gpt.cast at test:1:1: "
+                             "operand and result shapes differ");
+  // Attention gradients without the row dot's delta (gpt-autodiff always
+  // writes one).
+  for (const char *kind : {"flash_attention_grad", "flash_attention_qkv_grad"}) {
+    rt::Program noDelta = p;
+    for (rt::Launch &l : noDelta.functions[0].launches)
+      if (l.kernel == kind) {
+        l.inputs.pop_back();
+        expectEmitError(noDelta, "no CUDA kernel for gpt." + std::string(kind) +
+                                     " at " + l.loc +
+                                     ": no delta operand "
+                                     "(gpt.attention_row_dot's result, which "
+                                     "gpt-autodiff writes)");
+      }
   }
   p.functions[0].launches[0].kernel = "softmax";
-  try {
-    cuda::emitCUDA(p, "sm_80");
-    FAIL();
-  } catch (const cuda::EmitError &e) {
-    EXPECT_STREQ(e.what(), "no CUDA kernel for gpt.softmax at test:1:1: no "
-                           "kernel template for this op");
-  }
+  expectEmitError(p, "no CUDA kernel for gpt.softmax at test:1:1: no kernel "
+                     "template for this op");
 }
 
 TEST(EmitCUDA, Bf16KernelsCompileForSm90a) {
