@@ -214,6 +214,13 @@ static std::string contiguousRows(int64_t rows, int64_t D) {
          ">";
 }
 
+/// HeadRows of H heads of D side by side in rows `width` apart, T rows a
+/// batch: packed [B, T, width] (c_attn's output, out and dout).
+static std::string packedRows(int64_t H, int64_t width, int64_t D, int64_t T) {
+  return "HeadRows<" + std::to_string(H) + ", " + i64Literal(width) + ", " +
+         std::to_string(D) + ", " + i64Literal(T * width) + ">";
+}
+
 /// sizeof(AtomicBackwardShared<D>) (attention.cuh): four 64 x (D + 8) bf16
 /// tiles, two 64 x 72 dS tiles, and 4 x 64 floats of row terms.
 static uint32_t atomicSharedBytes(int64_t D) {
@@ -329,10 +336,8 @@ void Emitter::emitFlashAttentionQKV(bool grad) {
   a.heads = B * H;
   // Head h of q at column h·D of [B, T, 3C] rows (k and v: the pointer
   // moved by C and 2C); out, dout [B, T, C] rows.
-  a.lq = a.lk = "HeadRows<" + std::to_string(H) + ", " + i64Literal(3 * C) +
-                ", " + std::to_string(a.D) + ", " + i64Literal(T * 3 * C) + ">";
-  a.lo = "HeadRows<" + std::to_string(H) + ", " + i64Literal(C) + ", " +
-         std::to_string(a.D) + ", " + i64Literal(T * C) + ">";
+  a.lq = a.lk = packedRows(H, 3 * C, a.D, T);
+  a.lo = packedRows(H, C, a.D, T);
   const std::string c = i64Literal(C), c2 = i64Literal(2 * C);
   // qkv -> out, lse; qkv, out, lse, dout, delta -> dqkv (out is delta's
   // input only).
@@ -365,8 +370,7 @@ void Emitter::emitAttentionRowDot() {
     lo = contiguousRows(T, D);
   } else if (o.size() == 3 && H > 0 && o[2] % H == 0) {
     T = o[1], D = o[2] / H, heads = o[0] * H;
-    lo = "HeadRows<" + std::to_string(H) + ", " + i64Literal(o[2]) + ", " +
-         std::to_string(D) + ", " + i64Literal(T * o[2]) + ">";
+    lo = packedRows(H, o[2], D, T);
   } else {
     unsupported("expected out [B, H, T, D], or [B, T, C] with num_heads");
   }
