@@ -16,7 +16,8 @@
 # default's); 10 steps of gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
-# bench/gpu/torch_gpt2.py with the same B and T; GPT-2 124M compiled with
+# bench/gpu/torch_gpt2.py with the same B and T, and its kernels by kind
+# beside gptc's profile (GEMMs, attention, optimizer, the rest); GPT-2 124M compiled with
 # --attention-backward=atomic (dq summed by atomics, against the default's
 # dq blocks); last, --check-kernels of
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
@@ -142,7 +143,8 @@ fi
 
 if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
-    --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --out="$logs/torch.json"
+    --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --profile=3 \
+    --out="$logs/torch.json"
 fi
 
 if want atomic && [[ -f $P/gpt2-bf16-atomic ]]; then

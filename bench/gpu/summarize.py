@@ -19,7 +19,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        --attention-forward=wgmma
   gpt2-bf16-atomic.log                       --attention-backward=atomic
-  torch.json                                 bench/gpu/torch_gpt2.py --out
+  torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
 """
@@ -65,6 +65,43 @@ def gpt2_flops_per_token(layers=12, embd=768, vocab=50304, block=1024, seq=1024)
     params = (vocab * embd + block * embd + layers * (12 * embd * embd + 13 * embd)
               + 2 * embd)
     return params, 6 * params + 6 * layers * embd * seq
+
+
+KIND = re.compile(r"^\s*([0-9.]+)\s+[0-9.]+%\s+kind: (\w+)")
+RUNS = re.compile(r"^timed runs: .*\bupdate (\d+)")
+
+
+def kinds_side_by_side(prof, torch_json, torch_log, lines, summary):
+    """gptc's time by kernel kind (the GPTC_PROFILE=1 table's "kind:" rows,
+    over its timed runs of update, one a step) beside PyTorch's
+    (torch_gpt2.py --profile), in ms a step; then PyTorch's top kernels."""
+    kinds, runs = {}, None
+    for row in prof.splitlines():
+        m = KIND.match(row)
+        if m:
+            kinds[m.group(2)] = float(m.group(1))
+        m = RUNS.match(row)
+        if m:
+            runs = int(m.group(1))
+    theirs = json.loads(torch_json).get("profile_ms_per_step", {}) if torch_json else {}
+    if not kinds or not runs:
+        return
+    ours = {k: v / runs for k, v in kinds.items()}
+    summary["kinds_ms_per_step"] = {"gptc": ours, "pytorch": theirs}
+    lines.append("")
+    lines.append(f"time by kind, ms a step (gptc: GPTC_PROFILE=1 over {runs} steps; "
+                 "PyTorch: torch_gpt2.py --profile):")
+    lines.append(f"{'kind':10} {'gptc':>8} {'PyTorch':>8} {'gptc-PyTorch':>13}")
+    for kind in ("GEMM", "attention", "optimizer", "other"):
+        a, b = ours.get(kind, 0.0), theirs.get(kind)
+        diff = f"{a - b:+13.3f}" if b is not None else f"{'-':>13}"
+        their = f"{b:8.3f}" if b is not None else f"{'-':>8}"
+        lines.append(f"{kind:10} {a:8.3f} {their} {diff}")
+    log = (torch_log or "").splitlines()
+    start = next((i for i, l in enumerate(log) if l.startswith("profile of ")), None)
+    if start is not None:
+        lines.append("PyTorch's " + log[start])
+        lines.extend(log[start + 1:start + 24])
 
 
 def main():
@@ -185,6 +222,8 @@ def main():
             if m:
                 summary["profile"] = {"total_ms": float(m.group(1)),
                                       "of_floor": float(m.group(3)) / 100}
+        kinds_side_by_side(prof, read(os.path.join(res, "torch.json")),
+                           read(os.path.join(res, "torch.log")), lines, summary)
 
     # The attention kernels alone (attention_bench).
     bench = read(os.path.join(res, "attention.log")) or ""

@@ -6,10 +6,15 @@ through F.scaled_dot_product_attention, fused AdamW, the vocabulary padded
 to 50304, tied embeddings. It trains for a few steps with the batch and
 sequence length of the gptc run it is compared with, and reports tokens per
 second (median over the timed steps, after warm-up and compilation), peak
-memory and MFU on one line of JSON (--out) and one line of text.
+memory and MFU on one line of JSON (--out) and one line of text. With
+--profile N it then profiles N more steps (torch.profiler) and prints where
+the time went: GEMMs, attention, the optimizer and the rest, per step, and
+the top kernels; the same kinds gptc's GPTC_PROFILE=1 table ends with, so
+that the two sets of kernels can be set side by side (summarize.py).
 
   python3 torch_gpt2.py --batch 16 --seq 1024 --steps 20 --out torch.json
   /usr/bin/python3 torch_gpt2.py --cpu-smoke    # tiny, CPU, no compile
+  python3 torch_gpt2.py --profile 3              # and where the time goes
 
 FLOPs per token: 6N + 6*L*C*T (N counts every parameter once, the tied
 embedding included; the attention term is halved for the causal mask), the
@@ -113,6 +118,79 @@ def batches(args, device):
         yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
 
+# Kernel kinds, as gptc's profile names them (CudaBackend.cpp, kernelKind):
+# flash attention (forward, backward and its preprocessing), cuBLAS's and
+# CUTLASS's GEMMs, the optimizer (clip_grad_norm_'s norms and fused AdamW),
+# and the rest (Triton's fused elementwise kernels, layernorm, the loss,
+# the embedding). Checked in this order: cuDNN's attention kernels have
+# "sm90_" in their names, as cuBLAS's GEMMs do.
+KINDS = (
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    # Not "addmm" alone: Inductor names the elementwise kernel that adds
+    # a GEMM's bias "triton_poi_fused_addmm_...".
+    ("GEMM", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_",
+              "triton_tem_", "aten::addmm", "aten::mm", "aten::bmm",
+              "aten::matmul")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "lpnorm")),
+)
+
+
+def kernel_kind(name):
+    low = name.lower()
+    for kind, needles in KINDS:
+        if any(n in low for n in needles):
+            return kind
+    return "other"
+
+
+def profile_steps(step, data, n, cuda):
+    """Runs n steps under torch.profiler; returns {name: [us, calls]} per
+    step: the GPU's kernels, or on the CPU (--cpu-smoke) each op's self
+    time."""
+    from torch.profiler import ProfilerActivity, profile
+    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        for _ in range(n):
+            x, y = next(data)
+            step(x, y).item()
+        if cuda:
+            torch.cuda.synchronize()
+    kernels = {}
+    if cuda:
+        for e in prof.events():
+            if str(e.device_type).endswith("CUDA"):
+                k = kernels.setdefault(e.name, [0.0, 0])
+                k[0] += e.time_range.elapsed_us() / n
+                k[1] += 1 / n
+    else:
+        for e in prof.key_averages():
+            if e.self_cpu_time_total > 0:
+                kernels[e.key] = [e.self_cpu_time_total / n, e.count / n]
+    return kernels
+
+
+def profile_report(kernels, top=15):
+    """The kinds' ms a step and share, then the top kernels, as text; and
+    the kinds as a dict for the JSON."""
+    total = sum(us for us, _ in kernels.values()) or 1.0
+    kinds = {}
+    for name, (us, _) in kernels.items():
+        kind = kernel_kind(name)
+        kinds[kind] = kinds.get(kind, 0.0) + us / 1000
+    lines = [f"{'ms/step':>9} {'share':>6}  kind"]
+    for kind in ("GEMM", "attention", "optimizer", "other"):
+        ms = kinds.get(kind, 0.0)
+        lines.append(f"{ms:9.3f} {100 * ms * 1000 / total:5.1f}%  {kind}")
+    lines.append(f"{total / 1000:9.3f} 100.0%  all {len(kernels)} kernels")
+    lines.append("")
+    lines.append(f"{'ms/step':>9} {'calls':>7} {'us/call':>9}  kind       kernel")
+    for name, (us, calls) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"{us / 1000:9.3f} {calls:7.1f} {us / max(calls, 1e-9):9.1f}  "
+                     f"{kernel_kind(name):10} {name[:100]}")
+    return "\n".join(lines), {k: round(kinds.get(k, 0.0), 4)
+                              for k in ("GEMM", "attention", "optimizer", "other")}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16)
@@ -130,6 +208,9 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0,
                     help="dense bf16 peak for MFU (H100 SXM: 989)")
     ap.add_argument("--out", default="", help="write the result as JSON here")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then profile N steps: time by kernel kind and "
+                         "the top kernels")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="a tiny model on the CPU, fp32, no compile: checks "
                          "the script on a machine without a GPU")
@@ -203,6 +284,12 @@ def main():
           f"T={args.seq}: {result['ms_per_step']:.1f} ms/step, "
           f"{tok_s:,.0f} tok/s, MFU {mfu}, peak memory {mem}, loss "
           f"{losses[0]:.4f} -> {losses[-1]:.4f}")
+    if args.profile > 0:
+        text, kinds = profile_report(profile_steps(step, data, args.profile, cuda))
+        print(f"profile of {args.profile} steps (torch.profiler, "
+              f"{'GPU kernels' if cuda else 'CPU ops, self time'}):")
+        print(text)
+        result["profile_ms_per_step"] = kinds
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f)

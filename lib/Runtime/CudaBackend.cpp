@@ -539,6 +539,9 @@ private:
   std::vector<TimedLaunch> pendingTimes;
   std::vector<ProfileEntry> profileEntries;
   std::map<std::string, int> profileSlots;
+  /// Timed runs of each function from its first launch: the profile's
+  /// steps are update's (it runs once a step; forward also runs for eval).
+  std::map<std::string, int64_t> timedRuns;
 };
 
 //===----------------------------------------------------------------------===//
@@ -1361,6 +1364,8 @@ void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
   // synchronises after every launch.
   bool checked = syncEach || g.calls == 1;
   bool timed = profile && g.calls > 1;
+  if (timed && begin == 0)
+    ++timedRuns[f.name];
   for (size_t i = begin; i < end; ++i) {
     enqueue(f.launches[i], pls[i], timed);
     if (checked)
@@ -1481,11 +1486,29 @@ void CudaBackendImpl::collectTimes() {
 
 void CudaBackendImpl::resetProfile() {
   synchronize();
+  timedRuns.clear();
   for (ProfileEntry &e : profileEntries) {
     e.calls = 0;
     e.ms = 0;
     e.floorMs = 0;
   }
+}
+
+/// A profiled kernel's kind, for setting the profile beside another
+/// framework's (bench/gpu/torch_gpt2.py --profile sorts PyTorch's kernels
+/// the same way): cuBLASLt's GEMMs; the attention kernels (forward,
+/// backward, the row dot); the optimizer (AdamW and the gradient norm);
+/// and the rest: elementwise groups, layernorm, the loss, embeddings, and
+/// the passes that stand in for GEMM epilogues.
+static const char *kernelKind(const std::string &kernel) {
+  if (kernel.rfind("cuBLASLt", 0) == 0)
+    return "GEMM";
+  if (kernel.find("attention") != std::string::npos)
+    return "attention";
+  if (kernel.find("adamw") != std::string::npos ||
+      kernel.find("multi_tensor") != std::string::npos)
+    return "optimizer";
+  return "other";
 }
 
 std::string CudaBackendImpl::profileReport(size_t top) {
@@ -1548,6 +1571,20 @@ std::string CudaBackendImpl::profileReport(size_t top) {
                   deviceName.c_str());
     os << line;
   }
+  // Time by kind, then how many runs the times are over.
+  std::map<std::string, double> byKind;
+  for (const ProfileEntry *e : order)
+    byKind[kernelKind(e->kernel)] += e->ms;
+  for (const char *kind : {"GEMM", "attention", "optimizer", "other"}) {
+    std::snprintf(line, sizeof(line), "%10.3f %8s %10s %5.1f%% kind: %s\n",
+                  byKind[kind], "", "",
+                  total > 0 ? 100.0 * byKind[kind] / total : 0.0, kind);
+    os << line;
+  }
+  std::string runs;
+  for (const auto &[name, n] : timedRuns)
+    runs += (runs.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  os << "timed runs: " << (runs.empty() ? "none" : runs) << "\n";
   return os.str();
 }
 

@@ -395,8 +395,14 @@ TEST(CudaBackendFake, Profile) {
       << report;
   EXPECT_NE(report.find("      0.00     0.0%  k_gelu"), std::string::npos)
       << report;
+  // Time by kind (three GEMM shapes, one generated kernel), over two runs.
+  EXPECT_NE(report.find(" 75.0% kind: GEMM\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("  0.0% kind: attention\n"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 25.0% kind: other\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("timed runs: forward 2\n"), std::string::npos) << report;
   b->resetProfile();
   EXPECT_EQ(b->profileReport().find("k_gelu"), std::string::npos);
+  EXPECT_NE(b->profileReport().find("timed runs: none"), std::string::npos);
 }
 
 /// Gradient accumulation's two functions as the lowering makes them (one
