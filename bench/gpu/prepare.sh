@@ -73,39 +73,50 @@ compile check-gpt2w-bf16-wide gpt2 bf16 2 256 --n-layer=1 \
 # each launch's geometry from the manifests; then both backwards at 2
 # blocks an SM rather than 3 (their sources with __launch_bounds__(128, 2)),
 # and both as they were before the pre-pass (the same sources with
-# attention.cuh of $baseline, which computed each query tile's Σ dout·out
-# from an out tile in every block). The bench compiles sources with the GPU
-# machine's NVRTC and gptc's options. It is host C++ on the driver API.
-baseline=ff2b93d
+# attention.cuh of ff2b93d, which computed each query tile's Σ dout·out
+# from an out tile in every block), and the atomic one as b678291 had it
+# (kᵀ's fragments held in registers, its query-tile halves a loop). The
+# bench compiles sources with the GPU machine's NVRTC and gptc's options.
+# It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-git -C "$root" show "$baseline:lib/Target/CUDA/kernels/attention.cuh" \
-  > "$tmp/attention-baseline.cuh"
+for commit in ff2b93d b678291; do
+  git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
+    > "$tmp/attention-$commit.cuh"
+done
 python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" <<'PY'
-import json, shutil, sys
+import json, re, shutil, sys
 tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
-now, before = open(cuh).read(), open(f"{tmp}/attention-baseline.cuh").read()
-def baseline(source, entry):
-    # The old kernels took out (in1) where the new ones take delta (in4).
+now = open(cuh).read()
+def baseline(source, entry, commit):
+    """source with commit's attention.cuh in place of today's."""
     assert source.count(now) == 1, f"{entry}: attention.cuh not embedded"
-    call = ", in2, in3, in4, out0,"
-    assert source.count(call) == 1, f"{entry}: no {call}"
-    return source.replace(now, before).replace(call, ", in1, in2, in3, out0,")
+    source = source.replace(now, open(f"{tmp}/attention-{commit}.cuh").read())
+    # The launch gives today's dynamic shared bytes, at least the old ones.
+    source = re.sub(r"static_assert\(sizeof\(AtomicBackwardShared<\d+>\) == \d+,"
+                    r"[^;]*;", "", source)
+    if commit == "ff2b93d":
+        # The old kernels took out (in1) where the new ones take delta (in4).
+        call = ", in2, in3, in4, out0,"
+        assert source.count(call) == 1, f"{entry}: no {call}"
+        source = source.replace(call, ", in1, in2, in3, out0,")
+    return source
 lines = []
 for role, name, dump, entry, bounds, old in (
-        ("forward", "mma", "split", "flash_attention_qkv_0", None, False),
-        ("forward", "mma128", "wide", "flash_attention_qkv_0", None, False),
-        ("rowdot", "rowdot", "split", "attention_row_dot_0", None, False),
-        ("backward", "split", "split", "flash_attention_qkv_grad_0", None, False),
-        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, False),
-        ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, False),
-        ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, False),
-        ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, True),
-        ("backward", "atomic-before", "atomic", "flash_attention_qkv_grad_0", None, True)):
+        ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
+        ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
+        ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
+        ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, None),
+        ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
+        ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),
+        ("backward", "atomic-before", "atomic", "flash_attention_qkv_grad_0", None, "ff2b93d"),
+        ("backward", "atomic-ktreg", "atomic", "flash_attention_qkv_grad_0", None, "b678291")):
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]
-    if bounds is None and not old:
+    if bounds is None and old is None:
         file = f"{name}.cubin"
         shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{file}")
     else:
@@ -116,7 +127,7 @@ for role, name, dump, entry, bounds, old in (
             assert source.count(was) == 1, f"{entry}: no {was}"
             source = source.replace(was, f"__launch_bounds__(128, {bounds})")
         if old:
-            source = baseline(source, entry)
+            source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)
     lines.append(f"{role} {name} {file} {entry} {l['grid'][0]} "
                  f"{l['grid'][1]} {l['block'][0]} {l['dynamic_shared_bytes']}")

@@ -221,10 +221,11 @@ static std::string packedRows(int64_t H, int64_t width, int64_t D, int64_t T) {
          std::to_string(D) + ", " + i64Literal(T * width) + ">";
 }
 
-/// sizeof(AtomicBackwardShared<D>) (attention.cuh): four 64 x (D + 8) bf16
-/// tiles, two 64 x 72 dS tiles, and 4 x 64 floats of row terms.
+/// sizeof(AtomicBackwardShared<D>) (attention.cuh): five 64 x (D + 8) bf16
+/// tiles (q and dout twice, k), two 64 x 72 dS tiles, and 4 x 64 floats of
+/// row terms.
 static uint32_t atomicSharedBytes(int64_t D) {
-  return uint32_t(4 * 64 * (D + 8) * 2 + 2 * 64 * 72 * 2 + 4 * 64 * 4);
+  return uint32_t(5 * 64 * (D + 8) * 2 + 2 * 64 * 72 * 2 + 4 * 64 * 4);
 }
 
 void Emitter::emitAttention(const AttentionLayout &a, bool grad) {

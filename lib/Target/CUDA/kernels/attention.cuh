@@ -771,13 +771,15 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 // Backward with dq summed by atomics (--attention-backward=atomic)
 //===----------------------------------------------------------------------===//
 
-/// The shared memory of attentionBackwardAtomic, dynamic: 55 KB at D = 64,
+/// The shared memory of attentionBackwardAtomic, dynamic: 64 KB at D = 64,
 /// over the 48 KB a kernel may declare statically. The query tiles it walks
 /// (q, dout, and their lse and delta) are double-buffered, and so is `ds`,
 /// the block's dS (rows keys, columns queries) as bf16 for the dq product:
-/// one barrier a tile.
+/// one barrier a tile. `k`, the block's key tile, stays for the dq product's
+/// kᵀ fragments: held in registers across the loop instead, they were 16 of
+/// the 168 a thread has at 3 blocks an SM, and sm_80 spilled.
 template <int D> struct AtomicBackwardShared {
-  mma::Tile<D> q[2], dout[2];
+  mma::Tile<D> q[2], dout[2], k;
   mma::Tile<64> ds[2];
   alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
 };
@@ -889,34 +891,23 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
 
   const int j0 = blockIdx.x * 64;
   const int first = kCausal ? j0 : 0;
-  // This tile's k and v (in the second buffers, free until the second
-  // query tile) and the first query tile, one group.
-  sm.q[1].loadAsync(k, kK, j0);
+  // This tile's k (for good) and v (in the second dout buffer, free until
+  // the second query tile) and the first query tile, one group.
+  sm.k.loadAsync(k, kK, j0);
   sm.dout[1].loadAsync(v, kK, j0);
   loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
                              dout, lse, delta, first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
-  // ka, va: this warp's 16 keys as A fragments; kt: kᵀ's rows [16 rowBlock,
-  // +16) over the 64 keys, A fragments by ldmatrix.trans of k's blocks (the
-  // transposes arrive in the order a0, a2, a1, a3).
-  u32 ka[D / 16][4], va[D / 16][4], kt[4][4];
+  // ka, va: this warp's 16 keys as A fragments.
+  u32 ka[D / 16][4], va[D / 16][4];
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc) {
-    loadA(ka[kc], sm.q[1], warp * 16, kc * 16);
+    loadA(ka[kc], sm.k, warp * 16, kc * 16);
     loadA(va[kc], sm.dout[1], warp * 16, kc * 16);
   }
-#pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    u32 f[4];
-    loadMatricesTransposed(f, sm.q[1].block(kc * 16, rowBlock * 16));
-    kt[kc][0] = f[0];
-    kt[kc][1] = f[2];
-    kt[kc][2] = f[1];
-    kt[kc][3] = f[3];
-  }
-  __syncthreads(); // q[1] and dout[1] are read; the loop may refill them
+  __syncthreads(); // dout[1] is read; the loop may refill it
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
@@ -933,9 +924,9 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
     }
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     Tile<64> &sDs = sm.ds[buf];
-    // Half a query tile at a time, the halves not unrolled: unrolled,
-    // ptxas spilled 76 bytes at 168 registers.
-#pragma unroll 1
+    // Half a query tile at a time: the whole tile's scores and dS on top
+    // of the fragments and both accumulators spill.
+#pragma unroll
     for (int n0 = 0; n0 < 8; n0 += 4) {
       float ds[4][4];
       keyRowsOnQueries<D, 4>(ds, accK, accV, ka, va, sm.q[buf],
@@ -963,15 +954,24 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       float acc[kPart][4];
       zero(acc);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc)
+      for (int kc = 0; kc < 4; ++kc) {
+        // kᵀ's rows [16 rowBlock, +16) over keys [16kc, +16): an A fragment
+        // by ldmatrix.trans of k's block, the transposes arriving in the
+        // order a0, a2, a1, a3.
+        u32 f[4], kt[4];
+        loadMatricesTransposed(f, sm.k.block(kc * 16, rowBlock * 16));
+        kt[0] = f[0];
+        kt[1] = f[2];
+        kt[2] = f[1];
+        kt[3] = f[3];
 #pragma unroll
         for (int np = 0; np < kPart / 2; ++np) {
-          u32 f[4];
           loadMatricesTransposed(
               f, sDs.block(kc * 16, (tile0 + part) * 8 + np * 16));
-          mma16816(acc[2 * np], kt[kc], f[0], f[1]);
-          mma16816(acc[2 * np + 1], kt[kc], f[2], f[3]);
+          mma16816(acc[2 * np], kt, f[0], f[1]);
+          mma16816(acc[2 * np + 1], kt, f[2], f[3]);
         }
+      }
       // acc[nt][e]: d = 16 rowBlock + g (+8 for e >= 2), query (tile0 +
       // part + nt)·8 + 2tq + (e & 1). Four lanes (g = 4a + i) swap values
       // until lane i holds query 2tq + (i & 1) at d = 16 rowBlock + 4a +
