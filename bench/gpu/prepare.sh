@@ -59,17 +59,22 @@ compile check-gpt2w-bf16-atomic gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-backward=atomic
 compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic \
   --dump-kernels="$tmp/atomic"
-# The forward attention with 8 warps, 128 queries a block (opt-in
-# --attention-forward=mma128): checked at GPT-2's widths (T=256: a multiple
-# of 128), and its cubin for the attention bench.
+# The attentions with 8 warps a block, 128 queries (opt-in
+# --attention-forward=mma128) and 128 keys (--attention-backward=atomic128):
+# checked at GPT-2's widths (T=256: a multiple of 128), and their cubins
+# for the attention bench.
 compile check-gpt2w-bf16-wide gpt2 bf16 2 256 --n-layer=1 \
-  --vocab-size=1000 --attention-forward=mma128
+  --vocab-size=1000 --attention-forward=mma128 --attention-backward=atomic128
 "$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" --seq="$seq" \
   --gpu-arch="$arch" --attention-forward=mma128 --dump-kernels="$tmp/wide" \
   -o "$tmp/wide.program" > /dev/null
+"$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" --seq="$seq" \
+  --gpu-arch="$arch" --attention-backward=atomic128 \
+  --dump-kernels="$tmp/atomic128" -o "$tmp/atomic128.program" > /dev/null
 
 # The attention kernels alone (attention_bench.cpp): the GPT-2 programs'
-# own cubins, both forwards, the row-dot pre-pass and both backwards, with
+# own cubins, both forwards, the row-dot pre-pass and the backwards (split,
+# atomic, and atomic with 128 keys a block of 8 warps), with
 # each launch's geometry from the manifests; then both backwards at 2
 # blocks an SM rather than 3 (their sources with __launch_bounds__(128, 2)),
 # and both as they were before the pre-pass (the same sources with
@@ -108,6 +113,7 @@ for role, name, dump, entry, bounds, old in (
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "atomic128", "atomic128", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),

@@ -10,10 +10,11 @@
 # rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16 and on
 # one layer of GPT-2's widths (every launch on the GPU against the CPU
 # backend; also with --attention-backward=atomic, with
-# --attention-forward=mma128, and on sm_90a with the forward attention on
-# warpgroup MMA); the attention kernels alone (attention_bench: both
-# forwards and both backwards timed, each one's results against the
-# default's); 10 steps of gpt2-tiny
+# --attention-forward=mma128 and --attention-backward=atomic128 (T=256),
+# and on sm_90a with the forward attention on warpgroup MMA); the
+# attention kernels alone (attention_bench: both forwards and the
+# backwards timed, each one's results against the default's); 10 steps of
+# gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T, and its kernels by kind

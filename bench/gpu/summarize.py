@@ -8,6 +8,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-gpt2w-bf16.log                       the same, one layer of GPT-2 widths
   check-gpt2w-bf16-atomic.log                the same, --attention-backward=atomic
   check-gpt2w-bf16-wide.log                  the same (T=256), --attention-forward=mma128
+                                             and --attention-backward=atomic128
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data

@@ -76,9 +76,10 @@ void KernelOptions::check() const {
       attentionForward != "wgmma")
     fail("unknown --attention-forward '" + attentionForward +
          "' (mma, mma128, wgmma)");
-  if (attentionBackward != "split" && attentionBackward != "atomic")
+  if (attentionBackward != "split" && attentionBackward != "atomic" &&
+      attentionBackward != "atomic128")
     fail("unknown --attention-backward '" + attentionBackward +
-         "' (split, atomic)");
+         "' (split, atomic, atomic128)");
 }
 
 cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
@@ -91,7 +92,9 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
   cuda::EmitOptions emit;
   emit.wgmmaAttention = attentionForward == "wgmma";
   emit.wideAttentionForward = attentionForward == "mma128";
-  emit.atomicAttentionBackward = attentionBackward == "atomic";
+  emit.atomicAttentionBackward =
+      attentionBackward == "atomic" || attentionBackward == "atomic128";
+  emit.wideAttentionBackward = attentionBackward == "atomic128";
   return emit;
 }
 

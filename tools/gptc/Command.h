@@ -89,9 +89,11 @@ struct KernelOptions {
       "attention-backward",
       llvm::cl::desc("The bf16 backward attention's dq: split (T/64 more "
                      "blocks recompute the probabilities for it, "
-                     "deterministic; the default) or atomic (summed in "
+                     "deterministic; the default), atomic (summed in "
                      "float32 with atomics, FlashAttention-2's way; five "
-                     "products a tile pair rather than seven)"),
+                     "products a tile pair rather than seven) or atomic128 "
+                     "(the same with 128 keys a block of 8 warps, where T "
+                     "is a multiple of 128)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};
 
   /// Exits with one error line on an unknown value.

@@ -1186,9 +1186,10 @@ void HostKernels::throwOnRaces() {
 }
 
 rt::Program &emitForHost(rt::Program &p, HostTarget target,
-                         bool atomicAttentionBackward) {
+                         AttentionBackward backward) {
   cuda::EmitOptions opts;
-  opts.atomicAttentionBackward = atomicAttentionBackward;
+  opts.atomicAttentionBackward = backward != AttentionBackward::Split;
+  opts.wideAttentionBackward = backward == AttentionBackward::Atomic128;
   return emitForHost(p, target, opts);
 }
 

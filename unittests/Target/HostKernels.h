@@ -70,10 +70,14 @@ private:
   void *handle = nullptr;
 };
 
+/// The bf16 attention backward the emitter picks (EmitOptions), as
+/// --attention-backward=split, atomic or atomic128 choose it.
+enum class AttentionBackward { Split, Atomic, Atomic128 };
+
 /// Emits `p`'s kernels for `target` and returns it, for HostKernels; for
 /// Sm90a with the wgmma forward attention chosen (EmitOptions).
 rt::Program &emitForHost(rt::Program &p, HostTarget target = HostTarget::Sm80,
-                         bool atomicAttentionBackward = false);
+                         AttentionBackward backward = AttentionBackward::Split);
 /// The same with the emitter's other choices (wgmmaAttention is set as
 /// above).
 rt::Program &emitForHost(rt::Program &p, HostTarget target,

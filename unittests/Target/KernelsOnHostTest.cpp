@@ -831,8 +831,24 @@ namespace {
 // the forward's wgmma) emulated as PTX defines them. Probabilities (and dS)
 // are rounded to bf16 between the two products, as FlashAttention does:
 // agreement to bf16 precision.
-void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
-  SCOPED_TRACE(std::string(targetName(target)) + (atomic ? ", atomic" : ""));
+const char *backwardName(AttentionBackward backward) {
+  return backward == AttentionBackward::Split    ? "split"
+         : backward == AttentionBackward::Atomic ? "atomic"
+                                                 : "atomic128";
+}
+
+/// Whether kernel source `source` runs the atomic backward with 128 keys a
+/// block (its second template argument list ends in ", 2").
+bool twoKeyTiles(const std::string &source) {
+  return source.find("AtomicBackwardShared<") != std::string::npos &&
+         source.find(", 2>) == ") != std::string::npos;
+}
+
+void checkTensorCoreAttention(
+    HostTarget target, AttentionBackward backward = AttentionBackward::Split) {
+  SCOPED_TRACE(std::string(targetName(target)) + ", " +
+               backwardName(backward));
+  const bool atomic = backward != AttentionBackward::Split;
   const DType f32 = DType::F32, bf = DType::BF16;
   Builder b;
   Shape qs = {1, 2, 128, 64};
@@ -853,9 +869,13 @@ void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
     attn.insert(attn.end(), {o, lse, dq, dk, dv, delta});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p, target, atomic), target);
+  HostKernels kernels(emitForHost(p, target, backward), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
-  for (const rt::DeviceKernel &dk : p.kernels)
+  for (const rt::DeviceKernel &dk : p.kernels) {
+    EXPECT_EQ(twoKeyTiles(dk.source),
+              backward == AttentionBackward::Atomic128 &&
+                  dk.name.find("grad") != std::string::npos)
+        << dk.name;
     ASSERT_EQ(attentionImpl(dk.source),
               dk.name.find("row_dot") != std::string::npos ? ""
               : dk.name.find("grad") == std::string::npos
@@ -863,6 +883,7 @@ void checkTensorCoreAttention(HostTarget target, bool atomic = false) {
               : atomic ? "Atomic"
                        : "Mma")
         << dk.name;
+  }
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 200);
   if (atomic) {
@@ -900,7 +921,12 @@ TEST(TemplateKernelsOnHost, WgmmaAttentionMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm90a);
 }
 TEST(TemplateKernelsOnHost, AtomicAttentionBackwardMatchesTheCpuExecutor) {
-  checkTensorCoreAttention(HostTarget::Sm80, /*atomic=*/true);
+  checkTensorCoreAttention(HostTarget::Sm80, AttentionBackward::Atomic);
+}
+// 128 keys a block of 8 warps: causal, the second key tile's warps sit the
+// first query tile out, and the dq product takes the first key tile alone.
+TEST(TemplateKernelsOnHost, Atomic128AttentionBackwardMatchesTheCpuExecutor) {
+  checkTensorCoreAttention(HostTarget::Sm80, AttentionBackward::Atomic128);
 }
 
 // The atomic backward's dq product splits D by 16 rows over 4 warps: at
@@ -915,7 +941,7 @@ TEST(TemplateKernelsOnHost, AtomicBackwardKeepsTheSplitKernelElsewhere) {
     int delta = b.buf(f32, {1, 2, 128});
     b.launch("flash_attention_grad", {q, k, v, o, lse, dout, delta},
              {b.buf(f32, qs), b.buf(f32, qs), b.buf(f32, qs)});
-    rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
+    rt::Program &p = emitForHost(b.p, HostTarget::Sm80, AttentionBackward::Atomic);
     EXPECT_EQ(attentionImpl(p.kernels[0].source),
               t == bf ? "Mma" : "Simple")
         << "D " << D;
@@ -923,12 +949,17 @@ TEST(TemplateKernelsOnHost, AtomicBackwardKeepsTheSplitKernelElsewhere) {
   }
 }
 
-// Without the causal mask keys and queries may differ in number: 3 key
-// tiles add to each of 2 query tiles (the last arrival writes dq).
-TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
+// Without the causal mask keys and queries may differ in number: S keys
+// in blocks of 64 (or 128) add to each of 2 query tiles (the last arrival
+// writes dq). `grid`: how many blocks a head.
+namespace {
+void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
+                             unsigned grid) {
+  SCOPED_TRACE(std::string(backwardName(backward)) + ", S " +
+               std::to_string(S));
   const DType f32 = DType::F32, bf = DType::BF16;
   Builder b;
-  Shape qs = {1, 2, 128, 64}, ks = {1, 2, 192, 64};
+  Shape qs = {1, 2, 128, 64}, ks = {1, 2, S, 64};
   int q = b.buf(bf, qs), k = b.buf(bf, ks), v = b.buf(bf, ks),
       dout = b.buf(bf, qs);
   int o = b.buf(bf, qs), lse = b.buf(f32, {1, 2, 128});
@@ -941,9 +972,10 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
                        {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
   fag.ints["causal"] = 0;
   fag.floats["scale"] = 0.125;
-  rt::Program &p = emitForHost(b.p, HostTarget::Sm80, /*atomic=*/true);
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm80, backward);
   ASSERT_EQ(attentionImpl(p.kernels[2].source), "Atomic");
-  EXPECT_EQ(p.functions[0].launches[2].grid[0], 3u);
+  EXPECT_EQ(p.functions[0].launches[2].grid[0], grid);
+  EXPECT_EQ(p.functions[0].launches[2].block[0], S / grid * 2);
   // Its module scratch: dq's float32 sums, [2 heads, 128, 64], and a count
   // for each of the 2 heads' 2 query tiles.
   EXPECT_EQ(p.kernels[2].scratchBytes, 2 * 128 * 64 * 4 + 2 * 2 * 4);
@@ -957,6 +989,14 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
   expectNear(bw[0], data[dq].f32, 2e-2f, "flash_attention_grad dq");
   expectNear(bw[1], data[dk].f32, 2e-2f, "flash_attention_grad dk");
   expectNear(bw[2], data[dv].f32, 2e-2f, "flash_attention_grad dv");
+}
+} // namespace
+
+TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
+  checkAtomicWithMoreKeys(AttentionBackward::Atomic, 192, 3);
+  // 128 keys a block where S allows; 192 keys keep blocks of 64.
+  checkAtomicWithMoreKeys(AttentionBackward::Atomic128, 256, 2);
+  checkAtomicWithMoreKeys(AttentionBackward::Atomic128, 192, 3);
 }
 
 // The tensor-core backward reads D from delta, not out: a float32 out
@@ -1028,10 +1068,13 @@ namespace {
 /// reference is the CPU executor's unpack, run, pack. Tensor cores: bf16
 /// inputs (T = 128, D = tensorD), tolerances as above; otherwise float32
 /// (the Simple kernels, D = 8), tolerances as for the [B, H, T, D] op.
-void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80,
-                          int64_t tensorD = 64, bool atomic = false) {
+void checkPackedAttention(
+    bool tensorCores, HostTarget target = HostTarget::Sm80,
+    int64_t tensorD = 64,
+    AttentionBackward backward = AttentionBackward::Split) {
   SCOPED_TRACE(std::string(targetName(target)) + ", D " +
-               std::to_string(tensorD) + (atomic ? ", atomic" : ""));
+               std::to_string(tensorD) + ", " + backwardName(backward));
+  const bool atomic = backward != AttentionBackward::Split;
   const DType f32 = DType::F32, in = tensorCores ? DType::BF16 : f32;
   const int64_t B = 2, H = 2, D = tensorCores ? tensorD : 8;
   const int64_t T = tensorCores ? 128 : 16, C = H * D;
@@ -1053,11 +1096,16 @@ void checkPackedAttention(bool tensorCores, HostTarget target = HostTarget::Sm80
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p, target, atomic), target);
+  HostKernels kernels(emitForHost(p, target, backward), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   for (const rt::DeviceKernel &k : p.kernels) {
     if (k.name.find("row_dot") != std::string::npos)
       continue;
+    // 128 keys a block for D of 32 and 64.
+    EXPECT_EQ(twoKeyTiles(k.source), backward == AttentionBackward::Atomic128 &&
+                                         tensorD >= 32 &&
+                                         k.name.find("grad") != std::string::npos)
+        << k.name;
     ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
     if (atomic && k.name.find("grad") != std::string::npos)
       ASSERT_EQ(attentionImpl(k.source), "Atomic") << k.name;
@@ -1099,11 +1147,14 @@ std::pair<size_t, size_t> functionSpan(const std::string &source,
 }
 
 /// One packed causal attention, forward and backward, B = H = 1, D = 64,
-/// T = 192: three tiles of 64, so that a double buffer is refilled.
-rt::Program &packedAttentionForRaces(Builder &b,
-                                     HostTarget target = HostTarget::Sm80,
-                                     bool atomicBackward = false) {
-  const int64_t B = 1, H = 1, D = 64, T = 192, C = H * D;
+/// T = 192: three tiles of 64, so that a double buffer is refilled (256
+/// for the backward with 128 keys a block: two key blocks).
+rt::Program &packedAttentionForRaces(
+    Builder &b, HostTarget target = HostTarget::Sm80,
+    AttentionBackward backward = AttentionBackward::Split) {
+  const int64_t B = 1, H = 1, D = 64,
+                T = backward == AttentionBackward::Atomic128 ? 256 : 192,
+                C = H * D;
   int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
       dout = b.buf(DType::BF16, {B, T, C});
   int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
@@ -1116,7 +1167,7 @@ rt::Program &packedAttentionForRaces(Builder &b,
                        {qkv, o, lse, dout, delta}, {dqkv});
   fag.ints = {{"causal", 1}, {"num_heads", H}};
   fag.floats["scale"] = 0.125;
-  return emitForHost(b.p, target, atomicBackward);
+  return emitForHost(b.p, target, backward);
 }
 
 /// Takes each `statement` out of function `fn` of kernel `k`, one at a
@@ -1235,18 +1286,25 @@ TEST(TemplateKernelsOnHost, EveryWideForwardBarrierIsNeeded) {
 // what it orders, the blocks' atomics before their count, is between
 // blocks, which the emulation runs one after another).
 TEST(TemplateKernelsOnHost, EveryAtomicAttentionBarrierIsNeeded) {
-  Builder b;
-  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm80, true);
-  ASSERT_EQ(p.kernels.size(), 3u);
-  size_t k = 0;
-  while (k < p.kernels.size() && attentionImpl(p.kernels[k].source) != "Atomic")
-    ++k;
-  ASSERT_LT(k, p.kernels.size());
-  // The prologue's two, and one a query tile.
-  EXPECT_EQ(expectEachNeeded(p, k, "attentionBackwardAtomic",
-                             "__syncthreads();", "shared-memory race",
-                             HostTarget::Sm80),
-            3);
+  for (AttentionBackward backward :
+       {AttentionBackward::Atomic, AttentionBackward::Atomic128}) {
+    SCOPED_TRACE(backwardName(backward));
+    Builder b;
+    rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm80, backward);
+    ASSERT_EQ(p.kernels.size(), 3u);
+    size_t k = 0;
+    while (k < p.kernels.size() &&
+           attentionImpl(p.kernels[k].source) != "Atomic")
+      ++k;
+    ASSERT_LT(k, p.kernels.size());
+    EXPECT_EQ(twoKeyTiles(p.kernels[k].source),
+              backward == AttentionBackward::Atomic128);
+    // The prologue's two, and one a query tile.
+    EXPECT_EQ(expectEachNeeded(p, k, "attentionBackwardAtomic",
+                               "__syncthreads();", "shared-memory race",
+                               HostTarget::Sm80),
+              3);
+  }
 }
 
 // The same for the wgmma forward, and its two fences: without a thread's
@@ -1545,7 +1603,14 @@ TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
 TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) {
   for (int64_t D : {64, 32, 16})
     checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm80, D,
-                         /*atomic=*/true);
+                         AttentionBackward::Atomic);
+}
+// With 8 warps a block the dq product's row blocks are shared by two warps
+// at D = 64, four at 32; at 16 (one n-tile a warp) blocks of 64 keys stay.
+TEST(TemplateKernelsOnHost, PackedAtomic128AttentionBackwardMatchesTheCpuExecutor) {
+  for (int64_t D : {64, 32, 16})
+    checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm80, D,
+                         AttentionBackward::Atomic128);
 }
 
 namespace {

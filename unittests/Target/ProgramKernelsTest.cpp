@@ -97,16 +97,19 @@ void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
                  const std::string &precision,
                  std::vector<std::string> recompute = {},
                  HostTarget target = HostTarget::Sm80,
-                 bool atomicAttentionBackward = false) {
+                 AttentionBackward backward = AttentionBackward::Split) {
   rt::Program p =
       tinyProgram(precision, cfg, batch, seq, std::move(recompute));
-  emitForHost(p, target, atomicAttentionBackward);
-  if (atomicAttentionBackward)
+  emitForHost(p, target, backward);
+  if (backward != AttentionBackward::Split)
     EXPECT_TRUE(std::any_of(p.kernels.begin(), p.kernels.end(),
-                            [](const rt::DeviceKernel &k) {
+                            [&](const rt::DeviceKernel &k) {
                               return k.source.find(
                                          "\n  attentionBackwardAtomic<") !=
-                                     std::string::npos;
+                                         std::string::npos &&
+                                     (backward != AttentionBackward::Atomic128 ||
+                                      k.source.find("AtomicBackwardShared<64, 2>") !=
+                                          std::string::npos);
                             }));
   std::unique_ptr<rt::Backend> host = makeHostKernelBackend(target);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
@@ -167,7 +170,17 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomicBackwardMatchTheCpuBackend) {
   cfg.nLayer = 1;
   cfg.vocabSize = 1000;
   checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm80,
-              /*atomicAttentionBackward=*/true);
+              AttentionBackward::Atomic);
+}
+
+// --attention-backward=atomic128: 128 keys a block of 8 warps (T = 128:
+// one block a head, each query tile written by it).
+TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend) {
+  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
+  cfg.nLayer = 1;
+  cfg.vocabSize = 1000;
+  checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm80,
+              AttentionBackward::Atomic128);
 }
 
 // With gpt-recompute's copies: a gpt.fused_layernorm of the residual sum

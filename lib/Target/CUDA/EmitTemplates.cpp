@@ -221,11 +221,12 @@ static std::string packedRows(int64_t H, int64_t width, int64_t D, int64_t T) {
          std::to_string(D) + ", " + i64Literal(T * width) + ">";
 }
 
-/// sizeof(AtomicBackwardShared<D>) (attention.cuh): five 64 x (D + 8) bf16
-/// tiles (q and dout twice, k), two 64 x 72 dS tiles, and 4 x 64 floats of
-/// row terms.
-static uint32_t atomicSharedBytes(int64_t D) {
-  return uint32_t(5 * 64 * (D + 8) * 2 + 2 * 64 * 72 * 2 + 4 * 64 * 4);
+/// sizeof(AtomicBackwardShared<D, keyTiles>) (attention.cuh): 64 x (D + 8)
+/// bf16 tiles of q and dout twice and of k keyTiles times, twice keyTiles
+/// 64 x 72 tiles of dS, and 4 x 64 floats of row terms.
+static uint32_t atomicSharedBytes(int64_t D, int keyTiles) {
+  return uint32_t((4 + keyTiles) * 64 * (D + 8) * 2 +
+                  2 * keyTiles * 64 * 72 * 2 + 4 * 64 * 4);
 }
 
 void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
@@ -247,6 +248,13 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // sizes its dq product splits over 4 warps.
   bool atomic = grad && mma && opts.atomicAttentionBackward &&
                 (a.D == 16 || a.D == 32 || a.D == 64);
+  // --attention-backward=atomic128: the same with 128 keys a block of 8
+  // warps, as FlashAttention-2 takes them, where S is a multiple of 128
+  // and the dq product has two n-tiles a warp (D of 32 or 64).
+  const int keyTiles = atomic && opts.wideAttentionBackward &&
+                               a.S % 128 == 0 && (a.D == 32 || a.D == 64)
+                           ? 2
+                           : 1;
   headers.insert("attention.cuh");
   std::string tmpl = std::to_string(a.D) + ", " + std::to_string(a.T) + ", " +
                      std::to_string(a.S) + ", " + (causal ? "true" : "false") +
@@ -261,8 +269,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // blocks an SM (the same 128 registers a thread).
   const bool wide = !grad && mma && opts.wideAttentionForward &&
                     !opts.wgmmaAttention && a.T % 128 == 0;
-  const int threads = !mma ? 64 : wide ? 256 : 128;
-  begin(entry, threads, mma ? (grad ? 3 : wide ? 2 : 4) : 0);
+  // Two key tiles a block: 91 KB of shared memory, so at most 2 blocks an
+  // SM, and 128 registers a thread spill: 1 block, 8 warps.
+  const int threads = !mma ? 64 : wide || keyTiles == 2 ? 256 : 128;
+  begin(entry, threads,
+        !mma ? 0 : keyTiles == 2 ? 1 : grad ? 3 : wide ? 2 : 4);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
   // another); without, mma.sync.
@@ -277,19 +288,21 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     deviceScratch("float", "gptcDqSum", a.heads * a.T * a.D);
     deviceScratch("unsigned", "gptcArrivals", a.heads * (a.T / 64));
     pre << "static_assert(sizeof(AtomicBackwardShared<" << a.D
-        << ">) == " << atomicSharedBytes(a.D)
+        << (keyTiles == 2 ? ", 2" : "")
+        << ">) == " << atomicSharedBytes(a.D, keyTiles)
         << ", \"the launch's dynamic shared memory\");\n\n";
   }
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
-     << tmpl << (wide ? ", 8" : "") << ">(" << a.args << ", " << scale
+     << tmpl << (wide ? ", 8" : keyTiles == 2 ? ", 2" : "") << ">("
+     << a.args << ", " << scale
      << (atomic ? ", gptcDqSum, gptcArrivals" : "") << ");\n}\n";
   l.block[0] = uint32_t(threads);
-  l.grid[0] = toGrid(atomic ? a.S / 64
+  l.grid[0] = toGrid(atomic ? a.S / (64 * keyTiles)
                      : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
                             : ceilDiv(a.T, wide ? 128 : 64));
   l.grid[1] = uint32_t(a.heads);
   if (atomic)
-    l.sharedBytes = atomicSharedBytes(a.D);
+    l.sharedBytes = atomicSharedBytes(a.D, keyTiles);
 }
 
 void Emitter::emitFlashAttention(bool grad) {

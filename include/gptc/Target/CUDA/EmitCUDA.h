@@ -48,6 +48,11 @@ struct EmitOptions {
   /// atomics (five products a tile pair, against seven; dq's sums then
   /// depend on the blocks' order). Off by default: not yet timed on a GPU.
   bool atomicAttentionBackward = false;
+  /// With atomicAttentionBackward: 128 keys a block of 8 warps rather than
+  /// 64 of 4, where S is a multiple of 128 and D 32 or 64 (each query tile
+  /// copied, and its dq added to, once for 128 keys). Off by default: not
+  /// yet timed on a GPU.
+  bool wideAttentionBackward = false;
 };
 
 /// Fills p.kernels (replacing what was there) and, for every launch but

@@ -571,8 +571,9 @@ loadQueryTileAsync(mma::Tile<D> &sQ, mma::Tile<D> &sDout, float *sLse,
 /// tiles, its row terms: lse and Σ dout·out): P and dS with rows
 /// keys, dv += P·dout, dk += dS·q (unscaled); dS is left in `ds`. Part of
 /// a tile at a time: the whole tile's scores and dS on top of the
-/// fragments and both accumulators spill. `diagonal`: the causal tile,
-/// masked.
+/// fragments and both accumulators spill. `diagonal`: a causal tile that
+/// holds some of these keys' future, masked; keyRow is the warp's first key
+/// less the tile's first query (0 to 48).
 template <int D, int N>
 __device__ __forceinline__ void
 keyRowsOnQueries(float (&ds)[N][4], float (&accK)[D / 8][4],
@@ -580,7 +581,7 @@ keyRowsOnQueries(float (&ds)[N][4], float (&accK)[D / 8][4],
                  const u32 (&va)[D / 16][4], const mma::Tile<D> &q,
                  const mma::Tile<D> &dout, const float *tileLse,
                  const float *tileDot, float scaleLog2, bool diagonal,
-                 int n0) {
+                 int keyRow, int n0) {
   using namespace mma;
   const int tq = threadIdx.x % 4;
   float p[N][4];
@@ -594,8 +595,7 @@ keyRowsOnQueries(float (&ds)[N][4], float (&accK)[D / 8][4],
       p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
     }
   if (diagonal)
-    maskFuture<true>(p, threadIdx.x / 32 * 16 + threadIdx.x % 32 / 4, 0.0f,
-                     n0);
+    maskFuture<true>(p, keyRow + threadIdx.x % 32 / 4, 0.0f, n0);
 #pragma unroll
   for (int nt = 0; nt < N; ++nt)
 #pragma unroll
@@ -756,7 +756,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       float ds[2][4];
       keyRowsOnQueries<D, 2>(ds, accK, accV, ka, va, sA[buf], sB[buf],
                              sLse[buf], sDot[buf], scaleLog2,
-                             kCausal && i0 == j0, n0);
+                             kCausal && i0 == j0, warp * 16, n0);
     }
     if (!more)
       break;
@@ -771,16 +771,17 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 // Backward with dq summed by atomics (--attention-backward=atomic)
 //===----------------------------------------------------------------------===//
 
-/// The shared memory of attentionBackwardAtomic, dynamic: 64 KB at D = 64,
-/// over the 48 KB a kernel may declare statically. The query tiles it walks
-/// (q, dout, and their lse and delta) are double-buffered, and so is `ds`,
-/// the block's dS (rows keys, columns queries) as bf16 for the dq product:
-/// one barrier a tile. `k`, the block's key tile, stays for the dq product's
-/// kᵀ fragments: held in registers across the loop instead, they were 16 of
-/// the 168 a thread has at 3 blocks an SM, and sm_80 spilled.
-template <int D> struct AtomicBackwardShared {
-  mma::Tile<D> q[2], dout[2], k;
-  mma::Tile<64> ds[2];
+/// The shared memory of attentionBackwardAtomic, dynamic: 64 KB at D = 64
+/// with one 64-key tile a block, 91 KB with two; over the 48 KB a kernel
+/// may declare statically. The query tiles it walks (q, dout, and their lse
+/// and delta) are double-buffered, and so is `ds`, the block's dS (rows
+/// keys, columns queries) as bf16 for the dq product: one barrier a tile.
+/// `k`, the block's keys, stays for the dq product's kᵀ fragments: held in
+/// registers across the loop instead, they were 16 of the 168 a thread has
+/// at 3 blocks an SM, and sm_80 spilled.
+template <int D, int kKeyTiles = 1> struct AtomicBackwardShared {
+  mma::Tile<D> q[2], dout[2], k[kKeyTiles];
+  mma::Tile<64> ds[2][kKeyTiles];
   alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
 };
 
@@ -788,13 +789,15 @@ template <int D> struct AtomicBackwardShared {
 /// [firstTile, T/64), whose dq it added to (kCausal: key tiles 0..t add to
 /// query tile t), once every thread's atomics are done; last[t] says
 /// whether it was the last, which resets tile t's count for the next launch.
-template <int T, int S, bool kCausal>
+/// Blocks take kKeys keys each: causal, those whose first key is at most
+/// tile t's last query add to it.
+template <int T, int S, bool kCausal, int kKeys>
 __device__ __forceinline__ void arriveAtQueryTiles(unsigned *arrivals,
                                                    u32 *last, int firstTile) {
   __threadfence();
   __syncthreads();
   for (int t = firstTile + threadIdx.x; t < T / 64; t += blockDim.x) {
-    const unsigned blocks = kCausal ? t + 1 : S / 64;
+    const unsigned blocks = kCausal ? (64 * t + 63) / kKeys + 1 : S / kKeys;
     last[t] = atomicAdd(arrivals + t, 1u) == blocks - 1;
     if (last[t])
       arrivals[t] = 0;
@@ -832,37 +835,42 @@ __device__ __forceinline__ void transposeAcrossLanes4(float (&v)[4], int i) {
 /// Each thread's loads first, so that they are in flight together (through
 /// L2: other blocks' adds). Not inlined: unrolled into the kernel, it made
 /// ptxas spill more in the loop.
-template <int D, i64 kQ, typename TDQ>
+template <int D, i64 kQ, int kThreads, typename TDQ>
 __device__ __noinline__ void writeQueryTileDq(TDQ *dq, float *dqSum,
                                               float scale) {
-  constexpr int kLoads = 64 * D / (128 * 4);
+  constexpr int kLoads = 64 * D / (kThreads * 4);
+  static_assert(kLoads >= 1, "a float4 a thread at least");
   float4 *sums = reinterpret_cast<float4 *>(dqSum);
   float4 x[kLoads];
 #pragma unroll
   for (int j = 0; j < kLoads; ++j)
-    x[j] = __ldcg(sums + threadIdx.x + 128 * j);
+    x[j] = __ldcg(sums + threadIdx.x + kThreads * j);
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
-    const int e = 4 * (threadIdx.x + 128 * j);
+    const int e = 4 * (threadIdx.x + kThreads * j);
     TDQ *row = dq + e / D * kQ + e % D;
     row[0] = fromFloat<TDQ>(scale * x[j].x);
     row[1] = fromFloat<TDQ>(scale * x[j].y);
     row[2] = fromFloat<TDQ>(scale * x[j].z);
     row[3] = fromFloat<TDQ>(scale * x[j].w);
-    sums[threadIdx.x + 128 * j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    sums[threadIdx.x + kThreads * j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
-/// grid (S/64, heads), 128 threads, sizeof(AtomicBackwardShared<D>) bytes of
-/// dynamic shared memory; D of 16, 32 or 64. FlashAttention-2's backward:
-/// one block a key tile computes dk and dv as attentionBackwardMma's dk/dv
-/// blocks do, and also adds each query tile's share of dq, scale-free, into
-/// dqSum ([heads, T, D] float32) with atomics; the last block to add to a
-/// query tile (counted in arrivals, [heads, T/64]) writes its dq and leaves
-/// dqSum and arrivals zero for the next launch. Five products a tile pair
-/// rather than seven, but dq's float32 sums depend on the blocks' order.
+/// grid (S/(64 kKeyTiles), heads), 128 kKeyTiles threads,
+/// sizeof(AtomicBackwardShared<D, kKeyTiles>) bytes of dynamic shared
+/// memory; D of 16, 32 or 64 (two key tiles: 32 or 64). FlashAttention-2's
+/// backward: one block a key tile (or two: 128 keys, 8 warps, as
+/// FlashAttention-2 takes them) computes dk and dv as attentionBackwardMma's
+/// dk/dv blocks do, and also adds each query tile's share of dq,
+/// scale-free, into dqSum ([heads, T, D] float32) with atomics; the last
+/// block to add to a query tile (counted in arrivals, [heads, T/64]) writes
+/// its dq and leaves dqSum and arrivals zero for the next launch. Five
+/// products a tile pair rather than seven, but dq's float32 sums depend on
+/// the blocks' order. With two key tiles a block, each query tile is copied
+/// and its dq added to once for 128 keys rather than 64.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TDQ, typename TDK, typename TDV>
+          int kKeyTiles = 1, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
                                         const bf16 *v, const float *lse,
                                         const bf16 *dout, const float *delta,
@@ -870,9 +878,12 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
                                         float *dqSum, unsigned *arrivals) {
   using namespace mma;
   static_assert(D == 16 || D == 32 || D == 64, "dq splits D by 16 rows a warp");
+  static_assert(kKeyTiles == 1 || kKeyTiles == 2, "v is staged in two tiles");
+  constexpr int kWarps = 4 * kKeyTiles, kKeys = 64 * kKeyTiles;
   extern __shared__ uint4 gptcDynamicShared[];
-  AtomicBackwardShared<D> &sm =
-      *reinterpret_cast<AtomicBackwardShared<D> *>(gptcDynamicShared);
+  AtomicBackwardShared<D, kKeyTiles> &sm =
+      *reinterpret_cast<AtomicBackwardShared<D, kKeyTiles> *>(
+          gptcDynamicShared);
   __shared__ u32 lastFor[T / 64]; // this block writes query tile t's dq
   const i64 h = blockIdx.y;
   const int warp = threadIdx.x / 32;
@@ -882,19 +893,30 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   arrivals += h * (T / 64);
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
-  // The dq product dqᵀ = kᵀ · dsᵀ (D x 64 queries) is split over the warps
-  // by 16 rows of D, then by n-tiles of queries: kSplit warps share a row
-  // block, each taking kTiles of the 8 n-tiles.
-  constexpr int kRowBlocks = D / 16, kSplit = 4 / kRowBlocks,
+  // The dq product dqᵀ = kᵀ · dsᵀ (D x 64 queries, over the block's keys)
+  // is split over the warps by 16 rows of D, then by n-tiles of queries:
+  // kSplit warps share a row block, each taking kTiles of the 8 n-tiles.
+  constexpr int kRowBlocks = D / 16, kSplit = kWarps / kRowBlocks,
                 kTiles = 8 / kSplit;
+  static_assert(kTiles >= 2, "the dq product takes n-tiles in pairs");
   const int rowBlock = warp % kRowBlocks, tile0 = warp / kRowBlocks * kTiles;
 
-  const int j0 = blockIdx.x * 64;
+  const int j0 = blockIdx.x * kKeys;
   const int first = kCausal ? j0 : 0;
-  // This tile's k (for good) and v (in the second dout buffer, free until
-  // the second query tile) and the first query tile, one group.
-  sm.k.loadAsync(k, kK, j0);
-  sm.dout[1].loadAsync(v, kK, j0);
+  // This warp's 16 keys: rows keyRow0.. of k tile kt (and of v's). With
+  // one key tile, constants that the compiler cannot see (warp < 4): a
+  // tile picked at run time costs registers, and ptxas spilled.
+  const int kt = kKeyTiles == 1 ? 0 : warp / 4;
+  const int keyRow0 = kKeyTiles == 1 ? warp * 16 : warp % 4 * 16;
+  const int myKey0 = j0 + warp * 16;
+  // The block's k (for good) and v (in the second dout buffer and, for
+  // a second key tile, the second q buffer: free until the second query
+  // tile) and the first query tile, one group.
+#pragma unroll
+  for (int t = 0; t < kKeyTiles; ++t) {
+    sm.k[t].loadAsync(k, kK, j0 + 64 * t);
+    (t == 0 ? sm.dout[1] : sm.q[1]).loadAsync(v, kK, j0 + 64 * t);
+  }
   loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
                              dout, lse, delta, first);
   commitCopies();
@@ -904,10 +926,10 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   u32 ka[D / 16][4], va[D / 16][4];
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc) {
-    loadA(ka[kc], sm.k, warp * 16, kc * 16);
-    loadA(va[kc], sm.dout[1], warp * 16, kc * 16);
+    loadA(ka[kc], sm.k[kt], keyRow0, kc * 16);
+    loadA(va[kc], kt == 0 ? sm.dout[1] : sm.q[1], keyRow0, kc * 16);
   }
-  __syncthreads(); // dout[1] is read; the loop may refill it
+  __syncthreads(); // v's tiles are read; the loop may refill them
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
@@ -923,30 +945,42 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       commitCopies();
     }
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
-    Tile<64> &sDs = sm.ds[buf];
-    // Half a query tile at a time: the whole tile's scores and dS on top
-    // of the fragments and both accumulators spill.
+    Tile<64> &sDs = sm.ds[buf][kt];
+    // Causal: this warp's keys less the tile's first query. From 64 on
+    // every query of the tile precedes them (two key tiles: the second's
+    // warps on the block's first query tile), and the dq product below
+    // leaves their dS rows out; from 0 on the tile holds their diagonal.
+    // (One key tile: 0 to 48 on the diagonal tile, the first.)
+    const int keyRow = kKeyTiles == 1 ? keyRow0 : myKey0 - i0;
+    const bool diagonal =
+        kCausal && (kKeyTiles == 1 ? i0 == j0 : keyRow >= 0);
+    if (!kCausal || kKeyTiles == 1 || keyRow < 64) {
+      // Half a query tile at a time: the whole tile's scores and dS on
+      // top of the fragments and both accumulators spill.
 #pragma unroll
-    for (int n0 = 0; n0 < 8; n0 += 4) {
-      float ds[4][4];
-      keyRowsOnQueries<D, 4>(ds, accK, accV, ka, va, sm.q[buf],
-                             sm.dout[buf], tileLse, tileDot, scaleLog2,
-                             kCausal && i0 == j0, n0);
-      // dS to shared memory, bf16 as the products take it: rows keys.
-      unsigned short *lo = sDs.data + (warp * 16 + g) * Tile<64>::kStride;
-      unsigned short *hi = lo + 8 * Tile<64>::kStride;
+      for (int n0 = 0; n0 < 8; n0 += 4) {
+        float ds[4][4];
+        keyRowsOnQueries<D, 4>(ds, accK, accV, ka, va, sm.q[buf],
+                               sm.dout[buf], tileLse, tileDot, scaleLog2,
+                               diagonal, keyRow, n0);
+        // dS to shared memory, bf16 as the products take it: rows keys.
+        unsigned short *lo = sDs.data + (keyRow0 + g) * Tile<64>::kStride;
+        unsigned short *hi = lo + 8 * Tile<64>::kStride;
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int c = (n0 + nt) * 8 + 2 * tq;
-        *reinterpret_cast<u32 *>(lo + c) = packBf16(ds[nt][0], ds[nt][1]);
-        *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
+        for (int nt = 0; nt < 4; ++nt) {
+          const int c = (n0 + nt) * 8 + 2 * tq;
+          *reinterpret_cast<u32 *>(lo + c) = packBf16(ds[nt][0], ds[nt][1]);
+          *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
+        }
       }
     }
     waitCopies<0>();
     __syncthreads(); // dS is whole; q[buf] and dout[buf] are free
-    // This warp's part of dqᵀ: B = dsᵀ with keys as k, down ds's rows. In
-    // parts of at most 4 n-tiles: 8 tiles' sums on top of the loop's
-    // registers spilled.
+    // This warp's part of dqᵀ: B = dsᵀ with keys as k, down ds's rows, over
+    // the block's keys that precede some query of the tile (causal: 64 of
+    // 128 on the block's first query tile). In parts of at most 4
+    // n-tiles: 8 tiles' sums on top of the loop's registers spilled.
+    const int kcEnd = kCausal && kKeyTiles > 1 && i0 == j0 ? 4 : kKeys / 16;
     constexpr int kPart = kTiles > 4 ? 4 : kTiles;
     const int i = g % 4;
 #pragma unroll
@@ -954,22 +988,26 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       float acc[kPart][4];
       zero(acc);
 #pragma unroll
-      for (int kc = 0; kc < 4; ++kc) {
+      for (int kc = 0; kc < kKeys / 16; ++kc) {
+        if (kc >= kcEnd)
+          break;
         // kᵀ's rows [16 rowBlock, +16) over keys [16kc, +16): an A fragment
         // by ldmatrix.trans of k's block, the transposes arriving in the
         // order a0, a2, a1, a3.
-        u32 f[4], kt[4];
-        loadMatricesTransposed(f, sm.k.block(kc * 16, rowBlock * 16));
-        kt[0] = f[0];
-        kt[1] = f[2];
-        kt[2] = f[1];
-        kt[3] = f[3];
+        u32 f[4], kta[4];
+        loadMatricesTransposed(
+            f, sm.k[kc / 4].block(kc % 4 * 16, rowBlock * 16));
+        kta[0] = f[0];
+        kta[1] = f[2];
+        kta[2] = f[1];
+        kta[3] = f[3];
 #pragma unroll
         for (int np = 0; np < kPart / 2; ++np) {
-          loadMatricesTransposed(
-              f, sDs.block(kc * 16, (tile0 + part) * 8 + np * 16));
-          mma16816(acc[2 * np], kt, f[0], f[1]);
-          mma16816(acc[2 * np + 1], kt, f[2], f[3]);
+          loadMatricesTransposed(f, sm.ds[buf][kc / 4].block(
+                                        kc % 4 * 16,
+                                        (tile0 + part) * 8 + np * 16));
+          mma16816(acc[2 * np], kta, f[0], f[1]);
+          mma16816(acc[2 * np + 1], kta, f[2], f[3]);
         }
       }
       // acc[nt][e]: d = 16 rowBlock + g (+8 for e >= 2), query (tile0 +
@@ -985,13 +1023,14 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       }
     }
   }
-  storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
-  storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+  storeAcc<D, kK>(dk, myKey0, accK, scale, scale);
+  storeAcc<D, kK>(dv, myKey0, accV, 1.0f, 1.0f);
 
-  arriveAtQueryTiles<T, S, kCausal>(arrivals, lastFor, first / 64);
+  arriveAtQueryTiles<T, S, kCausal, kKeys>(arrivals, lastFor, first / 64);
   for (int t = first / 64; t < T / 64; ++t)
     if (lastFor[t]) // the same for the whole block
-      writeQueryTileDq<D, kQ>(dq + t * 64 * kQ, dqSum + t * 64 * D, scale);
+      writeQueryTileDq<D, kQ, 32 * kWarps>(dq + t * 64 * kQ,
+                                           dqSum + t * 64 * D, scale);
 }
 
 //===----------------------------------------------------------------------===//
