@@ -125,6 +125,16 @@ void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
   EXPECT_EQ(passed, launches) << out.str();
 }
 
+/// GPT-2's widths (C = 768, heads of 64) in one layer with a vocabulary
+/// of 1000: the benchmark's attention kernels, a program the CPU backend
+/// runs in seconds.
+models::GPT2Config gpt2WidthsOneLayer() {
+  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
+  cfg.nLayer = 1;
+  cfg.vocabSize = 1000;
+  return cfg;
+}
+
 /// The program bench/gpu/prepare.sh compiles for the GPU's kernel check:
 /// gpt2-tiny at B=4, T=64 (the bf16 attention takes the tensor-core path,
 /// head size 32).
@@ -147,39 +157,27 @@ TEST(ProgramKernelsOnHost, Bf16TinyMatchesTheCpuBackend) {
 // layer, B=2, T=128 (two query tiles) and a vocabulary of 1000 (padded to
 // 1024; the tiny test has the real one): ~10 s of emulation, not a minute.
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsMatchTheCpuBackend) {
-  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
-  cfg.nLayer = 1;
-  cfg.vocabSize = 1000;
-  checkOnHost(cfg, 2, 128, "bf16");
+  checkOnHost(gpt2WidthsOneLayer(), 2, 128, "bf16");
 }
 
 // The same on sm_90a's code paths: the forward attention on warpgroup MMA
 // (wgmma, emulated), at the benchmark's head size.
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsOnSm90aMatchTheCpuBackend) {
-  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
-  cfg.nLayer = 1;
-  cfg.vocabSize = 1000;
-  checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm90a);
+  checkOnHost(gpt2WidthsOneLayer(), 2, 128, "bf16", {}, HostTarget::Sm90a);
 }
 
 // With --attention-backward=atomic: dq summed with atomics into the
 // kernel's scratch, written to the packed bf16 dqkv by each query tile's
 // last block.
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomicBackwardMatchTheCpuBackend) {
-  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
-  cfg.nLayer = 1;
-  cfg.vocabSize = 1000;
-  checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm80,
+  checkOnHost(gpt2WidthsOneLayer(), 2, 128, "bf16", {}, HostTarget::Sm80,
               AttentionBackward::Atomic);
 }
 
 // --attention-backward=atomic128: 128 keys a block of 8 warps (T = 128:
 // one block a head, each query tile written by it).
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend) {
-  models::GPT2Config cfg = *models::gpt2Preset("gpt2");
-  cfg.nLayer = 1;
-  cfg.vocabSize = 1000;
-  checkOnHost(cfg, 2, 128, "bf16", {}, HostTarget::Sm80,
+  checkOnHost(gpt2WidthsOneLayer(), 2, 128, "bf16", {}, HostTarget::Sm80,
               AttentionBackward::Atomic128);
 }
 
