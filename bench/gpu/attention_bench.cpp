@@ -9,7 +9,8 @@
 // against the first backward's.
 // prepare.sh builds it (host C++ on the driver API, no nvcc) and writes
 // DIR/sizes.txt ("batch seq channels heads") and DIR/kernels.txt, a line a
-// kernel: "role name file entry grid.x grid.y block.x dynamic_shared",
+// kernel: "role name file entry grid.x grid.y grid.z block.x
+// dynamic_shared",
 // "forward" lines, one "rowdot" line, then "backward" lines, each role's
 // reference first. A backward takes (qkv, out, lse, dout, delta, dqkv). A file
 // is a cubin, or CUDA C++ (.cu: a dumped kernel with a change, such as its
@@ -52,7 +53,7 @@ void check(CUresult r, const char *what) {
 
 struct Kernel {
   std::string role, name, cubin, entry;
-  unsigned gridX = 0, gridY = 0, block = 0, shared = 0;
+  unsigned gridX = 0, gridY = 0, gridZ = 0, block = 0, shared = 0;
   CUmodule module = nullptr;
   CUfunction fn = nullptr;
 };
@@ -164,8 +165,8 @@ std::vector<uint16_t> randomBf16(size_t n, uint64_t seed) {
 /// Mean µs a launch over `n`, after two untimed launches.
 double timeLaunches(const Kernel &k, void **args, int n) {
   auto launch = [&] {
-    check(cuLaunchKernel(k.fn, k.gridX, k.gridY, 1, k.block, 1, 1, k.shared,
-                         nullptr, args, nullptr),
+    check(cuLaunchKernel(k.fn, k.gridX, k.gridY, k.gridZ, k.block, 1, 1,
+                         k.shared, nullptr, args, nullptr),
           ("launching " + k.name).c_str());
   };
   launch();
@@ -232,7 +233,7 @@ int main(int argc, char **argv) {
   for (std::string line; std::getline(lines, line);) {
     Kernel k;
     if (std::istringstream(line) >> k.role >> k.name >> k.cubin >> k.entry >>
-        k.gridX >> k.gridY >> k.block >> k.shared)
+        k.gridX >> k.gridY >> k.gridZ >> k.block >> k.shared)
       kernels.push_back(k);
   }
   size_t forwards = 0;

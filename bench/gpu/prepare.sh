@@ -80,12 +80,15 @@ compile check-gpt2w-bf16-wide gpt2 bf16 2 256 --n-layer=1 \
 # and both as they were before the pre-pass (the same sources with
 # attention.cuh of ff2b93d, which computed each query tile's Σ dout·out
 # from an out tile in every block), and the atomic one as b678291 had it
-# (kᵀ's fragments held in registers, its query-tile halves a loop). The
+# (kᵀ's fragments held in registers, its query-tile halves a loop); and
+# the default forward, the split and the atomic128 backwards as 085e28f
+# had them, taking their blocks head by head (the grid (blocks a head,
+# heads)) rather than longest first in groups of heads (blockWork). The
 # bench compiles sources with the GPU machine's NVRTC and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-for commit in ff2b93d b678291; do
+for commit in ff2b93d b678291 085e28f; do
   git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
     > "$tmp/attention-$commit.cuh"
 done
@@ -110,6 +113,7 @@ lines = []
 for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
+        ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
@@ -118,7 +122,9 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),
         ("backward", "atomic-before", "atomic", "flash_attention_qkv_grad_0", None, "ff2b93d"),
-        ("backward", "atomic-ktreg", "atomic", "flash_attention_qkv_grad_0", None, "b678291")):
+        ("backward", "atomic-ktreg", "atomic", "flash_attention_qkv_grad_0", None, "b678291"),
+        ("backward", "split-heads", "split", "flash_attention_qkv_grad_0", None, "085e28f"),
+        ("backward", "atomic128-heads", "atomic128", "flash_attention_qkv_grad_0", None, "085e28f")):
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]
@@ -135,8 +141,13 @@ for role, name, dump, entry, bounds, old in (
         if old:
             source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)
-    lines.append(f"{role} {name} {file} {entry} {l['grid'][0]} "
-                 f"{l['grid'][1]} {l['block'][0]} {l['dynamic_shared_bytes']}")
+    grid = l["grid"]
+    if old:
+        # Before blockWork: (blocks a head, heads), today's (heads of a
+        # group, blocks a head, groups).
+        grid = [grid[1], grid[0] * grid[2], 1]
+    lines.append(f"{role} {name} {file} {entry} {grid[0]} {grid[1]} "
+                 f"{grid[2]} {l['block'][0]} {l['dynamic_shared_bytes']}")
 open(f"{att}/kernels.txt", "w").write("\n".join(lines) + "\n")
 shutil.copy(f"{tmp}/split/nvrtc-options.txt", f"{att}/nvrtc-options.txt")
 PY

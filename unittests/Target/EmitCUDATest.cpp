@@ -16,7 +16,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <sstream>
+#include <tuple>
 
 using namespace gptc;
 using namespace gptc::test;
@@ -239,6 +241,79 @@ TEST(EmitCUDA, RejectsUnknownArchAndKinds) {
   p.functions[0].launches[0].kernel = "softmax";
   expectEmitError(p, "no CUDA kernel for gpt.softmax at test:1:1: no kernel "
                      "template for this op");
+  // More heads than a grid dimension takes: 65536 for the simple kernels'
+  // y, 65537 (a prime: groups of one) for the tensor cores' z.
+  for (auto [heads, t] : {std::pair{int64_t(65536), DType::F32},
+                          std::pair{int64_t(65537), DType::BF16}}) {
+    Builder b(/*withLocs=*/true);
+    Shape rows = {heads, 64, 64};
+    auto &l = b.launch("flash_attention",
+                       {b.buf(t, rows), b.buf(t, rows), b.buf(t, rows)},
+                       {b.buf(t, rows), b.buf(DType::F32, {heads, 64})});
+    l.ints["causal"] = 1;
+    expectEmitError(b.p, std::string("no CUDA kernel for gpt.flash_attention "
+                                     "at test:1:1: more than 65535 ") +
+                             (t == DType::F32 ? "heads (B·H) for the grid's y"
+                                              : "groups of heads for the "
+                                                "grid's z"));
+  }
+}
+
+namespace {
+/// The grids of a causal packed attention, forward and backward, at
+/// T = 1024 and H heads of 64 (GPT-2 124M: B = 16, H = 12), bf16 (the
+/// tensor-core kernels) or float32 (the simple ones).
+std::pair<std::array<uint32_t, 3>, std::array<uint32_t, 3>>
+attentionGrids(int64_t B, int64_t H, DType t,
+               const cuda::EmitOptions &opts = {}) {
+  const int64_t T = 1024, C = H * 64;
+  Builder b(/*withLocs=*/true);
+  int qkv = b.buf(t, {B, T, 3 * C}), dout = b.buf(t, {B, T, C});
+  int o = b.buf(t, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+  b.launch("flash_attention_qkv", {qkv}, {o, lse}).ints = {{"causal", 1},
+                                                          {"num_heads", H}};
+  int delta = b.rowDot(o, dout, {B, H, T}, H);
+  b.launch("flash_attention_qkv_grad", {qkv, o, lse, dout, delta},
+           {b.buf(t, {B, T, 3 * C})})
+      .ints = {{"causal", 1}, {"num_heads", H}};
+  cuda::emitCUDA(b.p, "sm_90a", opts);
+  const auto &ls = b.p.functions[0].launches;
+  return {{ls[0].grid[0], ls[0].grid[1], ls[0].grid[2]},
+          {ls[2].grid[0], ls[2].grid[1], ls[2].grid[2]}};
+}
+using Grid = std::array<uint32_t, 3>;
+} // namespace
+
+// The tensor-core attention grids are (heads of a group, blocks a head,
+// groups), taken longest first within a group (attention.cuh's
+// blockWork). A group holds the most heads that divide B·H and whose
+// shared operands fit 24 MiB: k and v for the forward (256 KiB a head at
+// GPT-2's sizes, so 96 of its 192 heads); q, k, v, dout and the row terms
+// for the split backward, q, dout, the row terms and dq's float32 sums for
+// the atomic one (520 KiB: at most 47, so 32).
+TEST(EmitCUDA, AttentionGridsTakeHeadsInGroupsLongestFirst) {
+  auto [forward, backward] = attentionGrids(16, 12, DType::BF16);
+  EXPECT_EQ(forward, (Grid{96, 16, 2}));
+  EXPECT_EQ(backward, (Grid{32, 32, 6})); // 16 dq and 16 dk/dv blocks
+  cuda::EmitOptions opts;
+  opts.atomicAttentionBackward = true;
+  EXPECT_EQ(attentionGrids(16, 12, DType::BF16, opts).second, (Grid{32, 16, 6}));
+  opts.wideAttentionBackward = opts.wideAttentionForward = true;
+  std::tie(forward, backward) = attentionGrids(16, 12, DType::BF16, opts);
+  EXPECT_EQ(forward, (Grid{96, 8, 2}));
+  EXPECT_EQ(backward, (Grid{32, 8, 6}));
+  // B·H = 16·97: groups of 16 heads, the largest divisor up to 47 (or 96).
+  std::tie(forward, backward) = attentionGrids(16, 97, DType::BF16);
+  EXPECT_EQ(forward, (Grid{16, 16, 97}));
+  EXPECT_EQ(backward, (Grid{16, 32, 97}));
+  // A prime count of heads over the limit: groups of one, head by head.
+  std::tie(forward, backward) = attentionGrids(1, 97, DType::BF16);
+  EXPECT_EQ(forward, (Grid{1, 16, 97}));
+  EXPECT_EQ(backward, (Grid{1, 32, 97}));
+  // The simple kernels keep (blocks a head, heads).
+  std::tie(forward, backward) = attentionGrids(16, 12, DType::F32);
+  EXPECT_EQ(forward, (Grid{16, 192, 1}));
+  EXPECT_EQ(backward, (Grid{32, 192, 1}));
 }
 
 TEST(EmitCUDA, Bf16KernelsCompileForSm90a) {

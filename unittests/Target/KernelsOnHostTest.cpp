@@ -980,7 +980,10 @@ void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
   fag.floats["scale"] = 0.125;
   rt::Program &p = emitForHost(b.p, HostTarget::Sm80, backward);
   ASSERT_EQ(attentionImpl(p.kernels[2].source), "Atomic");
-  EXPECT_EQ(p.functions[0].launches[2].grid[0], grid);
+  // (the 2 heads in one group, blocks a head, 1 group).
+  EXPECT_EQ(p.functions[0].launches[2].grid[0], 2u);
+  EXPECT_EQ(p.functions[0].launches[2].grid[1], grid);
+  EXPECT_EQ(p.functions[0].launches[2].grid[2], 1u);
   EXPECT_EQ(p.functions[0].launches[2].block[0], S / grid * 2);
   // Its module scratch: dq's float32 sums, [2 heads, 128, 64], and a count
   // for each of the 2 heads' 2 query tiles.
@@ -1070,8 +1073,10 @@ namespace {
 
 /// gpt.flash_attention_qkv and its gradient read q, k and v in place from
 /// a packed [B, T, 3C] tensor and write out [B, T, C] and dqkv [B, T, 3C].
-/// B = H = 2, so both halves of blockIdx.y (batch · H + head) matter; the
-/// reference is the CPU executor's unpack, run, pack. Tensor cores: bf16
+/// B = H = 2, so both halves of a head (batch · H + head) matter; with
+/// 1100·D bytes of L2 for a group of heads, the tensor-core grids take them
+/// in groups of 2 (forward) and 1 (backward), so that the grid's x and z
+/// both place heads. The reference is the CPU executor's unpack, run, pack. Tensor cores: bf16
 /// inputs (T = 128, D = tensorD), tolerances as above; otherwise float32
 /// (the Simple kernels, D = 8), tolerances as for the [B, H, T, D] op.
 void checkPackedAttention(
@@ -1102,8 +1107,20 @@ void checkPackedAttention(
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  HostKernels kernels(emitForHost(p, target, backward), target);
+  cuda::EmitOptions opts;
+  opts.atomicAttentionBackward = atomic;
+  opts.wideAttentionBackward = backward == AttentionBackward::Atomic128;
+  opts.attentionL2Bytes = 1100 * D; // 4TD = 512D a head shared, or 1024(D+1)
+  HostKernels kernels(emitForHost(p, target, opts), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
+  for (const rt::Launch &l : p.functions[0].launches) {
+    if (!tensorCores || l.kernel.find("row_dot") != std::string::npos)
+      continue;
+    const bool grad = l.kernel.find("grad") != std::string::npos;
+    // (heads of a group, blocks a head, groups).
+    EXPECT_EQ(l.grid[0], grad ? 1u : 2u) << l.kernel;
+    EXPECT_EQ(l.grid[2], grad ? 4u : 2u) << l.kernel;
+  }
   for (const rt::DeviceKernel &k : p.kernels) {
     if (k.name.find("row_dot") != std::string::npos)
       continue;
@@ -1265,8 +1282,9 @@ TEST(TemplateKernelsOnHost, WideForwardAttentionMatchesTheCpuExecutor) {
       EXPECT_NE(p.kernels[0].source.find(", 8>(in0, in0 + "),
                 std::string::npos);
       const rt::Launch &l = p.functions[0].launches[0];
-      EXPECT_EQ(l.grid[0], 2u);
-      EXPECT_EQ(l.grid[1], uint32_t(H));
+      EXPECT_EQ(l.grid[0], uint32_t(H)); // one group of H heads
+      EXPECT_EQ(l.grid[1], 2u);
+      EXPECT_EQ(l.grid[2], 1u);
       EXPECT_EQ(l.block[0], 256u);
       HostKernels kernels(p);
       ASSERT_TRUE(kernels.ok()) << kernels.error;

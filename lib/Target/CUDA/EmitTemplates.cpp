@@ -201,7 +201,7 @@ void Emitter::emitCrossEntropy(bool withGrad) {
 /// sizes, the HeadRows type of each operand group (attention.cuh) and the
 /// kernel's pointer arguments.
 struct Emitter::AttentionLayout {
-  int64_t D, T, S, heads; ///< heads = B·H, the grid's y
+  int64_t D, T, S, heads; ///< heads = B·H
   std::string lq, lk, lo; ///< q and dq; k, v, dk and dv; out and dout
   std::string args; ///< q, k, v, out, lse or q, k, v, lse, dout, delta, dq, dk, dv
   bool bf16;        ///< q, k, v (and dout) are bf16
@@ -227,6 +227,18 @@ static std::string packedRows(int64_t H, int64_t width, int64_t D, int64_t T) {
 static uint32_t atomicSharedBytes(int64_t D, int keyTiles) {
   return uint32_t((4 + keyTiles) * 64 * (D + 8) * 2 +
                   2 * keyTiles * 64 * 72 * 2 + 4 * 64 * 4);
+}
+
+/// The heads a group of a tensor-core attention grid takes together
+/// (blockWork in attention.cuh): the most that divide `heads` and keep what
+/// their blocks share, `bytes` a head, within `budget` bytes of L2
+/// (EmitOptions::attentionL2Bytes).
+static int64_t headsPerGroup(int64_t heads, int64_t bytes, int64_t budget) {
+  const int64_t most = std::max<int64_t>(1, budget / bytes);
+  for (int64_t g = std::min(most, heads); g > 1; --g)
+    if (heads % g == 0)
+      return g;
+  return 1;
 }
 
 void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
@@ -297,10 +309,30 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
      << a.args << ", " << scale
      << (atomic ? ", gptcDqSum, gptcArrivals" : "") << ");\n}\n";
   l.block[0] = uint32_t(threads);
-  l.grid[0] = toGrid(atomic ? a.S / (64 * keyTiles)
-                     : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
-                            : ceilDiv(a.T, wide ? 128 : 64));
-  l.grid[1] = uint32_t(a.heads);
+  const int64_t ranks = atomic ? a.S / (64 * keyTiles)
+                        : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
+                               : ceilDiv(a.T, wide ? 128 : 64);
+  if (mma) {
+    // (heads of a group, ranks, groups), blockWork's order. A head's
+    // blocks share k and v (forward); q, k, v, dout and the row terms
+    // (split backward); q, dout, the row terms and dq's float32 sums
+    // (atomic).
+    const int64_t shared = atomic ? 8 * a.T * a.D + 8 * a.T
+                           : grad ? 4 * (a.T + a.S) * a.D + 8 * a.T
+                                  : 4 * a.S * a.D;
+    const int64_t group =
+        headsPerGroup(a.heads, shared, opts.attentionL2Bytes);
+    if (a.heads / group > 65535)
+      unsupported("more than 65535 groups of heads for the grid's z");
+    l.grid[0] = uint32_t(group);
+    l.grid[1] = uint32_t(ranks);
+    l.grid[2] = uint32_t(a.heads / group);
+  } else {
+    if (a.heads > 65535)
+      unsupported("more than 65535 heads (B·H) for the grid's y");
+    l.grid[0] = toGrid(ranks);
+    l.grid[1] = uint32_t(a.heads);
+  }
   if (atomic)
     l.sharedBytes = atomicSharedBytes(a.D, keyTiles);
 }

@@ -53,6 +53,11 @@ struct EmitOptions {
   /// copied, and its dq added to, once for 128 keys). Off by default: not
   /// yet timed on a GPU.
   bool wideAttentionBackward = false;
+  /// The L2 bytes a group of heads of a tensor-core attention grid may
+  /// share between its blocks (blockWork in attention.cuh): the groups are
+  /// of the most heads that divide B·H and fit. An H100 has 50 MiB of L2,
+  /// an A100 40; tests make it small to have several groups.
+  int64_t attentionL2Bytes = int64_t(24) << 20;
 };
 
 /// Fills p.kernels (replacing what was there) and, for every launch but

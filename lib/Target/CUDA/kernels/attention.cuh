@@ -1,7 +1,9 @@
 //===- attention.cuh - flash attention forward and backward ---------------===//
 //
-// q has T rows of D per head, k and v S rows; blockIdx.y is the head,
-// batch · H + h, and lse is [B·H, T] float32. Where a head's rows are is a
+// q has T rows of D per head, k and v S rows; a grid's y dimension counts
+// the heads, batch · H + h (the simple kernels' blockIdx.y; the tensor-core
+// kernels' blocks take theirs longest first, blockWork below), and lse
+// is [B·H, T] float32. Where a head's rows are is a
 // layout type (HeadRows below) per operand, so one kernel serves
 // gpt.flash_attention's [B, H, T, D] tensors and gpt.flash_attention_qkv's
 // heads read in place from the packed [B, T, 3C] c_attn output (and out
@@ -60,6 +62,24 @@ template <int kHeads, i64 kRow, i64 kHead, i64 kBatch> struct HeadRows {
     return b * u32(kBatch) + h * u32(kHead);
   }
 };
+
+/// Where a block of a tensor-core grid works. The grid is (heads of a
+/// group, ranks, groups): rank 0 is a head's longest block (causal: the
+/// most tiles to walk), the last rank its shortest. Blocks start in about
+/// blockIdx order, x fastest. Read head by head, a causal grid ends on the
+/// last heads' long blocks with most SMs idle: in a list-scheduling model
+/// of GPT-2's grids (bench/attention_order_model.py: B=16, T=1024, 132
+/// SMs) 7 to 20% over the balanced time. Taken rank by rank across a
+/// group of heads, longest first, it ends on short blocks (1 to 4% over).
+/// The emitter sizes the groups so that what a group's heads share between
+/// their blocks stays in L2. Both are unsigned, as blockIdx is: as signed
+/// ints, the 64-key atomic backward spilled at its 168 registers.
+struct BlockWork {
+  unsigned rank, head;
+};
+__device__ __forceinline__ BlockWork blockWork() {
+  return {blockIdx.y, blockIdx.z * gridDim.x + blockIdx.x};
+}
 
 //===----------------------------------------------------------------------===//
 // Simple kernels
@@ -490,13 +510,15 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   constexpr int kRows = 16 * kWarps;
   // q is staged in sK[1] first (and its second 64 rows in sV[1]).
   __shared__ Tile<D> sK[2], sV[2];
-  const i64 h = blockIdx.y;
+  // Causal: the last query tiles see the most keys; start them first. A
+  // head's k and v are what its blocks share.
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;
   // The head's offsets are recomputed where used: pointers moved once here
   // would hold registers across the loop (the parameters stay in constant
   // memory), and at 128 registers the kernel would spill.
-  // Causal: the last query tiles see the most keys; start them first.
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, warp = threadIdx.x / 32;
+  const int i0 = (T / kRows - 1 - work.rank) * kRows, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
   const int row0 = i0 + warp * 16; // this warp's first query
 
@@ -641,20 +663,29 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   // tile whose fragments stay in registers (dq: q and dout; dk/dv: k, v).
   __shared__ Tile<D> sA[2], sB[2];
   alignas(16) __shared__ float sLse[2][64], sDot[2][64]; // cp.async targets
-  const i64 h = blockIdx.y;
+  constexpr int kQueryBlocks = T / 64;
+  // A head's blocks share its q, k, v, dout and row terms. Where T == S,
+  // the head's ranks alternate: dq of query tile T/64 - 1 - r/2 (even r)
+  // and dk/dv of key tile r/2 (odd r) walk as many tiles, the most first
+  // when causal. Otherwise the dq blocks come first.
+  const BlockWork work = blockWork();
+  const bool dqBlock =
+      T == S ? work.rank % 2 == 0 : work.rank < kQueryBlocks;
+  const int tile = T == S             ? work.rank / 2
+                   : dqBlock ? work.rank
+                             : work.rank - kQueryBlocks;
+  const i64 h = work.head;
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
-  constexpr int kQueryBlocks = T / 64;
   // This head's rows from here on.
   backwardToHead<T, LQ, LK, LO>(h, q, k, v, lse, dout, delta, dq, dk, dv);
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
 
-  if (blockIdx.x < kQueryBlocks) {
-    // dq = scale · Σ_keys dS · k, dS = P ∘ (dout·vᵀ − rowDot). The last
-    // query tiles (the most keys when causal) first, as the dk/dv blocks
-    // start with the first key tiles.
-    const int i0 = (kQueryBlocks - 1 - blockIdx.x) * 64;
+  if (dqBlock) {
+    // dq = scale · Σ_keys dS · k, dS = P ∘ (dout·vᵀ − rowDot), the last
+    // query tiles (the most keys when causal) first.
+    const int i0 = (kQueryBlocks - 1 - tile) * 64;
     const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
     // This tile's q and dout (in the second buffers, free until the second
     // key tile) and row terms, then the first key tile.
@@ -719,7 +750,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
 
   // dv = Σ_queries Pᵀ · dout, dk = scale · Σ_queries dSᵀ · q, computed as
   // transposed products: rows are keys, columns queries.
-  const int j0 = (blockIdx.x - kQueryBlocks) * 64;
+  const int j0 = tile * 64;
   const int first = kCausal ? j0 : 0;
   // This tile's k and v (in the second buffers, free until the second
   // query tile) and the first query tile, one group.
@@ -885,7 +916,10 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       *reinterpret_cast<AtomicBackwardShared<D, kKeyTiles> *>(
           gptcDynamicShared);
   __shared__ u32 lastFor[T / 64]; // this block writes query tile t's dq
-  const i64 h = blockIdx.y;
+  // Causal: the first key tiles meet the most queries. A head's blocks
+  // share its q, dout, row terms and dq sums.
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
   backwardToHead<T, LQ, LK, LO>(h, q, k, v, lse, dout, delta, dq, dk, dv);
@@ -901,7 +935,7 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   static_assert(kTiles >= 2, "the dq product takes n-tiles in pairs");
   const int rowBlock = warp % kRowBlocks, tile0 = warp / kRowBlocks * kTiles;
 
-  const int j0 = blockIdx.x * kKeys;
+  const int j0 = work.rank * kKeys;
   const int first = kCausal ? j0 : 0;
   // This warp's 16 keys: rows keyRow0.. of k tile kt (and of v's). With
   // one key tile, constants that the compiler cannot see (warp < 4): a
@@ -1109,9 +1143,10 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // wgmma multiplied k by the last tile's probabilities instead of q (an
   // H100 saw it; NVRTC's SASS shows it).
   __shared__ wg::CoreTile<D> sQ, sK[2], sV[2];
-  const i64 h = blockIdx.y;
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;
-  const int i0 = (gridDim.x - 1 - blockIdx.x) * 64, warp = threadIdx.x / 32;
+  const int i0 = (T / 64 - 1 - work.rank) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
 
   // q joins the first key tile's group (committed by loadKeyTileAsync) and
