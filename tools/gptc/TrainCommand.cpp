@@ -23,7 +23,7 @@
 #include "gptc/Target/CUDA/EmitCUDA.h"
 #include "gptc/Train/ExecutorEngine.h"
 #include "gptc/Train/ProgramEngine.h"
-#include "gptc/Train/Trainer.h"
+#include "gptc/Train/RunFlags.h"
 
 #include <cmath>
 #include <csignal>
@@ -46,22 +46,17 @@ std::string describe(const models::GPT2Config &c, int64_t params) {
          " vocab_size=" + std::to_string(c.vocabSize) + ", " +
          std::to_string(params) + " parameters";
 }
-
-std::string describe(const char *what, const std::string &path,
-                     const DataLoader &data) {
-  return std::string(what) + " " + path + ": " +
-         std::to_string(data.numTokens()) + " tokens, " +
-         std::to_string(data.numWindows()) + " batches per epoch";
-}
 } // namespace
 
 int runTrain(int argc, char **argv) {
   ModelOptions model;
-  llvm::cl::opt<std::string> data(
+  RunFlags run; // the flags a compiled training program takes too
+  llvm::cl::opt<std::string, true> data(
       "data", desc("Training tokens: an llm.c shard or a nanoGPT .bin"),
-      llvm::cl::Required, cat(gptcCategory));
-  llvm::cl::opt<std::string> valData(
-      "val-data", desc("Validation tokens (forward only)"), cat(gptcCategory));
+      llvm::cl::Required, llvm::cl::location(run.data), cat(gptcCategory));
+  llvm::cl::opt<std::string, true> valData(
+      "val-data", desc("Validation tokens (forward only)"),
+      llvm::cl::location(run.valData), cat(gptcCategory));
   llvm::cl::opt<std::string> device(
       "device",
       desc("Where to run: cuda (the default when a GPU is present) or cpu"),
@@ -73,22 +68,24 @@ int runTrain(int argc, char **argv) {
            "compile builds, on --device (cuda's default)"),
       cat(gptcCategory));
   KernelOptions kernelFlags; // --device=cuda's kernels
-  llvm::cl::opt<int64_t> steps("steps", desc("Optimizer steps"), init(50),
-                               cat(gptcCategory));
-  llvm::cl::opt<int64_t> gradAccum(
+  llvm::cl::opt<int64_t, true> steps("steps", desc("Optimizer steps"),
+                                     llvm::cl::location(run.steps),
+                                     cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> gradAccum(
       "grad-accum", desc("Micro-batches per step (gradients are averaged)"),
-      init(1), cat(gptcCategory));
-  llvm::cl::opt<double> lr("lr", desc("Peak learning rate"), init(6e-4),
-                           cat(gptcCategory));
-  llvm::cl::opt<double> minLr("min-lr",
-                              desc("Learning rate at the end of the cosine"),
-                              init(6e-5), cat(gptcCategory));
-  llvm::cl::opt<int64_t> warmup("warmup", desc("Linear warm-up steps"), init(0),
-                                cat(gptcCategory));
-  llvm::cl::opt<std::string> schedule(
+      llvm::cl::location(run.gradAccum), cat(gptcCategory));
+  llvm::cl::opt<double, true> lr("lr", desc("Peak learning rate"),
+                                 llvm::cl::location(run.lr), cat(gptcCategory));
+  llvm::cl::opt<double, true> minLr(
+      "min-lr", desc("Learning rate at the end of the cosine"),
+      llvm::cl::location(run.minLr), cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> warmup("warmup", desc("Linear warm-up steps"),
+                                      llvm::cl::location(run.warmup),
+                                      cat(gptcCategory));
+  llvm::cl::opt<std::string, true> schedule(
       "lr-schedule",
       desc("After the warm-up: cosine (to --min-lr) or constant"),
-      init("cosine"), cat(gptcCategory));
+      llvm::cl::location(run.schedule), cat(gptcCategory));
   llvm::cl::opt<double> weightDecay(
       "weight-decay", desc("AdamW weight decay (2-D parameters only)"),
       init(0.1), cat(gptcCategory));
@@ -96,52 +93,52 @@ int runTrain(int argc, char **argv) {
                              desc("Clip the gradient's global norm to this; "
                                   "0 turns clipping off"),
                              init(1.0), cat(gptcCategory));
-  llvm::cl::opt<uint64_t> seed(
-      "seed", desc("Seed of the initialisation and of --shuffle"), init(1337),
-      cat(gptcCategory));
-  llvm::cl::opt<bool> shuffle(
+  llvm::cl::opt<uint64_t, true> seed(
+      "seed", desc("Seed of the initialisation and of --shuffle"),
+      llvm::cl::location(run.seed), cat(gptcCategory));
+  llvm::cl::opt<bool, true> shuffle(
       "shuffle", desc("Visit the batches of each epoch in a seeded order"),
-      cat(gptcCategory));
-  llvm::cl::opt<std::string> initFrom(
+      llvm::cl::location(run.shuffle), cat(gptcCategory));
+  llvm::cl::opt<std::string, true> initFrom(
       "init-from",
       desc("Start from these weights: safetensors (HF names) or an llm.c "
            "model_*.bin"),
-      cat(gptcCategory));
-  llvm::cl::opt<std::string> ckptDir(
+      llvm::cl::location(run.initFrom), cat(gptcCategory));
+  llvm::cl::opt<std::string, true> ckptDir(
       "ckpt-dir", desc("Run folder: checkpoints step_<N>/ and log.txt"),
-      cat(gptcCategory));
-  llvm::cl::opt<int64_t> ckptEvery(
+      llvm::cl::location(run.ckptDir), cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> ckptEvery(
       "ckpt-every", desc("Checkpoint every N steps (and after the last)"),
-      init(0), cat(gptcCategory));
-  llvm::cl::opt<bool> resume(
+      llvm::cl::location(run.ckptEvery), cat(gptcCategory));
+  llvm::cl::opt<bool, true> resume(
       "resume", desc("Continue from the newest checkpoint in --ckpt-dir"),
-      cat(gptcCategory));
-  llvm::cl::opt<std::string> logDir(
+      llvm::cl::location(run.resume), cat(gptcCategory));
+  llvm::cl::opt<std::string, true> logDir(
       "log-dir", desc("Folder for log.txt when there is no --ckpt-dir"),
-      cat(gptcCategory));
-  llvm::cl::opt<int64_t> valEvery(
+      llvm::cl::location(run.logDir), cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> valEvery(
       "val-every",
       desc("Validate every N steps (always before the first and after the "
            "last)"),
-      init(0), cat(gptcCategory));
-  llvm::cl::opt<int64_t> valBatches(
-      "val-batches", desc("Batches of --val-data per validation"), init(10),
-      cat(gptcCategory));
-  llvm::cl::opt<int64_t> maxSkips(
+      llvm::cl::location(run.valEvery), cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> valBatches(
+      "val-batches", desc("Batches of --val-data per validation"),
+      llvm::cl::location(run.valBatches), cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> maxSkips(
       "max-skips",
       desc("Stop after this many steps in a row with a non-finite loss or "
            "gradient norm (0: never)"),
-      init(10), cat(gptcCategory));
-  llvm::cl::opt<double> lossScale(
+      llvm::cl::location(run.maxSkips), cat(gptcCategory));
+  llvm::cl::opt<double, true> lossScale(
       "loss-scale",
       desc("--precision=fp16: the initial dynamic loss scale (GradScaler's "
            "init_scale)"),
-      init(65536.0), cat(gptcCategory));
-  llvm::cl::opt<int64_t> lossScaleWindow(
+      llvm::cl::location(run.lossScale), cat(gptcCategory));
+  llvm::cl::opt<int64_t, true> lossScaleWindow(
       "loss-scale-window",
       desc("--precision=fp16: finite steps in a row that double the loss "
            "scale (GradScaler's growth_interval)"),
-      init(2000), cat(gptcCategory));
+      llvm::cl::location(run.lossScaleWindow), cat(gptcCategory));
   parseCommandLine(argc, argv, "gptc train: train a model on token data\n",
                    /*withMLIROptions=*/true);
 
@@ -152,72 +149,27 @@ int runTrain(int argc, char **argv) {
   if (device == "cuda" && runtime == "executor")
     fail("--runtime=executor runs on the CPU only: use --device=cpu");
   kernelFlags.check();
-  std::optional<LRSchedule::Kind> kind = parseScheduleKind(schedule);
-  if (!kind)
-    fail("unknown --lr-schedule '" + schedule + "' (cosine, constant)");
-  auto atLeast = [](const llvm::cl::opt<int64_t> &opt, int64_t min) {
-    if (opt < min)
-      fail("--" + opt.ArgStr + " must be at least " + llvm::Twine(min) +
-           ", got " + llvm::Twine(int64_t(opt)));
-  };
-  atLeast(steps, 1);
-  atLeast(gradAccum, 1);
-  atLeast(warmup, 0);
-  atLeast(ckptEvery, 0);
-  atLeast(valEvery, 0);
-  atLeast(valBatches, 1);
-  atLeast(maxSkips, 0);
-  atLeast(lossScaleWindow, 1);
-  if (!(lossScale > 0) || !std::isfinite(lossScale))
-    fail("--loss-scale must be a positive number");
-  if (!(lr >= 0) || !(minLr >= 0) || !(weightDecay >= 0) || !(clip >= 0))
-    fail("--lr, --min-lr, --weight-decay and --clip must be non-negative");
-  if (ckptEvery.getNumOccurrences() && ckptDir.empty())
-    fail("--ckpt-every needs --ckpt-dir");
-  if (resume && ckptDir.empty())
-    fail("--resume needs --ckpt-dir");
-  if (resume && !initFrom.empty())
-    fail("--resume and --init-from exclude each other");
-  if (valData.empty() &&
-      (valEvery.getNumOccurrences() || valBatches.getNumOccurrences()))
-    fail("--val-every and --val-batches need --val-data");
+  run.ckptEveryGiven = ckptEvery.getNumOccurrences() > 0;
+  run.valEveryGiven = valEvery.getNumOccurrences() > 0;
+  run.valBatchesGiven = valBatches.getNumOccurrences() > 0;
+  if (std::string bad = checkRunFlags(run); !bad.empty())
+    fail(bad);
+  if (!(weightDecay >= 0) || !(clip >= 0))
+    fail("--weight-decay and --clip must be non-negative");
 
-  TrainOptions opts;
   models::GPT2Config config = model.config();
-  opts.batch = model.batch;
-  opts.seq = model.seqLength();
-  opts.steps = steps;
-  opts.gradAccum = gradAccum;
-  opts.schedule = {*kind, lr, minLr, warmup, steps};
-  opts.optimizer = model.compileOptions();
-  opts.optimizer.weightDecay = weightDecay;
-  opts.optimizer.clip = clip;
-  opts.seed = seed;
-  opts.shuffle = shuffle;
-  opts.data = data;
-  opts.valData = valData;
-  opts.ckptDir = ckptDir;
-  opts.ckptEvery = ckptEvery;
-  opts.valEvery = valEvery;
-  opts.valBatches = valBatches;
-  opts.maxSkips = maxSkips;
-  opts.initLossScale = lossScale;
-  opts.lossScaleWindow = lossScaleWindow;
+  OptimizerOptions optimizer = model.compileOptions();
+  optimizer.weightDecay = weightDecay;
+  optimizer.clip = clip;
+  TrainOptions opts =
+      trainOptions(run, model.batch, model.seqLength(), optimizer);
 
   // A file-size limit should fail a write with EFBIG, which is reported
   // like a full disk, rather than kill the process.
   std::signal(SIGXFSZ, SIG_IGN);
   try {
     // Data and the run folder first: their errors come before compiling.
-    DataLoader train(data, opts.batch, opts.seq, config.vocabSize, shuffle,
-                     seed);
-    std::optional<DataLoader> val;
-    if (!valData.empty())
-      val.emplace(valData, opts.batch, opts.seq, config.vocabSize, false, 0);
-    std::string runDir = ckptDir.empty() ? logDir : ckptDir;
-    std::string resumeFrom;
-    if (!ckptDir.empty())
-      resumeFrom = checkpointToResume(ckptDir, resume);
+    RunInputs in = openRunInputs(run, opts, config.vocabSize);
     // The device next, still before anything is written: an explicit
     // --device=cuda without one is an error, the default falls back.
     std::unique_ptr<rt::Backend> backend;
@@ -231,9 +183,8 @@ int runTrain(int argc, char **argv) {
     }
     if (!backend && runtime == "program")
       backend = rt::makeCpuBackend();
-    if (!runDir.empty())
-      std::filesystem::create_directories(runDir);
-    RunLog log(runDir.empty() ? "" : runDir + "/log.txt");
+    makeRunDir(in);
+    RunLog log(in.runDir.empty() ? "" : in.runDir + "/log.txt");
 
     std::unique_ptr<MLIRContext> ctx = makeContext();
     std::unique_ptr<Engine> engine;
@@ -271,26 +222,13 @@ int runTrain(int argc, char **argv) {
       params = exec::describeArguments(program->forward);
     }
     Trainer trainer(std::move(engine), config, opts, log);
-    if (!resumeFrom.empty()) {
-      trainer.resume(resumeFrom);
-    } else if (!initFrom.empty()) {
-      trainer.start(exec::loadParametersFromFile(params, initFrom), initFrom);
-    } else {
-      trainer.start(initParameters(trainer.parameters(), seed), "init");
-    }
-
+    startTrainer(trainer, run, in);
     log.line(describe(config, exec::parameterCount(params)));
     FailureOr<MemoryReport> memory = memoryReportFor(*ctx, model);
     if (failed(memory))
       return 1;
     log.line(memoryReportLine(*memory));
-    log.line(describe("train", data, train));
-    if (val)
-      log.line(describe("val", valData, *val));
-    if (!resumeFrom.empty())
-      log.line("resuming from " + resumeFrom + " at step " +
-               std::to_string(trainer.state().step));
-    if (!trainer.run(train, val ? &*val : nullptr))
+    if (!trainLogged(trainer, log, run, in))
       return 1;
   } catch (const FormatError &e) {
     fail(e.what());

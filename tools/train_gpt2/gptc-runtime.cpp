@@ -21,7 +21,7 @@
 #include "gptc/Runtime/CudaBackend.h"
 #include "gptc/Runtime/KernelCheck.h"
 #include "gptc/Train/ProgramEngine.h"
-#include "gptc/Train/Trainer.h"
+#include "gptc/Train/RunFlags.h"
 
 #include <cmath>
 #include <csignal>
@@ -154,13 +154,6 @@ std::string describe(const CompiledSettings &c, int64_t params) {
          " beta2=" + num(c.optimizer.beta2) + " eps=" + num(c.optimizer.eps);
 }
 
-std::string describe(const char *what, const std::string &path,
-                     const DataLoader &data) {
-  return std::string(what) + " " + path + ": " +
-         std::to_string(data.numTokens()) + " tokens, " +
-         std::to_string(data.numWindows()) + " batches per epoch";
-}
-
 std::unique_ptr<rt::Backend> makeBackend(const std::string &device) {
   if (device == "cpu")
     return rt::makeCpuBackend();
@@ -210,120 +203,57 @@ int run(const Flags &flags) {
 
   if (!flags.has("data"))
     fail("--data is required");
-  std::string data = flags.text("data", "");
-  std::string valData = flags.text("val-data", "");
-  int64_t steps = flags.integer("steps", 50);
-  int64_t gradAccum = flags.integer("grad-accum", 1);
-  double lr = flags.real("lr", 6e-4), minLr = flags.real("min-lr", 6e-5);
-  int64_t warmup = flags.integer("warmup", 0);
-  std::string schedule = flags.text("lr-schedule", "cosine");
-  uint64_t seed = flags.unsignedInteger("seed", 1337);
-  bool shuffle = flags.boolean("shuffle");
-  std::string initFrom = flags.text("init-from", "");
-  std::string ckptDir = flags.text("ckpt-dir", "");
-  int64_t ckptEvery = flags.integer("ckpt-every", 0);
-  bool resume = flags.boolean("resume");
-  std::string logDir = flags.text("log-dir", "");
-  int64_t valEvery = flags.integer("val-every", 0);
-  int64_t valBatches = flags.integer("val-batches", 10);
-  int64_t maxSkips = flags.integer("max-skips", 10);
-  double lossScale = flags.real("loss-scale", 65536.0);
-  int64_t lossScaleWindow = flags.integer("loss-scale-window", 2000);
-
+  RunFlags run;
+  run.data = flags.text("data", "");
+  run.valData = flags.text("val-data", "");
+  run.steps = flags.integer("steps", run.steps);
+  run.gradAccum = flags.integer("grad-accum", run.gradAccum);
+  run.lr = flags.real("lr", run.lr);
+  run.minLr = flags.real("min-lr", run.minLr);
+  run.warmup = flags.integer("warmup", run.warmup);
+  run.schedule = flags.text("lr-schedule", run.schedule);
+  run.seed = flags.unsignedInteger("seed", run.seed);
+  run.shuffle = flags.boolean("shuffle");
+  run.initFrom = flags.text("init-from", "");
+  run.ckptDir = flags.text("ckpt-dir", "");
+  run.ckptEvery = flags.integer("ckpt-every", run.ckptEvery);
+  run.resume = flags.boolean("resume");
+  run.logDir = flags.text("log-dir", "");
+  run.valEvery = flags.integer("val-every", run.valEvery);
+  run.valBatches = flags.integer("val-batches", run.valBatches);
+  run.maxSkips = flags.integer("max-skips", run.maxSkips);
+  run.lossScale = flags.real("loss-scale", run.lossScale);
+  run.lossScaleWindow =
+      flags.integer("loss-scale-window", run.lossScaleWindow);
+  run.ckptEveryGiven = flags.has("ckpt-every");
+  run.valEveryGiven = flags.has("val-every");
+  run.valBatchesGiven = flags.has("val-batches");
   // The checks and messages of gptc train.
-  std::optional<LRSchedule::Kind> kind = parseScheduleKind(schedule);
-  if (!kind)
-    fail("unknown --lr-schedule '" + schedule + "' (cosine, constant)");
-  auto atLeast = [&](const char *name, int64_t value, int64_t min) {
-    if (value < min)
-      fail(std::string("--") + name + " must be at least " +
-           std::to_string(min) + ", got " + std::to_string(value));
-  };
-  atLeast("steps", steps, 1);
-  atLeast("grad-accum", gradAccum, 1);
-  atLeast("warmup", warmup, 0);
-  atLeast("ckpt-every", ckptEvery, 0);
-  atLeast("val-every", valEvery, 0);
-  atLeast("val-batches", valBatches, 1);
-  atLeast("max-skips", maxSkips, 0);
-  atLeast("loss-scale-window", lossScaleWindow, 1);
-  if (!(lossScale > 0) || !std::isfinite(lossScale))
-    fail("--loss-scale must be a positive number");
-  if (!(lr >= 0) || !(minLr >= 0))
-    fail("--lr and --min-lr must be non-negative");
-  if (flags.has("ckpt-every") && ckptDir.empty())
-    fail("--ckpt-every needs --ckpt-dir");
-  if (resume && ckptDir.empty())
-    fail("--resume needs --ckpt-dir");
-  if (resume && !initFrom.empty())
-    fail("--resume and --init-from exclude each other");
-  if (valData.empty() && (flags.has("val-every") || flags.has("val-batches")))
-    fail("--val-every and --val-batches need --val-data");
+  if (std::string bad = checkRunFlags(run); !bad.empty())
+    fail(bad);
 
-  TrainOptions opts;
   const models::GPT2Config &config = compiled.model;
-  opts.batch = compiled.batch;
-  opts.seq = compiled.seq;
-  opts.steps = steps;
-  opts.gradAccum = gradAccum;
-  opts.schedule = {*kind, lr, minLr, warmup, steps};
-  opts.optimizer = compiled.optimizer;
-  opts.seed = seed;
-  opts.shuffle = shuffle;
-  opts.data = data;
-  opts.valData = valData;
-  opts.ckptDir = ckptDir;
-  opts.ckptEvery = ckptEvery;
-  opts.valEvery = valEvery;
-  opts.valBatches = valBatches;
-  opts.maxSkips = maxSkips;
-  opts.initLossScale = lossScale;
-  opts.lossScaleWindow = lossScaleWindow;
+  TrainOptions opts =
+      trainOptions(run, compiled.batch, compiled.seq, compiled.optimizer);
 
   // Data and the run folder first, then the device: nothing is created
   // before everything that can be checked has been.
-  DataLoader train(data, opts.batch, opts.seq, config.vocabSize, shuffle, seed);
-  std::optional<DataLoader> val;
-  if (!valData.empty())
-    val.emplace(valData, opts.batch, opts.seq, config.vocabSize, false, 0);
-  std::string runDir = ckptDir.empty() ? logDir : ckptDir;
-  std::string resumeFrom;
-  if (!ckptDir.empty())
-    resumeFrom = checkpointToResume(ckptDir, resume);
+  RunInputs in = openRunInputs(run, opts, config.vocabSize);
   std::unique_ptr<rt::Backend> backend = makeBackend(device);
   int64_t params = 0;
   for (const ParamSpec &p : program.params)
     params += exec::numElements(p.shape);
   setMfu(opts, *backend, config, params);
-  if (!runDir.empty())
-    std::filesystem::create_directories(runDir);
-  RunLog log(runDir.empty() ? "" : runDir + "/log.txt");
+  makeRunDir(in);
+  RunLog log(in.runDir.empty() ? "" : in.runDir + "/log.txt");
 
   Trainer trainer(makeProgramEngine(program, *backend), config, opts, log);
-  if (!resumeFrom.empty()) {
-    trainer.resume(resumeFrom);
-  } else if (!initFrom.empty()) {
-    std::vector<exec::ArgumentInfo> args;
-    for (const ParamSpec &p : program.params)
-      args.push_back({exec::ArgumentInfo::Kind::Param, p.name, p.shape});
-    trainer.start(exec::loadParametersFromFile(args, initFrom), initFrom);
-  } else {
-    trainer.start(initParameters(program.params, seed), "init");
-  }
-
+  startTrainer(trainer, run, in);
   log.line(describe(compiled, params));
   log.line(programMemoryLine(program,
                              rt::asCudaBackend(backend.get()) != nullptr) +
            " | device " + backend->name());
-  log.line(describe("train", data, train));
-  if (val)
-    log.line(describe("val", valData, *val));
-  if (!resumeFrom.empty())
-    log.line("resuming from " + resumeFrom + " at step " +
-             std::to_string(trainer.state().step));
-  if (!trainer.run(train, val ? &*val : nullptr))
-    return 1;
-  return 0;
+  return trainLogged(trainer, log, run, in) ? 0 : 1;
 }
 
 } // namespace
