@@ -464,6 +464,65 @@ void expectLayernormAndGrad(const std::vector<exec::HostTensor> &data, int x,
   expectNear(lg[2], data[dbeta].f32, sumTolerance, "layernorm_grad dbeta");
 }
 
+/// gpt.flash_attention on q, k, v ([B, H, T, D] of one dtype) and its
+/// float32 gradient with dout (and the row dot it reads), causal and not,
+/// and their check against the CPU executor, whose backward computes the
+/// row dot itself from out and dout.
+struct AttentionBothWays {
+  int q, k, v, dout;
+  int o[2], lse[2], dq[2], dk[2], dv[2], delta[2]; ///< [0] causal
+  float scale;
+
+  AttentionBothWays(Builder &b, DType t, const Shape &qs, float scale)
+      : scale(scale) {
+    q = b.buf(t, qs), k = b.buf(t, qs), v = b.buf(t, qs), dout = b.buf(t, qs);
+    const Shape rows(qs.begin(), qs.end() - 1);
+    for (int c = 0; c < 2; ++c) {
+      const bool causal = c == 0;
+      o[c] = b.buf(t, qs), lse[c] = b.buf(DType::F32, rows);
+      auto &fa = b.launch("flash_attention", {q, k, v}, {o[c], lse[c]});
+      fa.ints["causal"] = causal;
+      fa.floats["scale"] = scale;
+      dq[c] = b.buf(DType::F32, qs), dk[c] = b.buf(DType::F32, qs),
+      dv[c] = b.buf(DType::F32, qs);
+      delta[c] = b.rowDot(o[c], dout, rows);
+      auto &fag = b.launch("flash_attention_grad",
+                           {q, k, v, o[c], lse[c], dout, delta[c]},
+                           {dq[c], dk[c], dv[c]});
+      fag.ints["causal"] = causal;
+      fag.floats["scale"] = scale;
+    }
+  }
+
+  /// Every buffer the launches write.
+  std::vector<int> results() const {
+    std::vector<int> ids;
+    for (int c = 0; c < 2; ++c)
+      ids.insert(ids.end(), {o[c], lse[c], dq[c], dk[c], dv[c], delta[c]});
+    return ids;
+  }
+
+  void check(const std::vector<exec::HostTensor> &data, float outTol,
+             float lseTol, float dotTol, float gradTol) const {
+    for (int c = 0; c < 2; ++c) {
+      const bool causal = c == 0;
+      SCOPED_TRACE(causal ? "causal" : "not causal");
+      std::vector<exec::HostTensor> fw =
+          exec::flashAttention(data[q], data[k], data[v], scale, causal);
+      expectNear(fw[0], data[o[c]].f32, outTol, "flash_attention out");
+      expectNear(fw[1], data[lse[c]].f32, lseTol, "flash_attention lse");
+      expectNear(exec::attentionRowDot(data[o[c]], data[dout]),
+                 data[delta[c]].f32, dotTol, "attention_row_dot");
+      std::vector<exec::HostTensor> bw =
+          exec::flashAttentionGrad(data[q], data[k], data[v], data[o[c]],
+                                   data[lse[c]], data[dout], scale, causal);
+      expectNear(bw[0], data[dq[c]].f32, gradTol, "flash_attention_grad dq");
+      expectNear(bw[1], data[dk[c]].f32, gradTol, "flash_attention_grad dk");
+      expectNear(bw[2], data[dv[c]].f32, gradTol, "flash_attention_grad dv");
+    }
+  }
+};
+
 } // namespace
 
 // The template kernels (barriers, warp shuffles, shared memory, the
@@ -542,23 +601,7 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   b.launch("embedding", {table, ids}, {rows});
   b.launch("embedding_grad", {dyRows, ids}, {dtable});
   // Attention (float32: the simple kernels), causal and not.
-  Shape qs = {2, 2, 16, 8};
-  int q = b.buf(f32, qs), k = b.buf(f32, qs), v = b.buf(f32, qs),
-      dout = b.buf(f32, qs);
-  std::vector<int> attn;
-  for (int causal : {1, 0}) {
-    int o = b.buf(f32, qs), lse = b.buf(f32, {2, 2, 16});
-    auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
-    fa.ints["causal"] = causal;
-    fa.floats["scale"] = 0.35;
-    int dq = b.buf(f32, qs), dk = b.buf(f32, qs), dv = b.buf(f32, qs);
-    int delta = b.rowDot(o, dout, {2, 2, 16});
-    auto &fag = b.launch("flash_attention_grad",
-                         {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
-    fag.ints["causal"] = causal;
-    fag.floats["scale"] = 0.35;
-    attn.insert(attn.end(), {o, lse, dq, dk, dv, delta});
-  }
+  AttentionBothWays attention(b, f32, {2, 2, 16, 8}, 0.35f);
 
   rt::Program &p = b.p;
   HostKernels kernels(emitForHost(p));
@@ -619,23 +662,7 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
              "embedding");
   expectNear(exec::embeddingGrad(data[dyRows], data[ids], {20, 12}),
              data[dtable].f32, tol, "embedding_grad");
-  for (int c = 0; c < 2; ++c) {
-    bool causal = c == 0;
-    const int *a = attn.data() + 6 * c;
-    std::vector<exec::HostTensor> fw =
-        exec::flashAttention(data[q], data[k], data[v], 0.35f, causal);
-    expectNear(fw[0], data[a[0]].f32, tol, "flash_attention out");
-    expectNear(fw[1], data[a[1]].f32, tol, "flash_attention lse");
-    expectNear(exec::attentionRowDot(data[a[0]], data[dout]), data[a[5]].f32,
-               tol, "attention_row_dot");
-    // The reference computes D itself, from out and dout.
-    std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
-        data[q], data[k], data[v], data[a[0]], data[a[1]], data[dout], 0.35f,
-        causal);
-    expectNear(bw[0], data[a[2]].f32, 1e-4f, "flash_attention_grad dq");
-    expectNear(bw[1], data[a[3]].f32, 1e-4f, "flash_attention_grad dk");
-    expectNear(bw[2], data[a[4]].f32, 1e-4f, "flash_attention_grad dv");
-  }
+  attention.check(data, tol, tol, tol, 1e-4f);
 }
 
 namespace {
@@ -855,25 +882,8 @@ void checkTensorCoreAttention(
   SCOPED_TRACE(std::string(targetName(target)) + ", " +
                backwardName(backward));
   const bool atomic = backward != AttentionBackward::Split;
-  const DType f32 = DType::F32, bf = DType::BF16;
   Builder b;
-  Shape qs = {1, 2, 128, 64};
-  int q = b.buf(bf, qs), k = b.buf(bf, qs), v = b.buf(bf, qs),
-      dout = b.buf(bf, qs);
-  std::vector<int> attn;
-  for (int causal : {1, 0}) {
-    int o = b.buf(bf, qs), lse = b.buf(f32, {1, 2, 128});
-    auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
-    fa.ints["causal"] = causal;
-    fa.floats["scale"] = 0.125;
-    int dq = b.buf(f32, qs), dk = b.buf(f32, qs), dv = b.buf(f32, qs);
-    int delta = b.rowDot(o, dout, {1, 2, 128});
-    auto &fag = b.launch("flash_attention_grad",
-                         {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
-    fag.ints["causal"] = causal;
-    fag.floats["scale"] = 0.125;
-    attn.insert(attn.end(), {o, lse, dq, dk, dv, delta});
-  }
+  AttentionBothWays attention(b, DType::BF16, {1, 2, 128, 64}, 0.125f);
   rt::Program &p = b.p;
   HostKernels kernels(emitForHost(p, target, backward), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -896,26 +906,11 @@ void checkTensorCoreAttention(
     // Each launch leaves its dq sums and tile counts zero: a second run
     // gives the same bits.
     std::vector<exec::HostTensor> again = runOnRandomData(p, kernels, 200);
-    for (int id : attn)
+    for (int id : attention.results())
       expectSame(data[id], again[id].f32, "the second run");
   }
-  for (int c = 0; c < 2; ++c) {
-    bool causal = c == 0;
-    const int *a = attn.data() + 6 * c;
-    std::vector<exec::HostTensor> fw =
-        exec::flashAttention(data[q], data[k], data[v], 0.125f, causal);
-    expectNear(fw[0], data[a[0]].f32, 1e-2f, "flash_attention out");
-    expectNear(fw[1], data[a[1]].f32, 1e-5f, "flash_attention lse");
-    // 16-byte loads of bf16 out and dout, 8 lanes a row of 64.
-    expectNear(exec::attentionRowDot(data[a[0]], data[dout]), data[a[5]].f32,
-               1e-5f, "attention_row_dot");
-    std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
-        data[q], data[k], data[v], data[a[0]], data[a[1]], data[dout], 0.125f,
-        causal);
-    expectNear(bw[0], data[a[2]].f32, 2e-2f, "flash_attention_grad dq");
-    expectNear(bw[1], data[a[3]].f32, 2e-2f, "flash_attention_grad dk");
-    expectNear(bw[2], data[a[4]].f32, 2e-2f, "flash_attention_grad dv");
-  }
+  // The row dot: 16-byte loads of bf16 out and dout, 8 lanes a row of 64.
+  attention.check(data, 1e-2f, 1e-5f, 1e-5f, 2e-2f);
 }
 
 } // namespace
