@@ -12,15 +12,17 @@
 # backend; also with --attention-backward=atomic, with
 # --attention-forward=mma128 and --attention-backward=atomic128 (T=256),
 # and on sm_90a with the forward attention on warpgroup MMA); the
-# attention kernels alone (attention_bench: both forwards and the
+# attention kernels alone (attention_bench: the forwards and the
 # backwards timed, each one's results against the default's); 10 steps of
 # gpt2-tiny
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T, and its kernels by kind
-# beside gptc's profile (GEMMs, attention, optimizer, the rest); GPT-2 124M compiled with
+# beside gptc's profile (GEMMs, attention, optimizer, the rest); GPT-2 124M
+# with --attention-forward=mma2 and --attention-backward=atomic128 (the
+# candidates for the defaults), timed and profiled; GPT-2 124M compiled with
 # --attention-backward=atomic (dq summed by atomics, against the default's
-# dq blocks); last, --check-kernels of
+# dq blocks); then --check-kernels of
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
 # refused cuBLASLt epilogue) and with GPTC_GEMM_DGELU=cublaslt (GELU's
 # derivative in cuBLASLt's epilogue rather than gptc's column-sums pass);
@@ -36,7 +38,9 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [wide] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#
+# (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bundle=$root/bench/gpu/out
@@ -59,7 +63,7 @@ fi
 # By default all but recompute and wgmma (each measured three times in the
 # twelfth session, docs/benchmarks.md), so that ncu fits the budget; ask for
 # them by name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch atomic fallback dgelu ncu tuned} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch wide atomic fallback dgelu ncu tuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -113,7 +117,7 @@ if want check; then
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
-    check-gpt2w-bf16-wide; do
+    check-gpt2w-bf16-wide check-gpt2w-bf16-mma2; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
@@ -146,6 +150,15 @@ if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
     --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --profile=3 \
     --out="$logs/torch.json"
+fi
+
+# The untimed candidates for the default attention kernels together:
+# --attention-forward=mma2 and --attention-backward=atomic128.
+if want wide && [[ -f $P/gpt2-bf16-wide ]]; then
+  step 90 gpt2-bf16-wide "${lib[@]}" "$P/gpt2-bf16-wide" \
+    --device=cuda --data="$data" --steps=15 --seed=1
+  GPTC_PROFILE=1 step 90 gpt2-bf16-wide-profile "${lib[@]}" \
+    "$P/gpt2-bf16-wide" --device=cuda --data="$data" --steps=8 --seed=1
 fi
 
 if want atomic && [[ -f $P/gpt2-bf16-atomic ]]; then
@@ -195,7 +208,7 @@ if want tuned; then
     --device=cuda --data="$data" --steps=20 --seed=1
 fi
 
-if want recompute; then
+if want recompute && [[ -f $P/gpt2-bf16-recompute ]]; then
   step 90 gpt2-bf16-recompute "${lib[@]}" "$P/gpt2-bf16-recompute" \
     --device=cuda --data="$data" --steps=15 --seed=1
 fi

@@ -9,12 +9,15 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-gpt2w-bf16-atomic.log                the same, --attention-backward=atomic
   check-gpt2w-bf16-wide.log                  the same (T=256), --attention-forward=mma128
                                              and --attention-backward=atomic128
+  check-gpt2w-bf16-mma2.log                  the same (T=256), --attention-forward=mma2
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
   gpt2-bf16-atomic-profile.log               the same, --attention-backward=atomic
+  gpt2-bf16-wide{,-profile}.log              --attention-forward=mma2
+                                             --attention-backward=atomic128
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
@@ -115,7 +118,8 @@ def main():
 
     # Kernel checks.
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
-                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma", "gpt2w-bf16-wide"):
+                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma", "gpt2w-bf16-wide",
+                 "gpt2w-bf16-mma2"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
@@ -166,6 +170,7 @@ def main():
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
     for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
+                      ("gptc, mma2 + atomic128 attention", "gpt2-bf16-wide"),
                       ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
                       ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
                       ("gptc, recompute", "gpt2-bf16-recompute"),
@@ -236,16 +241,20 @@ def main():
         lines.extend(rows)
         summary["attention_bench"] = rows
 
-    # The atomic backward's own profile: its attention rows, to set beside
-    # the default's above.
-    atomic = read(os.path.join(res, "gpt2-bf16-atomic-profile.log")) or ""
-    rows = [r for r in atomic.splitlines() if "flash_attention_qkv" in r]
-    if rows:
-        lines.append("")
-        lines.append("--attention-backward=atomic (GPTC_PROFILE=1), the "
-                     "attention kernels:")
-        lines.extend(rows[:4])
-        summary["atomic_attention_rows"] = rows[:4]
+    # The other attention kernels' own profiles: their attention rows, to
+    # set beside the default's above.
+    for log, what, key in (
+            ("gpt2-bf16-wide-profile", "--attention-forward=mma2 "
+             "--attention-backward=atomic128", "wide_attention_rows"),
+            ("gpt2-bf16-atomic-profile", "--attention-backward=atomic",
+             "atomic_attention_rows")):
+        text = read(os.path.join(res, log + ".log")) or ""
+        rows = [r for r in text.splitlines() if "flash_attention_qkv" in r]
+        if rows:
+            lines.append("")
+            lines.append(f"{what} (GPTC_PROFILE=1), the attention kernels:")
+            lines.extend(rows[:4])
+            summary[key] = rows[:4]
 
     text = "\n".join(lines)
     print(text)

@@ -73,9 +73,9 @@ OptimizerOptions ModelOptions::compileOptions() const {
 
 void KernelOptions::check() const {
   if (attentionForward != "mma" && attentionForward != "mma128" &&
-      attentionForward != "wgmma")
+      attentionForward != "mma2" && attentionForward != "wgmma")
     fail("unknown --attention-forward '" + attentionForward +
-         "' (mma, mma128, wgmma)");
+         "' (mma, mma128, mma2, wgmma)");
   if (attentionBackward != "split" && attentionBackward != "atomic" &&
       attentionBackward != "atomic128")
     fail("unknown --attention-backward '" + attentionBackward +
@@ -92,6 +92,7 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
   cuda::EmitOptions emit;
   emit.wgmmaAttention = attentionForward == "wgmma";
   emit.wideAttentionForward = attentionForward == "mma128";
+  emit.rowPairAttentionForward = attentionForward == "mma2";
   emit.atomicAttentionBackward =
       attentionBackward == "atomic" || attentionBackward == "atomic128";
   emit.wideAttentionBackward = attentionBackward == "atomic128";

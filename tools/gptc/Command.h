@@ -82,8 +82,10 @@ struct KernelOptions {
       llvm::cl::desc("The bf16 forward attention's tensor cores: mma "
                      "(mma.sync, 64 queries a block; the default), mma128 "
                      "(mma.sync, 128 queries a block of 8 warps, where T is "
-                     "a multiple of 128) or wgmma (warpgroup MMA; sm_90a; "
-                     "slower today)"),
+                     "a multiple of 128), mma2 (mma.sync, 128 queries a "
+                     "block of 4 warps of 32: each k and v fragment serves "
+                     "two row tiles; T a multiple of 128) or wgmma "
+                     "(warpgroup MMA; sm_90a; slower today)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> attentionBackward{
       "attention-backward",

@@ -302,6 +302,10 @@ TEST(EmitCUDA, AttentionGridsTakeHeadsInGroupsLongestFirst) {
   std::tie(forward, backward) = attentionGrids(16, 12, DType::BF16, opts);
   EXPECT_EQ(forward, (Grid{96, 8, 2}));
   EXPECT_EQ(backward, (Grid{32, 8, 6}));
+  opts.wideAttentionForward = false;
+  opts.rowPairAttentionForward = true; // 4 warps of 32 rows: 128 a block
+  EXPECT_EQ(attentionGrids(16, 12, DType::BF16, opts).first,
+            (Grid{96, 8, 2}));
   // B·H = 16·97: groups of 16 heads, the largest divisor up to 47 (or 96).
   std::tie(forward, backward) = attentionGrids(16, 97, DType::BF16);
   EXPECT_EQ(forward, (Grid{16, 16, 97}));

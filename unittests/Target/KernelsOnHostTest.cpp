@@ -1246,10 +1246,18 @@ TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
 }
 
 namespace {
-/// The packed forward attention with --attention-forward=mma128: B = 1,
-/// T = 256 (two blocks of 128 queries; causal, the second walks four key
-/// tiles, so each buffer is refilled), H heads of D, causal or not.
-rt::Program &wideForward(Builder &b, int64_t H, int64_t D, bool causal) {
+/// The forwards with 128 queries a block: --attention-forward=mma128 (8
+/// warps of 16 rows) and mma2 (4 warps of 32, two row tiles a warp).
+enum class WideForward { Warps8, RowPairs };
+const char *wideName(WideForward w) {
+  return w == WideForward::Warps8 ? "mma128" : "mma2";
+}
+
+/// The packed forward attention with 128 queries a block: B = 1, T = 256
+/// (two blocks; causal, the second walks four key tiles, so each buffer is
+/// refilled), H heads of D, causal or not.
+rt::Program &wideForward(Builder &b, WideForward w, int64_t H, int64_t D,
+                         bool causal) {
   const int64_t T = 256, C = H * D;
   int qkv = b.buf(DType::BF16, {1, T, 3 * C});
   int o = b.buf(DType::BF16, {1, T, C}), lse = b.buf(DType::F32, {1, H, T});
@@ -1257,48 +1265,58 @@ rt::Program &wideForward(Builder &b, int64_t H, int64_t D, bool causal) {
   fa.ints = {{"causal", causal}, {"num_heads", H}};
   fa.floats["scale"] = 0.125;
   cuda::EmitOptions opts;
-  opts.wideAttentionForward = true;
+  opts.wideAttentionForward = w == WideForward::Warps8;
+  opts.rowPairAttentionForward = w == WideForward::RowPairs;
   return emitForHost(b.p, HostTarget::Sm80, opts);
 }
 } // namespace
 
-// 8 warps, 128 queries a block: against the CPU executor, at D = 64 and
-// 32, causal (where the first four warps skip the block's last key tile,
-// wholly in their future, and the last four take their diagonal in the
-// second tile) and not.
+// 128 queries a block against the CPU executor, at D = 64 and 32, causal
+// (where the block's first half of rows skips its last key tile, wholly in
+// their future, and the second half takes its diagonal in the second tile)
+// and not. With two row tiles a warp, each k and v fragment serves both.
 TEST(TemplateKernelsOnHost, WideForwardAttentionMatchesTheCpuExecutor) {
-  for (int64_t D : {64, 32})
-    for (bool causal : {true, false}) {
-      SCOPED_TRACE("D = " + std::to_string(D) + (causal ? ", causal" : ""));
-      const int64_t H = 2;
-      Builder b;
-      rt::Program &p = wideForward(b, H, D, causal);
-      ASSERT_EQ(p.kernels.size(), 1u);
-      EXPECT_NE(p.kernels[0].source.find(", 8>(in0, in0 + "),
-                std::string::npos);
-      const rt::Launch &l = p.functions[0].launches[0];
-      EXPECT_EQ(l.grid[0], uint32_t(H)); // one group of H heads
-      EXPECT_EQ(l.grid[1], 2u);
-      EXPECT_EQ(l.grid[2], 1u);
-      EXPECT_EQ(l.block[0], 256u);
-      HostKernels kernels(p);
-      ASSERT_TRUE(kernels.ok()) << kernels.error;
-      std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
-      std::vector<exec::HostTensor> fw =
-          exec::flashAttentionQKV(data[0], H, 0.125f, causal);
-      expectNear(fw[0], data[1].f32, 1e-2f, "flash_attention_qkv out");
-      expectNear(fw[1], data[2].f32, 1e-5f, "flash_attention_qkv lse");
-    }
+  for (WideForward w : {WideForward::Warps8, WideForward::RowPairs})
+    for (int64_t D : {64, 32})
+      for (bool causal : {true, false}) {
+        SCOPED_TRACE(std::string(wideName(w)) + ", D = " + std::to_string(D) +
+                     (causal ? ", causal" : ""));
+        const int64_t H = 2;
+        Builder b;
+        rt::Program &p = wideForward(b, w, H, D, causal);
+        ASSERT_EQ(p.kernels.size(), 1u);
+        EXPECT_NE(p.kernels[0].source.find(w == WideForward::Warps8
+                                               ? ", 8>(in0, in0 + "
+                                               : ", 4, 2>(in0, in0 + "),
+                  std::string::npos);
+        const rt::Launch &l = p.functions[0].launches[0];
+        EXPECT_EQ(l.grid[0], uint32_t(H)); // one group of H heads
+        EXPECT_EQ(l.grid[1], 2u);
+        EXPECT_EQ(l.grid[2], 1u);
+        EXPECT_EQ(l.block[0], w == WideForward::Warps8 ? 256u : 128u);
+        HostKernels kernels(p);
+        ASSERT_TRUE(kernels.ok()) << kernels.error;
+        std::vector<exec::HostTensor> data =
+            runOnRandomData(p, kernels, 400);
+        std::vector<exec::HostTensor> fw =
+            exec::flashAttentionQKV(data[0], H, 0.125f, causal);
+        expectNear(fw[0], data[1].f32, 1e-2f, "flash_attention_qkv out");
+        expectNear(fw[1], data[2].f32, 1e-5f, "flash_attention_qkv lse");
+      }
 }
 
-// Its four barriers: q and the first key tile landed, q (staged in the
+// Their four barriers: q and the first key tile landed, q (staged in the
 // two tiles the second key tile reuses) read, and the double buffer's two.
 TEST(TemplateKernelsOnHost, EveryWideForwardBarrierIsNeeded) {
-  Builder b;
-  rt::Program &p = wideForward(b, 1, 64, true);
-  EXPECT_EQ(expectEachNeeded(p, 0, "attentionForwardMma", "__syncthreads();",
-                             "shared-memory race", HostTarget::Sm80),
-            4);
+  for (WideForward w : {WideForward::Warps8, WideForward::RowPairs}) {
+    SCOPED_TRACE(wideName(w));
+    Builder b;
+    rt::Program &p = wideForward(b, w, 1, 64, true);
+    EXPECT_EQ(expectEachNeeded(p, 0, "attentionForwardMma",
+                               "__syncthreads();", "shared-memory race",
+                               HostTarget::Sm80),
+              4);
+  }
 }
 
 // And for the atomic backward (its arrival at the query tiles is a helper:

@@ -278,14 +278,21 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // at T=1024). Taking the query tiles in halves, it no longer spills on
   // sm_90a, nor does the atomic backward.
   // --attention-forward=mma128: 8 warps, 128 queries a block, at 2
-  // blocks an SM (the same 128 registers a thread).
-  const bool wide = !grad && mma && opts.wideAttentionForward &&
-                    !opts.wgmmaAttention && a.T % 128 == 0;
+  // blocks an SM (the same 128 registers a thread). --attention-forward=
+  // mma2: 4 warps of 32 queries, 128 a block, at 2 blocks an SM (up to
+  // 255 registers a thread).
+  const bool rows128 = !grad && mma && !opts.wgmmaAttention && a.T % 128 == 0;
+  const bool rowPairs = rows128 && opts.rowPairAttentionForward;
+  const bool wide = rows128 && !rowPairs && opts.wideAttentionForward;
   // Two key tiles a block: 91 KB of shared memory, so at most 2 blocks an
   // SM, and 128 registers a thread spill: 1 block, 8 warps.
   const int threads = !mma ? 64 : wide || keyTiles == 2 ? 256 : 128;
-  begin(entry, threads,
-        !mma ? 0 : keyTiles == 2 ? 1 : grad ? 3 : wide ? 2 : 4);
+  const int blocksPerSM = !mma               ? 0
+                          : keyTiles == 2    ? 1
+                          : grad             ? 3
+                          : wide || rowPairs ? 2
+                                             : 4;
+  begin(entry, threads, blocksPerSM);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
   // another); without, mma.sync.
@@ -305,13 +312,18 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
         << ", \"the launch's dynamic shared memory\");\n\n";
   }
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
-     << tmpl << (wide ? ", 8" : keyTiles == 2 ? ", 2" : "") << ">("
+     << tmpl
+     << (wide            ? ", 8"
+         : rowPairs      ? ", 4, 2"
+         : keyTiles == 2 ? ", 2"
+                         : "")
+     << ">("
      << a.args << ", " << scale
      << (atomic ? ", gptcDqSum, gptcArrivals" : "") << ");\n}\n";
   l.block[0] = uint32_t(threads);
   const int64_t ranks = atomic ? a.S / (64 * keyTiles)
                         : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
-                               : ceilDiv(a.T, wide ? 128 : 64);
+                               : ceilDiv(a.T, wide || rowPairs ? 128 : 64);
   if (mma) {
     // (heads of a group, ranks, groups), blockWork's order. A head's
     // blocks share k and v (forward); q, k, v, dout and the row terms

@@ -43,6 +43,12 @@ struct EmitOptions {
   /// tile copied once for 128 queries rather than 64. Off by default: not
   /// yet timed on a GPU.
   bool wideAttentionForward = false;
+  /// The mma.sync forward attention with 4 warps of 32 query rows (two
+  /// row tiles a warp), 128 queries a block, where T is a multiple of 128
+  /// (attentionForwardMma<..., 4, 2>): each k and v fragment read from
+  /// shared memory serves both row tiles, half the ldmatrix a product.
+  /// Off by default: not yet timed on a GPU. Wins over wideAttentionForward.
+  bool rowPairAttentionForward = false;
   /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
   /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
   /// atomics (five products a tile pair, against seven; dq's sums then

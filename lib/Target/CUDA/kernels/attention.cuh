@@ -352,6 +352,59 @@ __device__ __forceinline__ void accumulatePB(float (&acc)[D / 8][4],
   }
 }
 
+/// productABt (all 64 columns) for kM row tiles of `a` at once: each B
+/// fragment loaded serves every row tile, one ldmatrix for 2·kM products
+/// rather than 2 (an ldmatrix.x4 is 512 bytes, four cycles of an SM's
+/// shared memory).
+template <int D, int kM>
+__device__ __forceinline__ void productABtRows(float (&c)[kM][8][4],
+                                               const u32 (&a)[kM][D / 16][4],
+                                               const Tile<D> &b) {
+#pragma unroll
+  for (int np = 0; np < 4; ++np) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      zero(c[m][2 * np]);
+      zero(c[m][2 * np + 1]);
+    }
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      u32 f[4];
+      loadMatrices(f, b.block(np * 16, kc * 16));
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma16816(c[m][2 * np], a[m][kc], f[0], f[2]);
+        mma16816(c[m][2 * np + 1], a[m][kc], f[1], f[3]);
+      }
+    }
+  }
+}
+
+/// accumulatePB (all 64 rows of b) for kM row tiles of p at once, each B
+/// fragment loaded once for all of them.
+template <int D, int kM>
+__device__ __forceinline__ void accumulatePBRows(float (&acc)[kM][D / 8][4],
+                                                 const float (&p)[kM][8][4],
+                                                 const Tile<D> &b) {
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    u32 a[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+      accToA(a[m], p[m], kc);
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      u32 f[4];
+      loadMatricesTransposed(f, b.block(kc * 16, np * 16));
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma16816(acc[m][2 * np], a[m], f[0], f[1]);
+        mma16816(acc[m][2 * np + 1], a[m], f[2], f[3]);
+      }
+    }
+  }
+}
+
 /// Writes a 16 x D accumulator (rows row0.., scaled) to rows of D elements
 /// `stride` apart from `dst` on. A template argument: as a function argument
 /// (constant after inlining all the same) NVRTC's register allocation
@@ -495,19 +548,24 @@ __device__ __forceinline__ void prefetchNextKeyTile(Tile (&sK)[2], Tile (&sV)[2]
   }
 }
 
-/// grid (T/(16 kWarps), heads), 32·kWarps threads: a warp's 16 query rows
-/// against 64-key tiles. K and V tiles are double-buffered: the next tile's
-/// cp.async copies run while this one is multiplied. kWarps = 8 (T a
-/// multiple of 128) copies each key tile once for 128 queries rather than
-/// 64: half the traffic from L2 a query, at the same registers a thread.
+/// grid (heads of a group, T/kRows, groups), 32·kWarps threads: a warp's
+/// 16·kRowTiles query rows against 64-key tiles, kRows = 16·kWarps·
+/// kRowTiles a block. K and V tiles are double-buffered: the next tile's
+/// cp.async copies run while this one is multiplied. 128 rows a block (T a
+/// multiple of 128) copy each key tile once for 128 queries rather than
+/// 64: half the traffic from L2 a query. kWarps = 8 does it at the same
+/// registers a thread; kRowTiles = 2 (4 warps of 32 rows, FlashAttention-
+/// 2's layout at D=64) with every k and v fragment read from shared memory
+/// once for both row tiles: half the ldmatrix a product, twice the
+/// registers.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          int kWarps = 4, typename TO>
+          int kWarps = 4, int kRowTiles = 1, typename TO>
 __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
                                     const bf16 *v, TO *out, float *lse,
                                     float scale) {
   using namespace mma;
-  static_assert(kWarps == 4 || kWarps == 8, "q is staged in one or two tiles");
-  constexpr int kRows = 16 * kWarps;
+  constexpr int kWarpRows = 16 * kRowTiles, kRows = kWarpRows * kWarps;
+  static_assert(kRows == 64 || kRows == 128, "q is staged in one or two tiles");
   // q is staged in sK[1] first (and its second 64 rows in sV[1]).
   __shared__ Tile<D> sK[2], sV[2];
   // Causal: the last query tiles see the most keys; start them first. A
@@ -520,44 +578,55 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   // memory), and at 128 registers the kernel would spill.
   const int i0 = (T / kRows - 1 - work.rank) * kRows, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
-  const int row0 = i0 + warp * 16; // this warp's first query
+  const int row0 = i0 + warp * kWarpRows; // this warp's first query
 
   // q and the first key tile in one group: one round trip, not two.
   sK[1].loadAsync(q + LQ::head(h), kQ, i0);
-  if (kWarps == 8)
+  if (kRows == 128)
     sV[1].loadAsync(q + LQ::head(h), kQ, i0 + 64);
   loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
   waitCopies<0>();
   __syncthreads();
-  u32 qa[D / 16][4];
+  u32 qa[kRowTiles][D / 16][4];
 #pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc)
-    loadA(qa[kc], kWarps == 8 && warp >= 4 ? sV[1] : sK[1], warp % 4 * 16,
-          kc * 16);
+  for (int m = 0; m < kRowTiles; ++m) {
+    const int r = warp * kWarpRows + 16 * m; // within the block's rows
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      loadA(qa[m][kc], r >= 64 ? sV[1] : sK[1], r % 64, kc * 16);
+  }
   __syncthreads(); // sK[1] and sV[1] are free for the second key tile
 
-  float acc[D / 8][4];
-  zero(acc);
-  OnlineSoftmax rows;
+  float acc[kRowTiles][D / 8][4];
+  OnlineSoftmax rows[kRowTiles];
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+    zero(acc[m]);
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + kRows : S;
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
     prefetchNextKeyTile<LK>(sK, sV, k, v, h, j0, keyEnd, buf);
     __syncthreads(); // every thread's copies of this tile have landed
-    // Causal, 8 warps: the block's last key tile is wholly in the future
-    // of the first four warps' rows.
-    if (!kCausal || j0 <= row0 + 15) {
-      float s[8][4];
-      productABt<D>(s, qa, sK[buf]);
-      // The tile that holds this warp's diagonal is masked past each row
+    // Causal, 128 rows: the block's last key tile is wholly in the future
+    // of the first half's rows.
+    if (!kCausal || j0 <= row0 + kWarpRows - 1) {
+      float s[kRowTiles][8][4];
+      productABtRows<D, kRowTiles>(s, qa, sK[buf]);
+      // The tile that holds a row tile's diagonal is masked past each row
       // (the row's index within the tile).
-      rows.tile<D>(s, acc, scaleLog2, kCausal && j0 == row0 / 64 * 64,
-                   row0 - j0 + g);
-      accumulatePB<D>(acc, s, sV[buf]);
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+        const int r = row0 + 16 * m;
+        rows[m].template tile<D>(s[m], acc[m], scaleLog2,
+                                 kCausal && j0 == r / 64 * 64, r - j0 + g);
+      }
+      accumulatePBRows<D, kRowTiles>(acc, s, sV[buf]);
     }
     __syncthreads(); // done with this buffer before it is refilled
   }
-  rows.finish<D, T, LO>(out, lse, h, row0, acc);
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+    rows[m].template finish<D, T, LO>(out, lse, h, row0 + 16 * m, acc[m]);
 }
 
 /// Starts the copies of the row terms of queries [i0, i0 + 64): their lse
