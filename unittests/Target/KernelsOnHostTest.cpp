@@ -113,6 +113,12 @@ TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
   b.launch("pad", {small}, {padded}).ints["value"] = 0;
   int ids = b.buf(i32, {2, 5}), idsPadded = b.buf(i32, {2, 8});
   b.launch("pad", {ids}, {idsPadded}).ints["value"] = -1;
+  // 2b: pad f32 [5, 12] -> bf16 [8, 12] (rows whole: four elements a
+  // thread, as the vocabulary pad of wte) and f32 [2, 3, 8] -> [2, 4, 8].
+  int rows = b.buf(f32, {5, 12}), rowsPadded = b.buf(DType::BF16, {8, 12});
+  b.launch("pad", {rows}, {rowsPadded}).ints["value"] = 0;
+  int mid = b.buf(f32, {2, 3, 8}), midPadded = b.buf(f32, {2, 4, 8});
+  b.launch("pad", {mid}, {midPadded}).ints["value"] = 0;
   // 3: slice [4,8] -> [3,5]
   int sliced = b.buf(f32, {3, 5});
   b.launch("slice", {padded}, {sliced});
@@ -185,6 +191,19 @@ TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
   expectSame(exec::transpose(data[x4], {0, 2, 1, 3}), data[xt].f32, "transpose");
   expectSame(exec::pad(data[small], {4, 8}, 0), data[padded].f32, "pad");
   EXPECT_EQ(exec::pad(data[ids], {2, 8}, -1).i32, data[idsPadded].i32);
+  for (int l : {3, 4})
+    EXPECT_NE(p.kernels[p.functions[0].launches[l].deviceKernel].source.find(
+                  "loadW<4>(in0 + "),
+              std::string::npos);
+  exec::HostTensor rowsWant = exec::pad(data[rows], {8, 12}, 0);
+  for (size_t k = 0; k < rowsWant.f32.size(); ++k) {
+    float want = exec::roundToBF16(rowsWant.f32[k]);
+    uint32_t bits;
+    std::memcpy(&bits, &want, 4);
+    ASSERT_EQ(bits >> 16, half[rowsPadded][k]) << "padded element " << k;
+  }
+  expectSame(exec::pad(data[mid], {2, 4, 8}, 0), data[midPadded].f32,
+             "pad of a middle dimension");
   expectSame(exec::slice(data[padded], {3, 5}), data[sliced].f32, "slice");
   std::vector<exec::HostTensor> pieces = exec::split(data[whole], 2, {5, 4, 3});
   for (size_t k = 0; k < 3; ++k)
