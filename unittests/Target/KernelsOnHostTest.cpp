@@ -736,6 +736,43 @@ std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
 }
 } // namespace
 
+// The bf16 loss gradient keeps each row in shared memory between its two
+// passes (kStash: V·2 bytes of dynamic shared memory), and writes dlogits
+// into a buffer of its own or over the logits (the lowering's in-place
+// case): against the CPU executor on the same bf16-rounded logits, over a
+// padded vocabulary (64 columns, 45 classes) whose last chunks only the
+// stash's first pass reads.
+TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
+  for (bool inPlace : {false, true}) {
+    SCOPED_TRACE(inPlace ? "in place" : "own buffer");
+    const DType f32 = DType::F32, bf = DType::BF16;
+    Builder b;
+    int logits = b.buf(bf, {3, 7, 64}), targets = b.buf(DType::I32, {3, 7});
+    int dloss = b.buf(f32, {}), loss = b.buf(f32, {});
+    int dlogits = inPlace ? logits : b.buf(bf, {3, 7, 64});
+    b.launch("cross_entropy_with_grad", {logits, targets, dloss},
+             {loss, dlogits})
+        .ints = {{"num_classes", 45}};
+    rt::Program &p = emitForHost(b.p);
+    EXPECT_NE(p.kernels[0].source.find(", 8, true>(in0, in1, in2"),
+              std::string::npos);
+    EXPECT_EQ(p.functions[0].launches[0].sharedBytes, 64u * 2);
+    HostKernels kernels(p);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    // The logits as runOnRandomData made them (in place, the run
+    // overwrites them).
+    std::vector<exec::HostTensor> out = runOnRandomData(p, kernels, 11, 45);
+    exec::HostTensor x = randomFloats({3, 7, 64}, 11 + uint32_t(logits));
+    for (float &v : x.f32)
+      v = exec::roundToBF16(v);
+    expectNear(exec::crossEntropy(x, out[targets], 45, -1), out[loss].f32,
+               1e-5f, "loss");
+    exec::HostTensor want =
+        exec::crossEntropyGrad(x, out[targets], out[dloss], 45, -1);
+    expectNear(want, out[dlogits].f32, 1e-3f, "dlogits");
+  }
+}
+
 // embedding_grad's id scan (4 ids a thread, 512 a round) over rows of
 // 1000 columns: 6 table rows a block, 4 blocks, so every round holds ids of
 // several blocks and most hold many of each. 1000 is not a multiple of the

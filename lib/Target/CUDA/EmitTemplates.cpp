@@ -185,8 +185,12 @@ void Emitter::emitCrossEntropy(bool withGrad) {
                        ", " + i64Literal(rows) + ", " + i64Literal(ignore) +
                        ", " + (hasIgnore ? "true" : "false") + ", " +
                        std::to_string(vec);
+  // The gradient keeps 2-byte rows in shared memory between its passes
+  // (kStash): V·2 bytes, at most 112 KiB so that two blocks fit an H100 SM.
+  const bool stash = withGrad && vec == 8 && V * 2 <= 112 * 1024 &&
+                     (in(0).dtype == DType::BF16 || in(0).dtype == DType::F16);
   if (withGrad)
-    os << "  crossEntropyWithGrad<" << consts
+    os << "  crossEntropyWithGrad<" << consts << (stash ? ", true" : "")
        << ">(in0, in1, in2, out0, out1, gptcLosses, &gptcCounter);\n}\n";
   else
     os << "  crossEntropy<" << consts
@@ -195,6 +199,8 @@ void Emitter::emitCrossEntropy(bool withGrad) {
     unsupported("the loss and dloss must be f32");
   l.block[0] = threads;
   l.grid[0] = toGrid(rows);
+  if (stash)
+    l.sharedBytes = uint32_t(V * 2);
 }
 
 /// What differs between the [B, H, T, D] and the packed attention ops: the

@@ -9,8 +9,13 @@
 // executor's error) makes the loss NaN.
 //
 // crossEntropyWithGrad also writes dlogits = (softmax - onehot) · dloss / N
-// from a second read of the row (it is still in L2); padded columns and
-// ignored rows get 0. dlogits may be the logits' own buffer (the lowering
+// from a second read of the row; padded columns and ignored rows get 0. With
+// kStash (2-byte logits, the row in V·2 bytes of dynamic shared memory: GPT-
+// 2's 100,608) the first pass keeps every chunk it loads there and the second
+// reads them back, rather than hoping that the row is still in L2 after the
+// other blocks' rows went through (two blocks an SM on 132 SMs hold 26 MiB
+// of rows). Both passes give a thread the same chunks, so a thread reads
+// back only what it wrote: no barrier. dlogits may be the logits' own buffer (the lowering
 // writes it in place when nothing reads the logits afterwards): every read
 // of the row happens before the barriers that end blockMaxSum, except the
 // second pass's, where each thread reads the very chunks it then
@@ -68,6 +73,20 @@ loadRound(const T *row, int first, float (&x)[kCrossEntropyUnroll][kVec]) {
   }
 }
 
+/// Keeps the round's loaded chunks (below kChunks) at stash + chunk · kVec:
+/// 8 floats that came from 2-byte values, written back to them exactly.
+template <int kChunks, int kVec, typename T>
+__device__ __forceinline__ void
+stashRound(T *stash, int first, const float (&x)[kCrossEntropyUnroll][kVec]) {
+  static_assert(kVec == 8, "16-byte chunks");
+#pragma unroll
+  for (int u = 0; u < kCrossEntropyUnroll; ++u) {
+    int chunk = first + u * blockDim.x;
+    if (chunk < kChunks)
+      store8(stash + chunk * kVec, x[u]);
+  }
+}
+
 /// One past the last element of the round that starts at chunk `first`.
 template <int kVec> __device__ __forceinline__ int roundEnd(int first) {
   return (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) * kVec;
@@ -114,16 +133,20 @@ loadedMaxSum(const float (&x)[kCrossEntropyUnroll][kVec], int first) {
 /// The max of row[0, kN) and the sum of exp(row[i] - max) over the block;
 /// the row is read in chunks of kVec (kVec divides the row's length). Each
 /// round's loaded elements are combined once (two exps per
-/// kUnroll · kVec elements).
-template <int kN, int kVec, typename T>
-__device__ MaxSum blockMaxSum(const T *row) {
+/// kUnroll · kVec elements). kStashChunks > 0: the first kStashChunks
+/// chunks (the whole row, padding included) are read and kept in `stash`.
+template <int kN, int kVec, int kStashChunks = 0, typename T>
+__device__ MaxSum blockMaxSum(const T *row, T *stash = nullptr) {
   __shared__ MaxSum warps[32];
-  constexpr int kChunks = (kN + kVec - 1) / kVec;
+  constexpr int kChunks =
+      kStashChunks > 0 ? kStashChunks : (kN + kVec - 1) / kVec;
   MaxSum ms{-__int_as_float(0x7f800000), 0.0f};
   for (int first = threadIdx.x; first < kChunks;
        first += kCrossEntropyUnroll * blockDim.x) {
     float x[kCrossEntropyUnroll][kVec];
     loadRound<kChunks>(row, first, x);
+    if constexpr (kStashChunks > 0)
+      stashRound<kChunks, kVec>(stash, first, x);
     bool whole = roundEnd<kVec>(first) <= kN;
     ms = combine(ms, whole ? loadedMaxSum<kN, kVec, false>(x, first)
                            : loadedMaxSum<kN, kVec, true>(x, first));
@@ -235,7 +258,7 @@ storeGradients(float (&v)[kCrossEntropyUnroll][kVec], int first, TG *g,
 /// kClasses on; every thread kUnroll chunks of kVec at a time.
 template <int V, int kClasses, int kVec, typename TL, typename TG>
 __device__ void rowGradient(const TL *x, TG *g, MaxSum ms, int target,
-                            float scale) {
+                            float scale) { // x: the row, or its stash
   constexpr int kChunks = V / kVec;
   const float inverseSum = 1.0f / ms.sum;
   for (int first = threadIdx.x; first < kChunks;
@@ -253,7 +276,7 @@ __device__ void rowGradient(const TL *x, TG *g, MaxSum ms, int target,
 }
 
 template <int V, int kClasses, i64 kRows, i64 kIgnore, bool kHasIgnore,
-          int kVec, typename TL, typename TG>
+          int kVec, bool kStash = false, typename TL, typename TG>
 __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
                                      const float *dloss, float *loss,
                                      TG *dlogits, double *losses,
@@ -276,9 +299,11 @@ __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
     __shared__ float targetLogit;
     if (threadIdx.x == 0)
       targetLogit = valid ? toFloat(x[target]) : 0.0f;
-    MaxSum ms = blockMaxSum<kClasses, kVec>(x);
+    extern __shared__ uint4 gptcDynamicShared[];
+    TL *stash = kStash ? reinterpret_cast<TL *>(gptcDynamicShared) : nullptr;
+    MaxSum ms = blockMaxSum<kClasses, kVec, kStash ? V / kVec : 0>(x, stash);
     const float scale = *dloss / countedRows<kRows, kIgnore, kHasIgnore>(targets);
-    rowGradient<V, kClasses, kVec>(x, g, ms, target, scale);
+    rowGradient<V, kClasses, kVec>(kStash ? stash : x, g, ms, target, scale);
     term = valid ? double(logf(ms.sum)) + ms.max - targetLogit
                  : __longlong_as_double(0x7ff8000000000000ll);
   }
