@@ -1,9 +1,9 @@
 //===- attention.cuh - flash attention forward and backward ---------------===//
 //
-// q has T rows of D per head, k and v S rows; a grid's y dimension counts
-// the heads, batch · H + h (the simple kernels' blockIdx.y; the tensor-core
-// kernels' blocks take theirs longest first, blockWork below), and lse
-// is [B·H, T] float32. Where a head's rows are is a
+// q has T rows of D per head, k and v S rows; heads are numbered
+// batch · H + h (the simple kernels' blockIdx.y; the tensor-core kernels'
+// grids hold them in groups, blockWork below), and lse is [B·H, T]
+// float32. Where a head's rows are is a
 // layout type (HeadRows below) per operand, so one kernel serves
 // gpt.flash_attention's [B, H, T, D] tensors and gpt.flash_attention_qkv's
 // heads read in place from the packed [B, T, 3C] c_attn output (and out
@@ -716,7 +716,8 @@ backwardToHead(i64 h, const bf16 *&q, const bf16 *&k, const bf16 *&v,
   delta += h * T;
 }
 
-/// grid (T/64 + S/64, heads), 128 threads. q, k, v and dout are bf16 (they
+/// grid (heads of a group, T/64 + S/64, groups), 128 threads; a head's dq
+/// and dk/dv blocks alternate by rank. q, k, v and dout are bf16 (they
 /// feed the tensor cores); lse and delta (Σ dout·out) float32 [heads, T].
 /// The tiles a block walks are double-buffered with cp.async, as in the
 /// forward, and every operand, the row terms included, arrives that way.
@@ -957,7 +958,7 @@ __device__ __noinline__ void writeQueryTileDq(TDQ *dq, float *dqSum,
   }
 }
 
-/// grid (S/(64 kKeyTiles), heads), 128 kKeyTiles threads,
+/// grid (heads of a group, S/(64 kKeyTiles), groups), 128 kKeyTiles threads,
 /// sizeof(AtomicBackwardShared<D, kKeyTiles>) bytes of dynamic shared
 /// memory; D of 16, 32 or 64 (two key tiles: 32 or 64). FlashAttention-2's
 /// backward: one block a key tile (or two: 128 keys, 8 warps, as
