@@ -28,7 +28,8 @@
 # derivative in cuBLASLt's epilogue rather than gptc's column-sums pass);
 # GPT-2 124M with GPTC_GEMM_DGELU=cublaslt (what that choice gains or
 # costs); Nsight Compute on one launch each of the attention kernels, the
-# DGELU pass and the gradient norm, and of the atomic backward; then, with
+# DGELU pass and the gradient norm, and of the mma2 forward and the
+# atomic128 backward; then, with
 # what time is left, GPT-2 124M again with GPTC_GEMM_TUNE=1 (cuBLASLt
 # algorithms timed at load, the fastest kept). On request only: GPT-2 124M
 # compiled with --recompute=gelu,layernorm (the time the smaller arena
@@ -192,12 +193,14 @@ if want ncu; then
       --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
-    [[ -f $P/gpt2-bf16-atomic ]] &&
-      GPTC_CUDA_GRAPH=0 step 90 ncu-atomic "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^flash_attention_qkv_grad_0$':1 \
+    # The candidates for the defaults: the mma2 forward and the atomic128
+    # backward.
+    [[ -f $P/gpt2-bf16-wide ]] &&
+      GPTC_CUDA_GRAPH=0 step 90 ncu-wide "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_0$':1 \
         --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-        "${lib[@]}" "$P/gpt2-bf16-atomic" --device=cuda --data="$data" --steps=1 --seed=1
+        "${lib[@]}" "$P/gpt2-bf16-wide" --device=cuda --data="$data" --steps=1 --seed=1
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
   fi
