@@ -25,7 +25,6 @@
 #include "gptc/Train/ProgramEngine.h"
 #include "gptc/Train/RunFlags.h"
 
-#include <cmath>
 #include <csignal>
 #include <filesystem>
 

@@ -23,7 +23,6 @@
 #include "gptc/Train/ProgramEngine.h"
 #include "gptc/Train/RunFlags.h"
 
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>

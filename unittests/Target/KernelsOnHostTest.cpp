@@ -75,6 +75,15 @@ std::string attentionImpl(const std::string &source) {
   return "";
 }
 
+/// The index of p's first kernel whose attention is `impl`; p.kernels.size()
+/// if none.
+size_t kernelWithImpl(const rt::Program &p, const std::string &impl) {
+  size_t k = 0;
+  while (k < p.kernels.size() && attentionImpl(p.kernels[k].source) != impl)
+    ++k;
+  return k;
+}
+
 const char *targetName(HostTarget t) {
   return t == HostTarget::Sm90a ? "sm_90a" : "sm_80";
 }
@@ -1385,10 +1394,7 @@ TEST(TemplateKernelsOnHost, EveryAtomicAttentionBarrierIsNeeded) {
     Builder b;
     rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm80, backward);
     ASSERT_EQ(p.kernels.size(), 3u);
-    size_t k = 0;
-    while (k < p.kernels.size() &&
-           attentionImpl(p.kernels[k].source) != "Atomic")
-      ++k;
+    const size_t k = kernelWithImpl(p, "Atomic");
     ASSERT_LT(k, p.kernels.size());
     EXPECT_EQ(twoKeyTiles(p.kernels[k].source),
               backward == AttentionBackward::Atomic128);
@@ -1409,10 +1415,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a);
   ASSERT_EQ(p.kernels.size(), 3u);
-  size_t k = 0;
-  while (k < p.kernels.size() &&
-         attentionImpl(p.kernels[k].source) != "TensorCores")
-    ++k;
+  const size_t k = kernelWithImpl(p, "TensorCores");
   ASSERT_LT(k, p.kernels.size());
   const HostTarget sm90a = HostTarget::Sm90a;
   // The loop's two: tiles landed before wgmma reads them, read before they
