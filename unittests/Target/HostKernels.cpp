@@ -862,17 +862,31 @@ inline unsigned long long wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
   wgRecent[me][wgNext[me]++ % 16] = {d, address};
   return d;
 }
-/// The batch's operands, as its wgmma.fence named them: a wgmma on others
-/// would read registers the fence did not order.
-static const void *wgFencedD[1024];
-static const u32 (*wgFencedA[1024])[4], (*wgFencedAEnd[1024])[4];
+/// The batch's operands, as its wgmma.fence named them (one or two pairs of
+/// accumulators and A fragments): a wgmma on others would read registers
+/// the fence did not order.
+struct WgFencedPair {
+  const void *d = nullptr;
+  const u32 (*a)[4] = nullptr, (*aEnd)[4] = nullptr;
+  bool names(const void *dd, const u32 (*aa)[4]) const {
+    return dd == d && aa >= a && aa < aEnd;
+  }
+};
+static WgFencedPair wgFencedPairs[1024][2];
 template <int N, int K>
 EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4]) {
   int me = emu::current;
   wgFenced[me] = true;
-  wgFencedD[me] = d;
-  wgFencedA[me] = a;
-  wgFencedAEnd[me] = a + K;
+  wgFencedPairs[me][0] = {d, a, a + K};
+  wgFencedPairs[me][1] = {};
+}
+template <int N, int K, int N2, int K2>
+EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
+                                     float (&d2)[N2][4], u32 (&a2)[K2][4]) {
+  int me = emu::current;
+  wgFenced[me] = true;
+  wgFencedPairs[me][0] = {d, a, a + K};
+  wgFencedPairs[me][1] = {d2, a2, a2 + K2};
 }
 EMU_UNCHECKED inline void wgmmaCommit() { wgUncommitted[emu::current] = 0; }
 template <int N> EMU_UNCHECKED inline void wgmmaWait() {
@@ -892,8 +906,8 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
     emu::race::misuse("wgmma in a block that is not whole warpgroups");
   if (!wgFenced[me])
     emu::race::misuse("wgmma with no wgmma.fence since the last wait");
-  else if (static_cast<const void *>(d) != wgFencedD[me] ||
-           &a < wgFencedA[me] || &a >= wgFencedAEnd[me])
+  else if (!wgFencedPairs[me][0].names(d, &a) &&
+           !wgFencedPairs[me][1].names(d, &a))
     emu::race::misuse("wgmma on operands its wgmma.fence did not name");
   ++wgUncommitted[me];
   for (int i = 0; i < 4; ++i) wgA[me][i] = a[i];
@@ -1188,8 +1202,10 @@ void HostKernels::throwOnRaces() {
 rt::Program &emitForHost(rt::Program &p, HostTarget target,
                          AttentionBackward backward) {
   cuda::EmitOptions opts;
-  opts.atomicAttentionBackward = backward != AttentionBackward::Split;
+  opts.atomicAttentionBackward = backward == AttentionBackward::Atomic ||
+                                 backward == AttentionBackward::Atomic128;
   opts.wideAttentionBackward = backward == AttentionBackward::Atomic128;
+  opts.wgmmaAttentionBackward = backward == AttentionBackward::Wgmma;
   return emitForHost(p, target, opts);
 }
 

@@ -309,6 +309,16 @@ __device__ __forceinline__ void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4]) {
   wgmmaFenceOperands(a);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
+/// The same before a batch of two products: into d with A fragments a, and
+/// into d2 with a2.
+template <int N, int K, int N2, int K2>
+__device__ __forceinline__ void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
+                                           float (&d2)[N2][4],
+                                           u32 (&a2)[K2][4]) {
+  wgmmaFenceOperands(d2);
+  wgmmaFenceOperands(a2);
+  wgmmaFence(d, a);
+}
 /// This thread's shared-memory writes become visible to wgmma's reads
 /// (the async proxy) once a barrier follows.
 __device__ __forceinline__ void fenceProxyAsync() {
