@@ -77,18 +77,19 @@ void KernelOptions::check() const {
     fail("unknown --attention-forward '" + attentionForward +
          "' (mma, mma128, mma2, wgmma)");
   if (attentionBackward != "split" && attentionBackward != "atomic" &&
-      attentionBackward != "atomic128")
+      attentionBackward != "atomic128" && attentionBackward != "wgmma")
     fail("unknown --attention-backward '" + attentionBackward +
-         "' (split, atomic, atomic128)");
+         "' (split, atomic, atomic128, wgmma)");
 }
 
 cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
                                              bool archFromFlag) const {
   check();
-  if (attentionForward == "wgmma" && arch != "sm_90a")
-    fail(std::string("--attention-forward=wgmma needs ") +
-         (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
-         " (this: " + arch + ")");
+  for (const auto *flag : {&attentionForward, &attentionBackward})
+    if (*flag == "wgmma" && arch != "sm_90a")
+      fail("--" + flag->ArgStr.str() + "=wgmma needs " +
+           (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
+           " (this: " + arch + ")");
   cuda::EmitOptions emit;
   emit.wgmmaAttention = attentionForward == "wgmma";
   emit.wideAttentionForward = attentionForward == "mma128";
@@ -96,6 +97,7 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
   emit.atomicAttentionBackward =
       attentionBackward == "atomic" || attentionBackward == "atomic128";
   emit.wideAttentionBackward = attentionBackward == "atomic128";
+  emit.wgmmaAttentionBackward = attentionBackward == "wgmma";
   return emit;
 }
 

@@ -93,9 +93,10 @@ struct KernelOptions {
                      "blocks recompute the probabilities for it, "
                      "deterministic; the default), atomic (summed in "
                      "float32 with atomics, FlashAttention-2's way; five "
-                     "products a tile pair rather than seven) or atomic128 "
+                     "products a tile pair rather than seven), atomic128 "
                      "(the same with 128 keys a block of 8 warps, where T "
-                     "is a multiple of 128)"),
+                     "is a multiple of 128) or wgmma (atomic with every "
+                     "product on warpgroup MMA; sm_90a)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};
 
   /// Exits with one error line on an unknown value.

@@ -71,8 +71,8 @@ private:
 };
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
-/// --attention-backward=split, atomic or atomic128 choose it.
-enum class AttentionBackward { Split, Atomic, Atomic128 };
+/// --attention-backward=split, atomic, atomic128 or wgmma choose it.
+enum class AttentionBackward { Split, Atomic, Atomic128, Wgmma };
 
 /// Emits `p`'s kernels for `target` and returns it, for HostKernels; for
 /// Sm90a with the wgmma forward attention chosen (EmitOptions).

@@ -930,9 +930,20 @@ namespace {
 // are rounded to bf16 between the two products, as FlashAttention does:
 // agreement to bf16 precision.
 const char *backwardName(AttentionBackward backward) {
-  return backward == AttentionBackward::Split    ? "split"
-         : backward == AttentionBackward::Atomic ? "atomic"
-                                                 : "atomic128";
+  return backward == AttentionBackward::Split       ? "split"
+         : backward == AttentionBackward::Atomic    ? "atomic"
+         : backward == AttentionBackward::Atomic128 ? "atomic128"
+                                                    : "wgmma";
+}
+
+/// The implementation of the attention backward's kernel the emitter
+/// picks for `backward` (attentionImpl's names): the wgmma backward's
+/// entry is attentionBackwardTensorCores, which compiles to the atomic
+/// kernel for targets without wgmma.
+const char *backwardImpl(AttentionBackward backward) {
+  return backward == AttentionBackward::Split   ? "Mma"
+         : backward == AttentionBackward::Wgmma ? "TensorCores"
+                                                : "Atomic";
 }
 
 /// Whether kernel source `source` runs the atomic backward with 128 keys a
@@ -961,8 +972,7 @@ void checkTensorCoreAttention(
               dk.name.find("row_dot") != std::string::npos ? ""
               : dk.name.find("grad") == std::string::npos
                   ? (target == HostTarget::Sm90a ? "TensorCores" : "Mma")
-              : atomic ? "Atomic"
-                       : "Mma")
+                  : backwardImpl(backward))
         << dk.name;
   }
 
@@ -993,6 +1003,12 @@ TEST(TemplateKernelsOnHost, AtomicAttentionBackwardMatchesTheCpuExecutor) {
 // first query tile out, and the dq product takes the first key tile alone.
 TEST(TemplateKernelsOnHost, Atomic128AttentionBackwardMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm80, AttentionBackward::Atomic128);
+}
+// Every product of the backward a wgmma on sm_90a; the same source built
+// for sm_80 runs the atomic mma.sync kernel in the same launch.
+TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
+  checkTensorCoreAttention(HostTarget::Sm90a, AttentionBackward::Wgmma);
+  checkTensorCoreAttention(HostTarget::Sm80, AttentionBackward::Wgmma);
 }
 
 // The atomic backward's dq product splits D by 16 rows over 4 warps: at
@@ -1168,8 +1184,10 @@ void checkPackedAttention(
   }
   rt::Program &p = b.p;
   cuda::EmitOptions opts;
-  opts.atomicAttentionBackward = atomic;
+  opts.atomicAttentionBackward = backward == AttentionBackward::Atomic ||
+                                 backward == AttentionBackward::Atomic128;
   opts.wideAttentionBackward = backward == AttentionBackward::Atomic128;
+  opts.wgmmaAttentionBackward = backward == AttentionBackward::Wgmma;
   opts.attentionL2Bytes = 1100 * D; // 4TD = 512D a head shared, or 1024(D+1)
   HostKernels kernels(emitForHost(p, target, opts), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -1191,7 +1209,7 @@ void checkPackedAttention(
         << k.name;
     ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
     if (atomic && k.name.find("grad") != std::string::npos)
-      ASSERT_EQ(attentionImpl(k.source), "Atomic") << k.name;
+      ASSERT_EQ(attentionImpl(k.source), backwardImpl(backward)) << k.name;
   }
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 300);
@@ -1443,6 +1461,50 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
                              "wgmmaFence(acc, qa);"),
             1);
   // And with all of them: no report.
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
+// And for the wgmma backward: the loop's two barriers (the tile's copies
+// landed and seen by wgmma, and dSᵀ whole before the dq product reads it;
+// each also frees what the other half of the loop refills), its
+// fence.proxy.async, and each of its three batches' wgmma.fence, which
+// must name that batch's operands.
+TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
+  Builder b;
+  rt::Program &p =
+      packedAttentionForRaces(b, HostTarget::Sm90a, AttentionBackward::Wgmma);
+  ASSERT_EQ(p.kernels.size(), 3u);
+  size_t k = 0;
+  while (k < p.kernels.size() &&
+         p.kernels[k].source.find("\n  attentionBackwardTensorCores<") ==
+             std::string::npos)
+    ++k;
+  ASSERT_LT(k, p.kernels.size());
+  const HostTarget sm90a = HostTarget::Sm90a;
+  const char *fn = "attentionBackwardWgmma";
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                             "shared-memory race", sm90a),
+            2);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1);
+  for (const char *fence :
+       {"wgmmaFence(p, ka, ds, va);", "wgmmaFence(accV, pa, accK, dsa);",
+        "wgmmaFence(dqAcc, dsT);"})
+    EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
+                               "no wgmma.fence since the last wait", sm90a),
+              1)
+        << fence;
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(accV, pa, accK, dsa);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(accV, pa, accK, pa);"),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(p, ka, ds, va);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(p, ka);"),
+            1);
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   runOnRandomData(p, kernels, 7);
@@ -1700,6 +1762,13 @@ TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) 
   for (int64_t D : {64, 32, 16})
     checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm80, D,
                          AttentionBackward::Atomic);
+}
+// The wgmma backward at D = 64 and 32 (n32 for dk, dv and dq); at 16 the
+// atomic kernel.
+TEST(TemplateKernelsOnHost, PackedWgmmaAttentionBackwardMatchesTheCpuExecutor) {
+  for (int64_t D : {64, 32, 16})
+    checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, D,
+                         AttentionBackward::Wgmma);
 }
 // With 8 warps a block the dq product's row blocks are shared by two warps
 // at D = 64, four at 32; at 16 (one n-tile a warp) blocks of 64 keys stay.

@@ -235,6 +235,13 @@ static uint32_t atomicSharedBytes(int64_t D, int keyTiles) {
                   2 * keyTiles * 64 * 72 * 2 + 4 * 64 * 4);
 }
 
+/// sizeof(WgmmaBackwardShared<D>) (attention.cuh): six 64 x D bf16 tiles
+/// (q and dout twice, k, v), a 64 x 72 bf16 tile of dSᵀ, and 4 x 64 floats
+/// of row terms.
+static uint32_t wgmmaBackwardSharedBytes(int64_t D) {
+  return uint32_t(6 * 64 * D * 2 + 64 * 72 * 2 + 4 * 64 * 4);
+}
+
 /// The heads a group of a tensor-core attention grid takes together
 /// (blockWork in attention.cuh): the most that divide `heads` and keep what
 /// their blocks share, `bytes` a head, within `budget` bytes of L2
@@ -264,12 +271,16 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // --attention-backward=atomic: FlashAttention-2's backward, dq summed
   // by atomics in module scratch (attentionBackwardAtomic), for the head
   // sizes its dq product splits over 4 warps.
-  bool atomic = grad && mma && opts.atomicAttentionBackward &&
+  // --attention-backward=wgmma: the same on warpgroup MMA where the target
+  // has it (attentionBackwardTensorCores), with the atomic kernel's scratch.
+  bool atomic = grad && mma &&
+                (opts.atomicAttentionBackward || opts.wgmmaAttentionBackward) &&
                 (a.D == 16 || a.D == 32 || a.D == 64);
+  const bool wgmmaGrad = atomic && opts.wgmmaAttentionBackward;
   // --attention-backward=atomic128: the same with 128 keys a block of 8
   // warps, as FlashAttention-2 takes them, where S is a multiple of 128
   // and the dq product has two n-tiles a warp (D of 32 or 64).
-  const int keyTiles = atomic && opts.wideAttentionBackward &&
+  const int keyTiles = atomic && !wgmmaGrad && opts.wideAttentionBackward &&
                                a.S % 128 == 0 && (a.D == 32 || a.D == 64)
                            ? 2
                            : 1;
@@ -307,7 +318,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      : opts.wgmmaAttention ? "TensorCores"
                                            : "Mma";
   if (atomic) {
-    impl = "Atomic";
+    impl = wgmmaGrad ? "TensorCores" : "Atomic";
     // dq's float32 sums ([heads, T, D]) and each query tile's arrivals,
     // left zero by every launch for the next.
     deviceScratch("float", "gptcDqSum", a.heads * a.T * a.D);
@@ -315,7 +326,12 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     pre << "static_assert(sizeof(AtomicBackwardShared<" << a.D
         << (keyTiles == 2 ? ", 2" : "")
         << ">) == " << atomicSharedBytes(a.D, keyTiles)
-        << ", \"the launch's dynamic shared memory\");\n\n";
+        << ", \"the launch's dynamic shared memory\");\n";
+    if (wgmmaGrad && (a.D == 32 || a.D == 64))
+      pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaBackwardShared<"
+          << a.D << ">) == " << wgmmaBackwardSharedBytes(a.D)
+          << ", \"the wgmma backward's dynamic shared memory\");\n#endif\n";
+    pre << "\n";
   }
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
      << tmpl
@@ -353,6 +369,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   }
   if (atomic)
     l.sharedBytes = atomicSharedBytes(a.D, keyTiles);
+  // The runtime may compile the source for a target without wgmma: the
+  // launch has room for either kernel.
+  if (wgmmaGrad && (a.D == 32 || a.D == 64))
+    l.sharedBytes = std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D));
 }
 
 void Emitter::emitFlashAttention(bool grad) {

@@ -59,6 +59,12 @@ struct EmitOptions {
   /// copied, and its dq added to, once for 128 keys). Off by default: not
   /// yet timed on a GPU.
   bool wideAttentionBackward = false;
+  /// The bf16 backward attention on warpgroup MMA where NVRTC compiles for
+  /// sm_90a and D is 32 or 64 (attentionBackwardTensorCores: every product
+  /// a wgmma, dq summed with atomics as atomicAttentionBackward does), else
+  /// the atomic mma.sync backward. Wins over the two above. Off by default:
+  /// not yet timed on a GPU.
+  bool wgmmaAttentionBackward = false;
   /// The L2 bytes a group of heads of a tensor-core attention grid may
   /// share between its blocks (blockWork in attention.cuh): the groups are
   /// of the most heads that divide B·H and fit. An H100 has 50 MiB of L2,

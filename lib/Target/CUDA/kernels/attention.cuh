@@ -646,10 +646,11 @@ __device__ __forceinline__ void loadRowTermsAsync(float *sLse, float *sDot,
 
 /// Starts the copies of query tile i0 for the backward: its q and dout rows
 /// (this head's, LQ and LO apart) into two tiles and its row terms into
-/// sLse and sDot. Not committed: they join the caller's group.
-template <class LQ, class LO, int D>
+/// sLse and sDot (tiles of mma::Tile's layout or wg::CoreTile's). Not
+/// committed: they join the caller's group.
+template <class LQ, class LO, class QTile>
 __device__ __forceinline__ void
-loadQueryTileAsync(mma::Tile<D> &sQ, mma::Tile<D> &sDout, float *sLse,
+loadQueryTileAsync(QTile &sQ, QTile &sDout, float *sLse,
                    float *sDot, const bf16 *q, const bf16 *dout,
                    const float *lse, const float *delta, int i0) {
   sQ.loadAsync(q, LQ::kRowStride, i0);
@@ -1181,10 +1182,13 @@ template <int D> struct CoreTile {
     return sharedAddress(data) + (r / 8) * kRowGroupBytes + (c / 8) * 128 +
            (r % 8) * 16;
   }
-  /// B = this tileᵀ (keys along N), columns [16kc, 16kc+16) as K.
-  __device__ __forceinline__ unsigned long long keysAlongN(int kc) const {
-    return wgmmaDescriptor(sharedAddress(data) + kc * 256, 128,
-                           kRowGroupBytes);
+  /// B = this tileᵀ (keys along N), columns [16kc, 16kc+16) as K, rows
+  /// from n0 (a multiple of 8) on as N.
+  __device__ __forceinline__ unsigned long long keysAlongN(int kc,
+                                                           int n0 = 0) const {
+    return wgmmaDescriptor(sharedAddress(data) + n0 / 8 * kRowGroupBytes +
+                               kc * 256,
+                           128, kRowGroupBytes);
   }
   /// B = this tile (keys along K), rows [16kc, 16kc+16).
   __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
@@ -1263,6 +1267,200 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   }
   rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
+
+/// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64):
+/// the query tiles it walks (q, dout and their row terms) double-buffered,
+/// the block's k and v, all as wgmma reads them, and the tile's dSᵀ (rows
+/// keys) for the dq product's A fragments, which ldmatrix.trans reads.
+template <int D> struct WgmmaBackwardShared {
+  wg::CoreTile<D> q[2], dout[2], k, v;
+  mma::Tile<64> ds;
+  alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
+};
+
+/// attentionBackwardAtomic with every product on warpgroup MMA: one block
+/// (one warpgroup) a key tile of 64, warp w's keys 16w..; q's and dout's
+/// tiles are wgmma's B, read from shared memory. A query tile in halves of
+/// 32 queries (as the mma.sync kernels take it: the whole tile's scores
+/// and dP on top of both accumulators would not fit 168 registers):
+///   Sᵀ = k·qᵀ and dPᵀ = v·doutᵀ (one batch), P and dS in registers,
+///   dv += Pᵀ·dout and dk += dSᵀ·q (one batch, Pᵀ and dSᵀ as A fragments
+///   straight from the accumulators);
+/// then dq's share over the block's keys, dS·k, with dS's A fragments by
+/// ldmatrix.trans of dSᵀ in shared memory, added to dqSum with atomics, and
+/// the last block of a query tile writes its dq (as the atomic kernel
+/// does). k and v fragments are loaded again for each half: held across
+/// the loop, they are what ptxas gave the forward's q (see above).
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TDQ, typename TDK, typename TDV>
+__device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
+                                       const bf16 *v, const float *lse,
+                                       const bf16 *dout, const float *delta,
+                                       TDQ *dq, TDK *dk, TDV *dv, float scale,
+                                       float *dqSum, unsigned *arrivals) {
+  static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  using namespace mma;
+  extern __shared__ uint4 gptcDynamicShared[];
+  WgmmaBackwardShared<D> &sm =
+      *reinterpret_cast<WgmmaBackwardShared<D> *>(gptcDynamicShared);
+  __shared__ u32 lastFor[T / 64]; // this block writes query tile t's dq
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
+  const int warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  backwardToHead<T, LQ, LK, LO>(h, q, k, v, lse, dout, delta, dq, dk, dv);
+  dqSum += h * T * D;
+  arrivals += h * (T / 64);
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  const float scaleLog2 = scale * log2e();
+  const int j0 = work.rank * 64;
+  const int first = kCausal ? j0 : 0;
+  // k, v and the first query tile: one group.
+  sm.k.loadAsync(k, kK, j0);
+  sm.v.loadAsync(v, kK, j0);
+  loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
+                             dout, lse, delta, first);
+  commitCopies();
+  float accK[D / 8][4], accV[D / 8][4];
+  zero(accK);
+  zero(accV);
+  // Two barriers a tile: the first makes the tile's copies whole (and
+  // visible to wgmma) and frees dSᵀ; the second makes dSᵀ whole and frees
+  // this tile's buffers for the copies of the tile after next.
+  for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
+    if (i0 + 64 < T) {
+      loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
+                                 sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
+                                 lse, delta, i0 + 64);
+      commitCopies();
+      waitCopies<1>(); // this tile's copies, not the next one's
+    } else {
+      waitCopies<0>();
+    }
+    fenceProxyAsync(); // this thread's copies, to wgmma's reads
+    __syncthreads();   // and every other thread's
+    const wg::CoreTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
+    const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
+    const bool diagonal = kCausal && i0 == j0;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      u32 ka[D / 16][4], va[D / 16][4];
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) {
+        loadMatrices(ka[kc], sm.k.block(warp * 16, kc * 16));
+        loadMatrices(va[kc], sm.v.block(warp * 16, kc * 16));
+      }
+      // Rows keys (16 warp + g, + 8), columns queries 32 half + 8nt + 2tq
+      // (+ 1) of the tile.
+      float p[4][4], ds[4][4];
+      zero(p);
+      zero(ds);
+      wgmmaFence(p, ka, ds, va);
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
+      wgmmaCommit();
+      wgmmaWait<0>();
+      wgmmaFenceOperands(p);
+      wgmmaFenceOperands(ds);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
+          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
+        }
+      if (diagonal)
+        maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
+      // dSᵀ, and to shared memory as bf16 for the dq product.
+      unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
+      unsigned short *hi = lo + 8 * Tile<64>::kStride;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
+        }
+        const int c = 32 * half + nt * 8 + 2 * tq;
+        *reinterpret_cast<u32 *>(lo + c) = packBf16(ds[nt][0], ds[nt][1]);
+        *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
+      }
+      // Pᵀ and dSᵀ as A fragments, this half's queries as K.
+      u32 pa[2][4], dsa[2][4];
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc) {
+        accToA(pa[kc], p, kc);
+        accToA(dsa[kc], ds, kc);
+      }
+      wgmmaFence(accV, pa, accK, dsa);
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc)
+        wgmmaBf16<true>(accV, pa[kc], sDout.keysAlongK(2 * half + kc));
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc)
+        wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
+      wgmmaCommit();
+      wgmmaWait<0>();
+      wgmmaFenceOperands(accV);
+      wgmmaFenceOperands(accK);
+    }
+    __syncthreads(); // dSᵀ is whole; q[buf] and dout[buf] are free
+    // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,
+    // over the block's keys. dS's A fragment of keys [16kc, +16) is the
+    // transpose of dSᵀ's block, the four matrices arriving as a0, a2, a1,
+    // a3.
+    u32 dsT[4][4];
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+      u32 f[4];
+      loadMatricesTransposed(f, sm.ds.block(kc * 16, warp * 16));
+      dsT[kc][0] = f[0];
+      dsT[kc][1] = f[2];
+      dsT[kc][2] = f[1];
+      dsT[kc][3] = f[3];
+    }
+    float dqAcc[D / 8][4];
+    zero(dqAcc);
+    wgmmaFence(dqAcc, dsT);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+      wgmmaBf16<true>(dqAcc, dsT[kc], sm.k.keysAlongK(kc));
+    wgmmaCommit();
+    wgmmaWait<0>();
+    wgmmaFenceOperands(dqAcc);
+    // Lanes tq and tq ^ 1 swap halves so that each holds four consecutive
+    // d of one row (the even lane row g, the odd g + 8): one 16-byte
+    // reduction instead of two 8-byte ones.
+    const bool odd = tq & 1;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const float a = __shfl_xor_sync(0xffffffffu,
+                                      odd ? dqAcc[nt][0] : dqAcc[nt][2], 1);
+      const float b = __shfl_xor_sync(0xffffffffu,
+                                      odd ? dqAcc[nt][1] : dqAcc[nt][3], 1);
+      float x[4];
+      x[0] = odd ? a : dqAcc[nt][0];
+      x[1] = odd ? b : dqAcc[nt][1];
+      x[2] = odd ? dqAcc[nt][2] : a;
+      x[3] = odd ? dqAcc[nt][3] : b;
+      const int row = i0 + warp * 16 + g + (odd ? 8 : 0);
+      const int d = nt * 8 + 2 * tq - (odd ? 2 : 0);
+      reduceAddGlobal4(dqSum + row * D + d, x);
+    }
+  }
+  storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
+  storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+
+  arriveAtQueryTiles<T, S, kCausal, 64>(arrivals, lastFor, first / 64);
+  for (int t = first / 64; t < T / 64; ++t)
+    if (lastFor[t]) // the same for the whole block
+      writeQueryTileDq<D, kQ, 128>(dq + t * 64 * kQ, dqSum + t * 64 * D,
+                                   scale);
+}
 #endif // GPTC_WGMMA
 
 /// The tensor-core forward the target has, emitted for
@@ -1281,4 +1479,23 @@ attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
 #endif
     attentionForwardMma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
                                                       scale);
+}
+
+/// The backward the target has, emitted for --attention-backward=wgmma:
+/// warpgroup MMA on sm_90a for D of 32 or 64, else the mma.sync atomic
+/// backward (the same dqSum and arrivals; dq's sums in another order).
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TDQ, typename TDK, typename TDV>
+__device__ __forceinline__ void attentionBackwardTensorCores(
+    const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+    const bf16 *dout, const float *delta, TDQ *dq, TDK *dk, TDV *dv,
+    float scale, float *dqSum, unsigned *arrivals) {
+#if GPTC_WGMMA
+  if constexpr (D == 32 || D == 64)
+    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO>(
+        q, k, v, lse, dout, delta, dq, dk, dv, scale, dqSum, arrivals);
+  else
+#endif
+    attentionBackwardAtomic<D, T, S, kCausal, LQ, LK, LO>(
+        q, k, v, lse, dout, delta, dq, dk, dv, scale, dqSum, arrivals);
 }
