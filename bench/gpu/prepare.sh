@@ -45,12 +45,17 @@ compile check-gpt2w-bf16 gpt2 bf16 2 192 --n-layer=1 --vocab-size=1000
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq" --dump-kernels="$tmp/split"
-# The same with the opt-in wgmma forward attention (mma.sync is the
-# default): checked at GPT-2's widths, and what it gains or costs, same run.
+# The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
+# runs timed it slower than mma.sync: docs/benchmarks.md); the backward
+# (--attention-backward=wgmma) checked, and what it gains or costs in the
+# step, same run (its dump gives the attention bench its cubin).
 if [[ $arch == sm_90a ]]; then
   compile check-gpt2w-bf16-wgmma gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma
-  compile gpt2-bf16-wgmma gpt2 bf16 "$batch" "$seq" --attention-forward=wgmma
+  compile check-gpt2w-bf16-wgmmabwd gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-backward=wgmma
+  compile gpt2-bf16-wgmma gpt2 bf16 "$batch" "$seq" --attention-backward=wgmma \
+    --dump-kernels="$tmp/wgmmabwd"
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
@@ -101,7 +106,7 @@ for commit in ff2b93d b678291 085e28f; do
     > "$tmp/attention-$commit.cuh"
 done
 python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" <<'PY'
-import json, re, shutil, sys
+import json, os, re, shutil, sys
 tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
 now = open(cuh).read()
 def baseline(source, entry, commit):
@@ -127,6 +132,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic128", "atomic128", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),
@@ -134,6 +140,8 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "atomic-ktreg", "atomic", "flash_attention_qkv_grad_0", None, "b678291"),
         ("backward", "split-heads", "split", "flash_attention_qkv_grad_0", None, "085e28f"),
         ("backward", "atomic128-heads", "atomic128", "flash_attention_qkv_grad_0", None, "085e28f")):
+    if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
+        continue  # the wgmma backward: sm_90a only
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]

@@ -33,8 +33,8 @@
 # what time is left, GPT-2 124M again with GPTC_GEMM_TUNE=1 (cuBLASLt
 # algorithms timed at load, the fastest kept). On request only: GPT-2 124M
 # compiled with --recompute=gelu,layernorm (the time the smaller arena
-# costs) and with --attention-forward=wgmma (what wgmma gains or costs
-# against the default mma.sync). Peak memory
+# costs). GPT-2 124M with --attention-backward=wgmma is timed by default
+# (the wgmma step). Peak memory
 # for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
@@ -61,10 +61,10 @@ if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
       "$bundle/lib.tar.xz" "$bundle"
 fi
-# By default all but recompute and wgmma (each measured three times in the
-# twelfth session, docs/benchmarks.md), so that ncu fits the budget; ask for
-# them by name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch wide atomic fallback dgelu ncu tuned} "
+# By default all but recompute (measured three times in the twelfth
+# session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
+# name.
+steps_wanted=" ${*:-check attn tiny gpt2 torch wide wgmma atomic fallback dgelu ncu tuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -118,7 +118,7 @@ if want check; then
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
-    check-gpt2w-bf16-wide check-gpt2w-bf16-mma2; do
+    check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wide check-gpt2w-bf16-mma2; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
@@ -160,6 +160,13 @@ if want wide && [[ -f $P/gpt2-bf16-wide ]]; then
     --device=cuda --data="$data" --steps=15 --seed=1
   GPTC_PROFILE=1 step 90 gpt2-bf16-wide-profile "${lib[@]}" \
     "$P/gpt2-bf16-wide" --device=cuda --data="$data" --steps=8 --seed=1
+fi
+
+# The untimed wgmma backward (--attention-backward=wgmma), against the
+# default in the same run.
+if want wgmma && [[ -f $P/gpt2-bf16-wgmma ]]; then
+  step 90 gpt2-bf16-wgmma "${lib[@]}" "$P/gpt2-bf16-wgmma" \
+    --device=cuda --data="$data" --steps=15 --seed=1
 fi
 
 if want atomic && [[ -f $P/gpt2-bf16-atomic ]]; then
@@ -213,11 +220,6 @@ fi
 
 if want recompute && [[ -f $P/gpt2-bf16-recompute ]]; then
   step 90 gpt2-bf16-recompute "${lib[@]}" "$P/gpt2-bf16-recompute" \
-    --device=cuda --data="$data" --steps=15 --seed=1
-fi
-
-if want wgmma && [[ -f $P/gpt2-bf16-wgmma ]]; then
-  step 90 gpt2-bf16-wgmma "${lib[@]}" "$P/gpt2-bf16-wgmma" \
     --device=cuda --data="$data" --steps=15 --seed=1
 fi
 

@@ -11,6 +11,7 @@ Inputs, all in the results directory (missing ones show as "-"):
                                              and --attention-backward=atomic128
   check-gpt2w-bf16-mma2.log                  the same (T=256), --attention-forward=mma2
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
+  check-gpt2w-bf16-wgmmabwd.log              the same, --attention-backward=wgmma
   attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
@@ -21,7 +22,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
-  gpt2-bf16-wgmma.log                        --attention-forward=wgmma
+  gpt2-bf16-wgmma.log                        --attention-backward=wgmma
   gpt2-bf16-atomic.log                       --attention-backward=atomic
   torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
   *.mem                                      peak MiB from nvidia-smi samples
@@ -118,7 +119,8 @@ def main():
 
     # Kernel checks.
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
-                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma", "gpt2w-bf16-wide",
+                 "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma",
+                 "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wide",
                  "gpt2w-bf16-mma2"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
@@ -174,7 +176,7 @@ def main():
                       ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
                       ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
                       ("gptc, recompute", "gpt2-bf16-recompute"),
-                      ("gptc, wgmma attention forward", "gpt2-bf16-wgmma")):
+                      ("gptc, wgmma attention backward", "gpt2-bf16-wgmma")):
         g = steps(read(os.path.join(res, log + ".log")))
         timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
         if timed:
