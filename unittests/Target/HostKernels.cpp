@@ -913,10 +913,13 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
   for (int i = 0; i < 4; ++i) wgA[me][i] = a[i];
   wgB[me] = desc;
   emu::wait(emu::AtWarpgroupBarrier);
+  // The most recent match: older entries may be another launch's, whose
+  // shared memory lay elsewhere with the same 18 bits.
   u32 address = 0;
   bool known = false;
-  for (const WgDescriptor &r : wgRecent[me])
-    if (r.desc == desc) address = r.address, known = true;
+  for (int i = 1; i <= 16 && i <= wgNext[me] && !known; ++i)
+    if (const WgDescriptor &r = wgRecent[me][(wgNext[me] - i) % 16]; r.desc == desc)
+      address = r.address, known = true;
   const u32 lbo = u32(desc >> 16 & 0x3fff) << 4, sbo = u32(desc >> 32 & 0x3fff) << 4;
   auto offset = [&](int n, int k) {
     return kTransB ? u32((n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo)
@@ -1076,8 +1079,12 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       return;
     }
     s.replace(at, types.size(), "");
-    src += "namespace k" + std::to_string(k) + " {\n" +
-           declareMemory(s, dynamicBytes[k]) + "}\n";
+    // Unnamed, so that its names are this library's alone: g++ would make
+    // a template's static locals (the dynamic shared memory) unique across
+    // the process, and a later library with the same kernel would use an
+    // earlier one's, which its race checker never declared.
+    src += "namespace { namespace k" + std::to_string(k) + " {\n" +
+           declareMemory(s, dynamicBytes[k]) + "} }\n";
   }
   // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
   // grid x, grid y) with 1-D blocks of 256 threads.
