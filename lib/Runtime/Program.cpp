@@ -32,9 +32,38 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p) {
   std::vector<uint32_t> bytes(p.kernels.size(), 0);
   for (const Function &f : p.functions)
     for (const Launch &l : f.launches)
-      if (l.deviceKernel >= 0 && size_t(l.deviceKernel) < bytes.size())
-        bytes[l.deviceKernel] = std::max(bytes[l.deviceKernel], l.sharedBytes);
+      for (const LaunchVariant &v : launchCandidates(l))
+        if (v.deviceKernel >= 0 && size_t(v.deviceKernel) < bytes.size())
+          bytes[v.deviceKernel] = std::max(bytes[v.deviceKernel], v.sharedBytes);
   return bytes;
+}
+
+LaunchVariant ownVariant(const Launch &l) {
+  LaunchVariant v;
+  v.label = l.variant;
+  v.deviceKernel = l.deviceKernel;
+  for (int d = 0; d < 3; ++d) {
+    v.grid[d] = l.grid[d];
+    v.block[d] = l.block[d];
+  }
+  v.sharedBytes = l.sharedBytes;
+  return v;
+}
+
+void setOwnVariant(Launch &l, const LaunchVariant &v) {
+  l.variant = v.label;
+  l.deviceKernel = v.deviceKernel;
+  for (int d = 0; d < 3; ++d) {
+    l.grid[d] = v.grid[d];
+    l.block[d] = v.block[d];
+  }
+  l.sharedBytes = v.sharedBytes;
+}
+
+std::vector<LaunchVariant> launchCandidates(const Launch &l) {
+  std::vector<LaunchVariant> all{ownVariant(l)};
+  all.insert(all.end(), l.variants.begin(), l.variants.end());
+  return all;
 }
 
 bool isGemm(const std::string &kernel) {

@@ -29,7 +29,17 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// 4: each kernel's scratch_bytes (DeviceKernel::scratchBytes).
 /// 5: attention_row_dot launches, whose result the attention gradients
 /// read as their last input (their kernels no longer read out).
-constexpr uint32_t kVersion = 5;
+/// 6: each launch's `variant` label and `variants` (other kernels for it,
+/// timed at load: Launch::variants).
+constexpr uint32_t kVersion = 6;
+
+json kernelChoiceToJson(const LaunchVariant &v) {
+  return {{"label", v.label},
+          {"device_kernel", v.deviceKernel},
+          {"grid", {v.grid[0], v.grid[1], v.grid[2]}},
+          {"block", {v.block[0], v.block[1], v.block[2]}},
+          {"shared_bytes", v.sharedBytes}};
+}
 
 json bodyToJson(const exec::ScalarProgram &b) {
   json code = json::array();
@@ -42,6 +52,9 @@ json bodyToJson(const exec::ScalarProgram &b) {
 }
 
 json launchToJson(const Launch &l) {
+  json variants = json::array();
+  for (const LaunchVariant &v : l.variants)
+    variants.push_back(kernelChoiceToJson(v));
   return {{"kernel", l.kernel},
           {"inputs", l.inputs},
           {"outputs", l.outputs},
@@ -54,7 +67,9 @@ json launchToJson(const Launch &l) {
           {"device_kernel", l.deviceKernel},
           {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
           {"block", {l.block[0], l.block[1], l.block[2]}},
-          {"shared_bytes", l.sharedBytes}};
+          {"shared_bytes", l.sharedBytes},
+          {"variant", l.variant},
+          {"variants", variants}};
 }
 
 /// Reads fields of one object, naming the path of what is wrong.
@@ -323,18 +338,36 @@ Program readProgram(const uint8_t *data, size_t size,
             lj, "float_lists", lp);
       l.body = bodyFromJson(r, r.field(lj, "body", lp), lp + ".body");
       l.loc = r.get<std::string>(lj, "loc", lp);
-      l.deviceKernel = r.get<int>(lj, "device_kernel", lp);
-      if (l.deviceKernel < -1 || l.deviceKernel >= int(p.kernels.size()))
-        r.fail("field '" + lp + ".device_kernel' names no kernel");
-      auto grid = r.get<std::vector<uint32_t>>(lj, "grid", lp);
-      auto block = r.get<std::vector<uint32_t>>(lj, "block", lp);
-      if (grid.size() != 3 || block.size() != 3)
-        r.fail("'" + lp + "' needs 3 grid and 3 block dimensions");
-      for (int d = 0; d < 3; ++d) {
-        l.grid[d] = grid[d];
-        l.block[d] = block[d];
-      }
-      l.sharedBytes = r.get<uint32_t>(lj, "shared_bytes", lp);
+      // The launch's own kernel, then its variants, each a kernel of the
+      // program (the own one may be -1: cuBLASLt).
+      auto kernelChoice = [&](const json &j, const char *labelKey,
+                              const std::string &at, int lowest) {
+        LaunchVariant v;
+        v.label = r.get<std::string>(j, labelKey, at);
+        v.deviceKernel = r.get<int>(j, "device_kernel", at);
+        if (v.deviceKernel < lowest || v.deviceKernel >= int(p.kernels.size()))
+          r.fail("field '" + at + ".device_kernel' names no kernel");
+        auto grid = r.get<std::vector<uint32_t>>(j, "grid", at);
+        auto block = r.get<std::vector<uint32_t>>(j, "block", at);
+        if (grid.size() != 3 || block.size() != 3)
+          r.fail("'" + at + "' needs 3 grid and 3 block dimensions");
+        for (int d = 0; d < 3; ++d) {
+          v.grid[d] = grid[d];
+          v.block[d] = block[d];
+        }
+        v.sharedBytes = r.get<uint32_t>(j, "shared_bytes", at);
+        return v;
+      };
+      setOwnVariant(l, kernelChoice(lj, "variant", lp, -1));
+      const json &variants = r.field(lj, "variants", lp);
+      if (!variants.is_array())
+        r.fail("field '" + lp + ".variants' is not an array");
+      if (!variants.empty() && l.deviceKernel < 0)
+        r.fail("'" + lp + "' has variants but no kernel of its own");
+      for (size_t v = 0; v < variants.size(); ++v)
+        l.variants.push_back(
+            kernelChoice(variants[v], "label",
+                         lp + ".variants[" + std::to_string(v) + "]", 0));
       f.launches.push_back(std::move(l));
     }
     p.functions.push_back(std::move(f));

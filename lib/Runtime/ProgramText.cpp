@@ -185,19 +185,30 @@ void printLaunch(const Program &p, const Launch &l, std::ostream &os,
                                                        : "?");
     }
   }
+  // `kernel<<<grid, block, shared>>>`, labelled when there are variants.
+  auto kernel = [&](const LaunchVariant &v) {
+    if (!v.label.empty() && !l.variants.empty())
+      os << v.label << ": ";
+    if (size_t(v.deviceKernel) < p.kernels.size())
+      os << p.kernels[v.deviceKernel].name;
+    else
+      os << "kernel#" << v.deviceKernel;
+    os << "<<<(" << v.grid[0] << ',' << v.grid[1] << ',' << v.grid[2]
+       << "), (" << v.block[0] << ',' << v.block[1] << ',' << v.block[2]
+       << "), " << v.sharedBytes << ">>>";
+  };
   if (l.deviceKernel >= 0) {
     os << " => ";
-    if (size_t(l.deviceKernel) < p.kernels.size())
-      os << p.kernels[l.deviceKernel].name;
-    else
-      os << "kernel#" << l.deviceKernel;
-    os << "<<<(" << l.grid[0] << ',' << l.grid[1] << ',' << l.grid[2]
-       << "), (" << l.block[0] << ',' << l.block[1] << ',' << l.block[2]
-       << "), " << l.sharedBytes << ">>>";
+    kernel(ownVariant(l));
   }
   if (!l.loc.empty())
     os << " @ " << l.loc;
   os << '\n';
+  for (const LaunchVariant &v : l.variants) {
+    os << "      or ";
+    kernel(v);
+    os << '\n';
+  }
   if (!l.body.code.empty() || !l.body.results.empty())
     printBody(l.body, os);
 }

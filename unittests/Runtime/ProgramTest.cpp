@@ -129,6 +129,18 @@ TEST(ProgramTest, RoundTripIsExact) {
   l.grid[0] = 12;
   l.block[1] = 256;
   l.sharedBytes = 4096;
+  // A second kernel as the launch's variant (--attention-*=auto).
+  p.kernels.push_back({"k1", "extern \"C\" __global__ void k1() {}",
+                       {"gpt.layernorm at models/gpt2.cpp:40"}, "sm_90a",
+                       {3, 4}, 0});
+  l.variant = "one";
+  LaunchVariant other;
+  other.label = "two";
+  other.deviceKernel = 1;
+  other.grid[1] = 3;
+  other.block[0] = 128;
+  other.sharedBytes = 65536;
+  l.variants.push_back(other);
 
   std::vector<uint8_t> bytes = writeProgram(p);
   ASSERT_GT(bytes.size(), 12u);
@@ -158,7 +170,7 @@ TEST(ProgramTest, RoundTripIsExact) {
   int sum = q.find(Role::GradSum, "wte.weight");
   ASSERT_GE(sum, 0);
   EXPECT_EQ(sum, p.find(Role::GradSum, "wte.weight"));
-  EXPECT_EQ(bytes[8], 5);
+  EXPECT_EQ(bytes[8], 6);
   EXPECT_NE(q.function("accumulate_grads"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -192,6 +204,22 @@ TEST(ProgramTest, RoundTripIsExact) {
   EXPECT_EQ(q.kernels[0].scratchBytes, 4104);
   EXPECT_EQ(q.functions[0].launches[0].block[1], 256u);
   EXPECT_EQ(q.functions[0].launches[0].sharedBytes, 4096u);
+  // The variant, and its line in the text form.
+  const Launch &ql = q.functions[0].launches[0];
+  EXPECT_EQ(ql.variant, "one");
+  ASSERT_EQ(ql.variants.size(), 1u);
+  EXPECT_EQ(ql.variants[0].label, "two");
+  EXPECT_EQ(ql.variants[0].deviceKernel, 1);
+  EXPECT_EQ(ql.variants[0].grid[1], 3u);
+  EXPECT_EQ(ql.variants[0].block[0], 128u);
+  EXPECT_EQ(ql.variants[0].sharedBytes, 65536u);
+  EXPECT_EQ(dynamicSharedBytes(q), (std::vector<uint32_t>{4096, 65536}));
+  EXPECT_NE(printProgram(q).find(
+                " => one: k0<<<(12,1,1), (1,256,1), 4096>>>"),
+            std::string::npos);
+  EXPECT_NE(printProgram(q).find(
+                "\n      or two: k1<<<(1,3,1), (128,1,1), 65536>>>\n"),
+            std::string::npos);
   // A constant carries its bytes: grads' seed 1.0f.
   bool sawConstant = false;
   for (const Buffer &b : q.buffers)
@@ -221,7 +249,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 5 "
+            "prog.bin: gptc program version 1, this build reads version 6 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
@@ -284,6 +312,31 @@ TEST(ProgramTest, MissingOrBadFieldsAreNamed) {
             "prog.bin: buffer 'buffers[" + std::to_string(big) +
                 "]' is a view of " + std::to_string(p.buffers[0].bytes()) +
                 " bytes but has " + std::to_string(p.buffers[big].bytes()));
+
+  // A variant must name a kernel, and a launch with variants have its own.
+  Program withVariant = tinyProgram();
+  withVariant.kernels.push_back({"k0", "", {}, "", {}, 0});
+  LaunchVariant v;
+  v.label = "atomic";
+  v.deviceKernel = 0;
+  withVariant.functions[1].launches[2].deviceKernel = 0;
+  withVariant.functions[1].launches[2].variants.push_back(v);
+  EXPECT_EQ(formatErrorOf(documentOf(withVariant)), "");
+  doc = documentOf(withVariant);
+  doc["functions"][1]["launches"][2]["variants"][0]["device_kernel"] = 1;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'functions[1].launches[2].variants[0]."
+            "device_kernel' names no kernel");
+  doc = documentOf(withVariant);
+  doc["functions"][1]["launches"][2]["device_kernel"] = -1;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: 'functions[1].launches[2]' has variants but no kernel "
+            "of its own");
+  doc = documentOf(withVariant);
+  doc["functions"][1]["launches"][2]["variants"][0].erase("label");
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: missing field 'functions[1].launches[2].variants[0]."
+            "label'");
 
   doc = documentOf(p);
   doc["functions"][0]["name"] = 7;

@@ -101,6 +101,14 @@ struct DeviceKernel {
   int64_t scratchBytes = 0;
 };
 
+/// A kernel for a launch: which one, and how it is launched.
+struct LaunchVariant {
+  std::string label; ///< the flag value that picks it: "split", "wgmma"
+  int deviceKernel = -1; ///< into Program::kernels
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+  uint32_t sharedBytes = 0;
+};
+
 struct Launch {
   std::string kernel; ///< the op: "matmul", "fused_elementwise", ...
   std::vector<int> inputs, outputs; ///< buffer ids
@@ -118,7 +126,22 @@ struct Launch {
   int deviceKernel = -1; ///< into Program::kernels; -1: cuBLASLt (matmul)
   uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   uint32_t sharedBytes = 0;
+  /// Other kernels that compute the same results from the same operands
+  /// (the attention algorithms the target has, for a program compiled with
+  /// --attention-forward=auto or --attention-backward=auto). The CUDA
+  /// runtime times each against the launch's own kernel at load and runs
+  /// the fastest (CudaBackend.h); everything else runs the launch's own.
+  /// `variant` labels the launch's own kernel when there are others.
+  std::string variant;
+  std::vector<LaunchVariant> variants;
 };
+
+/// The launch's own kernel as a variant (labelled `l.variant`).
+LaunchVariant ownVariant(const Launch &l);
+/// Makes v the launch's own kernel (grid, block, shared bytes and label).
+void setOwnVariant(Launch &l, const LaunchVariant &v);
+/// The launch's candidates: its own kernel first, then l.variants.
+std::vector<LaunchVariant> launchCandidates(const Launch &l);
 
 /// Launches that are one cuBLASLt GEMM, with or without epilogue work:
 /// "matmul", "matmul_epilogue", "matmul_gelu_grad", "matmul_bias_grad".
