@@ -73,13 +73,15 @@ OptimizerOptions ModelOptions::compileOptions() const {
 
 void KernelOptions::check() const {
   if (attentionForward != "mma" && attentionForward != "mma128" &&
-      attentionForward != "mma2" && attentionForward != "wgmma")
+      attentionForward != "mma2" && attentionForward != "wgmma" &&
+      attentionForward != "auto")
     fail("unknown --attention-forward '" + attentionForward +
-         "' (mma, mma128, mma2, wgmma)");
+         "' (mma, mma128, mma2, wgmma, auto)");
   if (attentionBackward != "split" && attentionBackward != "atomic" &&
-      attentionBackward != "atomic128" && attentionBackward != "wgmma")
+      attentionBackward != "atomic128" && attentionBackward != "wgmma" &&
+      attentionBackward != "auto")
     fail("unknown --attention-backward '" + attentionBackward +
-         "' (split, atomic, atomic128, wgmma)");
+         "' (split, atomic, atomic128, wgmma, auto)");
 }
 
 cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
@@ -98,6 +100,8 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
       attentionBackward == "atomic" || attentionBackward == "atomic128";
   emit.wideAttentionBackward = attentionBackward == "atomic128";
   emit.wgmmaAttentionBackward = attentionBackward == "wgmma";
+  emit.forwardVariants = attentionForward == "auto";
+  emit.backwardVariants = attentionBackward == "auto";
   return emit;
 }
 

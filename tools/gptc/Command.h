@@ -84,8 +84,10 @@ struct KernelOptions {
                      "(mma.sync, 128 queries a block of 8 warps, where T is "
                      "a multiple of 128), mma2 (mma.sync, 128 queries a "
                      "block of 4 warps of 32: each k and v fragment serves "
-                     "two row tiles; T a multiple of 128) or wgmma "
-                     "(warpgroup MMA; sm_90a; slower today)"),
+                     "two row tiles; T a multiple of 128), wgmma "
+                     "(warpgroup MMA; sm_90a; slower today) or auto (every "
+                     "one of these the target has, timed when the program "
+                     "loads; the fastest runs)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> attentionBackward{
       "attention-backward",
@@ -95,8 +97,10 @@ struct KernelOptions {
                      "float32 with atomics, FlashAttention-2's way; five "
                      "products a tile pair rather than seven), atomic128 "
                      "(the same with 128 keys a block of 8 warps, where T "
-                     "is a multiple of 128) or wgmma (atomic with every "
-                     "product on warpgroup MMA; sm_90a)"),
+                     "is a multiple of 128), wgmma (atomic with every "
+                     "product on warpgroup MMA; sm_90a) or auto (every one "
+                     "of these the target has, timed when the program "
+                     "loads; the fastest runs)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};
 
   /// Exits with one error line on an unknown value.

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -198,6 +199,91 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
   EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find(
                 "  attentionForwardTensorCores<"),
             std::string::npos);
+}
+
+/// --attention-forward=auto and --attention-backward=auto: each bf16
+/// attention launch keeps the default algorithm as its own kernel and gets
+/// every other one the arch has as a variant, each exactly the kernel (and
+/// launch shape) its own flag gives. Nothing else gets variants, and an
+/// algorithm that gives a launch the same kernel (float32 attention) is
+/// not one.
+TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
+  auto withFlag = [](const std::string &label) {
+    cuda::EmitOptions o;
+    o.wideAttentionForward = label == "mma128";
+    o.rowPairAttentionForward = label == "mma2";
+    o.wgmmaAttention = label == "wgmma-forward";
+    o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
+    o.wideAttentionBackward = label == "atomic128";
+    o.wgmmaAttentionBackward = label == "wgmma-backward";
+    return o;
+  };
+  cuda::EmitOptions autoBoth;
+  autoBoth.forwardVariants = autoBoth.backwardVariants = true;
+  for (const std::string arch : {"sm_90a", "sm_80"}) {
+    SCOPED_TRACE(arch);
+    rt::Program p = gpt2Launches(DType::BF16);
+    cuda::emitCUDA(p, arch, autoBoth);
+    const bool hopper = arch == "sm_90a";
+    int attention = 0;
+    for (const rt::Launch &l : p.functions[0].launches) {
+      SCOPED_TRACE(l.kernel);
+      const bool forward = l.kernel == "flash_attention" ||
+                           l.kernel == "flash_attention_qkv";
+      const bool backward = l.kernel == "flash_attention_grad" ||
+                            l.kernel == "flash_attention_qkv_grad";
+      if (!forward && !backward) {
+        EXPECT_TRUE(l.variants.empty());
+        EXPECT_EQ(l.variant, "");
+        continue;
+      }
+      ++attention;
+      std::vector<std::string> labels;
+      for (const rt::LaunchVariant &v : rt::launchCandidates(l))
+        labels.push_back(v.label);
+      std::vector<std::string> expected =
+          forward ? std::vector<std::string>{"mma", "mma128", "mma2"}
+                  : std::vector<std::string>{"split", "atomic", "atomic128"};
+      if (hopper)
+        expected.push_back("wgmma");
+      EXPECT_EQ(labels, expected);
+      std::set<int> kernels;
+      for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {
+        kernels.insert(v.deviceKernel);
+        rt::Launch alone = l;
+        const std::string flag =
+            v.label == "wgmma" ? v.label + (forward ? "-forward" : "-backward")
+                               : v.label;
+        const rt::DeviceKernel &k = p.kernels[v.deviceKernel];
+        EXPECT_EQ(cuda::emitLaunch(p, alone, k.name, withFlag(flag)), k.source)
+            << v.label;
+        for (int d = 0; d < 3; ++d) {
+          EXPECT_EQ(alone.grid[d], v.grid[d]) << v.label;
+          EXPECT_EQ(alone.block[d], v.block[d]) << v.label;
+        }
+        EXPECT_EQ(alone.sharedBytes, v.sharedBytes) << v.label;
+      }
+      EXPECT_EQ(kernels.size(), labels.size()) << "one kernel each";
+    }
+    EXPECT_EQ(attention, 4);
+  }
+  // One direction alone; and float32 attention has one algorithm.
+  cuda::EmitOptions autoForward;
+  autoForward.forwardVariants = true;
+  rt::Program p = gpt2Launches(DType::BF16);
+  cuda::emitCUDA(p, "sm_90a", autoForward);
+  for (const rt::Launch &l : p.functions[0].launches)
+    EXPECT_EQ(l.variants.size(),
+              l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
+                  ? 3u
+                  : 0u)
+        << l.kernel;
+  rt::Program f32 = gpt2Launches(DType::F32);
+  cuda::emitCUDA(f32, "sm_90a", autoBoth);
+  for (const rt::Launch &l : f32.functions[0].launches) {
+    EXPECT_TRUE(l.variants.empty()) << l.kernel;
+    EXPECT_EQ(l.variant, "") << l.kernel;
+  }
 }
 
 namespace {

@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include <sstream>
 
@@ -87,6 +88,8 @@ void compileTiny(const std::string &precision) {
   EXPECT_LT(rs.size(), launches) << "identical launches share kernels";
 }
 
+void expectHostMatchesCpu(const rt::Program &p, HostTarget target);
+
 /// What `train_gpt2 --check-kernels` does on a GPU, with the host in its
 /// place: every function of a program launch by launch, each generated
 /// kernel run from its emitted CUDA source (HostKernels) against the CPU
@@ -105,12 +108,20 @@ void checkOnHost(const models::GPT2Config &cfg, int64_t batch, int64_t seq,
     EXPECT_TRUE(std::any_of(p.kernels.begin(), p.kernels.end(),
                             [&](const rt::DeviceKernel &k) {
                               return k.source.find(
-                                         "\n  attentionBackwardAtomic<") !=
+                                         backward == AttentionBackward::Wgmma
+                                             ? "\n  attentionBackwardTensorCores<"
+                                             : "\n  attentionBackwardAtomic<") !=
                                          std::string::npos &&
                                      (backward != AttentionBackward::Atomic128 ||
                                       k.source.find("AtomicBackwardShared<64, 2>") !=
                                           std::string::npos);
                             }));
+  expectHostMatchesCpu(p, target);
+}
+
+/// Every launch of p, run on the host from its kernel, matches the CPU
+/// backend.
+void expectHostMatchesCpu(const rt::Program &p, HostTarget target) {
   std::unique_ptr<rt::Backend> host = makeHostKernelBackend(target);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::ostringstream out;
@@ -179,6 +190,35 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomicBackwardMatchTheCpuBackend) {
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend) {
   checkOnHost(gpt2WidthsOneLayer(), 2, 128, "bf16", {}, HostTarget::Sm80,
               AttentionBackward::Atomic128);
+}
+
+// --attention-forward=auto --attention-backward=auto on sm_90a: the program
+// carries every attention algorithm (mma128, mma2 and wgmma beside mma;
+// atomic, atomic128 and wgmma beside split), and each variant, put in its
+// launch's place with its grid and shared memory, matches the CPU backend
+// as the launch's own kernel does (the tests above).
+TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
+  rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
+  cuda::EmitOptions opts;
+  opts.forwardVariants = opts.backwardVariants = true;
+  emitForHost(p, HostTarget::Sm90a, opts);
+  for (size_t v = 0; v < 3; ++v) {
+    rt::Program q = p;
+    std::set<std::string> labels;
+    for (rt::Function &f : q.functions)
+      for (rt::Launch &l : f.launches)
+        if (l.variants.size() > v) {
+          rt::setOwnVariant(l, l.variants[v]);
+          l.variants.clear();
+          labels.insert(l.kernel + " " + l.variant);
+        }
+    std::string said;
+    for (const std::string &label : labels)
+      said += label + "; ";
+    SCOPED_TRACE(said);
+    EXPECT_EQ(labels.size(), 2u) << "a forward and a backward variant";
+    expectHostMatchesCpu(q, HostTarget::Sm90a);
+  }
 }
 
 // With gpt-recompute's copies: a gpt.fused_layernorm of the residual sum

@@ -51,18 +51,28 @@ void dump(const rt::Program &p, const std::string &arch,
     const std::vector<uint8_t> &cubin = compiled[k].cubin;
     writeFileAtomically(dir + "/" + dk.name + ".cubin", cubin.data(),
                         cubin.size());
+    // The launches it runs, as their own kernel or as a variant (labelled).
     nlohmann::ordered_json launches = nlohmann::ordered_json::array();
     for (const rt::Function &f : p.functions)
       for (size_t i = 0; i < f.launches.size(); ++i)
-        if (const rt::Launch &l = f.launches[i]; l.deviceKernel == int(k))
-          launches.push_back(
-              {{"function", f.name},
-               {"index", i},
-               {"op", "gpt." + l.kernel},
-               {"loc", l.loc},
-               {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
-               {"block", {l.block[0], l.block[1], l.block[2]}},
-               {"dynamic_shared_bytes", l.sharedBytes}});
+        for (const rt::LaunchVariant &v : rt::launchCandidates(f.launches[i])) {
+          if (v.deviceKernel != int(k))
+            continue;
+          const rt::Launch &l = f.launches[i];
+          nlohmann::ordered_json entry = {
+              {"function", f.name},
+              {"index", i},
+              {"op", "gpt." + l.kernel},
+              {"loc", l.loc},
+              {"grid", {v.grid[0], v.grid[1], v.grid[2]}},
+              {"block", {v.block[0], v.block[1], v.block[2]}},
+              {"dynamic_shared_bytes", v.sharedBytes}};
+          if (!l.variants.empty()) {
+            entry["variant"] = v.label;
+            entry["own"] = v.deviceKernel == l.deviceKernel;
+          }
+          launches.push_back(std::move(entry));
+        }
     const rt::CompiledKernel &c = compiled[k];
     kernels.push_back({{"name", dk.name},
                        {"source", dk.name + ".cu"},
@@ -120,6 +130,14 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
   if (error)
     std::rethrow_exception(error);
 
+  std::vector<int> ownLaunches(n, 0), variantLaunches(n, 0);
+  for (const rt::Function &f : p.functions)
+    for (const rt::Launch &l : f.launches) {
+      if (l.deviceKernel >= 0)
+        ++ownLaunches[l.deviceKernel];
+      for (const rt::LaunchVariant &v : l.variants)
+        ++variantLaunches[v.deviceKernel];
+    }
   std::vector<KernelResources> resources(n);
   const std::vector<uint32_t> dynamicBytes = rt::dynamicSharedBytes(p);
   for (size_t k = 0; k < n; ++k) {
@@ -127,7 +145,8 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
     p.kernels[k].arch = arch;
     KernelResources &r = resources[k];
     r.name = p.kernels[k].name;
-    r.launches = int(p.kernels[k].fuses.size());
+    r.launches = ownLaunches[k];
+    r.variantLaunches = variantLaunches[k];
     r.registers = compiled[k].registers;
     r.sharedBytes = compiled[k].sharedBytes + int(dynamicBytes[k]);
     r.localBytes = compiled[k].localBytes;
@@ -158,12 +177,16 @@ void printKernelReport(const std::vector<KernelResources> &resources,
                 int(width), "kernel", "launches", "registers", "shared bytes",
                 "stack bytes", "spill stores", "spill loads");
   os << line;
-  bool afterGemms = false;
+  bool afterGemms = false, variants = false;
   for (const KernelResources &r : resources) {
     // The GEMM-epilogue fallbacks: the runtime decides how often, at load.
     bool fallback = rt::gemmFallbackArgCount(r.name) > 0;
     afterGemms |= fallback;
     std::string launches = fallback ? "-" : std::to_string(r.launches);
+    if (r.launches == 0 && r.variantLaunches > 0) {
+      launches = "(" + std::to_string(r.variantLaunches) + ")";
+      variants = true;
+    }
     std::snprintf(line, sizeof line, "%-*s %8s %9d %12d %11d %12d %11d\n",
                   int(width), r.name.c_str(), launches.c_str(), r.registers,
                   r.sharedBytes, r.localBytes, r.spillStores, r.spillLoads);
@@ -173,6 +196,9 @@ void printKernelReport(const std::vector<KernelResources> &resources,
     os << "launches -: run by the runtime after the GEMMs whose epilogue it "
           "computes (by default GELU's derivative with a bias gradient), or "
           "in place of an epilogue cuBLASLt refuses\n";
+  if (variants)
+    os << "launches (N): a variant of N launches, timed against their own "
+          "kernel when the program loads; the fastest runs\n";
 }
 
 } // namespace gptc::cuda

@@ -203,6 +203,49 @@ std::string stem(const std::string &kind) {
   return s;
 }
 
+/// The attention algorithms a launch of `kind` is emitted with when opts
+/// asks for variants in its direction: each flag value with the options
+/// that emit it, the default first. Empty: the launch's kernel alone.
+std::vector<std::pair<std::string, EmitOptions>>
+attentionAlgorithms(const std::string &kind, const std::string &arch,
+                    const EmitOptions &opts) {
+  const bool forward = kind == "flash_attention" ||
+                       kind == "flash_attention_qkv";
+  const bool backward = kind == "flash_attention_grad" ||
+                        kind == "flash_attention_qkv_grad";
+  std::vector<std::pair<std::string, EmitOptions>> all;
+  auto add = [&](const char *label, auto set) {
+    EmitOptions o = opts;
+    set(o);
+    all.push_back({label, o});
+  };
+  if (forward && opts.forwardVariants) {
+    auto none = [](EmitOptions &o) {
+      o.wgmmaAttention = o.wideAttentionForward = false;
+      o.rowPairAttentionForward = false;
+    };
+    add("mma", none);
+    add("mma128", [&](EmitOptions &o) { none(o), o.wideAttentionForward = true; });
+    add("mma2", [&](EmitOptions &o) { none(o), o.rowPairAttentionForward = true; });
+    if (arch == "sm_90a")
+      add("wgmma", [&](EmitOptions &o) { none(o), o.wgmmaAttention = true; });
+  }
+  if (backward && opts.backwardVariants) {
+    auto none = [](EmitOptions &o) {
+      o.atomicAttentionBackward = o.wideAttentionBackward = false;
+      o.wgmmaAttentionBackward = false;
+    };
+    add("split", none);
+    add("atomic", [&](EmitOptions &o) { none(o), o.atomicAttentionBackward = true; });
+    add("atomic128", [&](EmitOptions &o) {
+      none(o), o.atomicAttentionBackward = o.wideAttentionBackward = true;
+    });
+    if (arch == "sm_90a")
+      add("wgmma", [&](EmitOptions &o) { none(o), o.wgmmaAttentionBackward = true; });
+  }
+  return all;
+}
+
 } // namespace
 
 using namespace detail;
@@ -225,28 +268,59 @@ void emitCUDA(rt::Program &p, const std::string &arch,
   const std::string placeholder = "GPTC_KERNEL_NAME";
   std::map<std::string, int> bySource;
   std::map<std::string, int> perStem;
+  // Emits l with `o` (setting its grid, block and shared bytes): the
+  // kernel's index, a new one unless another launch has its source.
+  auto kernelFor = [&](Launch &l, const EmitOptions &o) {
+    Emitter emitter(p, l, o);
+    std::string src = emitter.run(placeholder);
+    // The first line names the op and location; not part of the identity.
+    std::string key = src.substr(src.find('\n') + 1);
+    auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
+    if (added) {
+      rt::DeviceKernel k;
+      k.name = stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++);
+      k.source = src;
+      k.scratchBytes = emitter.scratchBytes;
+      for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
+        k.source.replace(at, placeholder.size(), k.name);
+      p.kernels.push_back(std::move(k));
+    }
+    p.kernels[it->second].fuses.push_back(
+        "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+    return it->second;
+  };
   for (rt::Function &f : p.functions)
     for (Launch &l : f.launches) {
       l.deviceKernel = -1;
+      l.variant.clear();
+      l.variants.clear();
       if (rt::isGemm(l.kernel))
         continue; // cuBLASLt, epilogues and all
-      Emitter emitter(p, l, opts);
-      std::string src = emitter.run(placeholder);
-      // The first line names the op and location; not part of the identity.
-      std::string key = src.substr(src.find('\n') + 1);
-      auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
-      if (added) {
-        rt::DeviceKernel k;
-        k.name = stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++);
-        k.source = src;
-        k.scratchBytes = emitter.scratchBytes;
-        for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
-          k.source.replace(at, placeholder.size(), k.name);
-        p.kernels.push_back(std::move(k));
+      std::vector<std::pair<std::string, EmitOptions>> algorithms =
+          attentionAlgorithms(l.kernel, arch, opts);
+      if (algorithms.empty()) {
+        l.deviceKernel = kernelFor(l, opts);
+        continue;
       }
-      l.deviceKernel = it->second;
-      p.kernels[it->second].fuses.push_back(
-          "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+      // The first algorithm is the launch's own kernel; each other that
+      // gives another kernel is a variant.
+      std::vector<rt::LaunchVariant> candidates;
+      for (const auto &[label, o] : algorithms) {
+        Launch copy = l;
+        copy.variant = label;
+        copy.deviceKernel = kernelFor(copy, o);
+        bool seen = false;
+        for (const rt::LaunchVariant &c : candidates)
+          seen |= c.deviceKernel == copy.deviceKernel;
+        if (seen)
+          p.kernels[copy.deviceKernel].fuses.pop_back();
+        else
+          candidates.push_back(rt::ownVariant(copy));
+      }
+      rt::setOwnVariant(l, candidates[0]);
+      l.variants.assign(candidates.begin() + 1, candidates.end());
+      if (l.variants.empty())
+        l.variant.clear();
     }
   addGemmFallbackKernels(p);
 }

@@ -24,7 +24,8 @@ namespace gptc::cuda {
 /// bytes ptxas reports plus the most dynamic bytes a launch of it asks for.
 struct KernelResources {
   std::string name;
-  int launches = 0;
+  int launches = 0;        ///< launches it is the own kernel of
+  int variantLaunches = 0; ///< launches it is a variant of
   int registers = -1, sharedBytes = -1, localBytes = -1;
   int spillStores = -1, spillLoads = -1;
   size_t cubinBytes = 0;

@@ -65,6 +65,16 @@ struct EmitOptions {
   /// the atomic mma.sync backward. Wins over the two above. Off by default:
   /// not yet timed on a GPU.
   bool wgmmaAttentionBackward = false;
+  /// --attention-forward=auto, --attention-backward=auto: each tensor-core
+  /// attention launch of that direction gets the default algorithm (mma,
+  /// split) as its own kernel and every other one the target has (mma128,
+  /// mma2, wgmma on sm_90a; atomic, atomic128, wgmma on sm_90a) as
+  /// rt::Launch::variants, which the runtime times at load. Algorithms that
+  /// give a launch the same source (mma128 where T is not a multiple of
+  /// 128, any of them for float32 attention) are one. The flags above
+  /// then do not apply to that direction.
+  bool forwardVariants = false;
+  bool backwardVariants = false;
   /// The L2 bytes a group of heads of a tensor-core attention grid may
   /// share between its blocks (blockWork in attention.cuh): the groups are
   /// of the most heads that divide B·H and fit. An H100 has 50 MiB of L2,
@@ -74,7 +84,8 @@ struct EmitOptions {
 
 /// Fills p.kernels (replacing what was there) and, for every launch but
 /// the GEMMs, its deviceKernel, grid, block and sharedBytes (dynamic shared
-/// memory: 0 but for the atomic attention backward). Appends
+/// memory: 0 but for the atomic attention backward), and its variants
+/// (EmitOptions::forwardVariants). Appends
 /// the rt::GemmFallback kernels the fused GEMMs could need, which no launch
 /// names. `arch` is
 /// checked (rt::isSupportedArch) and recorded in no kernel: the sources are
