@@ -223,6 +223,7 @@ enum class EpilogueLevel {
 
 struct Prepared {
   CUfunction fn = nullptr;
+  LaunchVariant kernel; // which kernel fn is and how it is launched
   std::vector<CUdeviceptr> args;
   std::vector<void *> argPtrs; // cuLaunchKernel's kernelParams, into args
   int gemm = -1;               // into gemms
@@ -508,6 +509,7 @@ private:
   bool dgeluInCublasLt = false;   // GPTC_GEMM_DGELU=cublaslt
   bool tuneGemms = false;         // GPTC_GEMM_TUNE=1
   void tune();
+  void timeVariants();
   /// One GEMM of `g` with `algo` on the compute stream (all its loops).
   cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo);
   /// The kernels planned after `g`'s GEMM, on the compute stream.
@@ -560,6 +562,14 @@ void CudaBackendImpl::load(const Program &program) {
   loadKernels();
   for (const Function &f : program.functions)
     prepare(f);
+  bool variants = false;
+  for (const Function &f : program.functions)
+    for (const Launch &l : f.launches)
+      variants |= !l.variants.empty();
+  if (variants) {
+    timeVariants();
+    zeroArenaAndUploadConstants(); // the variants wrote their outputs
+  }
   if (tuneGemms && !gemms.empty()) {
     tune();
     zeroArenaAndUploadConstants(); // tuning wrote GEMM outputs
@@ -690,6 +700,13 @@ void CudaBackendImpl::prepare(const Function &f) {
                           std::to_string(l.deviceKernel) + " of " +
                           std::to_string(entries.size()));
       pl.fn = entries[l.deviceKernel];
+      pl.kernel = ownVariant(l);
+      for (const LaunchVariant &v : l.variants)
+        if (v.deviceKernel < 0 || size_t(v.deviceKernel) >= entries.size())
+          throw DeviceError(pl.label + ": variant " + v.label +
+                            " names kernel #" +
+                            std::to_string(v.deviceKernel) + " of " +
+                            std::to_string(entries.size()));
       for (int id : l.inputs)
         pl.args.push_back(address(id));
       for (int id : l.outputs)
@@ -1137,9 +1154,10 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
     check(cu.cuEventRecord(start, compute), "cuEventRecord");
   }
   if (pl.fn) {
-    if (CUresult r = cu.cuLaunchKernel(pl.fn, l.grid[0], l.grid[1], l.grid[2],
-                                       l.block[0], l.block[1], l.block[2],
-                                       l.sharedBytes, compute,
+    const LaunchVariant &k = pl.kernel;
+    if (CUresult r = cu.cuLaunchKernel(pl.fn, k.grid[0], k.grid[1], k.grid[2],
+                                       k.block[0], k.block[1], k.block[2],
+                                       k.sharedBytes, compute,
                                        const_cast<void **>(pl.argPtrs.data()),
                                        nullptr);
         r != CUDA_SUCCESS)
@@ -1303,6 +1321,104 @@ void CudaBackendImpl::tune() {
                "tuned\n",
                kTuneCandidates, byKey.size(), changed, otherWay, twoWays,
                gemms.size(), first, best);
+}
+
+// At load, for a program with Launch::variants (--attention-forward=auto,
+// --attention-backward=auto): each launch's own kernel and its variants,
+// timed on the device, the fastest kept. Launches with the same candidates
+// (the same kernels, grids and shared bytes: every layer's attention) share
+// one timing. As tune() does, the arena is set to 0x3f bytes first (finite,
+// non-zero inputs), and zeroed again after: the launches only write their
+// results and their kernels' own scratch. One stderr line a set of
+// candidates shows each one's time and the choice.
+void CudaBackendImpl::timeVariants() {
+  check(cu.cuMemsetD8Async(arena, 0x3f,
+                           size_t(std::max<int64_t>(arenaBytes, 256)), compute),
+        "cuMemsetD8Async");
+  CUevent start = newEvent(true), stop = newEvent(true);
+  constexpr int kRuns = 5;
+  auto key = [](const LaunchVariant &v) {
+    char k[160];
+    std::snprintf(k, sizeof k, "%d (%u,%u,%u) (%u,%u,%u) %u;", v.deviceKernel,
+                  v.grid[0], v.grid[1], v.grid[2], v.block[0], v.block[1],
+                  v.block[2], v.sharedBytes);
+    return std::string(k);
+  };
+  struct Timed {
+    LaunchVariant best;
+    int launches = 0;
+    std::string times; // "split 1.089 ms, atomic 0.812 ms"
+  };
+  std::map<std::string, Timed> byCandidates;
+  std::vector<std::string> order; // as first met, for the lines
+  // Each trial lives until the device is done: an error names its label.
+  std::vector<std::unique_ptr<Prepared>> trials;
+  for (const Function &f : prog->functions)
+    for (size_t i = 0; i < f.launches.size(); ++i) {
+      const Launch &l = f.launches[i];
+      if (l.variants.empty())
+        continue;
+      Prepared &pl = launches[&f][i];
+      std::vector<LaunchVariant> candidates = launchCandidates(l);
+      std::string k;
+      for (const LaunchVariant &c : candidates)
+        k += key(c);
+      auto [it, added] = byCandidates.try_emplace(k);
+      Timed &t = it->second;
+      if (added) {
+        order.push_back(k);
+        double bestMs = -1;
+        for (const LaunchVariant &c : candidates) {
+          Prepared &trial = *trials.emplace_back(new Prepared(pl));
+          trial.fn = entries[c.deviceKernel];
+          trial.kernel = c;
+          trial.argPtrs.clear();
+          for (CUdeviceptr &a : trial.args)
+            trial.argPtrs.push_back(&a);
+          trial.profileSlot = -1;
+          trial.label += ", timing variant " + c.label;
+          enqueue(l, trial, false); // warm-up
+          check(cu.cuEventRecord(start, compute), "cuEventRecord");
+          for (int r = 0; r < kRuns; ++r)
+            enqueue(l, trial, false);
+          check(cu.cuEventRecord(stop, compute), "cuEventRecord");
+          check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
+          float ms = 0;
+          check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+          const double each = double(ms) / kRuns;
+          char line[96];
+          std::snprintf(line, sizeof line, "%s%s %.3f ms",
+                        t.times.empty() ? "" : ", ", c.label.c_str(), each);
+          t.times += line;
+          if (bestMs < 0 || each < bestMs) {
+            bestMs = each;
+            t.best = c;
+          }
+        }
+      }
+      ++t.launches;
+      pl.fn = entries[t.best.deviceKernel];
+      pl.kernel = t.best;
+      const std::string &name = prog->kernels[t.best.deviceKernel].name;
+      pl.label = f.name + " launch " + std::to_string(i) + ": " + l.kernel +
+                 " (" + name + ", " + t.best.label + ") at " +
+                 (l.loc.empty() ? "?" : l.loc);
+      if (profile)
+        pl.profileSlot = profileSlot(name, l);
+    }
+  synchronize();
+  lastLaunch = nullptr;
+  cu.cuEventDestroy(start);
+  cu.cuEventDestroy(stop);
+  for (const std::string &k : order) {
+    const Timed &t = byCandidates[k];
+    std::fprintf(stderr,
+                 "gptc: kernel variants timed at load for %d launch%s: %s; "
+                 "%s (%s) runs\n",
+                 t.launches, t.launches == 1 ? "" : "es", t.times.c_str(),
+                 t.best.label.c_str(),
+                 prog->kernels[t.best.deviceKernel].name.c_str());
+  }
 }
 
 void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {

@@ -284,6 +284,77 @@ TEST(CudaBackendFake, DynamicSharedMemoryAbove48KiB) {
   }
 }
 
+// A launch with variants (--attention-*=auto): at load each candidate runs
+// once and five times timed; launches with the same candidates share one
+// timing; the fastest then runs with its own grid and shared memory; one
+// stderr line says what was timed and chosen; the GEMMs' results are as
+// without variants (the arena is zeroed again after the timing).
+TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
+  REQUIRE_FAKE(b);
+  Program p = program(true);
+  for (const char *name : {"k_gelu_atomic", "k_gelu_wgmma"}) {
+    DeviceKernel k = p.kernels[0];
+    k.name = name;
+    p.kernels.push_back(k);
+  }
+  Launch &gelu = p.functions[0].launches.back();
+  gelu.variant = "split";
+  LaunchVariant atomic, wgmma;
+  atomic.label = "atomic";
+  atomic.deviceKernel = 1;
+  atomic.grid[0] = 2;
+  atomic.block[0] = 64;
+  atomic.sharedBytes = 1024;
+  wgmma.label = "wgmma";
+  wgmma.deviceKernel = 2;
+  wgmma.grid[0] = 3;
+  wgmma.block[0] = 128;
+  wgmma.sharedBytes = 65536;
+  gelu.variants = {atomic, wgmma};
+  p.functions[0].launches.push_back(gelu); // a second, the same candidates
+  p.functions[0].launches.back().loc = "fake.cpp:again";
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  kernelMs("k_gelu", 0.5f);
+  kernelMs("k_gelu_atomic", 0.2f);
+  kernelMs("k_gelu_wgmma", 0.35f);
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  int before = launches();
+  testing::internal::CaptureStderr();
+  b->load(p);
+  std::string err = testing::internal::GetCapturedStderr();
+  kernelMs(nullptr, 0);
+  EXPECT_EQ(err, "gptc: kernel variants timed at load for 2 launches: split "
+                 "0.100 ms, atomic 0.040 ms, wgmma 0.070 ms; atomic "
+                 "(k_gelu_atomic) runs\n");
+  // Each candidate: a warm-up and five timed runs, for both launches once.
+  EXPECT_EQ(launches() - before, 18);
+  EXPECT_EQ(dynamicSharedBytes(p)[2], 65536u);
+  EXPECT_EQ(hook<int (*)(const char *)>("gptcFakeDynamicSharedOptIn")(
+                "k_gelu_wgmma"),
+            65536);
+
+  std::vector<float> a = random(24, 1), w = random(20, 2), w2 = random(30, 3);
+  b->upload(A, a.data());
+  b->upload(W, w.data());
+  b->upload(W2, w2.data());
+  before = launches();
+  const Function &f = p.functions[0];
+  b->run(f, 0, f.launches.size());
+  b->synchronize();
+  ASSERT_EQ(launches(), before + 2);
+  auto name = hook<const char *(*)(int)>("gptcFakeLaunchName");
+  auto shared = hook<unsigned (*)(int)>("gptcFakeLaunchShared");
+  for (int i = before; i < before + 2; ++i) {
+    EXPECT_EQ(std::string(name(i)), "k_gelu_atomic");
+    EXPECT_EQ(shared(i), 1024u);
+  }
+  std::vector<float> t(30);
+  b->download(T, t.data());
+  expectNear(t, gptc::exec::matmul(tensor({2, 3, 4}, a), tensor({4, 5}, w),
+                                   false, false)
+                    .f32);
+}
+
 TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
   REQUIRE_FAKE(b);
   Program p = program(false);

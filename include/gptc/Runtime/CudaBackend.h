@@ -34,6 +34,11 @@
 //                      totals); without it the heuristic's first choice
 //                      and the default way, reproducible run to run
 //
+// A program whose launches carry variants (rt::Launch::variants: gptc
+// compile --attention-forward=auto or --attention-backward=auto) has each
+// set of candidates timed at load, five runs each after a warm-up, and runs
+// the fastest; one stderr line a set gives every time and the choice.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef GPTC_RUNTIME_CUDABACKEND_H
