@@ -36,6 +36,18 @@ compile() { # name model precision batch seq [more gptc compile flags]
   "$gptc" compile --model="$2" --precision="$3" --batch="$4" --seq="$5" \
     --gpu-arch="$arch" "${@:6}" -o "$bundle/programs/$1"
 }
+# GPT-2 124M with one attention backward each (atomic, wgmma): auto times
+# both at load, so their step programs (4.5 MB each) are bundled only with
+# BENCH_EACH_ATTENTION=1; otherwise only their dumps are kept, for the
+# attention bench.
+each_attention() { # name [gptc compile flags]
+  if [[ ${BENCH_EACH_ATTENTION:-0} == 1 ]]; then
+    compile "$1" gpt2 bf16 "$batch" "$seq" "${@:2}"
+  else
+    "$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" \
+      --seq="$seq" --gpu-arch="$arch" "${@:2}" -o "$tmp/$1.program" > /dev/null
+  fi
+}
 compile tiny-fp32 gpt2-tiny fp32 $tiny_batch $tiny_seq
 compile tiny-bf16 gpt2-tiny bf16 $tiny_batch $tiny_seq
 # GPT-2's widths (C=768, heads of 64: the attention kernels the benchmark
@@ -47,22 +59,24 @@ trap 'rm -rf "$tmp"' EXIT
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq" --dump-kernels="$tmp/split"
 # The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
 # runs timed it slower than mma.sync: docs/benchmarks.md); the backward
-# (--attention-backward=wgmma) checked, and what it gains or costs in the
-# step, same run (its dump gives the attention bench its cubin).
+# (--attention-backward=wgmma) checked, and timed in the step by auto (and
+# alone with BENCH_EACH_ATTENTION=1); its dump gives the attention bench its
+# cubin.
 if [[ $arch == sm_90a ]]; then
   compile check-gpt2w-bf16-wgmma gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma
   compile check-gpt2w-bf16-wgmmabwd gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma
-  compile gpt2-bf16-wgmma gpt2 bf16 "$batch" "$seq" --attention-backward=wgmma \
+  each_attention gpt2-bf16-wgmma --attention-backward=wgmma \
     --dump-kernels="$tmp/wgmmabwd"
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
-# at GPT-2's widths, and timed against the default in the same run.
+# at GPT-2's widths; auto times it in the step (and alone with
+# BENCH_EACH_ATTENTION=1).
 compile check-gpt2w-bf16-atomic gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-backward=atomic
-compile gpt2-bf16-atomic gpt2 bf16 "$batch" "$seq" --attention-backward=atomic \
+each_attention gpt2-bf16-atomic --attention-backward=atomic \
   --dump-kernels="$tmp/atomic"
 # The attentions with 8 warps a block, 128 queries (opt-in
 # --attention-forward=mma128) and 128 keys (--attention-backward=atomic128):
@@ -84,6 +98,15 @@ compile check-gpt2w-bf16-mma2 gpt2 bf16 2 256 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma2
 compile gpt2-bf16-wide gpt2 bf16 "$batch" "$seq" --attention-forward=mma2 \
   --attention-backward=atomic128 --dump-kernels="$tmp/fast"
+
+# Every attention algorithm the arch has, each launch timed at load and the
+# fastest kept (--attention-forward=auto --attention-backward=auto): checked
+# at GPT-2's widths (T=256, so that the 128-row kernels are among them), and
+# GPT-2 124M timed; its stderr says what each was timed at and what ran.
+compile check-gpt2w-bf16-auto gpt2 bf16 2 256 --n-layer=1 \
+  --vocab-size=1000 --attention-forward=auto --attention-backward=auto
+compile gpt2-bf16-auto gpt2 bf16 "$batch" "$seq" --attention-forward=auto \
+  --attention-backward=auto
 
 # The attention kernels alone (attention_bench.cpp): the GPT-2 programs'
 # own cubins, both forwards, the row-dot pre-pass and the backwards (split,

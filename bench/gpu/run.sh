@@ -34,12 +34,16 @@
 # algorithms timed at load, the fastest kept). On request only: GPT-2 124M
 # compiled with --recompute=gelu,layernorm (the time the smaller arena
 # costs). GPT-2 124M with --attention-backward=wgmma is timed by default
-# (the wgmma step). Peak memory
+# (the wgmma step), and so is GPT-2 124M with --attention-forward=auto
+# --attention-backward=auto (the auto step: every attention algorithm
+# timed at load, the fastest run; also checked at GPT-2's widths). The
+# atomic and wgmma steps run where the bundle has their programs
+# (prepare.sh with BENCH_EACH_ATTENTION=1): auto times both. Peak memory
 # for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [wide] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [auto] [wide] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -64,7 +68,7 @@ fi
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch wide wgmma atomic fallback dgelu ncu tuned} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma fallback dgelu ncu tuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -118,7 +122,8 @@ if want check; then
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
-    check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wide check-gpt2w-bf16-mma2; do
+    check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 \
+    check-gpt2w-bf16-auto; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
@@ -151,6 +156,15 @@ if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
     --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --profile=3 \
     --out="$logs/torch.json"
+fi
+
+# Every attention algorithm timed at load, the fastest run (auto): its
+# "kernel variants timed at load" lines rank them in the step itself.
+if want auto && [[ -f $P/gpt2-bf16-auto ]]; then
+  step 90 gpt2-bf16-auto "${lib[@]}" "$P/gpt2-bf16-auto" \
+    --device=cuda --data="$data" --steps=15 --seed=1
+  GPTC_PROFILE=1 step 90 gpt2-bf16-auto-profile "${lib[@]}" \
+    "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=8 --seed=1
 fi
 
 # The untimed candidates for the default attention kernels together:

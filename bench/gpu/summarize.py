@@ -12,6 +12,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-gpt2w-bf16-mma2.log                  the same (T=256), --attention-forward=mma2
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   check-gpt2w-bf16-wgmmabwd.log              the same, --attention-backward=wgmma
+  check-gpt2w-bf16-auto.log                  the same (T=256), both directions auto
   attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
@@ -23,6 +24,8 @@ Inputs, all in the results directory (missing ones show as "-"):
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        --attention-backward=wgmma
+  gpt2-bf16-auto{,-profile}.log              --attention-forward=auto
+                                             --attention-backward=auto
   gpt2-bf16-atomic.log                       --attention-backward=atomic
   torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
   *.mem                                      peak MiB from nvidia-smi samples
@@ -121,7 +124,7 @@ def main():
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
                  "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma",
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wide",
-                 "gpt2w-bf16-mma2"):
+                 "gpt2w-bf16-mma2", "gpt2w-bf16-auto"):
         log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
@@ -176,7 +179,8 @@ def main():
                       ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
                       ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
                       ("gptc, recompute", "gpt2-bf16-recompute"),
-                      ("gptc, wgmma attention backward", "gpt2-bf16-wgmma")):
+                      ("gptc, wgmma attention backward", "gpt2-bf16-wgmma"),
+                      ("gptc, attention auto", "gpt2-bf16-auto")):
         g = steps(read(os.path.join(res, log + ".log")))
         timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
         if timed:
@@ -212,6 +216,14 @@ def main():
         if "GPTC_GEMM_TUNE:" in line:
             lines.append(line.strip())
             summary["gemm_tuning"] = line.strip()
+
+    # What auto timed at load, and what it ran.
+    auto = read(os.path.join(res, "gpt2-bf16-auto.log")) or ""
+    timed = [l.strip() for l in auto.splitlines()
+             if "kernel variants timed at load" in l]
+    if timed:
+        lines.extend(timed)
+        summary["attention_variants"] = timed
 
     prof = read(os.path.join(res, "gpt2-bf16-profile.log"))
     if prof and "total ms" in prof:
@@ -249,7 +261,9 @@ def main():
             ("gpt2-bf16-wide-profile", "--attention-forward=mma2 "
              "--attention-backward=atomic128", "wide_attention_rows"),
             ("gpt2-bf16-atomic-profile", "--attention-backward=atomic",
-             "atomic_attention_rows")):
+             "atomic_attention_rows"),
+            ("gpt2-bf16-auto-profile", "--attention-forward=auto "
+             "--attention-backward=auto", "auto_attention_rows")):
         text = read(os.path.join(res, log + ".log")) or ""
         rows = [r for r in text.splitlines() if "flash_attention_qkv" in r]
         if rows:
