@@ -36,17 +36,13 @@ compile() { # name model precision batch seq [more gptc compile flags]
   "$gptc" compile --model="$2" --precision="$3" --batch="$4" --seq="$5" \
     --gpu-arch="$arch" "${@:6}" -o "$bundle/programs/$1"
 }
-# GPT-2 124M with one attention backward each (atomic, wgmma): auto times
-# both at load, so their step programs (4.5 MB each) are bundled only with
-# BENCH_EACH_ATTENTION=1; otherwise only their dumps are kept, for the
-# attention bench.
-each_attention() { # name [gptc compile flags]
-  if [[ ${BENCH_EACH_ATTENTION:-0} == 1 ]]; then
-    compile "$1" gpt2 bf16 "$batch" "$seq" "${@:2}"
-  else
-    "$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" \
-      --seq="$seq" --gpu-arch="$arch" "${@:2}" -o "$tmp/$1.program" > /dev/null
-  fi
+# GPT-2 124M with other attention kernels than the default, compiled for
+# their dumps alone (the attention bench's cubins): the step runs them from
+# the auto program instead, with GPTC_VARIANT naming them.
+dump_only() { # dump dir name, then gptc compile flags
+  "$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" \
+    --seq="$seq" --gpu-arch="$arch" "${@:2}" --dump-kernels="$tmp/$1" \
+    -o "$tmp/$1.program" > /dev/null
 }
 compile tiny-fp32 gpt2-tiny fp32 $tiny_batch $tiny_seq
 compile tiny-bf16 gpt2-tiny bf16 $tiny_batch $tiny_seq
@@ -59,50 +55,42 @@ trap 'rm -rf "$tmp"' EXIT
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq" --dump-kernels="$tmp/split"
 # The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
 # runs timed it slower than mma.sync: docs/benchmarks.md); the backward
-# (--attention-backward=wgmma) checked, and timed in the step by auto (and
-# alone with BENCH_EACH_ATTENTION=1); its dump gives the attention bench its
-# cubin.
+# (--attention-backward=wgmma) checked, and timed in the step by the auto
+# program; its dump gives the attention bench its cubin.
 if [[ $arch == sm_90a ]]; then
   compile check-gpt2w-bf16-wgmma gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma
   compile check-gpt2w-bf16-wgmmabwd gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma
-  each_attention gpt2-bf16-wgmma --attention-backward=wgmma \
-    --dump-kernels="$tmp/wgmmabwd"
+  dump_only wgmmabwd --attention-backward=wgmma
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
-# at GPT-2's widths; auto times it in the step (and alone with
-# BENCH_EACH_ATTENTION=1).
+# at GPT-2's widths; the auto program times it in the step.
 compile check-gpt2w-bf16-atomic gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-backward=atomic
-each_attention gpt2-bf16-atomic --attention-backward=atomic \
-  --dump-kernels="$tmp/atomic"
+dump_only atomic --attention-backward=atomic
 # The attentions with 8 warps a block, 128 queries (opt-in
 # --attention-forward=mma128) and 128 keys (--attention-backward=atomic128):
 # checked at GPT-2's widths (T=256: a multiple of 128), and their cubins
 # for the attention bench.
 compile check-gpt2w-bf16-wide gpt2 bf16 2 256 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma128 --attention-backward=atomic128
-"$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" --seq="$seq" \
-  --gpu-arch="$arch" --attention-forward=mma128 --dump-kernels="$tmp/wide" \
-  -o "$tmp/wide.program" > /dev/null
-"$gptc" compile --model=gpt2 --precision=bf16 --batch="$batch" --seq="$seq" \
-  --gpu-arch="$arch" --attention-backward=atomic128 \
-  --dump-kernels="$tmp/atomic128" -o "$tmp/atomic128.program" > /dev/null
+dump_only wide --attention-forward=mma128
+dump_only atomic128 --attention-backward=atomic128
 # The forward with 4 warps of 32 rows (--attention-forward=mma2: each k and
-# v fragment serves two row tiles), checked at GPT-2's widths (T=256); and
-# GPT-2 124M with the two untimed candidates for the defaults together,
-# mma2 and atomic128 (its dump gives the attention bench mma2's cubin).
+# v fragment serves two row tiles), checked at GPT-2's widths (T=256); its
+# dump gives the attention bench mma2's cubin.
 compile check-gpt2w-bf16-mma2 gpt2 bf16 2 256 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma2
-compile gpt2-bf16-wide gpt2 bf16 "$batch" "$seq" --attention-forward=mma2 \
-  --attention-backward=atomic128 --dump-kernels="$tmp/fast"
+dump_only fast --attention-forward=mma2 --attention-backward=atomic128
 
 # Every attention algorithm the arch has, each launch timed at load and the
 # fastest kept (--attention-forward=auto --attention-backward=auto): checked
 # at GPT-2's widths (T=256, so that the 128-row kernels are among them), and
 # GPT-2 124M timed; its stderr says what each was timed at and what ran.
+# run.sh also runs it with GPTC_VARIANT naming the kernels, for the steps of
+# one algorithm each (wide, wgmma, atomic).
 compile check-gpt2w-bf16-auto gpt2 bf16 2 256 --n-layer=1 \
   --vocab-size=1000 --attention-forward=auto --attention-backward=auto
 compile gpt2-bf16-auto gpt2 bf16 "$batch" "$seq" --attention-forward=auto \

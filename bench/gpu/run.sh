@@ -36,9 +36,9 @@
 # costs). GPT-2 124M with --attention-backward=wgmma is timed by default
 # (the wgmma step), and so is GPT-2 124M with --attention-forward=auto
 # --attention-backward=auto (the auto step: every attention algorithm
-# timed at load, the fastest run; also checked at GPT-2's widths). The
-# atomic and wgmma steps run where the bundle has their programs
-# (prepare.sh with BENCH_EACH_ATTENTION=1): auto times both. Peak memory
+# timed at load, the fastest run; also checked at GPT-2's widths); the
+# wide, wgmma and atomic steps run that program with GPTC_VARIANT naming
+# one algorithm a direction. Peak memory
 # for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
@@ -68,7 +68,7 @@ fi
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma fallback dgelu ncu tuned} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma atomic fallback dgelu ncu tuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -167,27 +167,25 @@ if want auto && [[ -f $P/gpt2-bf16-auto ]]; then
     "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=8 --seed=1
 fi
 
-# The untimed candidates for the default attention kernels together:
-# --attention-forward=mma2 and --attention-backward=atomic128.
-if want wide && [[ -f $P/gpt2-bf16-wide ]]; then
-  step 90 gpt2-bf16-wide "${lib[@]}" "$P/gpt2-bf16-wide" \
-    --device=cuda --data="$data" --steps=15 --seed=1
-  GPTC_PROFILE=1 step 90 gpt2-bf16-wide-profile "${lib[@]}" \
-    "$P/gpt2-bf16-wide" --device=cuda --data="$data" --steps=8 --seed=1
+# One algorithm a direction, from the auto program with GPTC_VARIANT naming
+# them (no timing at load): the candidates for the defaults together, mma2
+# and atomic128 (timed and profiled); the wgmma backward; the atomic one.
+auto_as() { # step-name "forward,backward" [step args...]
+  local name=$1 variants=$2
+  shift 2
+  GPTC_VARIANT=$variants step 90 "$name" "${lib[@]}" "$P/gpt2-bf16-auto" \
+    --device=cuda --data="$data" "$@" --seed=1
+}
+if want wide && [[ -f $P/gpt2-bf16-auto ]]; then
+  auto_as gpt2-bf16-wide mma2,atomic128 --steps=15
+  GPTC_PROFILE=1 auto_as gpt2-bf16-wide-profile mma2,atomic128 --steps=8
 fi
-
-# The untimed wgmma backward (--attention-backward=wgmma), against the
-# default in the same run.
-if want wgmma && [[ -f $P/gpt2-bf16-wgmma ]]; then
-  step 90 gpt2-bf16-wgmma "${lib[@]}" "$P/gpt2-bf16-wgmma" \
-    --device=cuda --data="$data" --steps=15 --seed=1
+if want wgmma && [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]]; then
+  auto_as gpt2-bf16-wgmma mma,wgmma --steps=15
 fi
-
-if want atomic && [[ -f $P/gpt2-bf16-atomic ]]; then
-  step 90 gpt2-bf16-atomic "${lib[@]}" "$P/gpt2-bf16-atomic" \
-    --device=cuda --data="$data" --steps=15 --seed=1
-  GPTC_PROFILE=1 step 90 gpt2-bf16-atomic-profile "${lib[@]}" \
-    "$P/gpt2-bf16-atomic" --device=cuda --data="$data" --steps=8 --seed=1
+if want atomic && [[ -f $P/gpt2-bf16-auto ]]; then
+  auto_as gpt2-bf16-atomic mma,atomic --steps=15
+  GPTC_PROFILE=1 auto_as gpt2-bf16-atomic-profile mma,atomic --steps=8
 fi
 
 if want fallback; then
@@ -216,12 +214,13 @@ if want ncu; then
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The candidates for the defaults: the mma2 forward and the atomic128
     # backward.
-    [[ -f $P/gpt2-bf16-wide ]] &&
+    # (In the auto program they are the third of each direction's kernels.)
+    [[ -f $P/gpt2-bf16-auto ]] && GPTC_VARIANT=mma2,atomic128 \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wide "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_0$':1 \
+        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_2$':1 \
         --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-        "${lib[@]}" "$P/gpt2-bf16-wide" --device=cuda --data="$data" --steps=1 --seed=1
+        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
   fi

@@ -17,16 +17,16 @@ Inputs, all in the results directory (missing ones show as "-"):
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
-  gpt2-bf16-atomic-profile.log               the same, --attention-backward=atomic
-  gpt2-bf16-wide{,-profile}.log              --attention-forward=mma2
-                                             --attention-backward=atomic128
+  gpt2-bf16-atomic-profile.log               the same, GPTC_VARIANT=mma,atomic
+  gpt2-bf16-wide{,-profile}.log              the auto program with
+                                             GPTC_VARIANT=mma2,atomic128
   gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
-  gpt2-bf16-wgmma.log                        --attention-backward=wgmma
+  gpt2-bf16-wgmma.log                        GPTC_VARIANT=mma,wgmma
   gpt2-bf16-auto{,-profile}.log              --attention-forward=auto
                                              --attention-backward=auto
-  gpt2-bf16-atomic.log                       --attention-backward=atomic
+  gpt2-bf16-atomic.log                       GPTC_VARIANT=mma,atomic
   torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.

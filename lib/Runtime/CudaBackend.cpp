@@ -287,6 +287,17 @@ public:
     dgeluInCublasLt =
         envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
     tuneGemms = envOn("GPTC_GEMM_TUNE");
+    // GPTC_VARIANT=label[,label...]: the variants to run untimed.
+    if (const char *v = std::getenv("GPTC_VARIANT"))
+      for (std::string_view rest = v; !rest.empty();) {
+        size_t comma = rest.find(',');
+        std::string label(rest.substr(0, comma));
+        if (label.empty())
+          throw DeviceError(std::string("GPTC_VARIANT=") + v +
+                            ": expected labels separated by commas");
+        forcedVariants.push_back(label);
+        rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+      }
   }
 
   /// Frees whatever exists; ignores errors (it runs after failures too).
@@ -509,6 +520,7 @@ private:
   bool dgeluInCublasLt = false;   // GPTC_GEMM_DGELU=cublaslt
   bool tuneGemms = false;         // GPTC_GEMM_TUNE=1
   void tune();
+  std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
   /// One GEMM of `g` with `algo` on the compute stream (all its loops).
   cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo);
@@ -1325,7 +1337,9 @@ void CudaBackendImpl::tune() {
 
 // At load, for a program with Launch::variants (--attention-forward=auto,
 // --attention-backward=auto): each launch's own kernel and its variants,
-// timed on the device, the fastest kept. Launches with the same candidates
+// timed on the device, the fastest kept; or, where GPTC_VARIANT names one
+// of a launch's candidates, that one, untimed (the first label listed
+// that the launch has). A label no launch has is an error. Launches with the same candidates
 // (the same kernels, grids and shared bytes: every layer's attention) share
 // one timing. As tune() does, the arena is set to 0x3f bytes first (finite,
 // non-zero inputs), and zeroed again after: the launches only write their
@@ -1347,7 +1361,30 @@ void CudaBackendImpl::timeVariants() {
   struct Timed {
     LaunchVariant best;
     int launches = 0;
-    std::string times; // "split 1.089 ms, atomic 0.812 ms"
+    std::string times; // "split 1.089 ms, atomic 0.812 ms"; "": forced
+  };
+  std::set<std::string> labels; // every candidate's, for the error
+  for (const Function &f : prog->functions)
+    for (const Launch &l : f.launches)
+      if (!l.variants.empty())
+        for (const LaunchVariant &c : launchCandidates(l))
+          labels.insert(c.label);
+  for (const std::string &forced : forcedVariants)
+    if (!labels.count(forced)) {
+      std::string known;
+      for (const std::string &label : labels)
+        known += (known.empty() ? "" : ", ") + label;
+      throw DeviceError("GPTC_VARIANT: no launch has a variant '" + forced +
+                        "' (this program's: " +
+                        (known.empty() ? "none" : known) + ")");
+    }
+  // The candidate GPTC_VARIANT picks, or -1.
+  auto forcedOf = [&](const std::vector<LaunchVariant> &candidates) {
+    for (const std::string &forced : forcedVariants)
+      for (size_t c = 0; c < candidates.size(); ++c)
+        if (candidates[c].label == forced)
+          return int(c);
+    return -1;
   };
   std::map<std::string, Timed> byCandidates;
   std::vector<std::string> order; // as first met, for the lines
@@ -1365,7 +1402,10 @@ void CudaBackendImpl::timeVariants() {
         k += key(c);
       auto [it, added] = byCandidates.try_emplace(k);
       Timed &t = it->second;
-      if (added) {
+      if (added && forcedOf(candidates) >= 0) {
+        order.push_back(k);
+        t.best = candidates[forcedOf(candidates)];
+      } else if (added) {
         order.push_back(k);
         double bestMs = -1;
         for (const LaunchVariant &c : candidates) {
@@ -1412,6 +1452,13 @@ void CudaBackendImpl::timeVariants() {
   cu.cuEventDestroy(stop);
   for (const std::string &k : order) {
     const Timed &t = byCandidates[k];
+    if (t.times.empty()) {
+      std::fprintf(stderr, "gptc: GPTC_VARIANT: %s (%s) runs for %d launch%s\n",
+                   t.best.label.c_str(),
+                   prog->kernels[t.best.deviceKernel].name.c_str(), t.launches,
+                   t.launches == 1 ? "" : "es");
+      continue;
+    }
     std::fprintf(stderr,
                  "gptc: kernel variants timed at load for %d launch%s: %s; "
                  "%s (%s) runs\n",

@@ -289,8 +289,9 @@ TEST(CudaBackendFake, DynamicSharedMemoryAbove48KiB) {
 // timing; the fastest then runs with its own grid and shared memory; one
 // stderr line says what was timed and chosen; the GEMMs' results are as
 // without variants (the arena is zeroed again after the timing).
-TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
-  REQUIRE_FAKE(b);
+/// program(true) with k_gelu's launch labelled split, given two variants
+/// (atomic: 1024 shared bytes, wgmma: 65536) and launched twice.
+Program programWithVariants() {
   Program p = program(true);
   for (const char *name : {"k_gelu_atomic", "k_gelu_wgmma"}) {
     DeviceKernel k = p.kernels[0];
@@ -313,6 +314,12 @@ TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
   gelu.variants = {atomic, wgmma};
   p.functions[0].launches.push_back(gelu); // a second, the same candidates
   p.functions[0].launches.back().loc = "fake.cpp:again";
+  return p;
+}
+
+TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
+  REQUIRE_FAKE(b);
+  Program p = programWithVariants();
   auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
   kernelMs("k_gelu", 0.5f);
   kernelMs("k_gelu_atomic", 0.2f);
@@ -353,6 +360,52 @@ TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
   expectNear(t, gptc::exec::matmul(tensor({2, 3, 4}, a), tensor({4, 5}, w),
                                    false, false)
                     .f32);
+}
+
+// GPTC_VARIANT=L: the candidate labelled L runs wherever a launch has one,
+// untimed (the first label listed that a launch has); a label no launch has
+// is one error line that lists the program's.
+TEST(CudaBackendFake, GptcVariantPicksOneUntimed) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  Program p = programWithVariants();
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  auto name = hook<const char *(*)(int)>("gptcFakeLaunchName");
+  auto shared = hook<unsigned (*)(int)>("gptcFakeLaunchShared");
+  for (const char *value : {"wgmma", "wgmma,atomic"}) {
+    SCOPED_TRACE(value);
+    auto b = fakeBackendWith("GPTC_VARIANT", value);
+    ASSERT_TRUE(b);
+    int before = launches();
+    testing::internal::CaptureStderr();
+    b->load(p);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "gptc: GPTC_VARIANT: wgmma (k_gelu_wgmma) runs for 2 launches\n");
+    EXPECT_EQ(launches(), before) << "nothing timed";
+    const Function &f = p.functions[0];
+    b->run(f, 0, f.launches.size());
+    b->synchronize();
+    ASSERT_EQ(launches(), before + 2);
+    EXPECT_EQ(std::string(name(before + 1)), "k_gelu_wgmma");
+    EXPECT_EQ(shared(before + 1), 65536u);
+  }
+  auto b = fakeBackendWith("GPTC_VARIANT", "split");
+  ASSERT_TRUE(b);
+  testing::internal::CaptureStderr();
+  b->load(p);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "gptc: GPTC_VARIANT: split (k_gelu) runs for 2 launches\n");
+  // (A program whose forward is not auto has no mma variant either.)
+  auto wrong = fakeBackendWith("GPTC_VARIANT", "split,mma");
+  ASSERT_TRUE(wrong);
+  try {
+    wrong->load(p);
+    ADD_FAILURE() << "GPTC_VARIANT=split,mma was taken";
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "GPTC_VARIANT: no launch has a variant 'mma' (this program's: "
+              "atomic, split, wgmma)");
+  }
 }
 
 TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
@@ -768,7 +821,9 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
             "GPTC_GEMM_DGELU", "cublas",
             "GPTC_GEMM_DGELU=cublas: expected gptc or cublaslt"},
         {"GPTC_GEMM_TUNE", "yes", "GPTC_GEMM_TUNE=yes: expected 0 or 1"},
-        {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"}}) {
+        {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
+        {"GPTC_VARIANT", "split,,atomic",
+         "GPTC_VARIANT=split,,atomic: expected labels separated by commas"}}) {
     setenv(name, value, 1);
     try {
       createCudaBackend();

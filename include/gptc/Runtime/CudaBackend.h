@@ -38,6 +38,11 @@
 // compile --attention-forward=auto or --attention-backward=auto) has each
 // set of candidates timed at load, five runs each after a warm-up, and runs
 // the fastest; one stderr line a set gives every time and the choice.
+//   GPTC_VARIANT=L[,L...]  run the candidate labelled L instead, untimed,
+//                      wherever a launch has one (the first L listed that
+//                      it has; e.g. GPTC_VARIANT=split,mma for the default
+//                      kernels, reproducible run to run); a label no launch
+//                      has is an error that lists the program's
 //
 //===----------------------------------------------------------------------===//
 
