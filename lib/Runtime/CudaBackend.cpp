@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -522,6 +523,10 @@ private:
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
+  /// The mean ms of `runs` calls of `launch` on the compute stream, timed
+  /// between `start` and `stop` (the caller warms up first).
+  double msPerRun(CUevent start, CUevent stop, int runs,
+                  const std::function<void()> &launch);
   /// One GEMM of `g` with `algo` on the compute stream (all its loops).
   cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo);
   /// The kernels planned after `g`'s GEMM, on the compute stream.
@@ -1229,6 +1234,18 @@ void CudaBackendImpl::launchFollowups(const GemmPlan &g,
   }
 }
 
+double CudaBackendImpl::msPerRun(CUevent start, CUevent stop, int runs,
+                                 const std::function<void()> &launch) {
+  check(cu.cuEventRecord(start, compute), "cuEventRecord");
+  for (int r = 0; r < runs; ++r)
+    launch();
+  check(cu.cuEventRecord(stop, compute), "cuEventRecord");
+  check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
+  float ms = 0;
+  check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+  return double(ms) / runs;
+}
+
 // GPTC_GEMM_TUNE=1, at load: every GEMM of the program with each of the
 // heuristic's candidates, timed on the device, the fastest kept (GEMMs of
 // one kernel, shape and epilogue share the result). The arena then holds
@@ -1254,16 +1271,10 @@ void CudaBackendImpl::tune() {
       if (gemmOnce(p, p.candidates[c]) != CUBLAS_STATUS_SUCCESS)
         continue; // (warm-up) this candidate cannot run here after all
       launchFollowups(p, p.tuneKey);
-      check(cu.cuEventRecord(start, compute), "cuEventRecord");
-      for (int r = 0; r < kRuns; ++r) {
+      const double each = msPerRun(start, stop, kRuns, [&] {
         gemmOnce(p, p.candidates[c]);
         launchFollowups(p, p.tuneKey);
-      }
-      check(cu.cuEventRecord(stop, compute), "cuEventRecord");
-      check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
-      float ms = 0;
-      check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-      double each = double(ms) / kRuns;
+      });
       if (c == 0)
         first = each;
       if (best < 0 || each < best) {
@@ -1338,13 +1349,13 @@ void CudaBackendImpl::tune() {
 // At load, for a program with Launch::variants (--attention-forward=auto,
 // --attention-backward=auto): each launch's own kernel and its variants,
 // timed on the device, the fastest kept; or, where GPTC_VARIANT names one
-// of a launch's candidates, that one, untimed (the first label listed
-// that the launch has). A label no launch has is an error. Launches with the same candidates
-// (the same kernels, grids and shared bytes: every layer's attention) share
-// one timing. As tune() does, the arena is set to 0x3f bytes first (finite,
-// non-zero inputs), and zeroed again after: the launches only write their
-// results and their kernels' own scratch. One stderr line a set of
-// candidates shows each one's time and the choice.
+// of a launch's candidates, that one, untimed (the first label listed that
+// the launch has). A label no launch has is an error. Launches with the
+// same candidates (the same kernels, grids and shared bytes: every layer's
+// attention) share one timing. As tune() does, the arena is set to 0x3f
+// bytes first (finite, non-zero inputs), and zeroed again after: the
+// launches only write their results and their kernels' own scratch. One
+// stderr line a set of candidates shows each one's time and the choice.
 void CudaBackendImpl::timeVariants() {
   check(cu.cuMemsetD8Async(arena, 0x3f,
                            size_t(std::max<int64_t>(arenaBytes, 256)), compute),
@@ -1418,14 +1429,8 @@ void CudaBackendImpl::timeVariants() {
           trial.profileSlot = -1;
           trial.label += ", timing variant " + c.label;
           enqueue(l, trial, false); // warm-up
-          check(cu.cuEventRecord(start, compute), "cuEventRecord");
-          for (int r = 0; r < kRuns; ++r)
-            enqueue(l, trial, false);
-          check(cu.cuEventRecord(stop, compute), "cuEventRecord");
-          check(cu.cuEventSynchronize(stop), "cuEventSynchronize");
-          float ms = 0;
-          check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-          const double each = double(ms) / kRuns;
+          const double each = msPerRun(start, stop, kRuns,
+                                       [&] { enqueue(l, trial, false); });
           char line[96];
           std::snprintf(line, sizeof line, "%s%s %.3f ms",
                         t.times.empty() ? "" : ", ", c.label.c_str(), each);

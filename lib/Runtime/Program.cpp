@@ -38,26 +38,29 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p) {
   return bytes;
 }
 
+namespace {
+/// The kernel and launch shape, from a Launch or LaunchVariant to another.
+template <typename To, typename From>
+void copyKernelChoice(To &to, const From &from) {
+  to.deviceKernel = from.deviceKernel;
+  for (int d = 0; d < 3; ++d) {
+    to.grid[d] = from.grid[d];
+    to.block[d] = from.block[d];
+  }
+  to.sharedBytes = from.sharedBytes;
+}
+} // namespace
+
 LaunchVariant ownVariant(const Launch &l) {
   LaunchVariant v;
   v.label = l.variant;
-  v.deviceKernel = l.deviceKernel;
-  for (int d = 0; d < 3; ++d) {
-    v.grid[d] = l.grid[d];
-    v.block[d] = l.block[d];
-  }
-  v.sharedBytes = l.sharedBytes;
+  copyKernelChoice(v, l);
   return v;
 }
 
 void setOwnVariant(Launch &l, const LaunchVariant &v) {
   l.variant = v.label;
-  l.deviceKernel = v.deviceKernel;
-  for (int d = 0; d < 3; ++d) {
-    l.grid[d] = v.grid[d];
-    l.block[d] = v.block[d];
-  }
-  l.sharedBytes = v.sharedBytes;
+  copyKernelChoice(l, v);
 }
 
 std::vector<LaunchVariant> launchCandidates(const Launch &l) {
