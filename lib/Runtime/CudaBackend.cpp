@@ -583,8 +583,8 @@ void CudaBackendImpl::load(const Program &program) {
   for (const Function &f : program.functions)
     for (const Launch &l : f.launches)
       variants |= !l.variants.empty();
-  if (variants) {
-    timeVariants();
+  if (variants || !forcedVariants.empty()) {
+    timeVariants(); // (a GPTC_VARIANT label no launch has: an error)
     zeroArenaAndUploadConstants(); // the variants wrote their outputs
   }
   if (tuneGemms && !gemms.empty()) {
@@ -1357,6 +1357,23 @@ void CudaBackendImpl::tune() {
 // launches only write their results and their kernels' own scratch. One
 // stderr line a set of candidates shows each one's time and the choice.
 void CudaBackendImpl::timeVariants() {
+  std::set<std::string> labels; // every candidate's, for the error
+  for (const Function &f : prog->functions)
+    for (const Launch &l : f.launches)
+      if (!l.variants.empty())
+        for (const LaunchVariant &c : launchCandidates(l))
+          labels.insert(c.label);
+  for (const std::string &forced : forcedVariants)
+    if (!labels.count(forced)) {
+      std::string known;
+      for (const std::string &label : labels)
+        known += (known.empty() ? "" : ", ") + label;
+      throw DeviceError("GPTC_VARIANT: no launch has a variant '" + forced +
+                        "' (this program's: " +
+                        (known.empty() ? "none" : known) + ")");
+    }
+  if (labels.empty())
+    return;
   check(cu.cuMemsetD8Async(arena, 0x3f,
                            size_t(std::max<int64_t>(arenaBytes, 256)), compute),
         "cuMemsetD8Async");
@@ -1374,21 +1391,13 @@ void CudaBackendImpl::timeVariants() {
     int launches = 0;
     std::string times; // "split 1.089 ms, atomic 0.812 ms"; "": forced
   };
-  std::set<std::string> labels; // every candidate's, for the error
-  for (const Function &f : prog->functions)
-    for (const Launch &l : f.launches)
-      if (!l.variants.empty())
-        for (const LaunchVariant &c : launchCandidates(l))
-          labels.insert(c.label);
-  for (const std::string &forced : forcedVariants)
-    if (!labels.count(forced)) {
-      std::string known;
-      for (const std::string &label : labels)
-        known += (known.empty() ? "" : ", ") + label;
-      throw DeviceError("GPTC_VARIANT: no launch has a variant '" + forced +
-                        "' (this program's: " +
-                        (known.empty() ? "none" : known) + ")");
-    }
+  // "grads launch 7: flash_attention_qkv_grad (its kernel, atomic) at loc"
+  auto labelOf = [&](const Function &f, size_t i, const LaunchVariant &c) {
+    const Launch &l = f.launches[i];
+    return f.name + " launch " + std::to_string(i) + ": " + l.kernel + " (" +
+           prog->kernels[c.deviceKernel].name + ", " + c.label + ") at " +
+           (l.loc.empty() ? "?" : l.loc);
+  };
   // The candidate GPTC_VARIANT picks, or -1.
   auto forcedOf = [&](const std::vector<LaunchVariant> &candidates) {
     for (const std::string &forced : forcedVariants)
@@ -1413,9 +1422,10 @@ void CudaBackendImpl::timeVariants() {
         k += key(c);
       auto [it, added] = byCandidates.try_emplace(k);
       Timed &t = it->second;
-      if (added && forcedOf(candidates) >= 0) {
+      const int forced = added ? forcedOf(candidates) : -1;
+      if (forced >= 0) {
         order.push_back(k);
-        t.best = candidates[forcedOf(candidates)];
+        t.best = candidates[forced];
       } else if (added) {
         order.push_back(k);
         double bestMs = -1;
@@ -1427,7 +1437,7 @@ void CudaBackendImpl::timeVariants() {
           for (CUdeviceptr &a : trial.args)
             trial.argPtrs.push_back(&a);
           trial.profileSlot = -1;
-          trial.label += ", timing variant " + c.label;
+          trial.label = labelOf(f, i, c) + ", timed at load";
           enqueue(l, trial, false); // warm-up
           const double each = msPerRun(start, stop, kRuns,
                                        [&] { enqueue(l, trial, false); });
@@ -1444,12 +1454,10 @@ void CudaBackendImpl::timeVariants() {
       ++t.launches;
       pl.fn = entries[t.best.deviceKernel];
       pl.kernel = t.best;
-      const std::string &name = prog->kernels[t.best.deviceKernel].name;
-      pl.label = f.name + " launch " + std::to_string(i) + ": " + l.kernel +
-                 " (" + name + ", " + t.best.label + ") at " +
-                 (l.loc.empty() ? "?" : l.loc);
+      pl.label = labelOf(f, i, t.best);
       if (profile)
-        pl.profileSlot = profileSlot(name, l);
+        pl.profileSlot =
+            profileSlot(prog->kernels[t.best.deviceKernel].name, l);
     }
   synchronize();
   lastLaunch = nullptr;

@@ -395,6 +395,18 @@ TEST(CudaBackendFake, GptcVariantPicksOneUntimed) {
   b->load(p);
   EXPECT_EQ(testing::internal::GetCapturedStderr(),
             "gptc: GPTC_VARIANT: split (k_gelu) runs for 2 launches\n");
+  // Nor does a program compiled without auto have any.
+  auto none = fakeBackendWith("GPTC_VARIANT", "split");
+  ASSERT_TRUE(none);
+  Program noVariants = program(true);
+  try {
+    none->load(noVariants);
+    ADD_FAILURE() << "GPTC_VARIANT=split was taken without variants";
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "GPTC_VARIANT: no launch has a variant 'split' (this program's: "
+              "none)");
+  }
   // (A program whose forward is not auto has no mma variant either.)
   auto wrong = fakeBackendWith("GPTC_VARIANT", "split,mma");
   ASSERT_TRUE(wrong);
