@@ -19,9 +19,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Formats/Safetensors.h" // bf16ToFloat, halfToFloat
 #include "gptc/Runtime/NVRTC.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -523,6 +525,11 @@ private:
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
+  /// Why a variant's results (each output's bytes) are not the launch's
+  /// own kernel's, or "" if they agree.
+  std::string resultsDiffer(const Launch &l,
+                            const std::vector<std::vector<uint8_t>> &own,
+                            const std::vector<std::vector<uint8_t>> &other);
   /// The mean ms of `runs` calls of `launch` on the compute stream, timed
   /// between `start` and `stop` (the caller warms up first).
   double msPerRun(CUevent start, CUevent stop, int runs,
@@ -1234,6 +1241,62 @@ void CudaBackendImpl::launchFollowups(const GemmPlan &g,
   }
 }
 
+// Within 2% of the largest magnitude of the own kernel's output (bf16
+// results, and float32 sums in another order), and finite where it is.
+std::string
+CudaBackendImpl::resultsDiffer(const Launch &l,
+                               const std::vector<std::vector<uint8_t>> &own,
+                               const std::vector<std::vector<uint8_t>> &other) {
+  for (size_t o = 0; o < l.outputs.size(); ++o) {
+    const DType t = buffer(l.outputs[o]).dtype;
+    const size_t width = size_t(dtypeBytes(t));
+    auto value = [&](const std::vector<uint8_t> &bytes, size_t i) -> double {
+      const uint8_t *at = bytes.data() + i * width;
+      uint16_t h;
+      switch (t) {
+      case DType::F32: {
+        float x;
+        std::memcpy(&x, at, 4);
+        return x;
+      }
+      case DType::I32: {
+        int32_t x;
+        std::memcpy(&x, at, 4);
+        return x;
+      }
+      case DType::BF16:
+        std::memcpy(&h, at, 2);
+        return bf16ToFloat(h);
+      case DType::F16:
+        std::memcpy(&h, at, 2);
+        return halfToFloat(h);
+      }
+      return 0;
+    };
+    const size_t n = own[o].size() / width;
+    double largest = 0, worst = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (double a = std::fabs(value(own[o], i)); std::isfinite(a))
+        largest = std::max(largest, a);
+    for (size_t i = 0; i < n; ++i) {
+      const double a = value(own[o], i), b = value(other[o], i);
+      if (std::isfinite(a) && !std::isfinite(b))
+        return "result " + std::to_string(o) + " not finite where its own "
+               "kernel's is";
+      if (std::isfinite(a))
+        worst = std::max(worst, std::fabs(a - b));
+    }
+    if (worst > 0.02 * largest) {
+      char says[96];
+      std::snprintf(says, sizeof says,
+                    "result %zu off by %.3g, of at most %.3g", o, worst,
+                    largest);
+      return says;
+    }
+  }
+  return "";
+}
+
 double CudaBackendImpl::msPerRun(CUevent start, CUevent stop, int runs,
                                  const std::function<void()> &launch) {
   check(cu.cuEventRecord(start, compute), "cuEventRecord");
@@ -1406,6 +1469,15 @@ void CudaBackendImpl::timeVariants() {
           return int(c);
     return -1;
   };
+  // A candidate's results: each output's bytes, as the last run left them.
+  auto results = [&](const Launch &l) {
+    std::vector<std::vector<uint8_t>> out;
+    for (int id : l.outputs) {
+      out.emplace_back(size_t(buffer(id).bytes()));
+      download(id, out.back().data());
+    }
+    return out;
+  };
   std::map<std::string, Timed> byCandidates;
   std::vector<std::string> order; // as first met, for the lines
   // Each trial lives until the device is done: an error names its label.
@@ -1429,6 +1501,7 @@ void CudaBackendImpl::timeVariants() {
       } else if (added) {
         order.push_back(k);
         double bestMs = -1;
+        std::vector<std::vector<uint8_t>> own; // the own kernel's results
         for (const LaunchVariant &c : candidates) {
           Prepared &trial = *trials.emplace_back(new Prepared(pl));
           trial.fn = entries[c.deviceKernel];
@@ -1441,10 +1514,22 @@ void CudaBackendImpl::timeVariants() {
           enqueue(l, trial, false); // warm-up
           const double each = msPerRun(start, stop, kRuns,
                                        [&] { enqueue(l, trial, false); });
-          char line[96];
+          char line[160];
           std::snprintf(line, sizeof line, "%s%s %.3f ms",
                         t.times.empty() ? "" : ", ", c.label.c_str(), each);
           t.times += line;
+          // A variant is kept only if it computes what the launch's own
+          // kernel does on the same operands: a kernel wrong on this GPU
+          // (untested here, or miscompiled) must not win by being fast.
+          if (own.empty()) {
+            own = results(l);
+          } else if (std::string differs = resultsDiffer(l, own, results(l));
+                     !differs.empty()) {
+            std::snprintf(line, sizeof line, " (%s: not used)",
+                          differs.c_str());
+            t.times += line;
+            continue;
+          }
           if (bestMs < 0 || each < bestMs) {
             bestMs = each;
             t.best = c;

@@ -362,6 +362,29 @@ TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
                     .f32);
 }
 
+// A variant whose results are not its launch's own kernel's on the same
+// operands (within 2% of the largest, finite where those are) is not used,
+// however fast, and the line says why.
+TEST(CudaBackendFake, AVariantThatComputesSomethingElseIsNotUsed) {
+  REQUIRE_FAKE(b);
+  Program p = programWithVariants();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto scribbles = hook<void (*)(const char *)>("gptcFakeKernelScribbles");
+  kernelMs("k_gelu", 0.5f);
+  kernelMs("k_gelu_atomic", 0.35f);
+  kernelMs("k_gelu_wgmma", 0.2f);
+  scribbles("k_gelu_wgmma"); // NaN into g, which the own kernel leaves finite
+  testing::internal::CaptureStderr();
+  b->load(p);
+  std::string err = testing::internal::GetCapturedStderr();
+  kernelMs(nullptr, 0);
+  scribbles(nullptr);
+  EXPECT_EQ(err, "gptc: kernel variants timed at load for 2 launches: split "
+                 "0.100 ms, atomic 0.070 ms, wgmma 0.040 ms (result 0 not "
+                 "finite where its own kernel's is: not used); atomic "
+                 "(k_gelu_atomic) runs\n");
+}
+
 // GPTC_VARIANT=L: the candidate labelled L runs wherever a launch has one,
 // untimed (the first label listed that a launch has); a label no launch has
 // is one error line that lists the program's.

@@ -37,7 +37,9 @@
 // A program whose launches carry variants (rt::Launch::variants: gptc
 // compile --attention-forward=auto or --attention-backward=auto) has each
 // set of candidates timed at load, five runs each after a warm-up, and runs
-// the fastest; one stderr line a set gives every time and the choice.
+// the fastest of those whose results agree with the launch's own kernel's
+// (within 2% of the largest); one stderr line a set gives every time and
+// the choice.
 //   GPTC_VARIANT=L[,L...]  run the candidate labelled L instead, untimed,
 //                      wherever a launch has one (the first L listed that
 //                      it has; e.g. GPTC_VARIANT=split,mma for the default
