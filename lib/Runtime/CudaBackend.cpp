@@ -19,7 +19,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Runtime/CudaBackend.h"
-#include "gptc/Formats/Safetensors.h" // bf16ToFloat, halfToFloat
 #include "gptc/Runtime/NVRTC.h"
 
 #include <algorithm>
@@ -1250,28 +1249,8 @@ CudaBackendImpl::resultsDiffer(const Launch &l,
   for (size_t o = 0; o < l.outputs.size(); ++o) {
     const DType t = buffer(l.outputs[o]).dtype;
     const size_t width = size_t(dtypeBytes(t));
-    auto value = [&](const std::vector<uint8_t> &bytes, size_t i) -> double {
-      const uint8_t *at = bytes.data() + i * width;
-      uint16_t h;
-      switch (t) {
-      case DType::F32: {
-        float x;
-        std::memcpy(&x, at, 4);
-        return x;
-      }
-      case DType::I32: {
-        int32_t x;
-        std::memcpy(&x, at, 4);
-        return x;
-      }
-      case DType::BF16:
-        std::memcpy(&h, at, 2);
-        return bf16ToFloat(h);
-      case DType::F16:
-        std::memcpy(&h, at, 2);
-        return halfToFloat(h);
-      }
-      return 0;
+    auto value = [&](const std::vector<uint8_t> &bytes, size_t i) {
+      return elementValue(bytes.data() + i * width, t);
     };
     const size_t n = own[o].size() / width;
     double largest = 0, worst = 0;

@@ -58,36 +58,10 @@ std::vector<uint8_t> encode(const std::vector<float> &v, DType t) {
 }
 
 std::vector<double> decode(const std::vector<uint8_t> &bytes, DType t) {
-  size_t n = bytes.size() / size_t(dtypeBytes(t));
+  const size_t width = size_t(dtypeBytes(t)), n = bytes.size() / width;
   std::vector<double> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    switch (t) {
-    case DType::F32: {
-      float x;
-      std::memcpy(&x, &bytes[4 * i], 4);
-      v[i] = x;
-      break;
-    }
-    case DType::I32: {
-      int32_t x;
-      std::memcpy(&x, &bytes[4 * i], 4);
-      v[i] = x;
-      break;
-    }
-    case DType::BF16: {
-      uint16_t x;
-      std::memcpy(&x, &bytes[2 * i], 2);
-      v[i] = bf16ToFloat(x);
-      break;
-    }
-    case DType::F16: {
-      uint16_t x;
-      std::memcpy(&x, &bytes[2 * i], 2);
-      v[i] = halfToFloat(x);
-      break;
-    }
-    }
-  }
+  for (size_t i = 0; i < n; ++i)
+    v[i] = elementValue(&bytes[width * i], t);
   return v;
 }
 

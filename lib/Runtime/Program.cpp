@@ -5,8 +5,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Runtime/Program.h"
+#include "gptc/Formats/Safetensors.h" // bf16ToFloat, halfToFloat
 
 #include <algorithm>
+#include <cstring>
 
 namespace gptc::rt {
 
@@ -26,6 +28,28 @@ const char *dtypeName(DType t) {
 
 int64_t dtypeBytes(DType t) {
   return t == DType::BF16 || t == DType::F16 ? 2 : 4;
+}
+
+double elementValue(const uint8_t *at, DType t) {
+  switch (t) {
+  case DType::F32: {
+    float x;
+    std::memcpy(&x, at, 4);
+    return x;
+  }
+  case DType::I32: {
+    int32_t x;
+    std::memcpy(&x, at, 4);
+    return x;
+  }
+  case DType::BF16:
+  case DType::F16: {
+    uint16_t x;
+    std::memcpy(&x, at, 2);
+    return t == DType::BF16 ? bf16ToFloat(x) : halfToFloat(x);
+  }
+  }
+  return 0;
 }
 
 std::vector<uint32_t> dynamicSharedBytes(const Program &p) {

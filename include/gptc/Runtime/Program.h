@@ -55,6 +55,9 @@ enum class DType : uint8_t { F32, BF16, F16, I32 };
 /// "f32", "bf16", "f16", "i32".
 const char *dtypeName(DType t);
 int64_t dtypeBytes(DType t);
+/// The element of type t at `at` (little-endian bytes) as a double; bf16
+/// and f16 widened exactly.
+double elementValue(const uint8_t *at, DType t);
 
 /// What a buffer holds and who binds it.
 enum class Role : uint8_t {
