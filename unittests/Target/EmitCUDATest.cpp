@@ -286,6 +286,98 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   }
 }
 
+// ptxas spilled some kernels (here: said to have) under the registers
+// their blocks an SM leave: each launch of one that declares blocks an SM
+// gets the same kernel without them as an "uncapped" variant, launched
+// alike; kernels with no cap to drop get none.
+TEST(EmitCUDA, ASpilledKernelGetsItsUncappedTwinAsAVariant) {
+  for (bool autoBackward : {false, true}) {
+    SCOPED_TRACE(autoBackward ? "--attention-backward=auto" : "defaults");
+    cuda::EmitOptions opts;
+    opts.backwardVariants = autoBackward;
+    rt::Program p = gpt2Launches(DType::BF16);
+    cuda::emitCUDA(p, "sm_90a", opts);
+    // Say every own kernel spilled: those that cap registers get a twin.
+    const size_t kernels = p.kernels.size();
+    std::vector<bool> spilled(kernels, false);
+    for (const rt::Launch &l : p.functions[0].launches)
+      if (l.deviceKernel >= 0)
+        spilled[size_t(l.deviceKernel)] = true;
+    size_t added = cuda::addUncappedVariants(p, "sm_90a", spilled, opts);
+    EXPECT_EQ(p.kernels.size(), kernels + added);
+    std::set<std::string> twins;
+    for (const rt::Launch &l : p.functions[0].launches) {
+      SCOPED_TRACE(l.kernel);
+      if (l.deviceKernel < 0)
+        continue;
+      const std::string &ownSource = p.kernels[size_t(l.deviceKernel)].source;
+      // Does the own kernel declare blocks an SM? Its entry line says.
+      const std::string &name = p.kernels[size_t(l.deviceKernel)].name;
+      size_t entry = ownSource.find("\n" + name + "(");
+      ASSERT_NE(entry, std::string::npos);
+      size_t bounds = ownSource.rfind("__launch_bounds__(", entry);
+      const bool declaresBlocks =
+          ownSource.find(',', bounds) < ownSource.find(')', bounds);
+      if (!declaresBlocks) {
+        for (const rt::LaunchVariant &v : l.variants)
+          EXPECT_NE(v.label, cuda::kUncappedLabel);
+        continue;
+      }
+      ASSERT_FALSE(l.variants.empty());
+      const rt::LaunchVariant &v = l.variants.back();
+      EXPECT_EQ(v.label, cuda::kUncappedLabel);
+      const rt::DeviceKernel &twin = p.kernels[size_t(v.deviceKernel)];
+      EXPECT_EQ(twin.name, name + "_uncapped");
+      twins.insert(twin.name);
+      // The own kernel's label: an attention algorithm's, else "capped".
+      const bool algorithms = autoBackward &&
+                              (l.kernel == "flash_attention_grad" ||
+                               l.kernel == "flash_attention_qkv_grad");
+      EXPECT_EQ(l.variant, algorithms ? "split" : cuda::kCappedLabel);
+      cuda::EmitOptions uncapped;
+      uncapped.capRegisters = false;
+      rt::Launch alone = l;
+      EXPECT_EQ(cuda::emitLaunch(p, alone, twin.name, uncapped), twin.source);
+      for (int d = 0; d < 3; ++d) {
+        EXPECT_EQ(v.grid[d], l.grid[d]);
+        EXPECT_EQ(v.block[d], l.block[d]);
+      }
+      EXPECT_EQ(v.sharedBytes, l.sharedBytes);
+      // The same source but for the entry's name and its blocks an SM.
+      std::string expected = ownSource;
+      for (size_t at; (at = expected.find(name + "(")) != std::string::npos;)
+        expected.replace(at, name.size(), twin.name);
+      size_t blocks = expected.find(',', expected.rfind("__launch_bounds__("));
+      expected.erase(blocks, expected.find(')', blocks) - blocks);
+      EXPECT_EQ(twin.source, expected);
+    }
+    // The layernorm gradient, the cross entropy and every tensor-core
+    // attention declare blocks an SM.
+    EXPECT_EQ(twins.size(), added);
+    for (const char *kind : {"layernorm_grad", "cross_entropy_with_grad",
+                             "flash_attention_qkv_0", "flash_attention_qkv_grad"})
+      EXPECT_TRUE(std::any_of(twins.begin(), twins.end(),
+                              [&](const std::string &n) {
+                                return n.find(kind) != std::string::npos;
+                              }))
+          << kind;
+  }
+  // Spills for a different kernel list: an internal error, no change.
+  rt::Program p = gpt2Launches(DType::BF16);
+  cuda::emitCUDA(p, "sm_90a");
+  const size_t kernels = p.kernels.size();
+  EXPECT_THROW(cuda::addUncappedVariants(
+                   p, "sm_90a", std::vector<bool>(kernels + 1, true)),
+               cuda::EmitError);
+  EXPECT_EQ(p.kernels.size(), kernels);
+  // Nothing spilled: nothing changes.
+  EXPECT_EQ(cuda::addUncappedVariants(p, "sm_90a",
+                                      std::vector<bool>(kernels, false)),
+            0u);
+  for (const rt::Launch &l : p.functions[0].launches)
+    EXPECT_TRUE(l.variants.empty());
+}
+
 namespace {
 /// emitCUDA(p, "sm_80") fails with exactly `message`.
 void expectEmitError(rt::Program p, const std::string &message) {

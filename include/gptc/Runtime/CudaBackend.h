@@ -35,7 +35,8 @@
 //                      and the default way, reproducible run to run
 //
 // A program whose launches carry variants (rt::Launch::variants: gptc
-// compile --attention-forward=auto or --attention-backward=auto) has each
+// compile --attention-forward=auto or --attention-backward=auto, and the
+// uncapped twin of a kernel that spilled under its register cap) has each
 // set of candidates timed at load, five runs each after a warm-up, and runs
 // the fastest of those whose results agree with the launch's own kernel's
 // (within 2% of the largest); one stderr line a set gives every time and
@@ -43,7 +44,8 @@
 //   GPTC_VARIANT=L[,L...]  run the candidate labelled L instead, untimed,
 //                      wherever a launch has one (the first L listed that
 //                      it has; e.g. GPTC_VARIANT=split,mma for the default
-//                      kernels, reproducible run to run); a label no launch
+//                      kernels, reproducible run to run; capped or
+//                      uncapped for a spilling kernel); a label no launch
 //                      has is an error that lists the program's
 //
 //===----------------------------------------------------------------------===//

@@ -93,19 +93,19 @@ void dump(const rt::Program &p, const std::string &arch,
   writeText(dir + "/manifest.json", manifest.dump(2) + "\n");
 }
 
-} // namespace
-
-std::vector<KernelResources> compileKernels(rt::Program &p,
-                                            const std::string &arch,
-                                            const CompileKernelsOptions &opts) {
-  emitCUDA(p, arch, opts.emit); // checks the arch first
-  const size_t n = p.kernels.size();
-  std::vector<rt::CompiledKernel> compiled(n);
-
-  unsigned threads = opts.threads ? opts.threads
-                                  : std::max(1u, std::thread::hardware_concurrency());
-  threads = unsigned(std::min<size_t>(threads, n));
-  std::atomic<size_t> next{0};
+/// Compiles p.kernels[compiled.size()...] with NVRTC on a thread pool,
+/// appending them to `compiled`.
+void compileFrom(const rt::Program &p, const std::string &arch,
+                 unsigned threads,
+                 std::vector<rt::CompiledKernel> &compiled) {
+  const size_t from = compiled.size(), n = p.kernels.size();
+  compiled.resize(n);
+  if (from == n)
+    return;
+  if (!threads)
+    threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = unsigned(std::min<size_t>(threads, n - from));
+  std::atomic<size_t> next{from};
   std::exception_ptr error;
   std::mutex errorMutex;
   auto worker = [&] {
@@ -129,6 +129,26 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
     t.join();
   if (error)
     std::rethrow_exception(error);
+}
+
+} // namespace
+
+std::vector<KernelResources> compileKernels(rt::Program &p,
+                                            const std::string &arch,
+                                            const CompileKernelsOptions &opts) {
+  emitCUDA(p, arch, opts.emit); // checks the arch first
+  std::vector<rt::CompiledKernel> compiled;
+  compileFrom(p, arch, opts.threads, compiled);
+  // A kernel that spilled under the registers its blocks an SM leave gets
+  // its uncapped twin as a variant: the runtime times the two.
+  if (opts.uncappedVariants) {
+    std::vector<bool> spilled(compiled.size());
+    for (size_t k = 0; k < compiled.size(); ++k)
+      spilled[k] = compiled[k].spillStores > 0 || compiled[k].spillLoads > 0;
+    if (addUncappedVariants(p, arch, spilled, opts.emit) > 0)
+      compileFrom(p, arch, opts.threads, compiled);
+  }
+  const size_t n = p.kernels.size();
 
   std::vector<int> ownLaunches(n, 0), variantLaunches(n, 0);
   for (const rt::Function &f : p.functions)

@@ -57,7 +57,7 @@ std::string Emitter::parameters() const {
 void Emitter::begin(const std::string &name, int launchBounds,
                     int minBlocks) {
   os << "extern \"C\" __global__ void __launch_bounds__(" << launchBounds;
-  if (minBlocks)
+  if (minBlocks && opts.capRegisters)
     os << ", " << minBlocks;
   os << ")\n" << name << "(" << parameters() << ") {\n";
 }
@@ -323,6 +323,66 @@ void emitCUDA(rt::Program &p, const std::string &arch,
         l.variant.clear();
     }
   addGemmFallbackKernels(p);
+}
+
+size_t addUncappedVariants(rt::Program &p, const std::string &arch,
+                           const std::vector<bool> &spilled,
+                           const EmitOptions &opts) {
+  const size_t before = p.kernels.size();
+  if (spilled.size() != before)
+    throw EmitError("internal error: spills of " +
+                    std::to_string(spilled.size()) + " kernels for " +
+                    std::to_string(before));
+  const std::string placeholder = "GPTC_KERNEL_NAME";
+  std::map<std::string, int> bySource; // the new kernels'
+  for (rt::Function &f : p.functions)
+    for (Launch &l : f.launches) {
+      const int own = l.deviceKernel;
+      if (own < 0 || !spilled[size_t(own)])
+        continue;
+      // The options the own kernel was emitted with: an attention
+      // launch's first algorithm, else opts.
+      std::vector<std::pair<std::string, EmitOptions>> algorithms =
+          attentionAlgorithms(l.kernel, arch, opts);
+      EmitOptions uncapped = algorithms.empty() ? opts : algorithms[0].second;
+      uncapped.capRegisters = false;
+      Launch copy = l;
+      Emitter emitter(p, copy, uncapped);
+      std::string src = emitter.run(placeholder);
+      std::string key = src.substr(src.find('\n') + 1);
+      // Without a cap to drop, the source is the own kernel's.
+      const rt::DeviceKernel &ownKernel = p.kernels[size_t(own)];
+      std::string ownKey =
+          ownKernel.source.substr(ownKernel.source.find('\n') + 1);
+      for (size_t at; (at = ownKey.find(ownKernel.name)) != std::string::npos;)
+        ownKey.replace(at, ownKernel.name.size(), placeholder);
+      if (key == ownKey)
+        continue;
+      if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
+          !std::equal(copy.block, copy.block + 3, l.block) ||
+          copy.sharedBytes != l.sharedBytes)
+        throw EmitError("internal error: " + l.kernel +
+                        " launches differently without its register cap");
+      auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
+      if (added) {
+        rt::DeviceKernel k;
+        k.name = p.kernels[size_t(own)].name + "_" + kUncappedLabel;
+        k.source = src;
+        k.scratchBytes = emitter.scratchBytes;
+        for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
+          k.source.replace(at, placeholder.size(), k.name);
+        p.kernels.push_back(std::move(k));
+      }
+      p.kernels[size_t(it->second)].fuses.push_back(
+          "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+      if (l.variant.empty())
+        l.variant = kCappedLabel;
+      rt::LaunchVariant v = rt::ownVariant(l);
+      v.label = kUncappedLabel;
+      v.deviceKernel = it->second;
+      l.variants.push_back(v);
+    }
+  return p.kernels.size() - before;
 }
 
 } // namespace gptc::cuda

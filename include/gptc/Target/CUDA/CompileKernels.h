@@ -4,7 +4,8 @@
 // (EmitCUDA.h), compile each unique one with NVRTC for the target arch (in
 // parallel, through the disk cache of gptc/Runtime/NVRTC.h), store the
 // cubins in the Program, and optionally dump the sources and print the
-// resource report. No MLIR.
+// resource report. A kernel that spilled under a register cap is emitted
+// and compiled once more without it, as a variant of its launches. No MLIR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,6 +44,9 @@ struct CompileKernelsOptions {
   unsigned threads = 0;
   /// What the emitter chooses (EmitCUDA.h).
   EmitOptions emit;
+  /// A kernel ptxas spilled under its blocks an SM's register cap gets its
+  /// uncapped twin as a variant (addUncappedVariants), compiled too.
+  bool uncappedVariants = true;
 };
 
 /// Emits p's kernels for `arch` (rt::isSupportedArch, else EmitError with

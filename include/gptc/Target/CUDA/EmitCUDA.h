@@ -22,6 +22,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gptc::cuda {
 
@@ -80,6 +81,12 @@ struct EmitOptions {
   /// of the most heads that divide B·H and fit. An H100 has 50 MiB of L2,
   /// an A100 40; tests make it small to have several groups.
   int64_t attentionL2Bytes = int64_t(24) << 20;
+  /// Kernels declare the blocks an SM they are written for
+  /// (`__launch_bounds__(threads, blocks)`), which caps a thread's
+  /// registers at 65536 / (threads · blocks). False: the threads alone,
+  /// up to 255 registers. addUncappedVariants sets it for the twin of a
+  /// kernel that spilled under its cap.
+  bool capRegisters = true;
 };
 
 /// Fills p.kernels (replacing what was there) and, for every launch but
@@ -92,6 +99,24 @@ struct EmitOptions {
 /// the same for every sm_80+ target.
 void emitCUDA(rt::Program &p, const std::string &arch,
               const EmitOptions &opts = {});
+
+/// The label of the variant addUncappedVariants adds, and of the own
+/// kernel it is the twin of where that had none.
+inline constexpr const char *kUncappedLabel = "uncapped";
+inline constexpr const char *kCappedLabel = "capped";
+
+/// For every launch whose own kernel is in `spilled` (indices into
+/// p.kernels: ptxas spilled it) and declares blocks an SM: the same kernel
+/// without them (EmitOptions::capRegisters false) as a variant labelled
+/// "uncapped", with the same grid, block and shared memory, so the same
+/// arithmetic. Which is faster (a cap's spills, or the registers' lower
+/// occupancy) only a GPU can say: the runtime times them at load. A launch
+/// without a label gets "capped". New kernels are appended, named after
+/// the own kernel ("fused_layernorm_grad_1_uncapped"), one per source;
+/// returns how many. `arch` and `opts` must be what emitCUDA had.
+size_t addUncappedVariants(rt::Program &p, const std::string &arch,
+                           const std::vector<bool> &spilled,
+                           const EmitOptions &opts = {});
 
 /// The source of one launch's kernel with entry point `name` (tests, dumps).
 /// Sets grid/block of `launch`.
