@@ -38,12 +38,14 @@
 # --attention-backward=auto (the auto step: every attention algorithm
 # timed at load, the fastest run; also checked at GPT-2's widths); the
 # wide, wgmma and atomic steps run that program with GPTC_VARIANT naming
-# one algorithm a direction. Peak memory
+# one algorithm a direction. The large step times GPT-2 medium and large
+# (their layernorm gradients' uncapped twins timed at load), and the check
+# step checks those twins at C=1280. Peak memory
 # for gptc and PyTorch comes
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [auto] [wide] [atomic] [fallback] [dgelu] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [auto] [wide] [atomic] [fallback] [dgelu] [large] [tuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -60,15 +62,18 @@ if [[ ! -f $bundle/config.sh ]]; then
   exit 2
 fi
 source "$bundle/config.sh"
-if [[ -f $bundle/lib.tar.xz && ! -d $bundle/lib ]]; then
-  tar -C "$bundle" -xJf "$bundle/lib.tar.xz" 2>/dev/null ||
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-      "$bundle/lib.tar.xz" "$bundle"
-fi
+# The libraries and the programs travel as xz archives (prepare.sh).
+for part in lib programs; do
+  if [[ -f $bundle/$part.tar.xz && ! -d $bundle/$part ]]; then
+    tar -C "$bundle" -xJf "$bundle/$part.tar.xz" 2>/dev/null ||
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle/$part.tar.xz" "$bundle"
+  fi
+done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma atomic fallback dgelu ncu tuned} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma atomic fallback dgelu ncu large tuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -123,11 +128,15 @@ if want check; then
   done
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
     check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 \
-    check-gpt2w-bf16-auto; do
+    check-gpt2w-bf16-auto check-gpt2lw-bf16; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
   done
+  # The layernorm gradients' uncapped twins, whichever the timing chose.
+  [[ -x $P/check-gpt2lw-bf16 ]] && GPTC_VARIANT=uncapped \
+    step 100 check-gpt2lw-bf16-uncapped "${lib[@]}" "$P/check-gpt2lw-bf16" \
+      --device=cuda --check-kernels --check-dump="$logs/dump-gpt2lw-bf16-uncapped"
 fi
 
 # The attention kernels alone, GPT-2's cubins on random data: each forward
@@ -224,6 +233,17 @@ if want ncu; then
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
   fi
+fi
+
+# GPT-2 medium (B=16) and large (B=8): their layernorm gradients spill
+# under the register cap, and their uncapped twins are timed at load (the
+# logs' "timed at load" lines); the step times at those widths.
+if want large; then
+  for m in medium large; do
+    [[ -x $P/gpt2-$m-bf16 ]] || continue
+    step 90 gpt2-$m-bf16 "${lib[@]}" "$P/gpt2-$m-bf16" --device=cuda \
+      --data="$data" --steps=10 --seed=1
+  done
 fi
 
 if want tuned; then

@@ -13,6 +13,9 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   check-gpt2w-bf16-wgmmabwd.log              the same, --attention-backward=wgmma
   check-gpt2w-bf16-auto.log                  the same (T=256), both directions auto
+  check-gpt2lw-bf16{,-uncapped}.log          the same at C=1280 (GPT-2 large's
+                                             width), as timed and with
+                                             GPTC_VARIANT=uncapped
   attention.log                              attention_bench: the kernels alone
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
@@ -27,6 +30,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   gpt2-bf16-auto{,-profile}.log              --attention-forward=auto
                                              --attention-backward=auto
   gpt2-bf16-atomic.log                       GPTC_VARIANT=mma,atomic
+  gpt2-{medium,large}-bf16.log               GPT-2 medium (B) and large (B/2) timed
   torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them. Python 3 standard library only.
@@ -124,8 +128,10 @@ def main():
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
                  "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma",
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wide",
-                 "gpt2w-bf16-mma2", "gpt2w-bf16-auto"):
-        log = f"check-{prec}.log" if prec.startswith("gpt2w") else f"check-tiny-{prec}.log"
+                 "gpt2w-bf16-mma2", "gpt2w-bf16-auto", "gpt2lw-bf16",
+                 "gpt2lw-bf16-uncapped"):
+        log = (f"check-{prec}.log" if prec.startswith(("gpt2w", "gpt2lw"))
+               else f"check-tiny-{prec}.log")
         text = read(os.path.join(res, log))
         m = CHECK.search(text or "")
         if m:
@@ -224,6 +230,31 @@ def main():
     if timed:
         lines.extend(timed)
         summary["attention_variants"] = timed
+
+    # Larger models: the step, and what their variants (the layernorm
+    # gradients' uncapped twins) were timed at.
+    for name, layers, embd, b in (("medium", 24, 1024, batch),
+                                  ("large", 36, 1280, batch // 2)):
+        text = read(os.path.join(res, f"gpt2-{name}-bf16.log")) or ""
+        g = steps(text)
+        timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
+        if not timed:
+            continue
+        _, fpt_m = gpt2_flops_per_token(layers=layers, embd=embd, seq=seq)
+        ms = statistics.median(s[2] for s in timed)
+        tok = b * seq / (ms / 1000)
+        mem = peak_mib(os.path.join(res, f"gpt2-{name}-bf16.mem"))
+        row = {"ms_per_step": ms, "tok_per_s": tok, "mfu": fpt_m * tok / peak,
+               "peak_mib": mem, "batch": b,
+               "loss_first": g[0][1], "loss_last": g[-1][1],
+               "variants": [l.strip() for l in text.splitlines()
+                            if "kernel variants timed at load" in l]}
+        summary[f"gpt2_{name}"] = row
+        lines.append(f"GPT-2 {name} bf16, B={b} T={seq}: {ms:.1f} ms/step, "
+                     f"{tok:,.0f} tok/s, MFU {100 * row['mfu']:.1f}%, peak "
+                     f"{mem or 0:.0f} MiB, loss {row['loss_first']:.3f} -> "
+                     f"{row['loss_last']:.3f}")
+        lines.extend("    " + l for l in row["variants"])
 
     prof = read(os.path.join(res, "gpt2-bf16-profile.log"))
     if prof and "total ms" in prof:
