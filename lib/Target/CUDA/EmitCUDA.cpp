@@ -203,6 +203,35 @@ std::string stem(const std::string &kind) {
   return s;
 }
 
+/// Sources are generated under this name first, so that launches whose
+/// kernels differ only in their source location share one kernel.
+const std::string kPlaceholder = "GPTC_KERNEL_NAME";
+
+/// What makes two sources one kernel: all but the first line, which names
+/// the op and its location.
+std::string sourceKey(const std::string &src) {
+  return src.substr(src.find('\n') + 1);
+}
+
+/// `text` with every `from` replaced by `to`.
+std::string renamed(std::string text, const std::string &from,
+                    const std::string &to) {
+  for (size_t at = 0; (at = text.find(from, at)) != std::string::npos;
+       at += to.size())
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+/// A kernel named `name` from a source emitted under kPlaceholder.
+rt::DeviceKernel namedKernel(const std::string &name, const std::string &src,
+                             int64_t scratchBytes) {
+  rt::DeviceKernel k;
+  k.name = name;
+  k.source = renamed(src, kPlaceholder, name);
+  k.scratchBytes = scratchBytes;
+  return k;
+}
+
 /// The attention algorithms a launch of `kind` is emitted with when opts
 /// asks for variants in its direction: each flag value with the options
 /// that emit it, the default first. Empty: the launch's kernel alone.
@@ -263,28 +292,19 @@ void emitCUDA(rt::Program &p, const std::string &arch,
     throw EmitError("unknown GPU architecture '" + arch +
                     "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
   p.kernels.clear();
-  // Sources are generated under a placeholder name first, so launches that
-  // differ only in their source location share one kernel.
-  const std::string placeholder = "GPTC_KERNEL_NAME";
   std::map<std::string, int> bySource;
   std::map<std::string, int> perStem;
   // Emits l with `o` (setting its grid, block and shared bytes): the
   // kernel's index, a new one unless another launch has its source.
   auto kernelFor = [&](Launch &l, const EmitOptions &o) {
     Emitter emitter(p, l, o);
-    std::string src = emitter.run(placeholder);
-    // The first line names the op and location; not part of the identity.
-    std::string key = src.substr(src.find('\n') + 1);
-    auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
-    if (added) {
-      rt::DeviceKernel k;
-      k.name = stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++);
-      k.source = src;
-      k.scratchBytes = emitter.scratchBytes;
-      for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
-        k.source.replace(at, placeholder.size(), k.name);
-      p.kernels.push_back(std::move(k));
-    }
+    std::string src = emitter.run(kPlaceholder);
+    auto [it, added] =
+        bySource.try_emplace(sourceKey(src), int(p.kernels.size()));
+    if (added)
+      p.kernels.push_back(namedKernel(
+          stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++), src,
+          emitter.scratchBytes));
     p.kernels[it->second].fuses.push_back(
         "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
     return it->second;
@@ -333,7 +353,6 @@ size_t addUncappedVariants(rt::Program &p, const std::string &arch,
     throw EmitError("internal error: spills of " +
                     std::to_string(spilled.size()) + " kernels for " +
                     std::to_string(before));
-  const std::string placeholder = "GPTC_KERNEL_NAME";
   std::map<std::string, int> bySource; // the new kernels'
   for (rt::Function &f : p.functions)
     for (Launch &l : f.launches) {
@@ -348,31 +367,22 @@ size_t addUncappedVariants(rt::Program &p, const std::string &arch,
       uncapped.capRegisters = false;
       Launch copy = l;
       Emitter emitter(p, copy, uncapped);
-      std::string src = emitter.run(placeholder);
-      std::string key = src.substr(src.find('\n') + 1);
+      std::string src = emitter.run(kPlaceholder);
       // Without a cap to drop, the source is the own kernel's.
       const rt::DeviceKernel &ownKernel = p.kernels[size_t(own)];
-      std::string ownKey =
-          ownKernel.source.substr(ownKernel.source.find('\n') + 1);
-      for (size_t at; (at = ownKey.find(ownKernel.name)) != std::string::npos;)
-        ownKey.replace(at, ownKernel.name.size(), placeholder);
-      if (key == ownKey)
+      if (sourceKey(src) == renamed(sourceKey(ownKernel.source),
+                                    ownKernel.name, kPlaceholder))
         continue;
       if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
           !std::equal(copy.block, copy.block + 3, l.block) ||
           copy.sharedBytes != l.sharedBytes)
         throw EmitError("internal error: " + l.kernel +
                         " launches differently without its register cap");
-      auto [it, added] = bySource.try_emplace(key, int(p.kernels.size()));
-      if (added) {
-        rt::DeviceKernel k;
-        k.name = p.kernels[size_t(own)].name + "_" + kUncappedLabel;
-        k.source = src;
-        k.scratchBytes = emitter.scratchBytes;
-        for (size_t at; (at = k.source.find(placeholder)) != std::string::npos;)
-          k.source.replace(at, placeholder.size(), k.name);
-        p.kernels.push_back(std::move(k));
-      }
+      auto [it, added] =
+          bySource.try_emplace(sourceKey(src), int(p.kernels.size()));
+      if (added)
+        p.kernels.push_back(namedKernel(ownKernel.name + "_" + kUncappedLabel,
+                                        src, emitter.scratchBytes));
       p.kernels[size_t(it->second)].fuses.push_back(
           "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
       if (l.variant.empty())
