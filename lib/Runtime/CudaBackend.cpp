@@ -1396,7 +1396,9 @@ void CudaBackendImpl::tune() {
 // same candidates (the same kernels, grids and shared bytes: every layer's
 // attention) share one timing. As tune() does, the arena is set to 0x3f
 // bytes first (finite, non-zero inputs), and zeroed again after: the
-// launches only write their results and their kernels' own scratch. One
+// launches only write their results and their kernels' own scratch. Each
+// candidate's results are those of its warm-up run, from the same operands
+// (inputs a launch writes over are put back before each candidate). One
 // stderr line a set of candidates shows each one's time and the choice.
 void CudaBackendImpl::timeVariants() {
   std::set<std::string> labels; // every candidate's, for the error
@@ -1457,6 +1459,24 @@ void CudaBackendImpl::timeVariants() {
     }
     return out;
   };
+  // The inputs a launch writes over (in place: the cross entropy's
+  // gradient over the logits), as they were before its first run: each
+  // candidate starts from them, so that it sees what the own kernel saw.
+  auto clobberedInputs = [&](const Launch &l) {
+    std::vector<std::pair<int, std::vector<uint8_t>>> saved;
+    for (int in : l.inputs) {
+      const CUdeviceptr a = address(in), aEnd = a + buffer(in).bytes();
+      bool written = false;
+      for (int out : l.outputs)
+        written |= a < address(out) + buffer(out).bytes() &&
+                   address(out) < aEnd;
+      if (written) {
+        saved.emplace_back(in, std::vector<uint8_t>(size_t(aEnd - a)));
+        download(in, saved.back().second.data());
+      }
+    }
+    return saved;
+  };
   std::map<std::string, Timed> byCandidates;
   std::vector<std::string> order; // as first met, for the lines
   // Each trial lives until the device is done: an error names its label.
@@ -1481,6 +1501,7 @@ void CudaBackendImpl::timeVariants() {
         order.push_back(k);
         double bestMs = -1;
         std::vector<std::vector<uint8_t>> own; // the own kernel's results
+        const auto clobbered = clobberedInputs(l);
         for (const LaunchVariant &c : candidates) {
           Prepared &trial = *trials.emplace_back(new Prepared(pl));
           trial.fn = entries[c.deviceKernel];
@@ -1490,7 +1511,10 @@ void CudaBackendImpl::timeVariants() {
             trial.argPtrs.push_back(&a);
           trial.profileSlot = -1;
           trial.label = labelOf(f, i, c) + ", timed at load";
-          enqueue(l, trial, false); // warm-up
+          for (const auto &[in, bytes] : clobbered)
+            upload(in, bytes.data());
+          enqueue(l, trial, false); // warm-up, and the results compared
+          std::vector<std::vector<uint8_t>> mine = results(l);
           const double each = msPerRun(start, stop, kRuns,
                                        [&] { enqueue(l, trial, false); });
           char line[160];
@@ -1501,8 +1525,8 @@ void CudaBackendImpl::timeVariants() {
           // kernel does on the same operands: a kernel wrong on this GPU
           // (untested here, or miscompiled) must not win by being fast.
           if (own.empty()) {
-            own = results(l);
-          } else if (std::string differs = resultsDiffer(l, own, results(l));
+            own = std::move(mine);
+          } else if (std::string differs = resultsDiffer(l, own, mine);
                      !differs.empty()) {
             std::snprintf(line, sizeof line, " (%s: not used)",
                           differs.c_str());

@@ -385,6 +385,48 @@ TEST(CudaBackendFake, AVariantThatComputesSomethingElseIsNotUsed) {
                  "(k_gelu_atomic) runs\n");
 }
 
+// A launch that writes over its input (the cross entropy's gradient over
+// the logits): each candidate's results are those of one run from the
+// same operands, the input put back before each, so a variant that
+// computes what the own kernel does is used, and one that does not is not.
+TEST(CudaBackendFake, AnInPlaceLaunchsCandidatesStartFromTheSameOperands) {
+  REQUIRE_FAKE(b); // (loads the fake driver, which has the hooks)
+  Program p = programWithVariants();
+  // g written over y: the same bytes.
+  p.buffers[G].offset = p.buffers[Y].offset;
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto increments = hook<void (*)(const char *)>("gptcFakeKernelIncrements");
+  for (const char *name : {"k_gelu", "k_gelu_atomic", "k_gelu_wgmma"})
+    increments(name); // g = y + 1: in place, y + 1 after one run, + 6 after six
+  kernelMs("k_gelu", 0.5f);
+  kernelMs("k_gelu_atomic", 0.35f);
+  kernelMs("k_gelu_wgmma", 0.2f);
+  {
+    testing::internal::CaptureStderr();
+    b->load(p);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "gptc: kernel variants timed at load for 2 launches: split "
+              "0.100 ms, atomic 0.070 ms, wgmma 0.040 ms; wgmma "
+              "(k_gelu_wgmma) runs\n");
+  }
+  // One that adds 1 to something else differs, in place or not.
+  increments(nullptr);
+  increments("k_gelu");
+  increments("k_gelu_atomic");
+  {
+    REQUIRE_FAKE(other);
+    testing::internal::CaptureStderr();
+    other->load(p);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("wgmma 0.040 ms (result 0 "), std::string::npos) << err;
+    EXPECT_NE(err.find("not used); atomic (k_gelu_atomic) runs\n"),
+              std::string::npos)
+        << err;
+  }
+  increments(nullptr);
+  kernelMs(nullptr, 0);
+}
+
 // GPTC_VARIANT=L: the candidate labelled L runs wherever a launch has one,
 // untimed (the first label listed that a launch has); a label no launch has
 // is one error line that lists the program's.

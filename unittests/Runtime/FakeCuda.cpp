@@ -255,6 +255,16 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a,
   return CUDA_SUCCESS;
 }
 void runGemmFallback(const std::string &name, const std::vector<uint64_t> &args);
+/// Kernels that, launched, add 1 to the float their first pointer points at
+/// and write it where their last points: run in place (both the same
+/// address), each run gives a new result, as an in-place kernel's does.
+static std::vector<std::string> incrementers;
+extern "C" void gptcFakeKernelIncrements(const char *name) {
+  if (!name)
+    incrementers.clear();
+  else
+    incrementers.push_back(name);
+}
 /// Kernels that, launched, write a float NaN where their last pointer
 /// points (the fake runs no generated kernel otherwise): a variant that
 /// computes something else than its launch's own kernel.
@@ -283,6 +293,13 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   submit([name, args, fallback, shared] {
     if (fallback)
       runGemmFallback(name, args);
+    if (!args.empty() && std::find(incrementers.begin(), incrementers.end(),
+                                   name) != incrementers.end()) {
+      float x;
+      std::memcpy(&x, reinterpret_cast<void *>(args.front()), 4);
+      x += 1.0f;
+      std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
+    }
     if (!args.empty() &&
         std::find(scribblers.begin(), scribblers.end(), name) != scribblers.end()) {
       float nan = std::nanf("");
