@@ -257,7 +257,10 @@ if want recompute && [[ -f $P/gpt2-bf16-recompute ]]; then
 fi
 
 # One table last; the logs travel back as one archive ($OUT keeps 8 files).
-BATCH=$BATCH SEQ=$SEQ python3 "$root/bench/gpu/summarize.py" "$logs"
-cp "$logs/summary.txt" "$logs/summary.json" "$res/" 2>/dev/null
+BATCH=$BATCH SEQ=$SEQ BUNDLE_CONFIG=$bundle/config.sh RUN_DATE=$(date -u +%F) \
+  RUN_SECONDS=$((SECONDS - start)) RUN_STEPS="$*" \
+  python3 "$root/bench/gpu/summarize.py" "$logs"
+cp "$logs/summary.txt" "$logs/summary.json" "$logs/benchmarks-entry.md" \
+  "$res/" 2>/dev/null
 tar -C "$res" -czf "$res/logs.tar.gz" logs && rm -rf "$logs"
-echo "results: $res (summary.txt, summary.json, logs.tar.gz), $((SECONDS - start))s"
+echo "results: $res (summary.txt, summary.json, benchmarks-entry.md, logs.tar.gz), $((SECONDS - start))s"

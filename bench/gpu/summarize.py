@@ -33,7 +33,9 @@ Inputs, all in the results directory (missing ones show as "-"):
   gpt2-{medium,large}-bf16.log               GPT-2 medium (B) and large (B/2) timed
   torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
   *.mem                                      peak MiB from nvidia-smi samples
-Writes summary.json beside them. Python 3 standard library only.
+Writes summary.json beside them, and benchmarks-entry.md: a draft of the
+docs/benchmarks.md entry (machine, commit, tables as measured). Python 3
+standard library only.
 """
 
 import json
@@ -114,6 +116,46 @@ def kinds_side_by_side(prof, torch_json, torch_log, lines, summary):
     if start is not None:
         lines.append("PyTorch's " + log[start])
         lines.extend(log[start + 1:start + 24])
+
+
+def markdown_entry(res, summary, lines):
+    """A draft of the docs/benchmarks.md entry for this run: the machine,
+    the bundle's commit, the checks and the timings as measured, and the
+    summary's other lines verbatim. What the figures mean is for the
+    session to write."""
+    smi = read(os.path.join(res, "nvidia-smi.txt")) or ""
+    gpu = re.search(r"NVIDIA [A-Z][A-Za-z0-9 ]*?(?:HBM3e?|PCIe|SXM\w*|NVL)", smi)
+    driver = re.search(r"Driver Version:\s*([0-9.]+)", smi)
+    cuda = re.search(r"CUDA Version:\s*([0-9.]+)", smi)
+    config = os.environ.get("BUNDLE_CONFIG", "")
+    made = re.search(r"on (\S+) from (\S+)", read(config) or "") if config else None
+    out = [f"{os.environ.get('RUN_DATE', '?')}, "
+           f"{gpu.group(0) if gpu else 'GPU ?'}, driver "
+           f"{driver.group(1) if driver else '?'} (CUDA {cuda.group(1) if cuda else '?'}). "
+           f"Bundle from {made.group(2) if made else '?'} (prepare.sh at "
+           f"{made.group(1) if made else '?'}), `bash bench/gpu/run.sh "
+           f"{os.environ.get('RUN_STEPS', '').strip()}`"
+           f" ({os.environ.get('RUN_SECONDS', '?')} s).", ""]
+    checks = summary.get("checks", {})
+    if checks:
+        out += ["| check | launches | failures |", "|---|---:|---:|"]
+        out += [f"| {k if k.startswith('gpt2') else 'tiny-' + k} | "
+                f"{v['launches']} | {v['failures']} |" for k, v in checks.items()]
+        out.append("")
+    rows = summary.get("bench", {}).get("rows", [])
+    if rows:
+        b = summary["bench"]
+        out += [f"GPT-2 124M bf16, B={b['batch']}, T={b['seq']}:", "",
+                "| impl | ms/step | tok/s | MFU | peak MiB | loss |",
+                "|---|---:|---:|---:|---:|---|"]
+        for r in rows:
+            mem = f"{r['peak_mib']:,.0f}" if r.get("peak_mib") else "-"
+            out.append(f"| {r['impl']} | {r['ms_per_step']:.1f} | "
+                       f"{r['tok_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {mem} | "
+                       f"{r['loss_first']:.3f} → {r['loss_last']:.3f} |")
+        out.append("")
+    out += ["The run's summary, verbatim:", "", "```"] + lines + ["```", ""]
+    return "\n".join(out)
 
 
 def main():
@@ -302,6 +344,9 @@ def main():
             lines.append(f"{what} (GPTC_PROFILE=1), the attention kernels:")
             lines.extend(rows[:4])
             summary[key] = rows[:4]
+
+    with open(os.path.join(res, "benchmarks-entry.md"), "w") as f:
+        f.write(markdown_entry(res, summary, lines))
 
     text = "\n".join(lines)
     print(text)
