@@ -510,6 +510,33 @@ TEST(EmitCUDA, F32KernelsCompileForSm80) {
   compileAll(DType::F32, "sm_80");
 }
 
+// The kernel report's blocks an SM, as the CUDA occupancy calculator
+// counts them (figures for H100 kernels checked against ncu's theoretical
+// occupancy in the twelfth session: 2 blocks at 216 registers).
+TEST(CompileKernels, ResidentBlocksAsTheOccupancyCalculatorCounts) {
+  // The split attention backward: registers allow 12 warps, 3 blocks.
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 128, 168, 37888), 3);
+  // Uncapped at 216 registers: 9 warps, 2 blocks (ncu: 12.5%).
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 128, 216, 37888), 2);
+  // GPT-2 large's layernorm gradient: 2 blocks capped (shared memory and
+  // registers both), 1 uncapped at 239 registers (7680 a warp).
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 256, 128, 81936), 2);
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 256, 239, 81936), 1);
+  // Shared memory: 3 blocks of 74 KiB and 1 KiB each fit an H100 SM's
+  // 228 KiB, of 76 KiB 2; an A100's 164 KiB 2.
+  EXPECT_EQ(cuda::residentBlocks("sm_90", 128, 32, 76 * 1024), 2);
+  EXPECT_EQ(cuda::residentBlocks("sm_90", 128, 32, 74 * 1024), 3);
+  EXPECT_EQ(cuda::residentBlocks("sm_80", 128, 32, 74 * 1024), 2);
+  // Threads: 1536 an SM on sm_86 and sm_89; blocks: 32 at most on sm_90.
+  EXPECT_EQ(cuda::residentBlocks("sm_86", 256, 32, 0), 6);
+  EXPECT_EQ(cuda::residentBlocks("sm_89", 1024, 32, 0), 1);
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 32, 16, 0), 32);
+  EXPECT_EQ(cuda::residentBlocks("sm_86", 32, 16, 0), 16);
+  // No table, or no launch to size it: -1.
+  EXPECT_EQ(cuda::residentBlocks("sm_75", 128, 32, 0), -1);
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 0, 32, 0), -1);
+}
+
 TEST(NVRTC, ParsesPtxasResourceLines) {
   rt::CompiledKernel k;
   rt::parsePtxasInfo(

@@ -32,7 +32,8 @@ void writeText(const std::string &path, const std::string &text) {
 
 void dump(const rt::Program &p, const std::string &arch,
           const std::string &dir,
-          const std::vector<rt::CompiledKernel> &compiled) {
+          const std::vector<rt::CompiledKernel> &compiled,
+          const std::vector<KernelResources> &resources) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
@@ -84,6 +85,8 @@ void dump(const rt::Program &p, const std::string &arch,
                        {"spill_stores", c.spillStores},
                        {"spill_loads", c.spillLoads},
                        {"cubin_bytes", c.cubin.size()},
+                       {"threads", resources[k].threads},
+                       {"blocks_per_sm", resources[k].blocksPerSM},
                        {"launches", std::move(launches)}});
   }
   nlohmann::ordered_json manifest = {{"arch", arch},
@@ -133,6 +136,34 @@ void compileFrom(const rt::Program &p, const std::string &arch,
 
 } // namespace
 
+int residentBlocks(const std::string &arch, int threads, int registers,
+                   int sharedBytes) {
+  struct Limits {
+    const char *arch;
+    int threads, blocks, sharedBytes; // an SM's
+  };
+  // The CUDA C++ Programming Guide's table of compute capabilities: 64K
+  // registers an SM on each.
+  static const Limits table[] = {{"sm_80", 2048, 32, 164 * 1024},
+                                 {"sm_86", 1536, 16, 100 * 1024},
+                                 {"sm_89", 1536, 24, 100 * 1024},
+                                 {"sm_90", 2048, 32, 228 * 1024},
+                                 {"sm_90a", 2048, 32, 228 * 1024}};
+  const Limits *l = nullptr;
+  for (const Limits &t : table)
+    if (arch == t.arch)
+      l = &t;
+  if (!l || threads <= 0 || registers < 0 || sharedBytes < 0)
+    return -1;
+  const int warps = (threads + 31) / 32;
+  int blocks = std::min(l->blocks, l->threads / (32 * warps));
+  const int perWarp = (registers * 32 + 255) / 256 * 256;
+  if (perWarp > 0)
+    blocks = std::min(blocks, 65536 / perWarp / warps);
+  const int shared = (sharedBytes + 127) / 128 * 128 + 1024;
+  return std::min(blocks, l->sharedBytes / shared);
+}
+
 std::vector<KernelResources> compileKernels(rt::Program &p,
                                             const std::string &arch,
                                             const CompileKernelsOptions &opts) {
@@ -150,13 +181,18 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
   }
   const size_t n = p.kernels.size();
 
-  std::vector<int> ownLaunches(n, 0), variantLaunches(n, 0);
+  std::vector<int> ownLaunches(n, 0), variantLaunches(n, 0), threads(n, 0);
   for (const rt::Function &f : p.functions)
     for (const rt::Launch &l : f.launches) {
       if (l.deviceKernel >= 0)
         ++ownLaunches[l.deviceKernel];
       for (const rt::LaunchVariant &v : l.variants)
         ++variantLaunches[v.deviceKernel];
+      for (const rt::LaunchVariant &v : rt::launchCandidates(l))
+        if (v.deviceKernel >= 0) // (not a GEMM)
+          threads[v.deviceKernel] =
+              std::max(threads[v.deviceKernel],
+                       int(v.block[0] * v.block[1] * v.block[2]));
     }
   std::vector<KernelResources> resources(n);
   const std::vector<uint32_t> dynamicBytes = rt::dynamicSharedBytes(p);
@@ -173,9 +209,12 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
     r.spillStores = compiled[k].spillStores;
     r.spillLoads = compiled[k].spillLoads;
     r.cubinBytes = compiled[k].cubin.size();
+    r.threads = threads[k];
+    r.blocksPerSM =
+        residentBlocks(arch, r.threads, r.registers, r.sharedBytes);
   }
   if (!opts.dumpDir.empty())
-    dump(p, arch, opts.dumpDir, compiled);
+    dump(p, arch, opts.dumpDir, compiled, resources);
   if (opts.report)
     printKernelReport(resources, arch, *opts.report);
   return resources;
@@ -193,9 +232,11 @@ void printKernelReport(const std::vector<KernelResources> &resources,
      << "): " << resources.size() << " kernels, " << launches
      << " launches\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-*s %8s %9s %12s %11s %12s %11s\n",
-                int(width), "kernel", "launches", "registers", "shared bytes",
-                "stack bytes", "spill stores", "spill loads");
+  std::snprintf(line, sizeof line,
+                "%-*s %8s %9s %12s %11s %12s %11s %7s %12s\n", int(width),
+                "kernel", "launches", "registers", "shared bytes",
+                "stack bytes", "spill stores", "spill loads", "threads",
+                "blocks an SM");
   os << line;
   bool afterGemms = false, variants = false;
   for (const KernelResources &r : resources) {
@@ -207,9 +248,14 @@ void printKernelReport(const std::vector<KernelResources> &resources,
       launches = "(" + std::to_string(r.variantLaunches) + ")";
       variants = true;
     }
-    std::snprintf(line, sizeof line, "%-*s %8s %9d %12d %11d %12d %11d\n",
-                  int(width), r.name.c_str(), launches.c_str(), r.registers,
-                  r.sharedBytes, r.localBytes, r.spillStores, r.spillLoads);
+    const std::string threads = r.threads > 0 ? std::to_string(r.threads) : "-";
+    const std::string blocks =
+        r.blocksPerSM >= 0 ? std::to_string(r.blocksPerSM) : "-";
+    std::snprintf(line, sizeof line,
+                  "%-*s %8s %9d %12d %11d %12d %11d %7s %12s\n", int(width),
+                  r.name.c_str(), launches.c_str(), r.registers, r.sharedBytes,
+                  r.localBytes, r.spillStores, r.spillLoads, threads.c_str(),
+                  blocks.c_str());
     os << line;
   }
   if (afterGemms)
@@ -219,6 +265,9 @@ void printKernelReport(const std::vector<KernelResources> &resources,
   if (variants)
     os << "launches (N): a variant of N launches, timed against their own "
           "kernel when the program loads; the fastest runs\n";
+  os << "blocks an SM: of the most threads a launch gives the kernel, as the "
+        "registers, shared memory and threads allow on one SM of "
+     << arch << " (- without a table for it)\n";
 }
 
 } // namespace gptc::cuda

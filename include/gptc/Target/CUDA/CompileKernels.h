@@ -30,7 +30,18 @@ struct KernelResources {
   int registers = -1, sharedBytes = -1, localBytes = -1;
   int spillStores = -1, spillLoads = -1;
   size_t cubinBytes = 0;
+  int threads = 0;      ///< a block's, the most any launch of it asks for
+  int blocksPerSM = -1; ///< residentBlocks for the arch; -1: no table
 };
+
+/// How many blocks of `threads` threads at `registers` registers a thread
+/// and `sharedBytes` of shared memory (static and dynamic) one SM of `arch`
+/// holds at once, as the CUDA occupancy calculator counts: registers
+/// allocated 256 to a warp, shared memory 128 bytes at a time plus 1 KiB a
+/// block, the most shared memory the SM can give, threads and blocks an SM.
+/// -1 for an arch without a table (sm_80, sm_86, sm_89, sm_90, sm_90a).
+int residentBlocks(const std::string &arch, int threads, int registers,
+                   int sharedBytes);
 
 struct CompileKernelsOptions {
   /// Non-empty: write NAME.cu, NAME.log and NAME.cubin per kernel,
