@@ -296,7 +296,7 @@ public:
         std::string label(rest.substr(0, comma));
         if (label.empty())
           throw DeviceError(std::string("GPTC_VARIANT=") + v +
-                            ": expected labels separated by commas");
+                            ": expected labels separated by commas (or own)");
         forcedVariants.push_back(label);
         rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
       }
@@ -1392,7 +1392,8 @@ void CudaBackendImpl::tune() {
 // --attention-backward=auto): each launch's own kernel and its variants,
 // timed on the device, the fastest kept; or, where GPTC_VARIANT names one
 // of a launch's candidates, that one, untimed (the first label listed that
-// the launch has). A label no launch has is an error. Launches with the
+// the launch has; "own": its own kernel). A label no launch has is an
+// error. Launches with the
 // same candidates (the same kernels, grids and shared bytes: every layer's
 // attention) share one timing. As tune() does, the arena is set to 0x3f
 // bytes first (finite, non-zero inputs), and zeroed again after: the
@@ -1400,6 +1401,9 @@ void CudaBackendImpl::tune() {
 // candidate's results are those of its warm-up run, from the same operands
 // (inputs a launch writes over are put back before each candidate). One
 // stderr line a set of candidates shows each one's time and the choice.
+/// GPTC_VARIANT's word for every launch's own kernel, whatever its label.
+constexpr const char *kOwnKernels = "own";
+
 void CudaBackendImpl::timeVariants() {
   std::set<std::string> labels; // every candidate's, for the error
   for (const Function &f : prog->functions)
@@ -1408,7 +1412,7 @@ void CudaBackendImpl::timeVariants() {
         for (const LaunchVariant &c : launchCandidates(l))
           labels.insert(c.label);
   for (const std::string &forced : forcedVariants)
-    if (!labels.count(forced)) {
+    if (forced != kOwnKernels && !labels.count(forced)) {
       std::string known;
       for (const std::string &label : labels)
         known += (known.empty() ? "" : ", ") + label;
@@ -1446,7 +1450,8 @@ void CudaBackendImpl::timeVariants() {
   auto forcedOf = [&](const std::vector<LaunchVariant> &candidates) {
     for (const std::string &forced : forcedVariants)
       for (size_t c = 0; c < candidates.size(); ++c)
-        if (candidates[c].label == forced)
+        if (candidates[c].label == forced ||
+            (c == 0 && forced == kOwnKernels))
           return int(c);
     return -1;
   };

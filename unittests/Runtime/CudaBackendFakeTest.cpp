@@ -460,6 +460,24 @@ TEST(CudaBackendFake, GptcVariantPicksOneUntimed) {
   b->load(p);
   EXPECT_EQ(testing::internal::GetCapturedStderr(),
             "gptc: GPTC_VARIANT: split (k_gelu) runs for 2 launches\n");
+  // own: every launch's own kernel, whatever its label; on a program
+  // without variants, nothing to say.
+  for (const char *value : {"own", "own,wgmma"}) { // (the first listed wins)
+    auto own = fakeBackendWith("GPTC_VARIANT", value);
+    ASSERT_TRUE(own);
+    testing::internal::CaptureStderr();
+    own->load(p);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "gptc: GPTC_VARIANT: split (k_gelu) runs for 2 launches\n")
+        << value;
+  }
+  {
+    auto own = fakeBackendWith("GPTC_VARIANT", "own");
+    ASSERT_TRUE(own);
+    testing::internal::CaptureStderr();
+    own->load(program(true));
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  }
   // Nor does a program compiled without auto have any.
   auto none = fakeBackendWith("GPTC_VARIANT", "split");
   ASSERT_TRUE(none);
@@ -900,7 +918,8 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_GEMM_TUNE", "yes", "GPTC_GEMM_TUNE=yes: expected 0 or 1"},
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_VARIANT", "split,,atomic",
-         "GPTC_VARIANT=split,,atomic: expected labels separated by commas"}}) {
+         "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
+          "(or own)"}}) {
     setenv(name, value, 1);
     try {
       createCudaBackend();

@@ -45,7 +45,8 @@
 //                      wherever a launch has one (the first L listed that
 //                      it has; e.g. GPTC_VARIANT=split,mma for the default
 //                      kernels, reproducible run to run; capped or
-//                      uncapped for a spilling kernel); a label no launch
+//                      uncapped for a spilling kernel; own: each launch's
+//                      own kernel, whatever its label); a label no launch
 //                      has is an error that lists the program's
 //
 //===----------------------------------------------------------------------===//
