@@ -255,25 +255,26 @@ CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a,
   return CUDA_SUCCESS;
 }
 void runGemmFallback(const std::string &name, const std::vector<uint64_t> &args);
+/// A test hook's kernel list: `name` added, or every name dropped (null).
+static void addOrClear(std::vector<std::string> &names, const char *name) {
+  if (!name)
+    names.clear();
+  else
+    names.push_back(name);
+}
 /// Kernels that, launched, add 1 to the float their first pointer points at
 /// and write it where their last points: run in place (both the same
 /// address), each run gives a new result, as an in-place kernel's does.
 static std::vector<std::string> incrementers;
 extern "C" void gptcFakeKernelIncrements(const char *name) {
-  if (!name)
-    incrementers.clear();
-  else
-    incrementers.push_back(name);
+  addOrClear(incrementers, name);
 }
 /// Kernels that, launched, write a float NaN where their last pointer
 /// points (the fake runs no generated kernel otherwise): a variant that
 /// computes something else than its launch's own kernel.
 static std::vector<std::string> scribblers;
 extern "C" void gptcFakeKernelScribbles(const char *name) {
-  if (!name)
-    scribblers.clear();
-  else
-    scribblers.push_back(name);
+  addOrClear(scribblers, name);
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
