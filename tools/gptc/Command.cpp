@@ -72,16 +72,17 @@ OptimizerOptions ModelOptions::compileOptions() const {
 }
 
 void KernelOptions::check() const {
-  if (attentionForward != "mma" && attentionForward != "mma128" &&
-      attentionForward != "mma2" && attentionForward != "wgmma" &&
-      attentionForward != "auto")
-    fail("unknown --attention-forward '" + attentionForward +
-         "' (mma, mma128, mma2, wgmma, auto)");
-  if (attentionBackward != "split" && attentionBackward != "atomic" &&
-      attentionBackward != "atomic128" && attentionBackward != "wgmma" &&
-      attentionBackward != "auto")
-    fail("unknown --attention-backward '" + attentionBackward +
-         "' (split, atomic, atomic128, wgmma, auto)");
+  for (bool forward : {true, false}) {
+    const auto &flag = forward ? attentionForward : attentionBackward;
+    cuda::EmitOptions scratch;
+    if (flag == "auto" || cuda::selectAttentionAlgorithm(scratch, forward, flag))
+      continue;
+    std::string known;
+    for (const std::string &label : cuda::attentionAlgorithmLabels(forward))
+      known += label + ", ";
+    fail("unknown --" + flag.ArgStr.str() + " '" + flag + "' (" + known +
+         "auto)");
+  }
 }
 
 cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
@@ -93,13 +94,8 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
            (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
            " (this: " + arch + ")");
   cuda::EmitOptions emit;
-  emit.wgmmaAttention = attentionForward == "wgmma";
-  emit.wideAttentionForward = attentionForward == "mma128";
-  emit.rowPairAttentionForward = attentionForward == "mma2";
-  emit.atomicAttentionBackward =
-      attentionBackward == "atomic" || attentionBackward == "atomic128";
-  emit.wideAttentionBackward = attentionBackward == "atomic128";
-  emit.wgmmaAttentionBackward = attentionBackward == "wgmma";
+  cuda::selectAttentionAlgorithm(emit, true, attentionForward);
+  cuda::selectAttentionAlgorithm(emit, false, attentionBackward);
   emit.forwardVariants = attentionForward == "auto";
   emit.backwardVariants = attentionBackward == "auto";
   return emit;

@@ -243,34 +243,14 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
   const bool backward = kind == "flash_attention_grad" ||
                         kind == "flash_attention_qkv_grad";
   std::vector<std::pair<std::string, EmitOptions>> all;
-  auto add = [&](const char *label, auto set) {
+  if (!(forward && opts.forwardVariants) && !(backward && opts.backwardVariants))
+    return all;
+  for (const std::string &label : attentionAlgorithmLabels(forward)) {
+    if (label == "wgmma" && arch != "sm_90a")
+      continue;
     EmitOptions o = opts;
-    set(o);
+    selectAttentionAlgorithm(o, forward, label);
     all.push_back({label, o});
-  };
-  if (forward && opts.forwardVariants) {
-    auto none = [](EmitOptions &o) {
-      o.wgmmaAttention = o.wideAttentionForward = false;
-      o.rowPairAttentionForward = false;
-    };
-    add("mma", none);
-    add("mma128", [&](EmitOptions &o) { none(o), o.wideAttentionForward = true; });
-    add("mma2", [&](EmitOptions &o) { none(o), o.rowPairAttentionForward = true; });
-    if (arch == "sm_90a")
-      add("wgmma", [&](EmitOptions &o) { none(o), o.wgmmaAttention = true; });
-  }
-  if (backward && opts.backwardVariants) {
-    auto none = [](EmitOptions &o) {
-      o.atomicAttentionBackward = o.wideAttentionBackward = false;
-      o.wgmmaAttentionBackward = false;
-    };
-    add("split", none);
-    add("atomic", [&](EmitOptions &o) { none(o), o.atomicAttentionBackward = true; });
-    add("atomic128", [&](EmitOptions &o) {
-      none(o), o.atomicAttentionBackward = o.wideAttentionBackward = true;
-    });
-    if (arch == "sm_90a")
-      add("wgmma", [&](EmitOptions &o) { none(o), o.wgmmaAttentionBackward = true; });
   }
   return all;
 }
@@ -278,6 +258,31 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
 } // namespace
 
 using namespace detail;
+
+const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
+  static const std::vector<std::string> forwards = {"mma", "mma128", "mma2",
+                                                    "wgmma"};
+  static const std::vector<std::string> backwards = {"split", "atomic",
+                                                     "atomic128", "wgmma"};
+  return forward ? forwards : backwards;
+}
+
+bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
+                              const std::string &label) {
+  const std::vector<std::string> &labels = attentionAlgorithmLabels(forward);
+  if (std::find(labels.begin(), labels.end(), label) == labels.end())
+    return false;
+  if (forward) {
+    o.wideAttentionForward = label == "mma128";
+    o.rowPairAttentionForward = label == "mma2";
+    o.wgmmaAttention = label == "wgmma";
+  } else {
+    o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
+    o.wideAttentionBackward = label == "atomic128";
+    o.wgmmaAttentionBackward = label == "wgmma";
+  }
+  return true;
+}
 
 std::string kernelTemplate(const std::string &name) { return embedded(name); }
 

@@ -89,6 +89,18 @@ struct EmitOptions {
   bool capRegisters = true;
 };
 
+/// The bf16 attention algorithms of one direction by their flag values,
+/// the default first: forward mma, mma128, mma2, wgmma (sm_90a); backward
+/// split, atomic, atomic128, wgmma (sm_90a). --attention-forward and
+/// --attention-backward take these (and auto); --attention-*=auto emits
+/// them all.
+const std::vector<std::string> &attentionAlgorithmLabels(bool forward);
+
+/// Sets opts to emit `label`'s algorithm in that direction (clearing the
+/// other algorithms' options); false for a label it does not know.
+bool selectAttentionAlgorithm(EmitOptions &opts, bool forward,
+                              const std::string &label);
+
 /// Fills p.kernels (replacing what was there) and, for every launch but
 /// the GEMMs, its deviceKernel, grid, block and sharedBytes (dynamic shared
 /// memory: 0 but for the atomic attention backward), and its variants
