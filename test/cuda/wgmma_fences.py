@@ -9,8 +9,9 @@ CUDA compiler does not prevent either: it moves register writes across an
   1. A write to a batch's operand registers between its wgmma.fence and the
      wgmma.mma_async that reads them: the hardware need not see it (the
      forward attention's scores were zeroed after their fence once).
-  2. Any use of those registers by another instruction between the batch's
-     first wgmma.mma_async and the wgmma.wait_group that follows.
+  2. Any use of those registers by another instruction between the
+     wgmma.mma_async and the wgmma.wait_group that retires its commit group
+     (wait_group N leaves the N newest groups in flight).
 
 Prints one line per violation and exits 1; otherwise one summary line.
 
@@ -74,35 +75,42 @@ def check(text):
     fence = None          # line of the open batch's wgmma.fence
     written = {}          # register -> line, written since that fence
     late = {}             # register -> (write line, wgmma line), this batch
-    in_flight = {}        # register -> line of the wgmma.mma_async using it
-    used = {}             # register -> line, used while in flight
+    groups = [{}]         # register -> wgmma line: committed groups in
+                          # flight, oldest first, then the open one
+    used = {}             # register -> (line, wgmma line), used in flight
 
-    def close_batch():
+    def in_flight():
+        return {r: at for g in groups for r, at in g.items()}
+
+    def close_fence():
         if late:
             first = min(late.values())
             errors.append(
                 f"line {first[0]}: {len(late)} operand registers of the "
                 f"wgmma.mma_async at line {first[1]} ({min(late)}, ...) are "
                 f"written after the wgmma.fence at line {fence}")
+        late.clear()
+
+    def report_used():
         if used:
             first = min(used.values())
             reg = min(r for r in used if used[r] == first)
             errors.append(
-                f"line {first}: {len(used)} operand registers of the "
-                f"wgmma.mma_async at line {in_flight[reg]} ({reg}, ...) are "
+                f"line {first[0]}: {len(used)} operand registers of the "
+                f"wgmma.mma_async at line {first[1]} ({reg}, ...) are "
                 f"used before its wgmma.wait_group")
-        late.clear()
         used.clear()
 
     for line, stmt in statements(text):
         if stmt.startswith("."):  # a directive; a new function resets
             if re.search(r"\.(entry|func)\b", stmt):
-                close_batch()
-                fence, written, in_flight = None, {}, {}
+                close_fence()
+                report_used()
+                fence, written, groups = None, {}, [{}]
             continue
         op = GUARD.sub("", stmt).split(None, 1)[0]
         if op.startswith("wgmma.fence"):
-            close_batch()
+            close_fence()
             fence, written = line, {}
             batches += 1
         elif op.startswith("wgmma.mma_async"):
@@ -111,17 +119,27 @@ def check(text):
             for r in wgmma_operands(stmt):
                 if r in written:
                     late.setdefault(r, (written[r], line))
-                in_flight.setdefault(r, line)
+                groups[-1].setdefault(r, line)
+        elif op.startswith("wgmma.commit_group"):
+            if groups[-1]:
+                groups.append({})
         elif op.startswith("wgmma.wait_group"):
-            close_batch()
-            in_flight, fence, written = {}, None, {}
+            close_fence()
+            report_used()
+            n = int(re.search(r"(\d+)\s*$", stmt).group(1))
+            committed = groups[:-1]
+            groups = committed[max(0, len(committed) - n):] if n else []
+            groups.append({})
+            fence, written = None, {}
         elif not op.startswith("wgmma."):
-            for r in set(REGISTER.findall(stmt)) & in_flight.keys():
-                used.setdefault(r, line)
+            flying = in_flight()
+            for r in set(REGISTER.findall(stmt)) & flying.keys():
+                used.setdefault(r, (line, flying[r]))
             if fence is not None:
                 for r in destinations(stmt):
                     written.setdefault(r, line)
-    close_batch()
+    close_fence()
+    report_used()
     return batches, errors
 
 

@@ -552,6 +552,7 @@ static bool release(int first, int count, State s) {
     if (threads[t].state == s) threads[t].state = Running;
   return true;
 }
+static void wgmmaAtExit(int n);
 static void runBlock(int n) {
   threads.assign(n, Thread());
   std::memset(orSlots, 0, sizeof orSlots);
@@ -579,6 +580,7 @@ static void runBlock(int n) {
         std::fprintf(stderr, "emulated block deadlocked\n");
         std::abort();
       }
+    wgmmaAtExit(n);
     return;
   }
 }
@@ -839,11 +841,19 @@ EMU_UNCHECKED inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
 /// device decodes the descriptor: start address, LBO and SBO in 16-byte
 /// units, no swizzling, element (n, k) at (n%8)·16 + (n/8)·SBO + (k%8)·2 +
 /// (k/8)·LBO bytes K-major, (n%8)·2 + (n/8)·SBO + (k%8)·16 + (k/8)·LBO
-/// N-major. The products land at once; the rules that make that safe on a
-/// GPU are checked instead: a wgmma.fence before each batch, the reads of
-/// B ordered after its writers' fence.proxy.async and a barrier (race
-/// checker), and no accumulator use before wgmma.wait_group (the kernels
-/// wait for 0 right after committing, which is what is emulated).
+/// N-major.
+///
+/// Asynchronous, as late as the ISA allows: a product lands when the
+/// thread's wgmma.wait_group retires its commit group, B read from shared
+/// memory then (so a tile overwritten while the product is in flight gives
+/// other numbers). Its accumulators hold a NaN meanwhile (a read of them in
+/// flight poisons the results), and a write to them is reported. The A
+/// fragments are taken at issue; ptxas keeps their registers until the
+/// wait, and test/cuda/wgmma_fences.py checks that nothing else uses them.
+/// Also checked: a wgmma.fence before each batch, naming its operands; the
+/// reads of B ordered after its writers' fence.proxy.async and a barrier
+/// (race checker, at issue); groups committed before a wait; none in
+/// flight when the thread ends.
 static u32 wgA[1024][4];
 static unsigned long long wgB[1024];
 static bool wgFenced[1024];
@@ -873,6 +883,35 @@ struct WgFencedPair {
   }
 };
 static WgFencedPair wgFencedPairs[1024][2];
+/// One wgmma in flight, as this thread's share of it: the A values its
+/// accumulators need (rows lane/4 and lane/4 + 8 of its warp, k 0..15),
+/// where B lies, and the commit group it belongs to.
+struct WgInFlight {
+  float *d;
+  int nt;
+  bool transB;
+  float a[2][16];
+  u32 address, lbo, sbo;
+  long long group;
+};
+/// Accumulators in flight: their value as the products land (the
+/// registers themselves hold kWgPoison until the last one has).
+struct WgAccumulators {
+  float *d;
+  int floats, inFlight;
+  float value[32];
+};
+constexpr u32 kWgPoison = 0x7fcadbadu; // a quiet NaN
+struct WgThread {
+  std::vector<WgInFlight> ops;
+  std::vector<WgAccumulators> accs;
+  long long committed = 0; // commit groups so far
+};
+static WgThread wgThreads[1024];
+EMU_UNCHECKED inline void wgmmaFenceCheck(int me) {
+  if (!wgFenced[me])
+    emu::race::misuse("wgmma with no wgmma.fence since the last wait");
+}
 template <int N, int K>
 EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4]) {
   int me = emu::current;
@@ -888,14 +927,73 @@ EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
   wgFencedPairs[me][0] = {d, a, a + K};
   wgFencedPairs[me][1] = {d2, a2, a2 + K2};
 }
-EMU_UNCHECKED inline void wgmmaCommit() { wgUncommitted[emu::current] = 0; }
+EMU_UNCHECKED inline void wgmmaCommit() {
+  int me = emu::current;
+  if (wgUncommitted[me]) ++wgThreads[me].committed;
+  wgUncommitted[me] = 0;
+}
+/// Lands one product in its accumulators' running value.
+EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
+  const int lane = emu::current & 31;
+  auto offset = [&](int n, int k) {
+    return op.transB ? u32((n % 8) * 2 + (n / 8) * op.sbo + (k % 8) * 16 + (k / 8) * op.lbo)
+                     : u32((n % 8) * 16 + (n / 8) * op.sbo + (k % 8) * 2 + (k / 8) * op.lbo);
+  };
+  WgAccumulators *acc = nullptr;
+  for (WgAccumulators &x : t.accs)
+    if (x.d == op.d) acc = &x;
+  for (int j = 0; j < op.nt; ++j)
+    for (int e = 0; e < 4; ++e) {
+      int n = 8 * j + 2 * (lane % 4) + e % 2;
+      float sum = 0.0f;
+      for (int k = 0; k < 16; ++k) {
+        unsigned short bv;
+        std::memcpy(&bv, sharedPointer(op.address + offset(n, k)), 2);
+        sum += op.a[e / 2][k] * toFloat(bf16{bv});
+      }
+      acc->value[4 * j + e] += sum;
+    }
+  if (--acc->inFlight) return;
+  for (int i = 0; i < acc->floats; ++i) {
+    u32 bits;
+    std::memcpy(&bits, op.d + i, 4);
+    if (bits != kWgPoison)
+      emu::race::misuse("accumulators written while a wgmma on them is in flight");
+  }
+  std::memcpy(op.d, acc->value, 4 * acc->floats);
+  *acc = t.accs.back();
+  t.accs.pop_back();
+}
 template <int N> EMU_UNCHECKED inline void wgmmaWait() {
-  static_assert(N == 0, "the emulation lands products at once: wait for 0");
+  static_assert(N >= 0, "a count of commit groups");
+  emu::race::Busy guard; // the checker need not see the bookkeeping
   int me = emu::current;
   if (wgUncommitted[me])
     emu::race::misuse("wgmma.wait_group with wgmma not committed");
-  wgFenced[me] = false; // the accumulators are the thread's again
+  wgFenced[me] = false; // the next batch needs its own fence
+  WgThread &t = wgThreads[me];
+  const long long done = t.committed - N; // groups [0, done) land
+  size_t landed = 0;
+  while (landed < t.ops.size() && t.ops[landed].group < done)
+    wgmmaLand(t, t.ops[landed++]);
+  t.ops.erase(t.ops.begin(), t.ops.begin() + landed);
 }
+namespace emu {
+/// At the end of a block: a thread that left with a wgmma in flight.
+EMU_UNCHECKED static void wgmmaAtExit(int n) {
+  race::Busy guard;
+  for (int me = 0; me < n; ++me) {
+    WgThread &t = wgThreads[me];
+    if (!t.ops.empty() || wgUncommitted[me]) {
+      current = me;
+      race::misuse("thread ends with a wgmma in flight");
+    }
+    t = WgThread();
+    wgUncommitted[me] = 0;
+    wgFenced[me] = false;
+  }
+}
+} // namespace emu
 template <int N, typename T> inline void wgmmaFenceOperands(T (&)[N][4]) {}
 inline void fenceProxyAsync() { emu::race::fenceProxy(); }
 template <bool kTransB, int NT>
@@ -904,10 +1002,9 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
   int me = emu::current, first = me & ~127, lane = me & 31, warp = me / 32 % 4;
   if (emu::threads.size() % 128)
     emu::race::misuse("wgmma in a block that is not whole warpgroups");
-  if (!wgFenced[me])
-    emu::race::misuse("wgmma with no wgmma.fence since the last wait");
-  else if (!wgFencedPairs[me][0].names(d, &a) &&
-           !wgFencedPairs[me][1].names(d, &a))
+  wgmmaFenceCheck(me);
+  if (wgFenced[me] && !wgFencedPairs[me][0].names(d, &a) &&
+      !wgFencedPairs[me][1].names(d, &a))
     emu::race::misuse("wgmma on operands its wgmma.fence did not name");
   ++wgUncommitted[me];
   for (int i = 0; i < 4; ++i) wgA[me][i] = a[i];
@@ -920,10 +1017,17 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
   for (int i = 1; i <= 16 && i <= wgNext[me] && !known; ++i)
     if (const WgDescriptor &r = wgRecent[me][(wgNext[me] - i) % 16]; r.desc == desc)
       address = r.address, known = true;
-  const u32 lbo = u32(desc >> 16 & 0x3fff) << 4, sbo = u32(desc >> 32 & 0x3fff) << 4;
+  WgInFlight op;
+  op.d = &d[0][0];
+  op.nt = NT;
+  op.transB = kTransB;
+  op.lbo = u32(desc >> 16 & 0x3fff) << 4;
+  op.sbo = u32(desc >> 32 & 0x3fff) << 4;
+  op.address = address;
+  op.group = wgThreads[me].committed;
   auto offset = [&](int n, int k) {
-    return kTransB ? u32((n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo)
-                   : u32((n % 8) * 16 + (n / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo);
+    return kTransB ? u32((n % 8) * 2 + (n / 8) * op.sbo + (k % 8) * 16 + (k / 8) * op.lbo)
+                   : u32((n % 8) * 16 + (n / 8) * op.sbo + (k % 8) * 2 + (k / 8) * op.lbo);
   };
   if (!known)
     emu::race::misuse("wgmma descriptor not made by wgmmaDescriptor");
@@ -948,18 +1052,29 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
         emu::race::access(p, 2, false, false, /*byWgmma=*/true);
       }
   }
-  for (int j = 0; j < NT; ++j)
-    for (int e = 0; e < 4; ++e) {
-      int rl = lane / 4 + 8 * (e / 2), n = 8 * j + 2 * (lane % 4) + e % 2;
-      float sum = 0.0f;
-      for (int k = 0; k < 16; ++k) {
-        float av = half(wgA[first + 32 * warp + (rl % 8) * 4 + (k % 8) / 2][rl / 8 + 2 * (k / 8)], k % 2);
-        unsigned short bv;
-        std::memcpy(&bv, sharedPointer(address + offset(n, k)), 2);
-        sum += av * toFloat(bf16{bv});
-      }
-      d[j][e] += sum;
+  if (!known) op.nt = 0; // nothing to land
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) {
+      int rl = lane / 4 + 8 * h;
+      op.a[h][k] = half(wgA[first + 32 * warp + (rl % 8) * 4 + (k % 8) / 2][rl / 8 + 2 * (k / 8)], k % 2);
     }
+  // The accumulators' value so far moves aside, and the registers hold
+  // the poison until the last product on them lands.
+  {
+  emu::race::Busy guard;
+  WgThread &t = wgThreads[me];
+  WgAccumulators *acc = nullptr;
+  for (WgAccumulators &x : t.accs)
+    if (x.d == op.d) acc = &x;
+  if (!acc) {
+    t.accs.push_back({op.d, 4 * NT, 0, {}});
+    acc = &t.accs.back();
+    std::memcpy(acc->value, op.d, 4 * 4 * NT);
+    for (int i = 0; i < 4 * NT; ++i) std::memcpy(op.d + i, &kWgPoison, 4);
+  }
+  ++acc->inFlight;
+  t.ops.push_back(op);
+  }
   emu::wait(emu::AtWarpgroupBarrier);
 }
 

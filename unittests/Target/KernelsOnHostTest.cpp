@@ -1304,6 +1304,62 @@ int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
   return removed;
 }
 
+/// Raises each `wgmmaWait<N>();` of function `fn` of kernel `k` to N + 1,
+/// one at a time, and expects the run to notice: a product that is still in
+/// flight when its accumulators are read leaves the emulation's poison (a
+/// NaN) in them, so some output differs from the unmutated run's, or a
+/// misuse is reported. Returns how many waits were raised; `spared` lists
+/// those (by index in source order) not expected to be caught, with why.
+int expectEachWaitNeeded(const rt::Program &p, size_t k, const std::string &fn,
+                         HostTarget target,
+                         const std::map<int, std::string> &spared = {}) {
+  HostKernels whole(p, target);
+  EXPECT_TRUE(whole.ok()) << whole.error;
+  if (!whole.ok())
+    return 0;
+  rt::Program base = p;
+  const std::vector<exec::HostTensor> want = runOnRandomData(base, whole, 7);
+  const std::string source = p.kernels[k].source;
+  auto [from, to] = functionSpan(source, fn);
+  EXPECT_NE(from, std::string::npos) << fn;
+  const std::string wait = "wgmmaWait<";
+  int raised = 0;
+  for (size_t at = source.find(wait, from); at < to;
+       at = source.find(wait, at + 1), ++raised) {
+    const size_t digit = at + wait.size();
+    const int n = source[digit] - '0';
+    if (spared.count(raised))
+      continue;
+    rt::Program mutated = p;
+    mutated.kernels[k].source = source.substr(0, digit) +
+                                std::to_string(n + 1) +
+                                source.substr(digit + 1);
+    HostKernels kernels(mutated, target);
+    EXPECT_TRUE(kernels.ok()) << kernels.error;
+    if (!kernels.ok())
+      return raised;
+    size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
+    try {
+      const std::vector<exec::HostTensor> got =
+          runOnRandomData(mutated, kernels, 7);
+      bool differs = false;
+      for (size_t i = 0; i < got.size() && !differs; ++i)
+        for (size_t j = 0; j < got[i].f32.size() && !differs; ++j)
+          differs = !(got[i].f32[j] == want[i].f32[j]);
+      EXPECT_TRUE(differs) << p.kernels[k].name << ": wgmmaWait<" << n
+                           << "> at line " << line << " raised by one, and "
+                           << "every output is the same";
+    } catch (const std::runtime_error &e) {
+      EXPECT_NE(std::string(e.what()).find("wgmma"), std::string::npos)
+          << "wgmmaWait<" << n << "> at line " << line << ": " << e.what();
+    }
+  }
+  EXPECT_EQ(size_t(std::count_if(spared.begin(), spared.end(),
+                                 [&](const auto &s) { return s.first < raised; })),
+            spared.size());
+  return raised;
+}
+
 } // namespace
 
 // The race check (HostKernels.cpp) sees what the emulation, one thread
@@ -1460,6 +1516,8 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
                              "operands its wgmma.fence did not name", sm90a,
                              "wgmmaFence(acc, qa);"),
             1);
+  // Each wait lands what is read next (the scores, then the output).
+  EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionForwardWgmma", sm90a), 2);
   // And with all of them: no report.
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -1508,6 +1566,36 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   runOnRandomData(p, kernels, 7);
+}
+
+// The emulation lands a wgmma's products when wgmma.wait_group retires its
+// group, not at once: waiting for one group fewer than the backward does
+// is seen wherever the products would then be read in flight. Two waits
+// are not needed for that, and are spared:
+//   #0, the first half's dv and dk, waited for after the second half's
+//   fragment loads: the second half's wait<1> would land them. Left in
+//   flight across the second half's scores, they want more registers than
+//   3 blocks an SM leave, and ptxas then serializes every wgmma (C7512;
+//   test/cuda/wgmma-fences.test checks that it does not);
+//   #3, the second half's dv and dk, before the barrier: the dq product's
+//   wait<0> would land them. The barrier after it frees q's and dout's
+//   tiles for the next copies, for every warp whatever order their waits
+//   return in; the emulation runs warps in one order and cannot see that.
+TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
+  Builder b;
+  rt::Program &p =
+      packedAttentionForRaces(b, HostTarget::Sm90a, AttentionBackward::Wgmma);
+  size_t k = 0;
+  while (k < p.kernels.size() &&
+         p.kernels[k].source.find("\n  attentionBackwardTensorCores<") ==
+             std::string::npos)
+    ++k;
+  ASSERT_LT(k, p.kernels.size());
+  EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionBackwardWgmma",
+                                 HostTarget::Sm90a,
+                                 {{0, "lands under the next wait<1>"},
+                                  {3, "lands under the dq product's wait"}}),
+            5);
 }
 
 namespace {

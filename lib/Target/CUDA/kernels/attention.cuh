@@ -1290,7 +1290,10 @@ template <int D> struct WgmmaBackwardShared {
 /// ldmatrix.trans of dSᵀ in shared memory, added to dqSum with atomics, and
 /// the last block of a query tile writes its dq (as the atomic kernel
 /// does). k and v fragments are loaded again for each half: held across
-/// the loop, they are what ptxas gave the forward's q (see above).
+/// the loop, they are what ptxas gave the forward's q (see above). P is
+/// computed while dPᵀ's products run, and the first half's dv and dk
+/// while the second half's fragments load; at 3 blocks an SM there are
+/// not the registers to overlap more (docs/cuda-kernels.md).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
           typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
@@ -1350,22 +1353,28 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
         loadMatrices(ka[kc], sm.k.block(warp * 16, kc * 16));
         loadMatrices(va[kc], sm.v.block(warp * 16, kc * 16));
       }
+      if (half == 1) { // the first half's dv and dk, under those loads
+        wgmmaWait<0>();
+        wgmmaFenceOperands(accV);
+        wgmmaFenceOperands(accK);
+      }
       // Rows keys (16 warp + g, + 8), columns queries 32 half + 8nt + 2tq
       // (+ 1) of the tile.
       float p[4][4], ds[4][4];
       zero(p);
       zero(ds);
+      // Sᵀ and dPᵀ are two groups: P is computed while dPᵀ's products run.
       wgmmaFence(p, ka, ds, va);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
         wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
+      wgmmaCommit();
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
         wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
       wgmmaCommit();
-      wgmmaWait<0>();
+      wgmmaWait<1>();
       wgmmaFenceOperands(p);
-      wgmmaFenceOperands(ds);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -1375,6 +1384,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
         }
       if (diagonal)
         maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
+      wgmmaWait<0>();
+      wgmmaFenceOperands(ds);
       // dSᵀ, and to shared memory as bf16 for the dq product.
       unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
       unsigned short *hi = lo + 8 * Tile<64>::kStride;
@@ -1404,9 +1415,11 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
       for (int kc = 0; kc < 2; ++kc)
         wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
       wgmmaCommit();
-      wgmmaWait<0>();
-      wgmmaFenceOperands(accV);
-      wgmmaFenceOperands(accK);
+      if (half == 1) {
+        wgmmaWait<0>();
+        wgmmaFenceOperands(accV);
+        wgmmaFenceOperands(accK);
+      }
     }
     __syncthreads(); // dSᵀ is whole; q[buf] and dout[buf] are free
     // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,

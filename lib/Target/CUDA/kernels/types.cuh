@@ -259,8 +259,11 @@ template <int N> __device__ __forceinline__ void waitCopies() {
 // mma.m16n8k16's A fragment), by a 16 x N B that the instruction reads
 // from shared memory itself, through a descriptor. D is float32, each
 // warp's 16 rows laid out as N/8 mma.m16n8k16 C fragments. Asynchronous:
-// wgmmaFence(d, a) before a batch, then wgmmaCommit() and wgmmaWait<0>(),
-// then wgmmaFenceOperands(d); shared memory written by the threads
+// wgmmaFence(d, a) before a batch, then wgmmaCommit() (a batch may be
+// several commit groups) and wgmmaWait<N>(), which leaves the N newest
+// groups in flight, then wgmmaFenceOperands(d) for the registers of those
+// it landed; until then no other instruction may read or write a group's
+// accumulators or A fragments. Shared memory written by the threads
 // (st.shared, cp.async) is seen by wgmma after fenceProxyAsync() and a
 // barrier.
 
