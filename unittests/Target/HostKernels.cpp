@@ -994,6 +994,23 @@ EMU_UNCHECKED static void wgmmaAtExit(int n) {
   }
 }
 } // namespace emu
+/// Puts `op` in flight: its accumulators' value so far moves aside, and
+/// the registers hold the poison until the last product on them lands.
+EMU_UNCHECKED inline void wgmmaInFlight(const WgInFlight &op) {
+  emu::race::Busy guard; // the checker need not see the bookkeeping
+  WgThread &t = wgThreads[emu::current];
+  WgAccumulators *acc = nullptr;
+  for (WgAccumulators &x : t.accs)
+    if (x.d == op.d) acc = &x;
+  if (!acc) {
+    t.accs.push_back({op.d, 4 * op.nt, 0, {}});
+    acc = &t.accs.back();
+    std::memcpy(acc->value, op.d, 4 * acc->floats);
+    for (int i = 0; i < acc->floats; ++i) std::memcpy(op.d + i, &kWgPoison, 4);
+  }
+  ++acc->inFlight;
+  t.ops.push_back(op);
+}
 template <int N, typename T> inline void wgmmaFenceOperands(T (&)[N][4]) {}
 inline void fenceProxyAsync() { emu::race::fenceProxy(); }
 template <bool kTransB, int NT>
@@ -1058,23 +1075,7 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
       int rl = lane / 4 + 8 * h;
       op.a[h][k] = half(wgA[first + 32 * warp + (rl % 8) * 4 + (k % 8) / 2][rl / 8 + 2 * (k / 8)], k % 2);
     }
-  // The accumulators' value so far moves aside, and the registers hold
-  // the poison until the last product on them lands.
-  {
-  emu::race::Busy guard;
-  WgThread &t = wgThreads[me];
-  WgAccumulators *acc = nullptr;
-  for (WgAccumulators &x : t.accs)
-    if (x.d == op.d) acc = &x;
-  if (!acc) {
-    t.accs.push_back({op.d, 4 * NT, 0, {}});
-    acc = &t.accs.back();
-    std::memcpy(acc->value, op.d, 4 * 4 * NT);
-    for (int i = 0; i < 4 * NT; ++i) std::memcpy(op.d + i, &kWgPoison, 4);
-  }
-  ++acc->inFlight;
-  t.ops.push_back(op);
-  }
+  wgmmaInFlight(op);
   emu::wait(emu::AtWarpgroupBarrier);
 }
 
