@@ -83,6 +83,10 @@ if ! ldconfig -p | grep -q 'libcublasLt.so.13' &&
   [[ -n $lt ]] && export GPTC_CUBLASLT=$lt
 fi
 export GPTC_CACHE_DIR=${GPTC_CACHE_DIR:-/tmp/gptc-cache}
+# Every load times its kernel variants afresh: a choice an earlier step
+# kept in the cache would leave a step's "timed at load" line an old one.
+# (A step that sets GPTC_VARIANT itself pins its labels instead.)
+export GPTC_VARIANT=${GPTC_VARIANT:-time}
 
 # A compiled training program runs with the bundled libraries (a command,
 # not a function, so that timeout can run it).

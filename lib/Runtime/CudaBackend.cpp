@@ -19,7 +19,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Runtime/CudaBackend.h"
+#include "gptc/Formats/AtomicFile.h"
 #include "gptc/Runtime/NVRTC.h"
+#include "gptc/Support/Sha256.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,11 +29,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sys/stat.h>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -296,7 +300,7 @@ public:
         std::string label(rest.substr(0, comma));
         if (label.empty())
           throw DeviceError(std::string("GPTC_VARIANT=") + v +
-                            ": expected labels separated by commas (or own)");
+                            ": expected labels separated by commas (or own, or time)");
         forcedVariants.push_back(label);
         rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
       }
@@ -1401,8 +1405,93 @@ void CudaBackendImpl::tune() {
 // candidate's results are those of its warm-up run, from the same operands
 // (inputs a launch writes over are put back before each candidate). One
 // stderr line a set of candidates shows each one's time and the choice.
+// The choice is kept in the kernel cache (variantChoiceFile), and the next
+// run on the same kind of GPU takes it untimed, unless GPTC_VARIANT has
+// "time".
 /// GPTC_VARIANT's word for every launch's own kernel, whatever its label.
 constexpr const char *kOwnKernels = "own";
+/// GPTC_VARIANT's word for timing again what an earlier run chose.
+constexpr const char *kTimeAgain = "time";
+
+namespace {
+
+/// Where the choice among a set of candidates is kept between runs, so that
+/// the next run of the program on this kind of GPU runs the same kernels
+/// (the same bits, run to run and across a resume) without timing them:
+/// kernelCacheDir()/variants/KEY, KEY the SHA-256 of the device (name and
+/// arch) and the candidates (label, kernel name and source, grid, block,
+/// dynamic shared bytes). "" when there is no cache directory.
+std::string variantChoiceFile(const std::string &deviceName,
+                              const std::string &deviceArch,
+                              const Program &prog,
+                              const std::vector<LaunchVariant> &candidates) {
+  const std::string dir = kernelCacheDir();
+  if (dir.empty())
+    return {};
+  // Fields are separated by NUL so no two different sets hash alike.
+  Sha256 h;
+  auto field = [&](const std::string &s) { h.update(s.c_str(), s.size() + 1); };
+  field("gptc kernel variants 1");
+  field(deviceName);
+  field(deviceArch);
+  for (const LaunchVariant &c : candidates) {
+    const DeviceKernel &k = prog.kernels[c.deviceKernel];
+    char shape[96];
+    std::snprintf(shape, sizeof shape, "(%u,%u,%u) (%u,%u,%u) %u", c.grid[0],
+                  c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2],
+                  c.sharedBytes);
+    for (const std::string *f : {&c.label, &k.name, &k.source})
+      field(*f);
+    field(shape);
+  }
+  static const char *hex = "0123456789abcdef";
+  std::string key;
+  for (uint8_t byte : h.digest()) {
+    key += hex[byte >> 4];
+    key += hex[byte & 15];
+  }
+  return dir + "/variants/" + key;
+}
+
+/// The kept choice: its label (the file's first line) and the times it was
+/// chosen by (the second); false when there is none, or it names no
+/// candidate (a file not written by saveVariantChoice).
+bool readVariantChoice(const std::string &path,
+                       const std::vector<LaunchVariant> &candidates,
+                       size_t &chosen, std::string &times) {
+  std::ifstream in(path);
+  std::string label, line;
+  if (path.empty() || !in || !std::getline(in, label) ||
+      !std::getline(in, line))
+    return false;
+  for (chosen = 0; chosen < candidates.size(); ++chosen)
+    if (candidates[chosen].label == label) {
+      times = line;
+      return true;
+    }
+  return false;
+}
+
+/// Keeps a choice for the next run; a cache that cannot be written is no
+/// error, only slower.
+void saveVariantChoice(const std::string &path, const std::string &label,
+                       const std::string &times) {
+  if (path.empty())
+    return;
+  try {
+    const std::string dir = path.substr(0, path.rfind('/'));
+    for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
+      ::mkdir(dir.substr(0, at).c_str(), 0777);
+      if (at == std::string::npos)
+        break;
+    }
+    const std::string text = label + "\n" + times + "\n";
+    writeFileAtomically(path, text.data(), text.size());
+  } catch (const std::exception &) {
+  }
+}
+
+} // namespace
 
 void CudaBackendImpl::timeVariants() {
   std::set<std::string> labels; // every candidate's, for the error
@@ -1411,8 +1500,10 @@ void CudaBackendImpl::timeVariants() {
       if (!l.variants.empty())
         for (const LaunchVariant &c : launchCandidates(l))
           labels.insert(c.label);
+  const bool timeAgain = std::find(forcedVariants.begin(), forcedVariants.end(),
+                                   kTimeAgain) != forcedVariants.end();
   for (const std::string &forced : forcedVariants)
-    if (forced != kOwnKernels && !labels.count(forced)) {
+    if (forced != kOwnKernels && forced != kTimeAgain && !labels.count(forced)) {
       std::string known;
       for (const std::string &label : labels)
         known += (known.empty() ? "" : ", ") + label;
@@ -1438,6 +1529,7 @@ void CudaBackendImpl::timeVariants() {
     LaunchVariant best;
     int launches = 0;
     std::string times; // "split 1.089 ms, atomic 0.812 ms"; "": forced
+    bool kept = false; // an earlier run's choice, not timed now
   };
   // "grads launch 7: flash_attention_qkv_grad (its kernel, atomic) at loc"
   auto labelOf = [&](const Function &f, size_t i, const LaunchVariant &c) {
@@ -1499,9 +1591,19 @@ void CudaBackendImpl::timeVariants() {
       auto [it, added] = byCandidates.try_emplace(k);
       Timed &t = it->second;
       const int forced = added ? forcedOf(candidates) : -1;
+      const std::string choiceFile =
+          added && forced < 0
+              ? variantChoiceFile(deviceName, deviceArch, *prog, candidates)
+              : std::string();
+      size_t kept = 0;
       if (forced >= 0) {
         order.push_back(k);
         t.best = candidates[forced];
+      } else if (added && !timeAgain &&
+                 readVariantChoice(choiceFile, candidates, kept, t.times)) {
+        order.push_back(k);
+        t.best = candidates[kept];
+        t.kept = true;
       } else if (added) {
         order.push_back(k);
         double bestMs = -1;
@@ -1543,6 +1645,7 @@ void CudaBackendImpl::timeVariants() {
             t.best = c;
           }
         }
+        saveVariantChoice(choiceFile, t.best.label, t.times);
       }
       ++t.launches;
       pl.fn = entries[t.best.deviceKernel];
@@ -1566,8 +1669,11 @@ void CudaBackendImpl::timeVariants() {
       continue;
     }
     std::fprintf(stderr,
-                 "gptc: kernel variants timed at load for %d launch%s: %s; "
+                 "gptc: kernel variants timed at load%s for %d launch%s: %s; "
                  "%s (%s) runs\n",
+                 t.kept ? " of an earlier run (kept in the cache; "
+                          "GPTC_VARIANT=time times them again)"
+                        : "",
                  t.launches, t.launches == 1 ? "" : "es", t.times.c_str(),
                  t.best.label.c_str(),
                  prog->kernels[t.best.deviceKernel].name.c_str());

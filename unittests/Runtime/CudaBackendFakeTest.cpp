@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -62,7 +64,31 @@ std::unique_ptr<CudaBackend> fakeBackendWith(const char *name,
   return b;
 }
 
+/// A fresh GPTC_CACHE_DIR for one test, removed after it: the kernel
+/// variant choices one test's loads keep must not decide another's.
+struct FreshCacheDir {
+  std::string path, was;
+  bool wasSet;
+  FreshCacheDir() {
+    const char *old = std::getenv("GPTC_CACHE_DIR");
+    wasSet = old != nullptr;
+    was = old ? old : "";
+    char name[] = "/tmp/gptc-fake-cache-XXXXXX";
+    path = mkdtemp(name) ? name : "/nonexistent/gptc-fake-cache";
+    setenv("GPTC_CACHE_DIR", path.c_str(), 1);
+  }
+  ~FreshCacheDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+    if (wasSet)
+      setenv("GPTC_CACHE_DIR", was.c_str(), 1);
+    else
+      unsetenv("GPTC_CACHE_DIR");
+  }
+};
+
 #define REQUIRE_FAKE(b)                                                        \
+  FreshCacheDir freshCacheDir_##b;                                             \
   auto b = fakeBackend();                                                      \
   if (!b)                                                                      \
     GTEST_SKIP() << "the fake driver did not load";              \
@@ -383,6 +409,64 @@ TEST(CudaBackendFake, AVariantThatComputesSomethingElseIsNotUsed) {
                  "0.100 ms, atomic 0.070 ms, wgmma 0.040 ms (result 0 not "
                  "finite where its own kernel's is: not used); atomic "
                  "(k_gelu_atomic) runs\n");
+}
+
+// The choice among a set of candidates is kept in the kernel cache: the
+// next load of the program on the same kind of GPU runs it untimed, and
+// says so with the times it was chosen by, however the kernels would time
+// now; GPTC_VARIANT=time times them again and keeps the new choice; a kept
+// file that names no candidate is timed over.
+TEST(CudaBackendFake, AVariantChoiceIsKeptForTheNextRun) {
+  REQUIRE_FAKE(b);
+  Program p = programWithVariants();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  const std::string timedAtomic =
+      "gptc: kernel variants timed at load for 2 launches: split 0.100 ms, "
+      "atomic 0.040 ms, wgmma 0.070 ms; atomic (k_gelu_atomic) runs\n";
+  const std::string timedWgmma =
+      "gptc: kernel variants timed at load for 2 launches: split 0.100 ms, "
+      "atomic 0.080 ms, wgmma 0.020 ms; wgmma (k_gelu_wgmma) runs\n";
+  const std::string kept =
+      "gptc: kernel variants timed at load of an earlier run (kept in the "
+      "cache; GPTC_VARIANT=time times them again) for 2 launches: ";
+  auto load = [&](const char *variant) {
+    if (variant)
+      setenv("GPTC_VARIANT", variant, 1);
+    auto fresh = fakeBackend();
+    unsetenv("GPTC_VARIANT");
+    testing::internal::CaptureStderr();
+    fresh->load(p);
+    return testing::internal::GetCapturedStderr();
+  };
+  kernelMs("k_gelu", 0.5f);
+  kernelMs("k_gelu_atomic", 0.2f);
+  kernelMs("k_gelu_wgmma", 0.35f);
+  EXPECT_EQ(load(nullptr), timedAtomic);
+  // wgmma is the fastest now, but the kept choice runs, untimed.
+  kernelMs("k_gelu_atomic", 0.4f);
+  kernelMs("k_gelu_wgmma", 0.1f);
+  int before = launches();
+  EXPECT_EQ(load(nullptr), kept + "split 0.100 ms, atomic 0.040 ms, wgmma "
+                                  "0.070 ms; atomic (k_gelu_atomic) runs\n");
+  EXPECT_EQ(launches(), before);
+  EXPECT_EQ(load("time"), timedWgmma);
+  EXPECT_EQ(load(nullptr), kept + "split 0.100 ms, atomic 0.080 ms, wgmma "
+                                  "0.020 ms; wgmma (k_gelu_wgmma) runs\n");
+  // A label no candidate has (another build's file): timed again.
+  const std::filesystem::path dir =
+      std::filesystem::path(std::getenv("GPTC_CACHE_DIR")) / "variants";
+  size_t files = 0;
+  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
+    std::ofstream(entry.path()) << "mma3\nsplit 1.000 ms\n";
+    ++files;
+  }
+  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(load(nullptr), timedWgmma);
+  // Another GPU (or another build of the kernels) is another set: timed.
+  p.kernels[2].source += "\n// changed";
+  EXPECT_EQ(load(nullptr), timedWgmma);
+  kernelMs(nullptr, 0);
 }
 
 // A launch that writes over its input (the cross entropy's gradient over
@@ -919,7 +1003,7 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
-          "(or own)"}}) {
+          "(or own, or time)"}}) {
     setenv(name, value, 1);
     try {
       createCudaBackend();

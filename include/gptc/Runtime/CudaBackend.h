@@ -40,14 +40,18 @@
 // set of candidates timed at load, five runs each after a warm-up, and runs
 // the fastest of those whose results agree with the launch's own kernel's
 // (within 2% of the largest); one stderr line a set gives every time and
-// the choice.
+// the choice. The choice is kept in the kernel cache directory
+// (kernelCacheDir()/variants, one file a set of candidates on a kind of
+// GPU), and later runs take it untimed, so that they run the same kernels,
+// with the same bits; their line says so.
 //   GPTC_VARIANT=L[,L...]  run the candidate labelled L instead, untimed,
 //                      wherever a launch has one (the first L listed that
 //                      it has; e.g. GPTC_VARIANT=split,mma for the default
 //                      kernels, reproducible run to run; capped or
 //                      uncapped for a spilling kernel; own: each launch's
-//                      own kernel, whatever its label); a label no launch
-//                      has is an error that lists the program's
+//                      own kernel, whatever its label; time: time the
+//                      candidates again and keep the new choice); a label
+//                      no launch has is an error that lists the program's
 //
 //===----------------------------------------------------------------------===//
 
