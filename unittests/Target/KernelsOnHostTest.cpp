@@ -1271,6 +1271,26 @@ rt::Program &packedAttentionForRaces(
   return emitForHost(b.p, target, backward);
 }
 
+/// Runs `check` on `p` with kernel `k`'s source [at, at + length) replaced
+/// by `replacement`, compiled for the host (with the line of `at`); false
+/// (and a failure) if it does not compile.
+bool withMutation(
+    const rt::Program &p, size_t k, size_t at, size_t length,
+    const std::string &replacement, HostTarget target,
+    const std::function<void(rt::Program &, HostKernels &, size_t)> &check) {
+  const std::string &source = p.kernels[k].source;
+  rt::Program mutated = p;
+  mutated.kernels[k].source =
+      source.substr(0, at) + replacement + source.substr(at + length);
+  HostKernels kernels(mutated, target);
+  EXPECT_TRUE(kernels.ok()) << kernels.error;
+  if (!kernels.ok())
+    return false;
+  check(mutated, kernels,
+        std::count(source.begin(), source.begin() + at, '\n') + 1);
+  return true;
+}
+
 /// Takes each `statement` out of function `fn` of kernel `k`, one at a
 /// time, and expects the run to report `message`; returns how many.
 int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
@@ -1282,23 +1302,21 @@ int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
   int removed = 0;
   for (size_t at = source.find(statement, from); at < to;
        at = source.find(statement, at + 1)) {
-    rt::Program mutated = p;
-    mutated.kernels[k].source =
-        source.substr(0, at) + replacement + source.substr(at + statement.size());
-    HostKernels kernels(mutated, target);
-    EXPECT_TRUE(kernels.ok()) << kernels.error;
-    if (!kernels.ok())
+    const bool compiled = withMutation(
+        p, k, at, statement.size(), replacement, target,
+        [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
+          try {
+            runOnRandomData(mutated, kernels, 7);
+            ADD_FAILURE() << p.kernels[k].name << ": nothing reported with "
+                          << statement << " at line " << line
+                          << " replaced by '" << replacement << "'";
+          } catch (const std::runtime_error &e) {
+            EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+                << statement << " at line " << line << ": " << e.what();
+          }
+        });
+    if (!compiled)
       return removed;
-    size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
-    try {
-      runOnRandomData(mutated, kernels, 7);
-      ADD_FAILURE() << p.kernels[k].name << ": nothing reported with "
-                    << statement << " at line " << line << " replaced by '"
-                    << replacement << "'";
-    } catch (const std::runtime_error &e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
-          << statement << " at line " << line << ": " << e.what();
-    }
     ++removed;
   }
   return removed;
@@ -1330,29 +1348,27 @@ int expectEachWaitNeeded(const rt::Program &p, size_t k, const std::string &fn,
     const int n = source[digit] - '0';
     if (spared.count(raised))
       continue;
-    rt::Program mutated = p;
-    mutated.kernels[k].source = source.substr(0, digit) +
-                                std::to_string(n + 1) +
-                                source.substr(digit + 1);
-    HostKernels kernels(mutated, target);
-    EXPECT_TRUE(kernels.ok()) << kernels.error;
-    if (!kernels.ok())
+    const bool compiled = withMutation(
+        p, k, digit, 1, std::to_string(n + 1), target,
+        [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
+          try {
+            const std::vector<exec::HostTensor> got =
+                runOnRandomData(mutated, kernels, 7);
+            bool differs = false;
+            for (size_t i = 0; i < got.size() && !differs; ++i)
+              for (size_t j = 0; j < got[i].f32.size() && !differs; ++j)
+                differs = !(got[i].f32[j] == want[i].f32[j]);
+            EXPECT_TRUE(differs)
+                << p.kernels[k].name << ": wgmmaWait<" << n << "> at line "
+                << line << " raised by one, and every output is the same";
+          } catch (const std::runtime_error &e) {
+            EXPECT_NE(std::string(e.what()).find("wgmma"), std::string::npos)
+                << "wgmmaWait<" << n << "> at line " << line << ": "
+                << e.what();
+          }
+        });
+    if (!compiled)
       return raised;
-    size_t line = std::count(source.begin(), source.begin() + at, '\n') + 1;
-    try {
-      const std::vector<exec::HostTensor> got =
-          runOnRandomData(mutated, kernels, 7);
-      bool differs = false;
-      for (size_t i = 0; i < got.size() && !differs; ++i)
-        for (size_t j = 0; j < got[i].f32.size() && !differs; ++j)
-          differs = !(got[i].f32[j] == want[i].f32[j]);
-      EXPECT_TRUE(differs) << p.kernels[k].name << ": wgmmaWait<" << n
-                           << "> at line " << line << " raised by one, and "
-                           << "every output is the same";
-    } catch (const std::runtime_error &e) {
-      EXPECT_NE(std::string(e.what()).find("wgmma"), std::string::npos)
-          << "wgmmaWait<" << n << "> at line " << line << ": " << e.what();
-    }
   }
   EXPECT_EQ(size_t(std::count_if(spared.begin(), spared.end(),
                                  [&](const auto &s) { return s.first < raised; })),
