@@ -84,6 +84,16 @@ size_t kernelWithImpl(const rt::Program &p, const std::string &impl) {
   return k;
 }
 
+/// The index of p's first kernel whose body calls the template `fn`;
+/// p.kernels.size() if none.
+size_t kernelCalling(const rt::Program &p, const std::string &fn) {
+  size_t k = 0;
+  while (k < p.kernels.size() &&
+         p.kernels[k].source.find("\n  " + fn + "<") == std::string::npos)
+    ++k;
+  return k;
+}
+
 const char *targetName(HostTarget t) {
   return t == HostTarget::Sm90a ? "sm_90a" : "sm_80";
 }
@@ -1550,11 +1560,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   rt::Program &p =
       packedAttentionForRaces(b, HostTarget::Sm90a, AttentionBackward::Wgmma);
   ASSERT_EQ(p.kernels.size(), 3u);
-  size_t k = 0;
-  while (k < p.kernels.size() &&
-         p.kernels[k].source.find("\n  attentionBackwardTensorCores<") ==
-             std::string::npos)
-    ++k;
+  const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
   ASSERT_LT(k, p.kernels.size());
   const HostTarget sm90a = HostTarget::Sm90a;
   const char *fn = "attentionBackwardWgmma";
@@ -1601,11 +1607,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
   Builder b;
   rt::Program &p =
       packedAttentionForRaces(b, HostTarget::Sm90a, AttentionBackward::Wgmma);
-  size_t k = 0;
-  while (k < p.kernels.size() &&
-         p.kernels[k].source.find("\n  attentionBackwardTensorCores<") ==
-             std::string::npos)
-    ++k;
+  const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
   ASSERT_LT(k, p.kernels.size());
   EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionBackwardWgmma",
                                  HostTarget::Sm90a,
