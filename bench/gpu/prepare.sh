@@ -62,7 +62,10 @@ if [[ $arch == sm_90a ]]; then
     --vocab-size=1000 --attention-forward=wgmma
   compile check-gpt2w-bf16-wgmmabwd gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma
+  compile check-gpt2w-bf16-wgmmaov gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-backward=wgmma-overlap
   dump_only wgmmabwd --attention-backward=wgmma
+  dump_only wgmmaov --attention-backward=wgmma-overlap
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
@@ -154,6 +157,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic128", "atomic128", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),

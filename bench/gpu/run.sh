@@ -131,7 +131,8 @@ if want check; then
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
   done
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
-    check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 \
+    check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wgmmaov \
+    check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 \
     check-gpt2w-bf16-auto check-gpt2lw-bf16; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \

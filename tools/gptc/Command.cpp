@@ -89,8 +89,8 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
                                              bool archFromFlag) const {
   check();
   for (const auto *flag : {&attentionForward, &attentionBackward})
-    if (*flag == "wgmma" && arch != "sm_90a")
-      fail("--" + flag->ArgStr.str() + "=wgmma needs " +
+    if (cuda::attentionAlgorithmNeedsSm90a(*flag) && arch != "sm_90a")
+      fail("--" + flag->ArgStr.str() + "=" + *flag + " needs " +
            (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
            " (this: " + arch + ")");
   cuda::EmitOptions emit;

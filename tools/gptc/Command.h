@@ -98,7 +98,10 @@ struct KernelOptions {
                      "products a tile pair rather than seven), atomic128 "
                      "(the same with 128 keys a block of 8 warps, where T "
                      "is a multiple of 128), wgmma (atomic with every "
-                     "product on warpgroup MMA; sm_90a) or auto (every one "
+                     "product on warpgroup MMA; sm_90a), wgmma-overlap "
+                     "(wgmma with half a query tile's dv and dk products "
+                     "in flight through the next half's, at 2 blocks an "
+                     "SM; sm_90a) or auto (every one "
                      "of these the target has, timed when the program "
                      "loads; the fastest runs)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};

@@ -215,7 +215,9 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.wgmmaAttention = label == "wgmma-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward = label == "wgmma-backward";
+    o.wgmmaAttentionBackward =
+        label == "wgmma-backward" || label == "wgmma-overlap";
+    o.overlapWgmmaBackward = label == "wgmma-overlap";
     return o;
   };
   cuda::EmitOptions autoBoth;
@@ -246,6 +248,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
                   : std::vector<std::string>{"split", "atomic", "atomic128"};
       if (hopper)
         expected.push_back("wgmma");
+      if (hopper && !forward)
+        expected.push_back("wgmma-overlap");
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {

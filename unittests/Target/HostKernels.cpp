@@ -1322,14 +1322,27 @@ void HostKernels::throwOnRaces() {
                              " race" + (n > 1 ? "s" : "") + " in all)");
 }
 
+const char *backwardName(AttentionBackward backward) {
+  switch (backward) {
+  case AttentionBackward::Split: return "split";
+  case AttentionBackward::Atomic: return "atomic";
+  case AttentionBackward::Atomic128: return "atomic128";
+  case AttentionBackward::Wgmma: return "wgmma";
+  case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
+  }
+  return "?";
+}
+
+cuda::EmitOptions withBackward(cuda::EmitOptions opts,
+                               AttentionBackward backward) {
+  if (!cuda::selectAttentionAlgorithm(opts, false, backwardName(backward)))
+    throw std::logic_error(std::string("no backward ") + backwardName(backward));
+  return opts;
+}
+
 rt::Program &emitForHost(rt::Program &p, HostTarget target,
                          AttentionBackward backward) {
-  cuda::EmitOptions opts;
-  opts.atomicAttentionBackward = backward == AttentionBackward::Atomic ||
-                                 backward == AttentionBackward::Atomic128;
-  opts.wideAttentionBackward = backward == AttentionBackward::Atomic128;
-  opts.wgmmaAttentionBackward = backward == AttentionBackward::Wgmma;
-  return emitForHost(p, target, opts);
+  return emitForHost(p, target, withBackward({}, backward));
 }
 
 rt::Program &emitForHost(rt::Program &p, HostTarget target,

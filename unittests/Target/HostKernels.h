@@ -71,8 +71,16 @@ private:
 };
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
-/// --attention-backward=split, atomic, atomic128 or wgmma choose it.
-enum class AttentionBackward { Split, Atomic, Atomic128, Wgmma };
+/// --attention-backward=split, atomic, atomic128, wgmma or wgmma-overlap
+/// choose it.
+enum class AttentionBackward { Split, Atomic, Atomic128, Wgmma, WgmmaOverlap };
+
+/// Its --attention-backward label.
+const char *backwardName(AttentionBackward backward);
+
+/// `opts` with `backward`'s algorithm selected (selectAttentionAlgorithm).
+cuda::EmitOptions withBackward(cuda::EmitOptions opts,
+                               AttentionBackward backward);
 
 /// Emits `p`'s kernels for `target` and returns it, for HostKernels; for
 /// Sm90a with the wgmma forward attention chosen (EmitOptions).

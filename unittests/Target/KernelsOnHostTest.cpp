@@ -934,26 +934,16 @@ TEST(TemplateKernelsOnHost, LayernormKernelsInEveryRowLayout) {
 
 namespace {
 
-// The tensor-core attention with bf16 q, k, v, dout: two query and two key
-// tiles of 64, head dim 64, the mma.m16n8k16 fragments (and, for sm_90a,
-// the forward's wgmma) emulated as PTX defines them. Probabilities (and dS)
-// are rounded to bf16 between the two products, as FlashAttention does:
-// agreement to bf16 precision.
-const char *backwardName(AttentionBackward backward) {
-  return backward == AttentionBackward::Split       ? "split"
-         : backward == AttentionBackward::Atomic    ? "atomic"
-         : backward == AttentionBackward::Atomic128 ? "atomic128"
-                                                    : "wgmma";
-}
-
 /// The implementation of the attention backward's kernel the emitter
 /// picks for `backward` (attentionImpl's names): the wgmma backward's
 /// entry is attentionBackwardTensorCores, which compiles to the atomic
 /// kernel for targets without wgmma.
 const char *backwardImpl(AttentionBackward backward) {
-  return backward == AttentionBackward::Split   ? "Mma"
-         : backward == AttentionBackward::Wgmma ? "TensorCores"
-                                                : "Atomic";
+  return backward == AttentionBackward::Split ? "Mma"
+         : backward == AttentionBackward::Wgmma ||
+                 backward == AttentionBackward::WgmmaOverlap
+             ? "TensorCores"
+             : "Atomic";
 }
 
 /// Whether kernel source `source` runs the atomic backward with 128 keys a
@@ -963,6 +953,11 @@ bool twoKeyTiles(const std::string &source) {
          source.find(", 2>) == ") != std::string::npos;
 }
 
+// The tensor-core attention with bf16 q, k, v, dout: two query and two key
+// tiles of 64, head dim 64, the mma.m16n8k16 fragments (and, for sm_90a,
+// the forward's wgmma) emulated as PTX defines them. Probabilities (and dS)
+// are rounded to bf16 between the two products, as FlashAttention does:
+// agreement to bf16 precision.
 void checkTensorCoreAttention(
     HostTarget target, AttentionBackward backward = AttentionBackward::Split) {
   SCOPED_TRACE(std::string(targetName(target)) + ", " +
@@ -1017,8 +1012,11 @@ TEST(TemplateKernelsOnHost, Atomic128AttentionBackwardMatchesTheCpuExecutor) {
 // Every product of the backward a wgmma on sm_90a; the same source built
 // for sm_80 runs the atomic mma.sync kernel in the same launch.
 TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
-  checkTensorCoreAttention(HostTarget::Sm90a, AttentionBackward::Wgmma);
-  checkTensorCoreAttention(HostTarget::Sm80, AttentionBackward::Wgmma);
+  for (AttentionBackward backward :
+       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap}) {
+    checkTensorCoreAttention(HostTarget::Sm90a, backward);
+    checkTensorCoreAttention(HostTarget::Sm80, backward);
+  }
 }
 
 // The atomic backward's dq product splits D by 16 rows over 4 warps: at
@@ -1193,11 +1191,7 @@ void checkPackedAttention(
     attn.insert(attn.end(), {o, lse, dqkv});
   }
   rt::Program &p = b.p;
-  cuda::EmitOptions opts;
-  opts.atomicAttentionBackward = backward == AttentionBackward::Atomic ||
-                                 backward == AttentionBackward::Atomic128;
-  opts.wideAttentionBackward = backward == AttentionBackward::Atomic128;
-  opts.wgmmaAttentionBackward = backward == AttentionBackward::Wgmma;
+  cuda::EmitOptions opts = withBackward({}, backward);
   opts.attentionL2Bytes = 1100 * D; // 4TD = 512D a head shared, or 1024(D+1)
   HostKernels kernels(emitForHost(p, target, opts), target);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -1603,17 +1597,23 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
 //   wait<0> would land them. The barrier after it frees q's and dout's
 //   tiles for the next copies, for every warp whatever order their waits
 //   return in; the emulation runs warps in one order and cannot see that.
+// With --attention-backward=wgmma-overlap, #0 is not compiled (kOverlap),
+// and the second half's wait<1> lands the first half's dv and dk.
 TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
-  Builder b;
-  rt::Program &p =
-      packedAttentionForRaces(b, HostTarget::Sm90a, AttentionBackward::Wgmma);
-  const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
-  ASSERT_LT(k, p.kernels.size());
-  EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionBackwardWgmma",
-                                 HostTarget::Sm90a,
-                                 {{0, "lands under the next wait<1>"},
-                                  {3, "lands under the dq product's wait"}}),
-            5);
+  for (AttentionBackward backward :
+       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap}) {
+    SCOPED_TRACE(backwardName(backward));
+    Builder b;
+    rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a, backward);
+    const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
+    ASSERT_LT(k, p.kernels.size());
+    const bool overlap = backward == AttentionBackward::WgmmaOverlap;
+    EXPECT_EQ(expectEachWaitNeeded(
+                  p, k, "attentionBackwardWgmma", HostTarget::Sm90a,
+                  {{0, overlap ? "not compiled" : "lands under the next wait<1>"},
+                   {3, "lands under the dq product's wait"}}),
+              5);
+  }
 }
 
 namespace {
@@ -1873,8 +1873,10 @@ TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) 
 // atomic kernel.
 TEST(TemplateKernelsOnHost, PackedWgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (int64_t D : {64, 32, 16})
-    checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, D,
-                         AttentionBackward::Wgmma);
+    for (AttentionBackward backward :
+         {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap})
+      checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, D,
+                           backward);
 }
 // With 8 warps a block the dq product's row blocks are shared by two warps
 // at D = 64, four at 32; at 16 (one n-tile a warp) blocks of 64 keys stay.

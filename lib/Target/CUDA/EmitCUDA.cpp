@@ -246,7 +246,7 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
   if (!(forward && opts.forwardVariants) && !(backward && opts.backwardVariants))
     return all;
   for (const std::string &label : attentionAlgorithmLabels(forward)) {
-    if (label == "wgmma" && arch != "sm_90a")
+    if (attentionAlgorithmNeedsSm90a(label) && arch != "sm_90a")
       continue;
     EmitOptions o = opts;
     selectAttentionAlgorithm(o, forward, label);
@@ -262,9 +262,13 @@ using namespace detail;
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
   static const std::vector<std::string> forwards = {"mma", "mma128", "mma2",
                                                     "wgmma"};
-  static const std::vector<std::string> backwards = {"split", "atomic",
-                                                     "atomic128", "wgmma"};
+  static const std::vector<std::string> backwards = {
+      "split", "atomic", "atomic128", "wgmma", "wgmma-overlap"};
   return forward ? forwards : backwards;
+}
+
+bool attentionAlgorithmNeedsSm90a(const std::string &label) {
+  return label.rfind("wgmma", 0) == 0;
 }
 
 bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
@@ -279,7 +283,8 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward = label == "wgmma";
+    o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap";
+    o.overlapWgmmaBackward = label == "wgmma-overlap";
   }
   return true;
 }

@@ -277,6 +277,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                 (opts.atomicAttentionBackward || opts.wgmmaAttentionBackward) &&
                 (a.D == 16 || a.D == 32 || a.D == 64);
   const bool wgmmaGrad = atomic && opts.wgmmaAttentionBackward;
+  // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
+  // needs 170 registers at D=64, so 2 blocks an SM.
+  const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
   // --attention-backward=atomic128: the same with 128 keys a block of 8
   // warps, as FlashAttention-2 takes them, where S is a multiple of 128
   // and the dq product has two n-tiles a warp (D of 32 or 64).
@@ -306,6 +309,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const int threads = !mma ? 64 : wide || keyTiles == 2 ? 256 : 128;
   const int blocksPerSM = !mma               ? 0
                           : keyTiles == 2    ? 1
+                          : overlap          ? 2
                           : grad             ? 3
                           : wide || rowPairs ? 2
                                              : 4;
@@ -338,6 +342,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
      << (wide            ? ", 8"
          : rowPairs      ? ", 4, 2"
          : keyTiles == 2 ? ", 2"
+         : overlap       ? ", true"
                          : "")
      << ">("
      << a.args << ", " << scale

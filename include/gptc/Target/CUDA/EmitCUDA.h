@@ -66,14 +66,20 @@ struct EmitOptions {
   /// the atomic mma.sync backward. Wins over the two above. Off by default:
   /// not yet timed on a GPU.
   bool wgmmaAttentionBackward = false;
+  /// With wgmmaAttentionBackward: the first half of a query tile's dv and
+  /// dk products stay in flight through the second half's Sᵀ and dPᵀ
+  /// (FlashAttention-3's overlap), at 2 blocks an SM: at 3, ptxas has not
+  /// the registers and serializes every wgmma. --attention-backward=
+  /// wgmma-overlap. Off by default: not yet timed on a GPU.
+  bool overlapWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
-  /// mma2, wgmma on sm_90a; atomic, atomic128, wgmma on sm_90a) as
-  /// rt::Launch::variants, which the runtime times at load. Algorithms that
-  /// give a launch the same source (mma128 where T is not a multiple of
-  /// 128, any of them for float32 attention) are one. The flags above
-  /// then do not apply to that direction.
+  /// mma2, wgmma on sm_90a; atomic, atomic128, wgmma and wgmma-overlap on
+  /// sm_90a) as rt::Launch::variants, which the runtime times at load.
+  /// Algorithms that give a launch the same source (mma128 where T is not
+  /// a multiple of 128, any of them for float32 attention) are one. The
+  /// flags above then do not apply to that direction.
   bool forwardVariants = false;
   bool backwardVariants = false;
   /// The L2 bytes a group of heads of a tensor-core attention grid may
@@ -91,10 +97,14 @@ struct EmitOptions {
 
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma (sm_90a); backward
-/// split, atomic, atomic128, wgmma (sm_90a). --attention-forward and
+/// split, atomic, atomic128, wgmma, wgmma-overlap (sm_90a).
+/// --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward);
+
+/// Whether `label`'s algorithm is warpgroup MMA, which only sm_90a has.
+bool attentionAlgorithmNeedsSm90a(const std::string &label);
 
 /// Sets opts to emit `label`'s algorithm in that direction (clearing the
 /// other algorithms' options); false for a label it does not know.

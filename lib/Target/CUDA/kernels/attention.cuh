@@ -1292,10 +1292,12 @@ template <int D> struct WgmmaBackwardShared {
 /// does). k and v fragments are loaded again for each half: held across
 /// the loop, they are what ptxas gave the forward's q (see above). P is
 /// computed while dPᵀ's products run, and the first half's dv and dk
-/// while the second half's fragments load; at 3 blocks an SM there are
-/// not the registers to overlap more (docs/cuda-kernels.md).
+/// land after the second half's fragments load; at 3 blocks an SM there
+/// are not the registers to overlap more (docs/cuda-kernels.md). kOverlap
+/// (at 2 blocks an SM) keeps them in flight through the second half's Sᵀ
+/// and dPᵀ too, landing with Sᵀ.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TDQ, typename TDK, typename TDV>
+          bool kOverlap, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
                                        const bf16 *v, const float *lse,
                                        const bf16 *dout, const float *delta,
@@ -1353,8 +1355,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
         loadMatrices(ka[kc], sm.k.block(warp * 16, kc * 16));
         loadMatrices(va[kc], sm.v.block(warp * 16, kc * 16));
       }
-      if (half == 1) { // the first half's dv and dk, under those loads
-        wgmmaWait<0>();
+      if (half == 1 && !kOverlap) { // the first half's dv and dk, under
+        wgmmaWait<0>();                // those loads
         wgmmaFenceOperands(accV);
         wgmmaFenceOperands(accK);
       }
@@ -1373,8 +1375,12 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
       for (int kc = 0; kc < D / 16; ++kc)
         wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
       wgmmaCommit();
-      wgmmaWait<1>();
+      wgmmaWait<1>(); // (with kOverlap, also the first half's dv and dk)
       wgmmaFenceOperands(p);
+      if (half == 1 && kOverlap) {
+        wgmmaFenceOperands(accV);
+        wgmmaFenceOperands(accK);
+      }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -1494,18 +1500,19 @@ attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
                                                       scale);
 }
 
-/// The backward the target has, emitted for --attention-backward=wgmma:
-/// warpgroup MMA on sm_90a for D of 32 or 64, else the mma.sync atomic
-/// backward (the same dqSum and arrivals; dq's sums in another order).
+/// The backward the target has, emitted for --attention-backward=wgmma
+/// (and wgmma-overlap, kOverlap): warpgroup MMA on sm_90a for D of 32 or
+/// 64, else the mma.sync atomic backward (the same dqSum and arrivals;
+/// dq's sums in another order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TDQ, typename TDK, typename TDV>
+          bool kOverlap = false, typename TDQ, typename TDK, typename TDV>
 __device__ __forceinline__ void attentionBackwardTensorCores(
     const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
     const bf16 *dout, const float *delta, TDQ *dq, TDK *dk, TDV *dv,
     float scale, float *dqSum, unsigned *arrivals) {
 #if GPTC_WGMMA
   if constexpr (D == 32 || D == 64)
-    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO>(
+    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO, kOverlap>(
         q, k, v, lse, dout, delta, dq, dk, dv, scale, dqSum, arrivals);
   else
 #endif
