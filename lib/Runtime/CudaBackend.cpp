@@ -29,13 +29,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <sys/stat.h>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -1479,12 +1479,9 @@ void saveVariantChoice(const std::string &path, const std::string &label,
   if (path.empty())
     return;
   try {
-    const std::string dir = path.substr(0, path.rfind('/'));
-    for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
-      ::mkdir(dir.substr(0, at).c_str(), 0777);
-      if (at == std::string::npos)
-        break;
-    }
+    std::error_code ignored; // writeFileAtomically fails for us
+    std::filesystem::create_directories(path.substr(0, path.rfind('/')),
+                                        ignored);
     const std::string text = label + "\n" + times + "\n";
     writeFileAtomically(path, text.data(), text.size());
   } catch (const std::exception &) {

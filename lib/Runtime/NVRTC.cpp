@@ -15,9 +15,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sys/stat.h>
 
 namespace gptc::rt {
 
@@ -280,12 +280,10 @@ compileCachedKernel(const std::string &source, const std::string &name,
 
   CompiledKernel k = compileCuda(source, name, arch, extraOptions);
   try {
-    // mkdir -p; a cache we cannot write is no error, only slower.
-    for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
-      ::mkdir(dir.substr(0, at).c_str(), 0777);
-      if (at == std::string::npos)
-        break;
-    }
+    // A cache we cannot write is no error, only slower: a directory that
+    // is not made fails the write, which is ignored below.
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
     writeFileAtomically(stem + ".cubin", k.cubin.data(), k.cubin.size());
     std::string marked = "#" + k.log;
     writeFileAtomically(stem + ".log", marked.data(), marked.size());
