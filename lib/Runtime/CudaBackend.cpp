@@ -1444,13 +1444,7 @@ std::string variantChoiceFile(const std::string &deviceName,
       field(*f);
     field(shape);
   }
-  static const char *hex = "0123456789abcdef";
-  std::string key;
-  for (uint8_t byte : h.digest()) {
-    key += hex[byte >> 4];
-    key += hex[byte & 15];
-  }
-  return dir + "/variants/" + key;
+  return dir + "/variants/" + h.hexDigest();
 }
 
 /// The kept choice: its label (the file's first line) and the times it was

@@ -258,13 +258,7 @@ compileCachedKernel(const std::string &source, const std::string &name,
   for (const std::string &o : options)
     h.update(o.c_str(), o.size() + 1);
   h.update(source);
-  std::string key;
-  static const char *hex = "0123456789abcdef";
-  for (uint8_t byte : h.digest()) {
-    key += hex[byte >> 4];
-    key += hex[byte & 15];
-  }
-  std::string stem = dir + "/" + key;
+  std::string stem = dir + "/" + h.hexDigest();
 
   // The log is written last: a present log means a complete entry.
   if (std::string log = readWholeFile(stem + ".log"); !log.empty()) {

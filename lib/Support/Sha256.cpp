@@ -106,16 +106,20 @@ std::array<uint8_t, 32> Sha256::digest() {
   return out;
 }
 
-std::string sha256Hex(std::string_view data) {
-  Sha256 hash;
-  hash.update(data);
+std::string Sha256::hexDigest() {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;
-  for (uint8_t byte : hash.digest()) {
+  for (uint8_t byte : digest()) {
     hex += kDigits[byte >> 4];
     hex += kDigits[byte & 15];
   }
   return hex;
+}
+
+std::string sha256Hex(std::string_view data) {
+  Sha256 hash;
+  hash.update(data);
+  return hash.hexDigest();
 }
 
 } // namespace gptc

@@ -23,6 +23,8 @@ public:
   void update(const void *data, size_t size);
   void update(std::string_view data) { update(data.data(), data.size()); }
   std::array<uint8_t, 32> digest();
+  /// digest() as 64 lower-case hex digits.
+  std::string hexDigest();
 
 private:
   void compress(const uint8_t *block);
