@@ -85,9 +85,11 @@ struct KernelOptions {
                      "a multiple of 128), mma2 (mma.sync, 128 queries a "
                      "block of 4 warps of 32: each k and v fragment serves "
                      "two row tiles; T a multiple of 128), wgmma "
-                     "(warpgroup MMA; sm_90a; slower today) or auto (every "
-                     "one of these the target has, timed when the program "
-                     "loads; the fastest runs)"),
+                     "(warpgroup MMA; sm_90a; slower in the last GPU "
+                     "run), wgmma-overlap (wgmma with a key tile's "
+                     "softmax under the last tile's output product; "
+                     "sm_90a) or auto (every one of these the target has, "
+                     "timed when the program loads; the fastest runs)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> attentionBackward{
       "attention-backward",

@@ -212,12 +212,14 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     cuda::EmitOptions o;
     o.wideAttentionForward = label == "mma128";
     o.rowPairAttentionForward = label == "mma2";
-    o.wgmmaAttention = label == "wgmma-forward";
+    o.wgmmaAttention =
+        label == "wgmma-forward" || label == "wgmma-overlap-forward";
+    o.overlapWgmmaForward = label == "wgmma-overlap-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
     o.wgmmaAttentionBackward =
-        label == "wgmma-backward" || label == "wgmma-overlap";
-    o.overlapWgmmaBackward = label == "wgmma-overlap";
+        label == "wgmma-backward" || label == "wgmma-overlap-backward";
+    o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
     return o;
   };
   cuda::EmitOptions autoBoth;
@@ -247,17 +249,16 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
           forward ? std::vector<std::string>{"mma", "mma128", "mma2"}
                   : std::vector<std::string>{"split", "atomic", "atomic128"};
       if (hopper)
-        expected.push_back("wgmma");
-      if (hopper && !forward)
-        expected.push_back("wgmma-overlap");
+        expected.insert(expected.end(), {"wgmma", "wgmma-overlap"});
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {
         kernels.insert(v.deviceKernel);
         rt::Launch alone = l;
         const std::string flag =
-            v.label == "wgmma" ? v.label + (forward ? "-forward" : "-backward")
-                               : v.label;
+            v.label.rfind("wgmma", 0) == 0
+                ? v.label + (forward ? "-forward" : "-backward")
+                : v.label;
         const rt::DeviceKernel &k = p.kernels[v.deviceKernel];
         EXPECT_EQ(cuda::emitLaunch(p, alone, k.name, withFlag(flag)), k.source)
             << v.label;
@@ -279,7 +280,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   for (const rt::Launch &l : p.functions[0].launches)
     EXPECT_EQ(l.variants.size(),
               l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
-                  ? 3u
+                  ? 4u
                   : 0u)
         << l.kernel;
   rt::Program f32 = gpt2Launches(DType::F32);

@@ -1253,12 +1253,19 @@ std::pair<size_t, size_t> functionSpan(const std::string &source,
 
 /// One packed causal attention, forward and backward, B = H = 1, D = 64,
 /// T = 192: three tiles of 64, so that a double buffer is refilled (256
-/// for the backward with 128 keys a block: two key blocks).
+/// for the backward with 128 keys a block: two key blocks; 256 for the
+/// forward with three V buffers, --attention-forward=wgmma-overlap, which
+/// `forward` names, else the target's default).
 rt::Program &packedAttentionForRaces(
     Builder &b, HostTarget target = HostTarget::Sm80,
-    AttentionBackward backward = AttentionBackward::Split) {
+    AttentionBackward backward = AttentionBackward::Split,
+    const char *forward = nullptr) {
+  const bool threeBuffers =
+      forward && std::string(forward) == "wgmma-overlap";
   const int64_t B = 1, H = 1, D = 64,
-                T = backward == AttentionBackward::Atomic128 ? 256 : 192,
+                T = backward == AttentionBackward::Atomic128 || threeBuffers
+                        ? 256
+                        : 192,
                 C = H * D;
   int qkv = b.buf(DType::BF16, {B, T, 3 * C}),
       dout = b.buf(DType::BF16, {B, T, C});
@@ -1272,7 +1279,10 @@ rt::Program &packedAttentionForRaces(
                        {qkv, o, lse, dout, delta}, {dqkv});
   fag.ints = {{"causal", 1}, {"num_heads", H}};
   fag.floats["scale"] = 0.125;
-  return emitForHost(b.p, target, backward);
+  cuda::EmitOptions opts = withBackward({}, backward);
+  if (forward && !cuda::selectAttentionAlgorithm(opts, true, forward))
+    throw std::logic_error(std::string("no forward ") + forward);
+  return emitForHost(b.p, target, opts);
 }
 
 /// Runs `check` on `p` with kernel `k`'s source [at, at + length) replaced
@@ -1539,6 +1549,47 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
   // Each wait lands what is read next (the scores, then the output).
   EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionForwardWgmma", sm90a), 2);
   // And with all of them: no report.
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
+// The same for --attention-forward=wgmma-overlap: its one barrier a tile
+// (tiles landed before wgmma reads them, and the buffers the next copies
+// take read: tile t - 1's K, tile t - 2's V), its fence.proxy.async, the
+// wgmma.fence of each of its three batches (the first tile's scores, a
+// tile's scores with the last one's output product, the last output
+// product), and its four waits: the first tile's scores, a tile's scores,
+// the output product before its rescaling, the last before out is written.
+TEST(TemplateKernelsOnHost, EveryWgmmaOverlapForwardBarrierFenceAndWaitIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(
+      b, HostTarget::Sm90a, AttentionBackward::Split, "wgmma-overlap");
+  ASSERT_EQ(p.kernels.size(), 3u);
+  const size_t k = kernelWithImpl(p, "TensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  ASSERT_NE(p.kernels[k].source.find(", true>("), std::string::npos)
+      << "the overlap forward's instantiation";
+  const HostTarget sm90a = HostTarget::Sm90a;
+  const char *fn = "attentionForwardWgmmaOverlap";
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                             "shared-memory race", sm90a),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1);
+  for (const char *fence :
+       {"wgmmaFence(s, qa);", "wgmmaFence(s, qa, acc, pa);",
+        "wgmmaFence(acc, pa);"})
+    EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
+                               "no wgmma.fence since the last wait", sm90a),
+              1)
+        << fence;
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(s, qa, acc, pa);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(s, qa);"),
+            1);
+  EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 4);
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   runOnRandomData(p, kernels, 7);
@@ -1859,6 +1910,52 @@ TEST(TemplateKernelsOnHost, PackedTensorCoreAttentionMatchesTheCpuExecutor) {
 // output; the scores are n64 whatever D is).
 TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, 32);
+}
+
+// --attention-forward=wgmma-overlap runs the wgmma forward's operations in
+// the same order, its output products later: the same bits, causal or
+// not, at D = 64 and 32, with five key tiles (each of the three V buffers
+// refilled) and two heads.
+TEST(TemplateKernelsOnHost, WgmmaOverlapForwardGivesTheWgmmaForwardsBits) {
+  for (int64_t D : {64, 32}) {
+    SCOPED_TRACE("D " + std::to_string(D));
+    const int64_t B = 1, H = 2, T = 320, C = H * D;
+    Builder b;
+    int qkv = b.buf(DType::BF16, {B, T, 3 * C});
+    std::vector<int> results;
+    for (int causal : {1, 0}) {
+      int o = b.buf(DType::BF16, {B, T, C}),
+          lse = b.buf(DType::F32, {B, H, T});
+      auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+      fa.ints = {{"causal", causal}, {"num_heads", H}};
+      fa.floats["scale"] = 0.125;
+      results.insert(results.end(), {o, lse});
+    }
+    std::vector<std::vector<exec::HostTensor>> runs;
+    for (const char *forward : {"wgmma", "wgmma-overlap"}) {
+      rt::Program p = b.p;
+      cuda::EmitOptions opts;
+      ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, forward));
+      HostKernels kernels(emitForHost(p, HostTarget::Sm90a, opts),
+                          HostTarget::Sm90a);
+      ASSERT_TRUE(kernels.ok()) << kernels.error;
+      for (const rt::DeviceKernel &dk : p.kernels)
+        ASSERT_EQ(dk.source.find(", true>(") != std::string::npos,
+                  std::string(forward) == "wgmma-overlap")
+            << forward << " " << dk.name;
+      runs.push_back(runOnRandomData(p, kernels, 41));
+    }
+    for (int id : results)
+      expectSame(runs[0][id], runs[1][id].f32, "wgmma-overlap against wgmma");
+    for (int c = 0; c < 2; ++c) {
+      std::vector<exec::HostTensor> want =
+          exec::flashAttentionQKV(runs[1][qkv], H, 0.125f, c == 0);
+      expectNear(want[0], runs[1][results[2 * c]].f32, 1e-2f,
+                 "flash_attention_qkv out");
+      expectNear(want[1], runs[1][results[2 * c + 1]].f32, 1e-5f,
+                 "flash_attention_qkv lse");
+    }
+  }
 }
 
 // The atomic backward's dq product splits D over the 4 warps by 16 rows,

@@ -193,16 +193,17 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 }
 
 // --attention-forward=auto --attention-backward=auto on sm_90a: the program
-// carries every attention algorithm (mma128, mma2 and wgmma beside mma;
-// atomic, atomic128 and wgmma beside split), and each variant, put in its
-// launch's place with its grid and shared memory, matches the CPU backend
-// as the launch's own kernel does (the tests above).
+// carries every attention algorithm (mma128, mma2, wgmma and wgmma-overlap
+// beside mma; atomic, atomic128, wgmma and wgmma-overlap beside split), and
+// each variant, put in its launch's place with its grid and shared memory,
+// matches the CPU backend as the launch's own kernel does (the tests
+// above): four programs, each with a forward and a backward variant.
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
   rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
   cuda::EmitOptions opts;
   opts.forwardVariants = opts.backwardVariants = true;
   emitForHost(p, HostTarget::Sm90a, opts);
-  for (size_t v = 0; v < 3; ++v) {
+  for (size_t v = 0; v < 4; ++v) {
     rt::Program q = p;
     std::set<std::string> labels;
     for (rt::Function &f : q.functions)

@@ -260,8 +260,8 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
 using namespace detail;
 
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
-  static const std::vector<std::string> forwards = {"mma", "mma128", "mma2",
-                                                    "wgmma"};
+  static const std::vector<std::string> forwards = {
+      "mma", "mma128", "mma2", "wgmma", "wgmma-overlap"};
   static const std::vector<std::string> backwards = {
       "split", "atomic", "atomic128", "wgmma", "wgmma-overlap"};
   return forward ? forwards : backwards;
@@ -279,7 +279,8 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
   if (forward) {
     o.wideAttentionForward = label == "mma128";
     o.rowPairAttentionForward = label == "mma2";
-    o.wgmmaAttention = label == "wgmma";
+    o.wgmmaAttention = label == "wgmma" || label == "wgmma-overlap";
+    o.overlapWgmmaForward = label == "wgmma-overlap";
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";

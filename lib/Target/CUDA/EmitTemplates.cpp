@@ -280,6 +280,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
   // needs 170 registers at D=64, so 2 blocks an SM.
   const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
+  // --attention-forward=wgmma-overlap: a third V buffer, the same 4 blocks
+  // an SM.
+  const bool overlapForward =
+      !grad && mma && opts.wgmmaAttention && opts.overlapWgmmaForward;
   // --attention-backward=atomic128: the same with 128 keys a block of 8
   // warps, as FlashAttention-2 takes them, where S is a multiple of 128
   // and the dq product has two n-tiles a warp (D of 32 or 64).
@@ -342,7 +346,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
      << (wide            ? ", 8"
          : rowPairs      ? ", 4, 2"
          : keyTiles == 2 ? ", 2"
-         : overlap       ? ", true"
+         : overlap || overlapForward ? ", true"
                          : "")
      << ">("
      << a.args << ", " << scale

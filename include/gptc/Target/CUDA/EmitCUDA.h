@@ -39,6 +39,12 @@ struct EmitOptions {
   /// mma.sync everywhere. Off by default: on an H100 at GPT-2's sizes it
   /// took 253 µs a launch against mma.sync's 173 (docs/benchmarks.md).
   bool wgmmaAttention = false;
+  /// With wgmmaAttention: a key tile's softmax runs while the last tile's
+  /// output product is in flight (FlashAttention-3's overlap within a
+  /// warpgroup; attentionForwardWgmmaOverlap), with a third V buffer.
+  /// --attention-forward=wgmma-overlap. Off by default: not yet timed on a
+  /// GPU.
+  bool overlapWgmmaForward = false;
   /// The mma.sync forward attention with 8 warps a block, 128 queries,
   /// where T is a multiple of 128 (attentionForwardMma<..., 8>): each key
   /// tile copied once for 128 queries rather than 64. Off by default: not
@@ -75,9 +81,9 @@ struct EmitOptions {
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
-  /// mma2, wgmma on sm_90a; atomic, atomic128, wgmma and wgmma-overlap on
-  /// sm_90a) as rt::Launch::variants, which the runtime times at load.
-  /// Algorithms that give a launch the same source (mma128 where T is not
+  /// mma2, and wgmma and wgmma-overlap on sm_90a; atomic, atomic128, and
+  /// wgmma and wgmma-overlap on sm_90a) as rt::Launch::variants, which the
+  /// runtime times at load. Algorithms that give a launch the same source (mma128 where T is not
   /// a multiple of 128, any of them for float32 attention) are one. The
   /// flags above then do not apply to that direction.
   bool forwardVariants = false;
@@ -96,9 +102,9 @@ struct EmitOptions {
 };
 
 /// The bf16 attention algorithms of one direction by their flag values,
-/// the default first: forward mma, mma128, mma2, wgmma (sm_90a); backward
-/// split, atomic, atomic128, wgmma, wgmma-overlap (sm_90a).
-/// --attention-forward and
+/// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
+/// (the last two sm_90a); backward split, atomic, atomic128, wgmma,
+/// wgmma-overlap (the last two sm_90a). --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward);

@@ -455,6 +455,19 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void tile(float (&s)[8][4], float (&acc)[D / 8][4],
                                        float scaleLog2, bool diagonal,
                                        int row) {
+    float corrLo, corrHi;
+    probabilities(s, scaleLog2, diagonal, row, corrLo, corrHi);
+    rescale<D>(acc, corrLo, corrHi);
+  }
+
+  /// tile() in two steps, for a kernel whose acc is still being written
+  /// (a product in flight) when s is ready: s becomes the probabilities
+  /// and the rows' sums are updated; corrLo and corrHi are what acc must
+  /// then be multiplied by (rescale).
+  __device__ __forceinline__ void probabilities(float (&s)[8][4],
+                                                float scaleLog2, bool diagonal,
+                                                int row, float &corrLo,
+                                                float &corrHi) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -474,7 +487,8 @@ struct OnlineSoftmax {
     }
     // Every row sees key 0 in the first tile: the max is finite from then on.
     float newLo = fmaxf(mLo, tileLo), newHi = fmaxf(mHi, tileHi);
-    float corrLo = fastExp2(mLo - newLo), corrHi = fastExp2(mHi - newHi);
+    corrLo = fastExp2(mLo - newLo);
+    corrHi = fastExp2(mHi - newHi);
     mLo = newLo;
     mHi = newHi;
     float sumLo = 0.0f, sumHi = 0.0f;
@@ -489,6 +503,11 @@ struct OnlineSoftmax {
     }
     lLo = lLo * corrLo + sumLo;
     lHi = lHi * corrHi + sumHi;
+  }
+
+  template <int D>
+  __device__ __forceinline__ void rescale(float (&acc)[D / 8][4], float corrLo,
+                                          float corrHi) {
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       acc[nt][0] *= corrLo;
@@ -1268,6 +1287,117 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
 
+/// attentionForwardWgmma with FlashAttention-3's overlap within a
+/// warpgroup (--attention-forward=wgmma-overlap): key tile t's scores are
+/// one commit group and tile t - 1's output product (acc += P·V) the next,
+/// so the softmax of tile t runs while that product is in flight; acc is
+/// rescaled once it lands. The same operations in the same order as
+/// attentionForwardWgmma: the same bits. Tile t's copies are started one
+/// tile ahead, and while they fill, tile t - 1's V is still being read:
+/// three V buffers (48 KB of shared memory at D = 64, against 40), one
+/// barrier a tile (against two).
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
+                                             const bf16 *v, TO *out,
+                                             float *lse, float scale) {
+  static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  using namespace mma;
+  // q is loaded again for each key tile, as in attentionForwardWgmma.
+  __shared__ wg::CoreTile<D> sQ, sK[2], sV[3];
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
+  constexpr i64 kQ = LQ::kRowStride;
+  const int i0 = (T / 64 - 1 - work.rank) * 64, warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4;
+
+  sQ.loadAsync(q + LQ::head(h), kQ, i0);
+  float acc[D / 8][4];
+  zero(acc);
+  OnlineSoftmax rows;
+  const float scaleLog2 = scale * log2e();
+  const int keyEnd = kCausal ? i0 + 64 : S;
+  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
+  // Tile j0's copies landed (the only ones in flight) and are seen by
+  // wgmma; then the next tile's start. Before the barrier every thread
+  // waited for the last tile's scores and for the output product before
+  // it: the buffers those read are the ones the next copies take.
+  auto nextTile = [&](int j0, int kb, int vb) {
+    waitCopies<0>();
+    fenceProxyAsync();
+    __syncthreads();
+    if (j0 + 64 < keyEnd)
+      loadKeyTileAsync<LK>(sK[kb ^ 1], sV[vb == 2 ? 0 : vb + 1], k, v, h,
+                           j0 + 64);
+  };
+  // q's A fragments, and the scores of the key tile in sK[kb] started, as
+  // the first of this batch's commit groups.
+  u32 qa[D / 16][4];
+  auto loadQ = [&] {
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
+  };
+  auto scores = [&](float (&s)[8][4], int kb) {
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      wgmmaBf16<false>(s, qa[kc], sK[kb].keysAlongN(kc));
+    wgmmaCommit();
+  };
+  // The first tile alone (acc is zero: nothing to rescale), so that the
+  // loop's batches have no branch: one between wgmma.fence and a wgmma
+  // makes ptxas add a warpgroup.arrive (C7519).
+  float s[8][4];
+  nextTile(0, 0, 0);
+  loadQ();
+  zero(s);
+  wgmmaFence(s, qa);
+  scores(s, 0);
+  wgmmaWait<0>();
+  wgmmaFenceOperands(s);
+  float corrLo, corrHi;
+  rows.probabilities(s, scaleLog2, kCausal && i0 == 0, warp * 16 + g, corrLo,
+                     corrHi);
+  u32 pa[4][4]; // the last tile's probabilities: A of its output product
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc)
+    accToA(pa[kc], s, kc);
+  int vLast = 0; // the last tile's V buffer
+  for (int j0 = 64, kb = 1, vb = 1; j0 < keyEnd; j0 += 64) {
+    nextTile(j0, kb, vb);
+    loadQ();
+    zero(s);
+    wgmmaFence(s, qa, acc, pa);
+    scores(s, kb);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+      wgmmaBf16<true>(acc, pa[kc], sV[vLast].keysAlongK(kc));
+    wgmmaCommit();
+    wgmmaWait<1>(); // the scores; the output product stays in flight
+    wgmmaFenceOperands(s);
+    rows.probabilities(s, scaleLog2, kCausal && j0 == i0, warp * 16 + g,
+                       corrLo, corrHi);
+    wgmmaWait<0>(); // the last tile's output product
+    wgmmaFenceOperands(acc);
+    wgmmaFenceOperands(pa);
+    rows.rescale<D>(acc, corrLo, corrHi);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+      accToA(pa[kc], s, kc);
+    vLast = vb;
+    kb ^= 1;
+    vb = vb == 2 ? 0 : vb + 1;
+  }
+  wgmmaFence(acc, pa);
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc)
+    wgmmaBf16<true>(acc, pa[kc], sV[vLast].keysAlongK(kc));
+  wgmmaCommit();
+  wgmmaWait<0>();
+  wgmmaFenceOperands(acc);
+  rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
+}
+
 /// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64):
 /// the query tiles it walks (q, dout and their row terms) double-buffered,
 /// the block's k and v, all as wgmma reads them, and the tile's dSᵀ (rows
@@ -1483,15 +1613,19 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 #endif // GPTC_WGMMA
 
 /// The tensor-core forward the target has, emitted for
-/// --attention-forward=wgmma: warpgroup MMA on sm_90a for D of 32 or 64,
-/// else mma.sync (same results up to float32 summation order).
+/// --attention-forward=wgmma (and wgmma-overlap, kOverlap): warpgroup MMA
+/// on sm_90a for D of 32 or 64, else mma.sync (same results up to float32
+/// summation order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TO>
+          bool kOverlap = false, typename TO>
 __device__ __forceinline__ void
 attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
                             TO *out, float *lse, float scale) {
 #if GPTC_WGMMA
-  if constexpr (D == 32 || D == 64)
+  if constexpr ((D == 32 || D == 64) && kOverlap)
+    attentionForwardWgmmaOverlap<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out,
+                                                               lse, scale);
+  else if constexpr (D == 32 || D == 64)
     attentionForwardWgmma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
                                                         scale);
   else
