@@ -64,8 +64,14 @@ if [[ $arch == sm_90a ]]; then
     --vocab-size=1000 --attention-backward=wgmma
   compile check-gpt2w-bf16-wgmmaov gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-overlap
+  # The wgmma forward with its output products in flight: T=256, four key
+  # tiles, so that one of its three V buffers is refilled.
+  compile check-gpt2w-bf16-wgmmaovf gpt2 bf16 2 256 --n-layer=1 \
+    --vocab-size=1000 --attention-forward=wgmma-overlap
   dump_only wgmmabwd --attention-backward=wgmma
   dump_only wgmmaov --attention-backward=wgmma-overlap
+  dump_only wgmmaf --attention-forward=wgmma
+  dump_only wgmmaovf --attention-forward=wgmma-overlap
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
@@ -151,6 +157,8 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
         ("forward", "mma2", "fast", "flash_attention_qkv_0", None, None),
+        ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
+        ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
@@ -166,15 +174,15 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "split-heads", "split", "flash_attention_qkv_grad_0", None, "085e28f"),
         ("backward", "atomic128-heads", "atomic128", "flash_attention_qkv_grad_0", None, "085e28f")):
     if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
-        continue  # the wgmma backward: sm_90a only
+        continue  # the wgmma kernels: sm_90a only
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]
     if bounds is None and old is None:
-        file = f"{name}.cubin"
+        file = f"{role}-{name}.cubin"  # wgmma names a forward and a backward
         shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{file}")
     else:
-        file = f"{name}.cu"
+        file = f"{role}-{name}.cu"
         source = open(f"{tmp}/{dump}/{k['source']}").read()
         if bounds is not None:
             was = "__launch_bounds__(128, 3)"
