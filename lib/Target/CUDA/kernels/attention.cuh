@@ -1421,11 +1421,12 @@ template <int D> struct WgmmaBackwardShared {
 /// the last block of a query tile writes its dq (as the atomic kernel
 /// does). k and v fragments are loaded again for each half: held across
 /// the loop, they are what ptxas gave the forward's q (see above). P is
-/// computed while dPᵀ's products run, and the first half's dv and dk
-/// land after the second half's fragments load; at 3 blocks an SM there
-/// are not the registers to overlap more (docs/cuda-kernels.md). kOverlap
-/// (at 2 blocks an SM) keeps them in flight through the second half's Sᵀ
-/// and dPᵀ too, landing with Sᵀ.
+/// computed while dPᵀ's products run; the first half's dv and dk land
+/// after the second half's fragments load, the second half's with the dq
+/// product, under the barrier that makes dSᵀ whole. At 3 blocks an SM
+/// there are not the registers to overlap more (docs/cuda-kernels.md).
+/// kOverlap (at 2 blocks an SM) keeps the first half's in flight through
+/// the second half's Sᵀ and dPᵀ too, landing with Sᵀ.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
           bool kOverlap, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
@@ -1459,21 +1460,20 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
-  // Two barriers a tile: the first makes the tile's copies whole (and
-  // visible to wgmma) and frees dSᵀ; the second makes dSᵀ whole and frees
-  // this tile's buffers for the copies of the tile after next.
+  // Two barriers a tile. The first makes the tile's copies whole (and
+  // visible to wgmma), and frees dSᵀ and the last tile's buffers: every
+  // thread has waited for the last tile's products, which read them, so
+  // the next tile's copies start after it. The second makes dSᵀ whole.
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
+    waitCopies<0>();   // this tile's copies, the only ones in flight
+    fenceProxyAsync(); // to wgmma's reads
+    __syncthreads();   // and every other thread's
     if (i0 + 64 < T) {
       loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
                                  sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
                                  lse, delta, i0 + 64);
       commitCopies();
-      waitCopies<1>(); // this tile's copies, not the next one's
-    } else {
-      waitCopies<0>();
     }
-    fenceProxyAsync(); // this thread's copies, to wgmma's reads
-    __syncthreads();   // and every other thread's
     const wg::CoreTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     const bool diagonal = kCausal && i0 == j0;
@@ -1550,14 +1550,9 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 #pragma unroll
       for (int kc = 0; kc < 2; ++kc)
         wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
-      wgmmaCommit();
-      if (half == 1) {
-        wgmmaWait<0>();
-        wgmmaFenceOperands(accV);
-        wgmmaFenceOperands(accK);
-      }
+      wgmmaCommit(); // the second half's land with dq's product
     }
-    __syncthreads(); // dSᵀ is whole; q[buf] and dout[buf] are free
+    __syncthreads(); // dSᵀ is whole
     // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,
     // over the block's keys. dS's A fragment of keys [16kc, +16) is the
     // transpose of dSᵀ's block, the four matrices arriving as a0, a2, a1,
@@ -1579,8 +1574,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     for (int kc = 0; kc < 4; ++kc)
       wgmmaBf16<true>(dqAcc, dsT[kc], sm.k.keysAlongK(kc));
     wgmmaCommit();
-    wgmmaWait<0>();
+    wgmmaWait<0>(); // and the second half's dv and dk
     wgmmaFenceOperands(dqAcc);
+    wgmmaFenceOperands(accV);
+    wgmmaFenceOperands(accK);
     // Lanes tq and tq ^ 1 swap halves so that each holds four consecutive
     // d of one row (the even lane row g, the odd g + 8): one 16-byte
     // reduction instead of two 8-byte ones.
