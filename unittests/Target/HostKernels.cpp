@@ -180,9 +180,24 @@ struct Granule {
   int writer = -1, writeEpoch = -1, visibleFrom = 0, readEpoch = -1;
   int readerWarp = -1;
   int writeSeq = 0; // the writer's writes by then, for fence.proxy.async
+  int wgmmaOp = -1; // the last wgmma that reads it as B (wgmmaOps)
   bool pending = false; // a cp.async its writer has not waited for
   bool manyWarps = false;
 };
+/// A wgmma's read of B, as the warpgroup's threads land it. The device
+/// reads B at some time between the instruction and the wait_group that
+/// retires it, and one warp's wait need not mean another's has returned:
+/// B may be written again only in a barrier interval after every thread
+/// of the warpgroup landed it. (Kept per granule as its last reader: a
+/// warpgroup's products land in order. The wgmma kernels are one
+/// warpgroup a block.)
+struct WgmmaOp {
+  int unlanded;    // threads of the warpgroup yet to land it
+  int landedEpoch; // the last barrier interval one of them did
+};
+constexpr int kMaxWgmmaOps = 1 << 16; // a block's
+static WgmmaOp wgmmaOps[kMaxWgmmaOps];
+static int wgmmaOpCount;
 /// A __shared__ variable, with its granules, or global memory a launch
 /// writes (an output, or a kernel's __device__ scratch), whose granules a
 /// block touches few of (by page). Inputs are not tracked: what no thread
@@ -422,6 +437,22 @@ EMU_UNCHECKED static void reset(int n) {
   copies.assign(n, Copies());
   std::fill(writesSoFar, writesSoFar + n, 0);
   std::fill(fencedWrites, fencedWrites + n, 0);
+  wgmmaOpCount = 0;
+}
+/// A new wgmma of a warpgroup: its id in wgmmaOps.
+EMU_UNCHECKED static int newWgmmaOp() {
+  if (wgmmaOpCount == kMaxWgmmaOps) {
+    std::fprintf(stderr, "race checker: more than %d wgmma in a block\n",
+                 kMaxWgmmaOps);
+    std::abort();
+  }
+  wgmmaOps[wgmmaOpCount] = {128, -1};
+  return wgmmaOpCount++;
+}
+/// This thread's share of wgmma `id` landed.
+EMU_UNCHECKED static void landWgmmaOp(int id) {
+  --wgmmaOps[id].unlanded;
+  wgmmaOps[id].landedEpoch = epoch;
 }
 /// A misuse of an instruction that is not a race (wgmma's rules), reported
 /// the same way.
@@ -444,7 +475,11 @@ EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
                                 bool async) {
   const int warp = current / 32;
   const long long ops = threads[current].warpOps;
-  if (g.readEpoch == epoch && (g.manyWarps || g.readerWarp != warp))
+  if (g.wgmmaOp >= 0 && (wgmmaOps[g.wgmmaOp].unlanded > 0 ||
+                         wgmmaOps[g.wgmmaOp].landedEpoch >= epoch))
+    report("writes, with no barrier since every thread of its warpgroup "
+           "waited for it, what a wgmma reads as B:", p, r, g);
+  else if (g.readEpoch == epoch && (g.manyWarps || g.readerWarp != warp))
     report("writes, in the barrier interval another warp reads,", p, r, g);
   else if (g.writer >= 0 && g.writer != current && g.writeEpoch == epoch &&
            (g.writer / 32 != warp || g.writerWarpOps == ops))
@@ -846,7 +881,8 @@ EMU_UNCHECKED inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
 /// Asynchronous, as late as the ISA allows: a product lands when the
 /// thread's wgmma.wait_group retires its commit group, B read from shared
 /// memory then (so a tile overwritten while the product is in flight gives
-/// other numbers). Its accumulators hold a NaN meanwhile (a read of them in
+/// other numbers; and the race checker reports a write to B before a
+/// barrier that follows every thread's landing: race::WgmmaOp). Its accumulators hold a NaN meanwhile (a read of them in
 /// flight poisons the results), and a write to them is reported. The A
 /// fragments are taken at issue; ptxas keeps their registers until the
 /// wait, and test/cuda/wgmma_fences.py checks that nothing else uses them.
@@ -883,6 +919,9 @@ struct WgFencedPair {
   }
 };
 static WgFencedPair wgFencedPairs[1024][2];
+/// Wgmma issued by each thread, and made (race::newWgmmaOp) by each
+/// warpgroup, in this block; a warpgroup's current one.
+static int wgIssued[1024], wgMade[8], wgCurrentOp[8];
 /// One wgmma in flight, as this thread's share of it: the A values its
 /// accumulators need (rows lane/4 and lane/4 + 8 of its warp, k 0..15),
 /// where B lies, and the commit group it belongs to.
@@ -893,6 +932,7 @@ struct WgInFlight {
   float a[2][16];
   u32 address, lbo, sbo;
   long long group;
+  int readOfB; // its race::wgmmaOps id
 };
 /// Accumulators in flight: their value as the products land (the
 /// registers themselves hold kWgPoison until the last one has).
@@ -935,6 +975,7 @@ EMU_UNCHECKED inline void wgmmaCommit() {
 /// Lands one product in its accumulators' running value.
 EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
   const int lane = emu::current & 31;
+  emu::race::landWgmmaOp(op.readOfB);
   auto offset = [&](int n, int k) {
     return op.transB ? u32((n % 8) * 2 + (n / 8) * op.sbo + (k % 8) * 16 + (k / 8) * op.lbo)
                      : u32((n % 8) * 16 + (n / 8) * op.sbo + (k % 8) * 2 + (k / 8) * op.lbo);
@@ -991,7 +1032,9 @@ EMU_UNCHECKED static void wgmmaAtExit(int n) {
     t = WgThread();
     wgUncommitted[me] = 0;
     wgFenced[me] = false;
+    wgIssued[me] = 0;
   }
+  std::fill(wgMade, wgMade + 8, 0);
 }
 } // namespace emu
 /// Puts `op` in flight: its accumulators' value so far moves aside, and
@@ -1042,6 +1085,15 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
   op.sbo = u32(desc >> 32 & 0x3fff) << 4;
   op.address = address;
   op.group = wgThreads[me].committed;
+  // The warpgroup's threads are all at this wgmma (the barrier above):
+  // the first of them here makes its record.
+  const int wg = me / 128;
+  if (wgIssued[me]++ == wgMade[wg]) {
+    emu::race::Busy guard;
+    wgCurrentOp[wg] = emu::race::newWgmmaOp();
+    ++wgMade[wg];
+  }
+  op.readOfB = wgCurrentOp[wg];
   auto offset = [&](int n, int k) {
     return kTransB ? u32((n % 8) * 2 + (n / 8) * op.sbo + (k % 8) * 16 + (k / 8) * op.lbo)
                    : u32((n % 8) * 16 + (n / 8) * op.sbo + (k % 8) * 2 + (k / 8) * op.lbo);
@@ -1067,6 +1119,10 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
           break;
         }
         emu::race::access(p, 2, false, false, /*byWgmma=*/true);
+        emu::race::Busy guard;
+        const emu::race::Region *in = nullptr;
+        if (emu::race::Granule *g = emu::race::find(p, &in))
+          g->wgmmaOp = op.readOfB;
       }
   }
   if (!known) op.nt = 0; // nothing to land

@@ -1668,6 +1668,54 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
   }
 }
 
+// The device reads a wgmma's B at some time before the wait_group that
+// retires it, and one warp's wait returning says nothing of another's: B
+// may be written again only after a barrier that every thread of the
+// warpgroup reached past its wait. The emulation checks that whatever
+// order it runs the warps in. The wgmma backward starts the next query
+// tile's copies after the tile's first barrier; started before it (as the
+// kernel once did, with a wait and a barrier more to make up for it), they
+// overwrite q's and dout's tiles while the last tile's second-half dv and
+// dk products, landed by some warps, may still read them.
+TEST(TemplateKernelsOnHost, WgmmaBIsRewrittenOnlyAfterEveryWarpsWait) {
+  for (AttentionBackward backward :
+       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap}) {
+    SCOPED_TRACE(backwardName(backward));
+    Builder b;
+    rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a, backward);
+    const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
+    ASSERT_LT(k, p.kernels.size());
+    const std::string &source = p.kernels[k].source;
+    auto [from, to] = functionSpan(source, "attentionBackwardWgmma");
+    ASSERT_NE(from, std::string::npos);
+    const std::string top = "    waitCopies<0>();   // this tile's copies, the "
+                            "only ones in flight\n";
+    const std::string copiesEnd = "      commitCopies();\n    }\n";
+    const size_t at = source.find(top, from);
+    ASSERT_LT(at, to);
+    const size_t copies = source.find("    if (i0 + 64 < T) {\n", at);
+    const size_t end = source.find(copiesEnd, copies) + copiesEnd.size();
+    ASSERT_LT(end, to);
+    // The copies first, then the wait (for both tiles' copies), the proxy
+    // fence and the barrier.
+    const std::string swapped = source.substr(copies, end - copies) +
+                                source.substr(at, copies - at);
+    withMutation(p, k, at, end - at, swapped, HostTarget::Sm90a,
+                 [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
+                   try {
+                     runOnRandomData(mutated, kernels, 7);
+                     ADD_FAILURE() << "nothing reported with the copies at line "
+                                   << line << " before the barrier";
+                   } catch (const std::runtime_error &e) {
+                     EXPECT_NE(std::string(e.what()).find(
+                                   "what a wgmma reads as B"),
+                               std::string::npos)
+                         << e.what();
+                   }
+                 });
+  }
+}
+
 namespace {
 
 /// Removes each `__syncthreads();` of `functions` in `p`'s only kernel, one
