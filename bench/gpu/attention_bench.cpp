@@ -20,7 +20,9 @@
 //   attention_bench DIR [launches]
 //
 // Prints one line a kernel (µs a launch, the mean of `launches` after two
-// untimed ones) and exits non-zero if a variant's results stray from its
+// untimed ones, and the TFLOP/s that makes: causal attention's products,
+// 2·T²·D a head forward and 5·T²·D backward, as FlashAttention counts
+// them; the row dot has none) and exits non-zero if a variant's results stray from its
 // reference's by more than 2% of the reference's largest magnitude, part by
 // part, or if anything fails.
 
@@ -283,6 +285,11 @@ int main(int argc, char **argv) {
   std::printf("attention_bench: B=%lld T=%lld C=%lld H=%lld, %d launches "
               "each\n",
               B, T, C, H, launches);
+  // Causal products (half of the T x T scores), FlashAttention's count.
+  const double headFlops = double(T) * double(T) * double(C / H) * double(B * H);
+  auto tflops = [&](double factor, double us) {
+    return factor * headFlops / (us * 1e-6) / 1e12;
+  };
   // Each forward into its own out and lse, compared with the first's,
   // which the backwards take.
   int failures = 0;
@@ -315,9 +322,9 @@ int main(int argc, char **argv) {
                                     {"lse"}, okLse);
       failures += !(okOut && okLse);
     }
-    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "forward",
+    std::printf("%-8s %-8s %-28s %10.1f us %6.1f TFLOP/s  %s\n", "forward",
                 kernels[i].name.c_str(), kernels[i].entry.c_str(), us,
-                verdict.c_str());
+                tflops(2, us), verdict.c_str());
   }
 
   // The row dot of the reference forward's out, against the host's sums
@@ -371,8 +378,9 @@ int main(int argc, char **argv) {
                              size_t(C), {"dq", "dk", "dv"}, ok);
       failures += !ok;
     }
-    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "backward", k.name.c_str(),
-                k.entry.c_str(), us, verdict.c_str());
+    std::printf("%-8s %-8s %-28s %10.1f us %6.1f TFLOP/s  %s\n", "backward",
+                k.name.c_str(), k.entry.c_str(), us, tflops(5, us),
+                verdict.c_str());
   }
   return failures ? 1 : 0;
 }
