@@ -1400,10 +1400,13 @@ void CudaBackendImpl::tune() {
 // error. Launches with the
 // same candidates (the same kernels, grids and shared bytes: every layer's
 // attention) share one timing. As tune() does, the arena is set to 0x3f
-// bytes first (finite, non-zero inputs), and zeroed again after: the
-// launches only write their results and their kernels' own scratch. Each
-// candidate's results are those of its warm-up run, from the same operands
-// (inputs a launch writes over are put back before each candidate). One
+// bytes first, and zeroed again after: the launches only write their
+// results and their kernels' own scratch. The inputs of a launch whose
+// candidates are timed are then set to varied values (trialOperands), so
+// that a variant that reads the wrong element, which constant operands
+// would hide, gives other results. Each candidate's results are those of
+// its warm-up run, from the same operands (inputs a launch writes over are
+// put back before each candidate). One
 // stderr line a set of candidates shows each one's time and the choice.
 // The choice is kept in the kernel cache (variantChoiceFile), and the next
 // run on the same kind of GPU takes it untimed, unless GPTC_VARIANT has
@@ -1480,6 +1483,36 @@ void saveVariantChoice(const std::string &path, const std::string &label,
     writeFileAtomically(path, text.data(), text.size());
   } catch (const std::exception &) {
   }
+}
+
+/// The bytes of a buffer of `n` elements of `t` that candidates are timed
+/// and compared on: finite values of magnitude in [2^-7, 1) and either
+/// sign, bits drawn from a generator seeded by `seed` (the same every run);
+/// integers (token ids) 0, an index every table has.
+std::vector<uint8_t> trialOperands(DType t, int64_t n, uint64_t seed) {
+  std::vector<uint8_t> bytes(size_t(n * dtypeBytes(t)), 0);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next = [&] { // xorshift64*
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return uint32_t((x * 0x2545f4914f6cdd1dull) >> 32);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t r = next(), sign = r >> 31, exponent = r >> 28 & 7;
+    if (t == DType::F32) {
+      // Exponent 120..126 (of bias 127): [2^-7, 1).
+      uint32_t bits = sign << 31 | (120 + exponent % 7) << 23 | (r & 0x7fffff);
+      std::memcpy(&bytes[size_t(i) * 4], &bits, 4);
+    } else if (t == DType::BF16 || t == DType::F16) {
+      const uint16_t bits =
+          t == DType::BF16
+              ? uint16_t(sign << 15 | (120 + exponent % 7) << 7 | (r & 0x7f))
+              : uint16_t(sign << 15 | (8 + exponent % 7) << 10 | (r & 0x3ff));
+      std::memcpy(&bytes[size_t(i) * 2], &bits, 2);
+    }
+  }
+  return bytes;
 }
 
 } // namespace
@@ -1599,6 +1632,10 @@ void CudaBackendImpl::timeVariants() {
         order.push_back(k);
         double bestMs = -1;
         std::vector<std::vector<uint8_t>> own; // the own kernel's results
+        for (int in : l.inputs)
+          upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(),
+                                   uint64_t(in))
+                         .data());
         const auto clobbered = clobberedInputs(l);
         for (const LaunchVariant &c : candidates) {
           Prepared &trial = *trials.emplace_back(new Prepared(pl));

@@ -511,6 +511,36 @@ TEST(CudaBackendFake, AnInPlaceLaunchsCandidatesStartFromTheSameOperands) {
   kernelMs(nullptr, 0);
 }
 
+// The candidates are timed and compared on varied operands, not on one
+// repeated value: a variant that reads the wrong element (as a register
+// mix-up in ptxas once made the wgmma forward multiply by the wrong
+// fragments) computes the same as its own kernel on operands that are all
+// alike, and must not be used.
+TEST(CudaBackendFake, AVariantReadingTheWrongElementIsNotUsed) {
+  REQUIRE_FAKE(b);
+  Program p = programWithVariants();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto increments = hook<void (*)(const char *)>("gptcFakeKernelIncrements");
+  auto incrementsTheNext =
+      hook<void (*)(const char *)>("gptcFakeKernelIncrementsTheNext");
+  increments("k_gelu");         // g[0] = y[0] + 1
+  increments("k_gelu_atomic");  // the same
+  incrementsTheNext("k_gelu_wgmma"); // g[0] = y[1] + 1, and the fastest
+  kernelMs("k_gelu", 0.5f);
+  kernelMs("k_gelu_atomic", 0.35f);
+  kernelMs("k_gelu_wgmma", 0.2f);
+  testing::internal::CaptureStderr();
+  b->load(p);
+  std::string err = testing::internal::GetCapturedStderr();
+  increments(nullptr);
+  incrementsTheNext(nullptr);
+  kernelMs(nullptr, 0);
+  EXPECT_NE(err.find("wgmma 0.040 ms (result 0 "), std::string::npos) << err;
+  EXPECT_NE(err.find("not used); atomic (k_gelu_atomic) runs\n"),
+            std::string::npos)
+      << err;
+}
+
 // GPTC_VARIANT=L: the candidate labelled L runs wherever a launch has one,
 // untimed (the first label listed that a launch has); a label no launch has
 // is one error line that lists the program's.

@@ -269,6 +269,13 @@ static std::vector<std::string> incrementers;
 extern "C" void gptcFakeKernelIncrements(const char *name) {
   addOrClear(incrementers, name);
 }
+/// Kernels that, launched, add 1 to the float after the one their first
+/// pointer points at and write it where their last points: a variant that
+/// reads the wrong element, which operands of one repeated value hide.
+static std::vector<std::string> nextReaders;
+extern "C" void gptcFakeKernelIncrementsTheNext(const char *name) {
+  addOrClear(nextReaders, name);
+}
 /// Kernels that, launched, write a float NaN where their last pointer
 /// points (the fake runs no generated kernel otherwise): a variant that
 /// computes something else than its launch's own kernel.
@@ -298,6 +305,13 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
                                    name) != incrementers.end()) {
       float x;
       std::memcpy(&x, reinterpret_cast<void *>(args.front()), 4);
+      x += 1.0f;
+      std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
+    }
+    if (!args.empty() && std::find(nextReaders.begin(), nextReaders.end(),
+                                   name) != nextReaders.end()) {
+      float x;
+      std::memcpy(&x, reinterpret_cast<float *>(args.front()) + 1, 4);
       x += 1.0f;
       std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
     }
