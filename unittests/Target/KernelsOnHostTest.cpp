@@ -1652,7 +1652,12 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
 // second half's dv and dk land with the dq product (#3); the next tile's
 // copies into the buffers they read start after the next barrier, so no
 // warp's copy can overtake another warp's wait.
-TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
+namespace {
+/// Runs `check` on packedAttentionForRaces with each wgmma backward (wgmma,
+/// wgmma-overlap), given the program and its backward kernel's index.
+void forEachWgmmaBackward(
+    const std::function<void(AttentionBackward, rt::Program &, size_t)>
+        &check) {
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap}) {
     SCOPED_TRACE(backwardName(backward));
@@ -1660,12 +1665,20 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
     rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a, backward);
     const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
     ASSERT_LT(k, p.kernels.size());
+    check(backward, p, k);
+  }
+}
+} // namespace
+
+TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
+  forEachWgmmaBackward([](AttentionBackward backward, rt::Program &p,
+                          size_t k) {
     const bool overlap = backward == AttentionBackward::WgmmaOverlap;
     EXPECT_EQ(expectEachWaitNeeded(
                   p, k, "attentionBackwardWgmma", HostTarget::Sm90a,
                   {{0, overlap ? "not compiled" : "lands under the next wait<1>"}}),
               4);
-  }
+  });
 }
 
 // The device reads a wgmma's B at some time before the wait_group that
@@ -1678,13 +1691,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
 // overwrite q's and dout's tiles while the last tile's second-half dv and
 // dk products, landed by some warps, may still read them.
 TEST(TemplateKernelsOnHost, WgmmaBIsRewrittenOnlyAfterEveryWarpsWait) {
-  for (AttentionBackward backward :
-       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap}) {
-    SCOPED_TRACE(backwardName(backward));
-    Builder b;
-    rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a, backward);
-    const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
-    ASSERT_LT(k, p.kernels.size());
+  forEachWgmmaBackward([](AttentionBackward, rt::Program &p, size_t k) {
     const std::string &source = p.kernels[k].source;
     auto [from, to] = functionSpan(source, "attentionBackwardWgmma");
     ASSERT_NE(from, std::string::npos);
@@ -1713,7 +1720,7 @@ TEST(TemplateKernelsOnHost, WgmmaBIsRewrittenOnlyAfterEveryWarpsWait) {
                          << e.what();
                    }
                  });
-  }
+  });
 }
 
 namespace {
