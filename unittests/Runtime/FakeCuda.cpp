@@ -301,22 +301,20 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   submit([name, args, fallback, shared] {
     if (fallback)
       runGemmFallback(name, args);
-    if (!args.empty() && std::find(incrementers.begin(), incrementers.end(),
-                                   name) != incrementers.end()) {
+    // An incrementer reads element 0, a next-reader element 1.
+    auto listed = [&](const std::vector<std::string> &names) {
+      return std::find(names.begin(), names.end(), name) != names.end();
+    };
+    if (!args.empty() && (listed(incrementers) || listed(nextReaders))) {
       float x;
-      std::memcpy(&x, reinterpret_cast<void *>(args.front()), 4);
+      std::memcpy(&x,
+                  reinterpret_cast<float *>(args.front()) +
+                      (listed(incrementers) ? 0 : 1),
+                  4);
       x += 1.0f;
       std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
     }
-    if (!args.empty() && std::find(nextReaders.begin(), nextReaders.end(),
-                                   name) != nextReaders.end()) {
-      float x;
-      std::memcpy(&x, reinterpret_cast<float *>(args.front()) + 1, 4);
-      x += 1.0f;
-      std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
-    }
-    if (!args.empty() &&
-        std::find(scribblers.begin(), scribblers.end(), name) != scribblers.end()) {
+    if (!args.empty() && listed(scribblers)) {
       float nan = std::nanf("");
       std::memcpy(reinterpret_cast<void *>(args.back()), &nan, 4);
     }

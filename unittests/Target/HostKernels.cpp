@@ -882,8 +882,9 @@ EMU_UNCHECKED inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
 /// thread's wgmma.wait_group retires its commit group, B read from shared
 /// memory then (so a tile overwritten while the product is in flight gives
 /// other numbers; and the race checker reports a write to B before a
-/// barrier that follows every thread's landing: race::WgmmaOp). Its accumulators hold a NaN meanwhile (a read of them in
-/// flight poisons the results), and a write to them is reported. The A
+/// barrier that follows every thread's landing: race::WgmmaOp). Its
+/// accumulators hold a NaN meanwhile (a read of them in flight poisons the
+/// results), and a write to them is reported. The A
 /// fragments are taken at issue; ptxas keeps their registers until the
 /// wait, and test/cuda/wgmma_fences.py checks that nothing else uses them.
 /// Also checked: a wgmma.fence before each batch, naming its operands; the
