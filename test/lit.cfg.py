@@ -31,3 +31,7 @@ config.substitutions.append(("%gptc-runtime", os.path.join(config.gptc_tools_dir
 config.substitutions.append(("%gptc", os.path.join(config.gptc_tools_dir, "gptc")))
 config.substitutions.append(("%python", "/usr/bin/python3"))
 config.substitutions.append(("%src", config.gptc_src_root))
+# bench/gpu's attention_bench, run on the fake driver (unittests/Runtime's
+# libcuda.so.1 over host memory).
+config.substitutions.append(("%attention-bench", os.path.join(config.gptc_tools_dir, "attention_bench")))
+config.substitutions.append(("%fake-cuda", os.path.join(config.gptc_obj_root, "unittests", "Runtime", "fake-cuda")))

@@ -19,6 +19,10 @@
 //
 //   attention_bench DIR [launches]
 //
+// Each kernel runs in a child process of its own, which first runs, once
+// and untimed, the references it takes its inputs from and is compared
+// with: a kernel that faults (CUDA's errors are sticky, the context is
+// lost) gets a FAILED line, and the kernels after it still run.
 // Prints one line a kernel (µs a launch, the mean of `launches` after two
 // untimed ones, and the TFLOP/s that makes: causal attention's products,
 // 2·T²·D a head forward and 5·T²·D backward, as FlashAttention counts
@@ -29,6 +33,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvrtc.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -44,13 +50,17 @@
 
 namespace {
 
+/// A child's exit status when something fails (CUDA, a file, NVRTC), after
+/// one line on stderr; 1 means results that stray.
+constexpr int kExitError = 3;
+
 void check(CUresult r, const char *what) {
   if (r == CUDA_SUCCESS)
     return;
   const char *name = "?";
   cuGetErrorName(r, &name);
   std::fprintf(stderr, "attention_bench: %s: %s\n", what, name);
-  std::exit(1);
+  std::exit(kExitError);
 }
 
 struct Kernel {
@@ -64,7 +74,7 @@ std::string readFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "attention_bench: cannot read %s\n", path.c_str());
-    std::exit(1);
+    std::exit(kExitError);
   }
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
@@ -80,13 +90,13 @@ std::string compileWithNvrtc(const std::string &source, const std::string &name,
       break;
   if (!lib) {
     std::fprintf(stderr, "attention_bench: no libnvrtc for %s\n", name.c_str());
-    std::exit(1);
+    std::exit(kExitError);
   }
   auto sym = [&](const char *s) {
     void *f = dlsym(lib, s);
     if (!f) {
       std::fprintf(stderr, "attention_bench: libnvrtc has no %s\n", s);
-      std::exit(1);
+      std::exit(kExitError);
     }
     return f;
   };
@@ -114,7 +124,7 @@ std::string compileWithNvrtc(const std::string &source, const std::string &name,
   if (create(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
       NVRTC_SUCCESS) {
     std::fprintf(stderr, "attention_bench: nvrtcCreateProgram failed\n");
-    std::exit(1);
+    std::exit(kExitError);
   }
   nvrtcResult r = compile(prog, int(argv.size()), argv.data());
   size_t n = 0;
@@ -124,7 +134,7 @@ std::string compileWithNvrtc(const std::string &source, const std::string &name,
   if (r != NVRTC_SUCCESS) {
     std::fprintf(stderr, "attention_bench: NVRTC failed on %s:\n%s\n",
                  name.c_str(), log.c_str());
-    std::exit(1);
+    std::exit(kExitError);
   }
   // ptxas -v: the registers and spills of the variant, for the log.
   std::istringstream lines(log);
@@ -219,6 +229,191 @@ std::string compareParts(const std::vector<float> &got,
   return "max|diff|/max|ref|:" + parts.str() + (ok ? "  PASS" : "");
 }
 
+/// The sizes and the kernel lines: kernels[0, forwards) are the forwards,
+/// kernels[forwards] the row dot, the rest the backwards; each role's
+/// reference first.
+struct Bench {
+  std::string dir;
+  int launches = 20;
+  long long B = 0, T = 0, C = 0, H = 0;
+  std::vector<Kernel> kernels;
+  size_t forwards = 0;
+};
+
+/// `k`'s cubin loaded (a .cu compiled first) and its entry found.
+void load(const Bench &b, Kernel &k) {
+  std::string image = readFile(b.dir + "/" + k.cubin);
+  if (k.cubin.size() > 3 && k.cubin.substr(k.cubin.size() - 3) == ".cu")
+    image = compileWithNvrtc(image, k.cubin, b.dir + "/nvrtc-options.txt");
+  check(cuModuleLoadData(&k.module, image.data()),
+        ("loading " + k.cubin).c_str());
+  check(cuModuleGetFunction(&k.fn, k.module, k.entry.c_str()),
+        ("finding " + k.entry).c_str());
+  if (k.shared > 48 * 1024)
+    check(cuFuncSetAttribute(k.fn,
+                             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             int(k.shared)),
+          "cuFuncSetAttribute");
+}
+
+/// One launch of `k`, waited for.
+void runOnce(const Kernel &k, void **args) {
+  check(cuLaunchKernel(k.fn, k.gridX, k.gridY, k.gridZ, k.block, 1, 1,
+                       k.shared, nullptr, args, nullptr),
+        ("launching " + k.name).c_str());
+  check(cuCtxSynchronize(), ("running " + k.name).c_str());
+}
+
+/// Times kernels[subject] and checks its results against its role's
+/// reference, after running once, untimed, what it takes its inputs from
+/// (the reference forward, the row dot) and the reference it is compared
+/// with. Prints the subject's line; returns 1 if its results stray. Runs in
+/// a process of its own, so that a kernel that faults (a CUDA error is
+/// sticky: the context is lost) takes only its own line with it.
+int runSubject(Bench &b, size_t subject) {
+  const long long B = b.B, T = b.T, C = b.C, H = b.H;
+  const size_t rowdot = b.forwards, firstBackward = b.forwards + 1;
+  check(cuInit(0), "cuInit");
+  CUdevice dev;
+  CUcontext ctx;
+  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  std::vector<Kernel> &kernels = b.kernels;
+  Kernel &k = kernels[subject];
+  load(b, k);
+  if (subject != 0)
+    load(b, kernels[0]);
+  if (subject > rowdot) {
+    load(b, kernels[rowdot]);
+    if (subject != firstBackward)
+      load(b, kernels[firstBackward]);
+  }
+
+  // qkv [B, T, 3C] and dout [B, T, C] random; out [B, T, C] and lse
+  // [B·H, T] from the reference forward, delta [B·H, T] from the row dot.
+  const size_t nQkv = size_t(B * T * 3 * C), nOut = size_t(B * T * C),
+               nRows = size_t(B * H * T);
+  CUdeviceptr qkv, out, lse, dout, delta;
+  check(cuMemAlloc(&qkv, 2 * nQkv), "cuMemAlloc");
+  check(cuMemAlloc(&out, 2 * nOut), "cuMemAlloc");
+  check(cuMemAlloc(&lse, 4 * nRows), "cuMemAlloc");
+  check(cuMemAlloc(&dout, 2 * nOut), "cuMemAlloc");
+  check(cuMemAlloc(&delta, 4 * nRows), "cuMemAlloc");
+  std::vector<uint16_t> host = randomBf16(nQkv, 1);
+  check(cuMemcpyHtoD(qkv, host.data(), 2 * nQkv), "cuMemcpyHtoD");
+  const std::vector<uint16_t> doutBits = randomBf16(nOut, 2);
+  check(cuMemcpyHtoD(dout, doutBits.data(), 2 * nOut), "cuMemcpyHtoD");
+  // Causal products (half of the T x T scores), FlashAttention's count.
+  const double headFlops =
+      double(T) * double(T) * double(C / H) * double(B * H);
+  auto tflops = [&](double factor, double us) {
+    return factor * headFlops / (us * 1e-6) / 1e12;
+  };
+  // A forward's out (as floats) and lse, from the device.
+  auto forwardResults = [&](CUdeviceptr o, CUdeviceptr l,
+                            std::vector<float> &gotOut,
+                            std::vector<float> &gotLse) {
+    std::vector<uint16_t> bits(nOut);
+    gotOut.resize(nOut);
+    gotLse.resize(nRows);
+    check(cuMemcpyDtoH(bits.data(), o, 2 * nOut), "cuMemcpyDtoH");
+    check(cuMemcpyDtoH(gotLse.data(), l, 4 * nRows), "cuMemcpyDtoH");
+    for (size_t e = 0; e < nOut; ++e)
+      gotOut[e] = fromBf16(bits[e]);
+  };
+  std::vector<float> refOut, refLse;
+  void *forwardArgs[] = {&qkv, &out, &lse};
+
+  // A forward into its own out and lse, compared with the reference's.
+  if (subject < rowdot) {
+    CUdeviceptr o = out, l = lse;
+    if (subject > 0) {
+      runOnce(kernels[0], forwardArgs);
+      forwardResults(out, lse, refOut, refLse);
+      check(cuMemAlloc(&o, 2 * nOut), "cuMemAlloc");
+      check(cuMemAlloc(&l, 4 * nRows), "cuMemAlloc");
+    }
+    void *args[] = {&qkv, &o, &l};
+    double us = timeLaunches(k, args, b.launches);
+    std::string verdict = "(the reference)";
+    bool ok = true;
+    if (subject > 0) {
+      std::vector<float> gotOut, gotLse;
+      forwardResults(o, l, gotOut, gotLse);
+      bool okOut, okLse;
+      verdict = compareParts(gotOut, refOut, size_t(B * T), size_t(C),
+                             size_t(C), {"out"}, okOut);
+      verdict += ";" + compareParts(gotLse, refLse, 1, 0, gotLse.size(),
+                                    {"lse"}, okLse);
+      ok = okOut && okLse;
+    }
+    std::printf("%-8s %-8s %-28s %10.1f us %6.1f TFLOP/s  %s\n", "forward",
+                k.name.c_str(), k.entry.c_str(), us, tflops(2, us),
+                verdict.c_str());
+    return ok ? 0 : 1;
+  }
+
+  runOnce(kernels[0], forwardArgs);
+  void *rowdotArgs[] = {&out, &dout, &delta};
+  // The row dot of the reference forward's out, against the host's sums
+  // (head h of row b·T + t is element (b·H + h)·T + t).
+  if (subject == rowdot) {
+    forwardResults(out, lse, refOut, refLse);
+    double us = timeLaunches(k, rowdotArgs, b.launches);
+    const long long D = C / H;
+    std::vector<float> got(nRows), want(nRows);
+    check(cuMemcpyDtoH(got.data(), delta, 4 * nRows), "cuMemcpyDtoH");
+    for (long long bi = 0; bi < B; ++bi)
+      for (long long t = 0; t < T; ++t)
+        for (long long h = 0; h < H; ++h) {
+          double sum = 0;
+          for (long long d = 0; d < D; ++d) {
+            size_t e = size_t((bi * T + t) * C + h * D + d);
+            sum += double(refOut[e]) * fromBf16(doutBits[e]);
+          }
+          want[size_t((bi * H + h) * T + t)] = float(sum);
+        }
+    bool ok;
+    std::string verdict =
+        compareParts(got, want, 1, 0, got.size(), {"delta"}, ok);
+    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "rowdot", k.name.c_str(),
+                k.entry.c_str(), us, verdict.c_str());
+    return ok ? 0 : 1;
+  }
+
+  // A backward into its own dqkv, compared part by part (dq, dk, dv: the
+  // three C-column thirds of each row) with the reference backward's.
+  runOnce(kernels[rowdot], rowdotArgs);
+  auto backwardResults = [&](CUdeviceptr dqkv) {
+    check(cuMemcpyDtoH(host.data(), dqkv, 2 * nQkv), "cuMemcpyDtoH");
+    std::vector<float> got(nQkv);
+    for (size_t e = 0; e < nQkv; ++e)
+      got[e] = fromBf16(host[e]);
+    return got;
+  };
+  CUdeviceptr dqkv;
+  check(cuMemAlloc(&dqkv, 2 * nQkv), "cuMemAlloc");
+  void *args[] = {&qkv, &out, &lse, &dout, &delta, &dqkv};
+  std::vector<float> reference;
+  if (subject != firstBackward) {
+    check(cuMemsetD8(dqkv, 0, 2 * nQkv), "cuMemsetD8");
+    runOnce(kernels[firstBackward], args);
+    reference = backwardResults(dqkv);
+  }
+  check(cuMemsetD8(dqkv, 0, 2 * nQkv), "cuMemsetD8");
+  double us = timeLaunches(k, args, b.launches);
+  std::string verdict = "(the reference)";
+  bool ok = true;
+  if (subject != firstBackward)
+    verdict = compareParts(backwardResults(dqkv), reference, size_t(B * T),
+                           size_t(3 * C), size_t(C), {"dq", "dk", "dv"}, ok);
+  std::printf("%-8s %-8s %-28s %10.1f us %6.1f TFLOP/s  %s\n", "backward",
+              k.name.c_str(), k.entry.c_str(), us, tflops(5, us),
+              verdict.c_str());
+  return ok ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -226,161 +421,68 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "usage: attention_bench DIR [launches]\n");
     return 2;
   }
-  const std::string dir = argv[1];
-  const int launches = argc > 2 ? std::max(1, std::atoi(argv[2])) : 20;
-  long long B = 0, T = 0, C = 0, H = 0;
-  std::istringstream(readFile(dir + "/sizes.txt")) >> B >> T >> C >> H;
-  std::vector<Kernel> kernels;
-  std::istringstream lines(readFile(dir + "/kernels.txt"));
+  Bench b;
+  b.dir = argv[1];
+  b.launches = argc > 2 ? std::max(1, std::atoi(argv[2])) : 20;
+  std::istringstream(readFile(b.dir + "/sizes.txt")) >> b.B >> b.T >> b.C >>
+      b.H;
+  std::istringstream lines(readFile(b.dir + "/kernels.txt"));
   for (std::string line; std::getline(lines, line);) {
     Kernel k;
     if (std::istringstream(line) >> k.role >> k.name >> k.cubin >> k.entry >>
         k.gridX >> k.gridY >> k.gridZ >> k.block >> k.shared)
-      kernels.push_back(k);
+      b.kernels.push_back(k);
   }
-  size_t forwards = 0;
-  while (forwards < kernels.size() && kernels[forwards].role == "forward")
-    ++forwards;
-  if (B <= 0 || T <= 0 || C <= 0 || H <= 0 || forwards == 0 ||
-      forwards + 1 >= kernels.size() || kernels[forwards].role != "rowdot") {
+  while (b.forwards < b.kernels.size() &&
+         b.kernels[b.forwards].role == "forward")
+    ++b.forwards;
+  if (b.B <= 0 || b.T <= 0 || b.C <= 0 || b.H <= 0 || b.forwards == 0 ||
+      b.forwards + 1 >= b.kernels.size() ||
+      b.kernels[b.forwards].role != "rowdot") {
     std::fprintf(stderr, "attention_bench: bad sizes.txt or kernels.txt\n");
     return 1;
   }
 
-  check(cuInit(0), "cuInit");
-  CUdevice dev;
-  CUcontext ctx;
-  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
-  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-  for (Kernel &k : kernels) {
-    std::string image = readFile(dir + "/" + k.cubin);
-    if (k.cubin.size() > 3 && k.cubin.substr(k.cubin.size() - 3) == ".cu")
-      image = compileWithNvrtc(image, k.cubin, dir + "/nvrtc-options.txt");
-    check(cuModuleLoadData(&k.module, image.data()),
-          ("loading " + k.cubin).c_str());
-    check(cuModuleGetFunction(&k.fn, k.module, k.entry.c_str()),
-          ("finding " + k.entry).c_str());
-    if (k.shared > 48 * 1024)
-      check(cuFuncSetAttribute(k.fn,
-                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                               int(k.shared)),
-            "cuFuncSetAttribute");
-  }
-
-  // qkv [B, T, 3C] and dout [B, T, C] random; out [B, T, C] and lse
-  // [B·H, T] from the forward, delta [B·H, T] from the row dot.
-  const size_t nQkv = size_t(B * T * 3 * C), nOut = size_t(B * T * C);
-  CUdeviceptr qkv, out, lse, dout, delta;
-  check(cuMemAlloc(&qkv, 2 * nQkv), "cuMemAlloc");
-  check(cuMemAlloc(&out, 2 * nOut), "cuMemAlloc");
-  check(cuMemAlloc(&lse, 4 * size_t(B * H * T)), "cuMemAlloc");
-  check(cuMemAlloc(&dout, 2 * nOut), "cuMemAlloc");
-  check(cuMemAlloc(&delta, 4 * size_t(B * H * T)), "cuMemAlloc");
-  std::vector<uint16_t> host = randomBf16(nQkv, 1);
-  check(cuMemcpyHtoD(qkv, host.data(), 2 * nQkv), "cuMemcpyHtoD");
-  const std::vector<uint16_t> doutBits = randomBf16(nOut, 2);
-  check(cuMemcpyHtoD(dout, doutBits.data(), 2 * nOut), "cuMemcpyHtoD");
-
   std::printf("attention_bench: B=%lld T=%lld C=%lld H=%lld, %d launches "
               "each\n",
-              B, T, C, H, launches);
-  // Causal products (half of the T x T scores), FlashAttention's count.
-  const double headFlops = double(T) * double(T) * double(C / H) * double(B * H);
-  auto tflops = [&](double factor, double us) {
-    return factor * headFlops / (us * 1e-6) / 1e12;
-  };
-  // Each forward into its own out and lse, compared with the first's,
-  // which the backwards take.
+              b.B, b.T, b.C, b.H, b.launches);
+  // Each kernel in a child process; this one never touches CUDA, so the
+  // children may be forked.
   int failures = 0;
-  std::vector<float> refOut, refLse;
-  for (size_t i = 0; i < forwards; ++i) {
-    CUdeviceptr o = out, l = lse;
-    if (i > 0) {
-      check(cuMemAlloc(&o, 2 * nOut), "cuMemAlloc");
-      check(cuMemAlloc(&l, 4 * size_t(B * H * T)), "cuMemAlloc");
+  for (size_t subject = 0; subject < b.kernels.size(); ++subject) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("attention_bench: fork");
+      return 1;
     }
-    void *args[] = {&qkv, &o, &l};
-    double us = timeLaunches(kernels[i], args, launches);
-    std::vector<uint16_t> bits(nOut);
-    std::vector<float> gotOut(nOut), gotLse(size_t(B * H * T));
-    check(cuMemcpyDtoH(bits.data(), o, 2 * nOut), "cuMemcpyDtoH");
-    check(cuMemcpyDtoH(gotLse.data(), l, 4 * gotLse.size()), "cuMemcpyDtoH");
-    for (size_t e = 0; e < nOut; ++e)
-      gotOut[e] = fromBf16(bits[e]);
-    std::string verdict = "(the reference)";
-    if (i == 0) {
-      refOut = std::move(gotOut);
-      refLse = std::move(gotLse);
-    } else {
-      cuMemFree(o);
-      cuMemFree(l);
-      bool okOut, okLse;
-      verdict = compareParts(gotOut, refOut, size_t(B * T), size_t(C),
-                             size_t(C), {"out"}, okOut);
-      verdict += ";" + compareParts(gotLse, refLse, 1, 0, gotLse.size(),
-                                    {"lse"}, okLse);
-      failures += !(okOut && okLse);
+    if (pid == 0) {
+      int rc = runSubject(b, subject);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(rc);
     }
-    std::printf("%-8s %-8s %-28s %10.1f us %6.1f TFLOP/s  %s\n", "forward",
-                kernels[i].name.c_str(), kernels[i].entry.c_str(), us,
-                tflops(2, us), verdict.c_str());
-  }
-
-  // The row dot of the reference forward's out, against the host's sums
-  // (head h of row b·T + t is element (b·H + h)·T + t).
-  {
-    Kernel &k = kernels[forwards];
-    void *args[] = {&out, &dout, &delta};
-    double us = timeLaunches(k, args, launches);
-    const long long D = C / H;
-    std::vector<float> got(size_t(B * H * T)), want(got.size());
-    check(cuMemcpyDtoH(got.data(), delta, 4 * got.size()), "cuMemcpyDtoH");
-    for (long long b = 0; b < B; ++b)
-      for (long long t = 0; t < T; ++t)
-        for (long long h = 0; h < H; ++h) {
-          double sum = 0;
-          for (long long d = 0; d < D; ++d) {
-            size_t e = size_t((b * T + t) * C + h * D + d);
-            sum += double(refOut[e]) * fromBf16(doutBits[e]);
-          }
-          want[size_t((b * H + h) * T + t)] = float(sum);
-        }
-    bool ok;
-    std::string verdict = compareParts(got, want, 1, 0, got.size(),
-                                       {"delta"}, ok);
-    failures += !ok;
-    std::printf("%-8s %-8s %-28s %10.1f us  %s\n", "rowdot", k.name.c_str(),
-                k.entry.c_str(), us, verdict.c_str());
-  }
-
-  // Each backward into its own dqkv, compared part by part (dq, dk, dv:
-  // the three C-column thirds of each row) with the first one's.
-  std::vector<float> reference;
-  for (size_t i = forwards + 1; i < kernels.size(); ++i) {
-    Kernel &k = kernels[i];
-    CUdeviceptr dqkv;
-    check(cuMemAlloc(&dqkv, 2 * nQkv), "cuMemAlloc");
-    check(cuMemsetD8(dqkv, 0, 2 * nQkv), "cuMemsetD8");
-    void *args[] = {&qkv, &out, &lse, &dout, &delta, &dqkv};
-    double us = timeLaunches(k, args, launches);
-    check(cuMemcpyDtoH(host.data(), dqkv, 2 * nQkv), "cuMemcpyDtoH");
-    cuMemFree(dqkv);
-    std::vector<float> got(nQkv);
-    for (size_t e = 0; e < nQkv; ++e)
-      got[e] = fromBf16(host[e]);
-    std::string verdict = "(the reference)";
-    if (reference.empty()) {
-      reference = std::move(got);
-    } else {
-      bool ok;
-      verdict = compareParts(got, reference, size_t(B * T), size_t(3 * C),
-                             size_t(C), {"dq", "dk", "dv"}, ok);
-      failures += !ok;
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0) {
+      std::perror("attention_bench: waitpid");
+      return 1;
     }
-    std::printf("%-8s %-8s %-28s %10.1f us %6.1f TFLOP/s  %s\n", "backward",
-                k.name.c_str(), k.entry.c_str(), us, tflops(5, us),
-                verdict.c_str());
+    if (WIFEXITED(status) && WEXITSTATUS(status) <= 1) {
+      failures += WEXITSTATUS(status);
+      continue;
+    }
+    // It printed no line: an error (kExitError, its message above) or a
+    // signal.
+    const Kernel &k = b.kernels[subject];
+    char why[64];
+    if (WIFEXITED(status))
+      std::snprintf(why, sizeof why, "the error above");
+    else
+      std::snprintf(why, sizeof why, "signal %d", WTERMSIG(status));
+    std::printf("%-8s %-8s %-28s FAILED (%s)\n", k.role.c_str(),
+                k.name.c_str(), k.entry.c_str(), why);
+    ++failures;
   }
   return failures ? 1 : 0;
 }

@@ -148,7 +148,8 @@ fi
 # The attention kernels alone, GPT-2's cubins on random data: each forward
 # and each backward timed and checked against the default's results.
 if want attn && [[ -x $bundle/attention/attention_bench ]]; then
-  step 60 attention "$bundle/attention/attention_bench" "$bundle/attention" 20
+  # (a process a kernel, each running its references first: 120 s)
+  step 120 attention "$bundle/attention/attention_bench" "$bundle/attention" 20
 fi
 
 if want tiny; then

@@ -45,6 +45,13 @@ int failLaunchIn = -1; // the n-th next kernel launch fails
 int argCount = 0;      // pointers each kernel launch takes (the test says)
 std::vector<int> refusedEpilogues; // the heuristic finds no algorithm
 std::vector<std::string> launchNames;
+// GPTC_FAKE_FAULT=name (for programs the test runs, which cannot call the
+// hooks below): launching that kernel faults as a real one would, sticky,
+// so every later synchronisation and copy fails.
+bool faulted = false;
+CUresult stickyFault() {
+  return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
+}
 std::vector<std::vector<uint64_t>> launchArgs;
 
 /// Runs `work` now, or records it while a stream is being captured.
@@ -133,8 +140,11 @@ CUresult CUDAAPI cuStreamDestroy(CUstream s) {
 CUresult CUDAAPI cuStreamSynchronize(CUstream) {
   if (failSyncIn >= 0 && failSyncIn-- == 0)
     return CUDA_ERROR_ILLEGAL_ADDRESS;
-  return CUDA_SUCCESS;
+  return stickyFault();
 }
+// The synchronous calls bench/gpu/attention_bench makes (the backend makes
+// only the asynchronous ones).
+CUresult CUDAAPI cuCtxSynchronize() { return stickyFault(); }
 CUresult CUDAAPI cuStreamWaitEvent(CUstream, CUevent, unsigned) {
   return CUDA_SUCCESS;
 }
@@ -148,7 +158,7 @@ CUresult CUDAAPI cuEventDestroy(CUevent e) {
 }
 CUresult CUDAAPI cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuEventQuery(CUevent) { return CUDA_SUCCESS; }
-CUresult CUDAAPI cuEventSynchronize(CUevent) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuEventSynchronize(CUevent) { return stickyFault(); }
 /// The algorithm (its index among the heuristic's results) of the last
 /// cublasLtMatmul: GPTC_GEMM_TUNE's timing sees index i take 0.5 - 0.1·i
 /// ms, so index 2 is the fastest of the three the heuristic offers. The
@@ -217,6 +227,18 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n,
                                  CUstream) {
   std::memset(reinterpret_cast<void *>(d), v, n);
   return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n) {
+  std::memcpy(reinterpret_cast<void *>(d), h, n);
+  return stickyFault();
+}
+CUresult CUDAAPI cuMemcpyDtoH(void *h, CUdeviceptr d, size_t n) {
+  std::memcpy(h, reinterpret_cast<void *>(d), n);
+  return stickyFault();
+}
+CUresult CUDAAPI cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
+  std::memset(reinterpret_cast<void *>(d), v, n);
+  return stickyFault();
 }
 CUresult CUDAAPI cuMemGetInfo(size_t *freeBytes, size_t *total) {
   *freeBytes = size_t(60) << 30;
@@ -292,6 +314,8 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   // The backend passes device pointers only, the test says how many; the
   // GEMM-epilogue fallbacks also take sizes, and they run (below).
   std::string name = reinterpret_cast<Function *>(f)->name;
+  if (const char *fault = std::getenv("GPTC_FAKE_FAULT"); fault && name == fault)
+    faulted = true;
   lastKernel = name;
   int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
