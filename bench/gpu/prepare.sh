@@ -68,7 +68,11 @@ if [[ $arch == sm_90a ]]; then
   # tiles, so that one of its three V buffers is refilled.
   compile check-gpt2w-bf16-wgmmaovf gpt2 bf16 2 256 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma-overlap
+  # The split backward on wgmma (deterministic, no atomics).
+  compile check-gpt2w-bf16-wgmmasplit gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-backward=wgmma-split
   dump_only wgmmabwd --attention-backward=wgmma
+  dump_only wgmmasplit --attention-backward=wgmma-split
   dump_only wgmmaov --attention-backward=wgmma-overlap
   dump_only wgmmaf --attention-forward=wgmma
   dump_only wgmmaovf --attention-forward=wgmma-overlap
@@ -166,6 +170,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "atomic128", "atomic128", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),

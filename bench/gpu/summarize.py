@@ -13,6 +13,7 @@ Inputs, all in the results directory (missing ones show as "-"):
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   check-gpt2w-bf16-wgmmabwd.log              the same, --attention-backward=wgmma
   check-gpt2w-bf16-wgmmaov.log               the same, --attention-backward=wgmma-overlap
+  check-gpt2w-bf16-wgmmasplit.log            the same, --attention-backward=wgmma-split
   check-gpt2w-bf16-wgmmaovf.log              the same (T=256), --attention-forward=wgmma-overlap
   check-gpt2w-bf16-auto.log                  the same (T=256), both directions auto
   check-gpt2lw-bf16{,-uncapped}.log          the same at C=1280 (GPT-2 large's
@@ -172,7 +173,7 @@ def main():
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
                  "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma",
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wgmmaov",
-                 "gpt2w-bf16-wgmmaovf",
+                 "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmaovf",
                  "gpt2w-bf16-wide",
                  "gpt2w-bf16-mma2", "gpt2w-bf16-auto", "gpt2lw-bf16",
                  "gpt2lw-bf16-uncapped"):

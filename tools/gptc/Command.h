@@ -103,7 +103,9 @@ struct KernelOptions {
                      "product on warpgroup MMA; sm_90a), wgmma-overlap "
                      "(wgmma with half a query tile's dv and dk products "
                      "in flight through the next half's, at 2 blocks an "
-                     "SM; sm_90a) or auto (every one "
+                     "SM; sm_90a), wgmma-split (split with every product "
+                     "on warpgroup MMA, deterministic; sm_90a) or auto "
+                     "(every one "
                      "of these the target has, timed when the program "
                      "loads; the fastest runs)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};

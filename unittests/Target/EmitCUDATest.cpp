@@ -220,6 +220,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.wgmmaAttentionBackward =
         label == "wgmma-backward" || label == "wgmma-overlap-backward";
     o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
+    o.splitWgmmaBackward = label == "wgmma-split-backward";
     return o;
   };
   cuda::EmitOptions autoBoth;
@@ -250,6 +251,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
                   : std::vector<std::string>{"split", "atomic", "atomic128"};
       if (hopper)
         expected.insert(expected.end(), {"wgmma", "wgmma-overlap"});
+      if (hopper && backward)
+        expected.push_back("wgmma-split");
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {

@@ -1386,6 +1386,7 @@ const char *backwardName(AttentionBackward backward) {
   case AttentionBackward::Atomic128: return "atomic128";
   case AttentionBackward::Wgmma: return "wgmma";
   case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
+  case AttentionBackward::WgmmaSplit: return "wgmma-split";
   }
   return "?";
 }

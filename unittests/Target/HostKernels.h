@@ -71,9 +71,16 @@ private:
 };
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
-/// --attention-backward=split, atomic, atomic128, wgmma or wgmma-overlap
-/// choose it.
-enum class AttentionBackward { Split, Atomic, Atomic128, Wgmma, WgmmaOverlap };
+/// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap or
+/// wgmma-split choose it.
+enum class AttentionBackward {
+  Split,
+  Atomic,
+  Atomic128,
+  Wgmma,
+  WgmmaOverlap,
+  WgmmaSplit
+};
 
 /// Its --attention-backward label.
 const char *backwardName(AttentionBackward backward);

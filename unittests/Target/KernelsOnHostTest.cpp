@@ -62,12 +62,14 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 }
 
 /// The attention implementation a kernel's entry calls: "TensorCores" (the
-/// forward that takes wgmma on sm_90a), "Mma" (mma.sync, the default
-/// forward and the backward), "Atomic" (the backward summing dq with
-/// atomics), "Simple", or "" for none. (The source holds all of
-/// attention.cuh; the entry's call is the line that starts with two spaces.)
+/// forward or backward that takes wgmma on sm_90a), "SplitTensorCores" (the
+/// split backward that does), "Mma" (mma.sync, the default forward and the
+/// backward), "Atomic" (the backward summing dq with atomics), "Simple", or
+/// "" for none. (The source holds all of attention.cuh; the entry's call is
+/// the line that starts with two spaces.)
 std::string attentionImpl(const std::string &source) {
-  for (const char *impl : {"TensorCores", "Mma", "Atomic", "Simple"})
+  for (const char *impl :
+       {"TensorCores", "SplitTensorCores", "Mma", "Atomic", "Simple"})
     for (const char *dir : {"Forward", "Backward"})
       if (source.find(std::string("\n  attention") + dir + impl + "<") !=
           std::string::npos)
@@ -943,7 +945,8 @@ const char *backwardImpl(AttentionBackward backward) {
          : backward == AttentionBackward::Wgmma ||
                  backward == AttentionBackward::WgmmaOverlap
              ? "TensorCores"
-             : "Atomic";
+         : backward == AttentionBackward::WgmmaSplit ? "SplitTensorCores"
+                                                     : "Atomic";
 }
 
 /// Whether kernel source `source` runs the atomic backward with 128 keys a
@@ -1010,10 +1013,12 @@ TEST(TemplateKernelsOnHost, Atomic128AttentionBackwardMatchesTheCpuExecutor) {
   checkTensorCoreAttention(HostTarget::Sm80, AttentionBackward::Atomic128);
 }
 // Every product of the backward a wgmma on sm_90a; the same source built
-// for sm_80 runs the atomic mma.sync kernel in the same launch.
+// for sm_80 runs the atomic mma.sync kernel in the same launch (the split
+// one for wgmma-split).
 TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (AttentionBackward backward :
-       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap}) {
+       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
+        AttentionBackward::WgmmaSplit}) {
     checkTensorCoreAttention(HostTarget::Sm90a, backward);
     checkTensorCoreAttention(HostTarget::Sm80, backward);
   }
@@ -1238,12 +1243,14 @@ void checkPackedAttention(
 namespace {
 
 /// Where function `name` of a kernel source begins and ends: its definition
-/// (the first `name(` followed by `{` before any `;`) to the `}` that
-/// starts a line after it.
+/// (the first `name(` after a space or at a line's start, followed by `{`
+/// before any `;`) to the `}` that starts a line after it.
 std::pair<size_t, size_t> functionSpan(const std::string &source,
                                        const std::string &name) {
-  for (size_t at = source.find(" " + name + "("); at != std::string::npos;
-       at = source.find(" " + name + "(", at + 1)) {
+  for (size_t at = source.find(name + "("); at != std::string::npos;
+       at = source.find(name + "(", at + 1)) {
+    if (at == 0 || (source[at - 1] != ' ' && source[at - 1] != '\n'))
+      continue;
     size_t brace = source.find('{', at), semi = source.find(';', at);
     if (brace < semi)
       return {at, source.find("\n}", brace)};
@@ -1723,6 +1730,58 @@ TEST(TemplateKernelsOnHost, WgmmaBIsRewrittenOnlyAfterEveryWarpsWait) {
   });
 }
 
+// The deterministic wgmma backward (--attention-backward=wgmma-split): in
+// each of its two blocks (dq; dk and dv) the loop's one barrier and
+// fence.proxy.async, each batch's wgmma.fence (naming that batch's
+// operands) and each wait but one. The waits before each barrier land
+// what the next tile's copies overwrite (the dq block's k, the dk/dv
+// block's q and dout) and the last products before the results are
+// stored.
+TEST(TemplateKernelsOnHost, EveryWgmmaSplitBackwardBarrierFenceAndWaitIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a,
+                                           AttentionBackward::WgmmaSplit);
+  ASSERT_EQ(p.kernels.size(), 3u);
+  const size_t k = kernelCalling(p, "attentionBackwardSplitTensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  const HostTarget sm90a = HostTarget::Sm90a;
+  for (const char *fn : {"wgmmaQueryTileDq", "wgmmaKeyTileDkDv"}) {
+    SCOPED_TRACE(fn);
+    const bool dqBlock = std::string(fn) == "wgmmaQueryTileDq";
+    EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                               "shared-memory race", sm90a),
+              1);
+    EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                               "with no fence.proxy.async", sm90a),
+              1);
+    const std::string scores = dqBlock ? "wgmmaFence(s, qa, dp, da);"
+                                       : "wgmmaFence(p, ka, ds, va);";
+    const std::string products = dqBlock ? "wgmmaFence(dqAcc, dsa);"
+                                         : "wgmmaFence(accV, pa, accK, dsa);";
+    for (const std::string &fence : {scores, products})
+      EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
+                                 "no wgmma.fence since the last wait", sm90a),
+                1)
+          << fence;
+    EXPECT_EQ(expectEachNeeded(p, k, fn, scores,
+                               "operands its wgmma.fence did not name", sm90a,
+                               dqBlock ? "wgmmaFence(s, qa);"
+                                       : "wgmmaFence(p, ka);"),
+              1);
+    // The dk/dv block's #0 (the first half's dv and dk) would land under
+    // the second half's wait<1>: spared, as in the wgmma backward.
+    if (dqBlock)
+      EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 3);
+    else
+      EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a,
+                                     {{0, "lands under the next wait<1>"}}),
+                4);
+  }
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
 namespace {
 
 /// Removes each `__syncthreads();` of `functions` in `p`'s only kernel, one
@@ -2022,12 +2081,13 @@ TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) 
     checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm80, D,
                          AttentionBackward::Atomic);
 }
-// The wgmma backward at D = 64 and 32 (n32 for dk, dv and dq); at 16 the
-// atomic kernel.
+// The wgmma backwards at D = 64 and 32 (n32 for dk, dv and dq); at 16 the
+// atomic kernel (the split one for wgmma-split).
 TEST(TemplateKernelsOnHost, PackedWgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (int64_t D : {64, 32, 16})
     for (AttentionBackward backward :
-         {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap})
+         {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
+          AttentionBackward::WgmmaSplit})
       checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, D,
                            backward);
 }

@@ -263,7 +263,7 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
   static const std::vector<std::string> forwards = {
       "mma", "mma128", "mma2", "wgmma", "wgmma-overlap"};
   static const std::vector<std::string> backwards = {
-      "split", "atomic", "atomic128", "wgmma", "wgmma-overlap"};
+      "split", "atomic", "atomic128", "wgmma", "wgmma-overlap", "wgmma-split"};
   return forward ? forwards : backwards;
 }
 
@@ -286,6 +286,7 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
     o.wideAttentionBackward = label == "atomic128";
     o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap";
     o.overlapWgmmaBackward = label == "wgmma-overlap";
+    o.splitWgmmaBackward = label == "wgmma-split";
   }
   return true;
 }

@@ -242,6 +242,12 @@ static uint32_t wgmmaBackwardSharedBytes(int64_t D) {
   return uint32_t(6 * 64 * D * 2 + 64 * 72 * 2 + 4 * 64 * 4);
 }
 
+/// sizeof(WgmmaSplitShared<D>) (attention.cuh): six 64 x D bf16 tiles
+/// (two kept, two walked twice) and 4 x 64 floats of row terms.
+static uint32_t wgmmaSplitSharedBytes(int64_t D) {
+  return uint32_t(6 * 64 * D * 2 + 4 * 64 * 4);
+}
+
 /// The heads a group of a tensor-core attention grid takes together
 /// (blockWork in attention.cuh): the most that divide `heads` and keep what
 /// their blocks share, `bytes` a head, within `budget` bytes of L2
@@ -277,6 +283,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                 (opts.atomicAttentionBackward || opts.wgmmaAttentionBackward) &&
                 (a.D == 16 || a.D == 32 || a.D == 64);
   const bool wgmmaGrad = atomic && opts.wgmmaAttentionBackward;
+  // --attention-backward=wgmma-split: the split kernel's blocks (no
+  // atomics: deterministic) on warpgroup MMA where the target has it
+  // (attentionBackwardSplitTensorCores), else the split kernel itself.
+  const bool wgmmaSplit = grad && mma && !atomic && opts.splitWgmmaBackward;
+  const bool wgmmaSplitD = wgmmaSplit && (a.D == 32 || a.D == 64);
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
   // needs 170 registers at D=64, so 2 blocks an SM.
   const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
@@ -322,6 +333,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // target NVRTC compiles for (the runtime may compile the same source for
   // another); without, mma.sync.
   const char *impl = !mma                  ? "Simple"
+                     : wgmmaSplit          ? "SplitTensorCores"
                      : grad                ? "Mma"
                      : opts.wgmmaAttention ? "TensorCores"
                                            : "Mma";
@@ -341,6 +353,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
           << ", \"the wgmma backward's dynamic shared memory\");\n#endif\n";
     pre << "\n";
   }
+  if (wgmmaSplitD)
+    pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaSplitShared<" << a.D
+        << ">) == " << wgmmaSplitSharedBytes(a.D)
+        << ", \"the launch's dynamic shared memory\");\n#endif\n\n";
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
      << tmpl
      << (wide            ? ", 8"
@@ -382,6 +398,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // launch has room for either kernel.
   if (wgmmaGrad && (a.D == 32 || a.D == 64))
     l.sharedBytes = std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D));
+  // (the split kernel's shared memory is static: it leaves this unused)
+  if (wgmmaSplitD)
+    l.sharedBytes = wgmmaSplitSharedBytes(a.D);
 }
 
 void Emitter::emitFlashAttention(bool grad) {

@@ -78,11 +78,19 @@ struct EmitOptions {
   /// the registers and serializes every wgmma. --attention-backward=
   /// wgmma-overlap. Off by default: not yet timed on a GPU.
   bool overlapWgmmaBackward = false;
+  /// The split backward (a dq block a query tile, a dk/dv block a key
+  /// tile: no atomics, deterministic) with every product a warpgroup MMA,
+  /// where NVRTC compiles for sm_90a and D is 32 or 64
+  /// (attentionBackwardSplitTensorCores), else the split mma.sync kernel.
+  /// --attention-backward=wgmma-split. Off by default: not yet timed on a
+  /// GPU.
+  bool splitWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
   /// mma2, and wgmma and wgmma-overlap on sm_90a; atomic, atomic128, and
-  /// wgmma and wgmma-overlap on sm_90a) as rt::Launch::variants, which the
+  /// wgmma, wgmma-overlap and wgmma-split on sm_90a) as
+  /// rt::Launch::variants, which the
   /// runtime times at load. Algorithms that give a launch the same source (mma128 where T is not
   /// a multiple of 128, any of them for float32 attention) are one. The
   /// flags above then do not apply to that direction.
@@ -104,7 +112,7 @@ struct EmitOptions {
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
 /// (the last two sm_90a); backward split, atomic, atomic128, wgmma,
-/// wgmma-overlap (the last two sm_90a). --attention-forward and
+/// wgmma-overlap, wgmma-split (the last three sm_90a). --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward);

@@ -1607,6 +1607,273 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
       writeQueryTileDq<D, kQ, 128>(dq + t * 64 * kQ, dqSum + t * 64 * D,
                                    scale);
 }
+
+/// The shared memory of attentionBackwardWgmmaSplit, dynamic (48.5 KB at
+/// D = 64): the two tiles a block keeps (a dq block's q and dout, a dk/dv
+/// block's k and v), the two it walks, double-buffered (k and v; q and
+/// dout), all as wgmma reads them, and the row terms (a dq block's own in
+/// [0], a dk/dv block's walked query tiles').
+template <int D> struct WgmmaSplitShared {
+  wg::CoreTile<D> kept[2], walked[2][2];
+  alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
+};
+
+/// attentionBackwardWgmmaSplit's dq block: query tile i0's
+/// dq = scale · Σ_keys dS·k, dS = P ∘ (dout·vᵀ − rowDot), walking the key
+/// tiles (the causal ones up to the diagonal). Rows queries (warp w's
+/// 16w..), a key tile in halves of 32 keys: S = q·kᵀ and dP = dout·vᵀ
+/// (two groups: P is computed while dP's products run), then dq += dS·k
+/// with dS's A fragments straight from the accumulators. The first half's
+/// dq product lands with the second half's S.
+template <int D, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TDQ>
+__device__ __forceinline__ void
+wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
+                 const bf16 *v, const float *lse, const bf16 *dout,
+                 const float *delta, TDQ *dq, float scale, int i0) {
+  using namespace mma;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+  constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
+  const float scaleLog2 = scale * log2e();
+  const wg::CoreTile<D> &sQ = sm.kept[0], &sDout = sm.kept[1];
+  // This tile's q, dout and row terms, and the first key tile: one group.
+  loadQueryTileAsync<LQ, LO>(sm.kept[0], sm.kept[1], sm.lse[0], sm.dot[0], q,
+                             dout, lse, delta, i0);
+  sm.walked[0][0].loadAsync(k, kK, 0);
+  sm.walked[0][1].loadAsync(v, kK, 0);
+  commitCopies();
+  const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
+  float dqAcc[D / 8][4];
+  zero(dqAcc);
+  const int keyEnd = kCausal ? i0 + 64 : S;
+  // One barrier a key tile: it makes the tile's copies whole (and visible
+  // to wgmma), and frees the last tile's buffers, whose products every
+  // thread has waited for; the next tile's copies start after it.
+  for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
+    waitCopies<0>();   // this tile's copies, the only ones in flight
+    fenceProxyAsync(); // to wgmma's reads
+    __syncthreads();   // and every other thread's
+    if (j0 + 64 < keyEnd) {
+      sm.walked[buf ^ 1][0].loadAsync(k, kK, j0 + 64);
+      sm.walked[buf ^ 1][1].loadAsync(v, kK, j0 + 64);
+      commitCopies();
+    }
+    const wg::CoreTile<D> &sK = sm.walked[buf][0], &sV = sm.walked[buf][1];
+    // What a score in log2 units is offset by, and the rows' delta.
+    const float lseLo = -log2e() * sm.lse[0][rLo],
+                lseHi = -log2e() * sm.lse[0][rHi];
+    const float dotLo = sm.dot[0][rLo], dotHi = sm.dot[0][rHi];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // q's and dout's A fragments, loaded again for each half (held, they
+      // are what ptxas gave the forward's q: see attentionForwardWgmma).
+      u32 qa[D / 16][4], da[D / 16][4];
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) {
+        loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
+        loadMatrices(da[kc], sDout.block(warp * 16, kc * 16));
+      }
+      // Rows queries (16 warp + g, + 8), columns keys 32 half + 8nt + 2tq
+      // (+ 1) of the tile.
+      float s[4][4], dp[4][4];
+      zero(s);
+      zero(dp);
+      wgmmaFence(s, qa, dp, da);
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        wgmmaBf16<false>(s, qa[kc], sK.keysAlongN(kc, 32 * half));
+      wgmmaCommit();
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        wgmmaBf16<false>(dp, da[kc], sV.keysAlongN(kc, 32 * half));
+      wgmmaCommit();
+      wgmmaWait<1>(); // S (and the first half's dq product)
+      wgmmaFenceOperands(s);
+      if (half == 1)
+        wgmmaFenceOperands(dqAcc);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = fastExp2(fmaf(s[nt][e], scaleLog2, e < 2 ? lseLo : lseHi));
+      if (kCausal && j0 == i0)
+        maskFuture<false, 4>(s, rLo, 0.0f, 4 * half);
+      wgmmaWait<0>();
+      wgmmaFenceOperands(dp);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] *= dp[nt][e] - (e < 2 ? dotLo : dotHi);
+      // dS as A fragments, this half's keys as K.
+      u32 dsa[2][4];
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc)
+        accToA(dsa[kc], s, kc);
+      wgmmaFence(dqAcc, dsa);
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc)
+        wgmmaBf16<true>(dqAcc, dsa[kc], sK.keysAlongK(2 * half + kc));
+      wgmmaCommit();
+    }
+    wgmmaWait<0>(); // the second half's dq product, before the barrier
+    wgmmaFenceOperands(dqAcc);
+  }
+  storeAcc<D, kQ>(dq, i0 + warp * 16, dqAcc, scale, scale);
+}
+
+/// attentionBackwardWgmmaSplit's dk/dv block: key tile j0's
+/// dv = Σ_queries Pᵀ·dout and dk = scale · Σ_queries dSᵀ·q, walking the
+/// query tiles (the causal ones from the diagonal on), as
+/// attentionBackwardWgmma does without its dq share: rows keys (warp w's
+/// 16w..), a query tile in halves of 32, Sᵀ and dPᵀ then dv and dk. The
+/// first half's dv and dk land under the second half's fragment loads, the
+/// second half's before the next tile's barrier. (Left in flight through
+/// the second half's Sᵀ and dPᵀ, as wgmma-overlap does, they want 158
+/// registers, and ptxas then serializes every wgmma of the kernel: C7512.)
+template <int D, int T, bool kCausal, class LQ, class LK, class LO,
+          typename TDK, typename TDV>
+__device__ __forceinline__ void
+wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
+                 const bf16 *v, const float *lse, const bf16 *dout,
+                 const float *delta, TDK *dk, TDV *dv, float scale, int j0) {
+  using namespace mma;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+  const int tq = threadIdx.x % 4;
+  constexpr i64 kK = LK::kRowStride;
+  const float scaleLog2 = scale * log2e();
+  const wg::CoreTile<D> &sK = sm.kept[0], &sV = sm.kept[1];
+  const int first = kCausal ? j0 : 0;
+  // This tile's k and v, and the first query tile: one group.
+  sm.kept[0].loadAsync(k, kK, j0);
+  sm.kept[1].loadAsync(v, kK, j0);
+  loadQueryTileAsync<LQ, LO>(sm.walked[0][0], sm.walked[0][1], sm.lse[0],
+                             sm.dot[0], q, dout, lse, delta, first);
+  commitCopies();
+  float accK[D / 8][4], accV[D / 8][4];
+  zero(accK);
+  zero(accV);
+  // One barrier a query tile, as in wgmmaQueryTileDq.
+  for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
+    waitCopies<0>();
+    fenceProxyAsync();
+    __syncthreads();
+    if (i0 + 64 < T) {
+      loadQueryTileAsync<LQ, LO>(sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1],
+                                 sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
+                                 lse, delta, i0 + 64);
+      commitCopies();
+    }
+    const wg::CoreTile<D> &sQ = sm.walked[buf][0], &sDout = sm.walked[buf][1];
+    const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
+    const bool diagonal = kCausal && i0 == j0;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      u32 ka[D / 16][4], va[D / 16][4];
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) {
+        loadMatrices(ka[kc], sK.block(warp * 16, kc * 16));
+        loadMatrices(va[kc], sV.block(warp * 16, kc * 16));
+      }
+      if (half == 1) { // the first half's dv and dk, under those loads
+        wgmmaWait<0>();
+        wgmmaFenceOperands(accV);
+        wgmmaFenceOperands(accK);
+      }
+      // Rows keys (16 warp + g, + 8), columns queries 32 half + 8nt + 2tq
+      // (+ 1) of the tile.
+      float p[4][4], ds[4][4];
+      zero(p);
+      zero(ds);
+      wgmmaFence(p, ka, ds, va);
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
+      wgmmaCommit();
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc)
+        wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
+      wgmmaCommit();
+      wgmmaWait<1>();
+      wgmmaFenceOperands(p);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
+          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
+        }
+      if (diagonal)
+        maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
+      wgmmaWait<0>();
+      wgmmaFenceOperands(ds);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
+        }
+      // Pᵀ and dSᵀ as A fragments, this half's queries as K.
+      u32 pa[2][4], dsa[2][4];
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc) {
+        accToA(pa[kc], p, kc);
+        accToA(dsa[kc], ds, kc);
+      }
+      wgmmaFence(accV, pa, accK, dsa);
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc)
+        wgmmaBf16<true>(accV, pa[kc], sDout.keysAlongK(2 * half + kc));
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc)
+        wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
+      wgmmaCommit();
+    }
+    wgmmaWait<0>(); // the second half's dv and dk, before the barrier
+    wgmmaFenceOperands(accV);
+    wgmmaFenceOperands(accK);
+  }
+  storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
+  storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+}
+
+/// attentionBackwardMma's split (deterministic: no atomics, each result
+/// written by the one block that sums it) with every product a warpgroup
+/// MMA (--attention-backward=wgmma-split): the same grid and block order,
+/// a dq block per query tile and a dk/dv block per key tile, each one
+/// warpgroup. Seven products a tile pair, as the split kernel computes,
+/// against the atomic kernels' five and their float32 reductions.
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TDQ, typename TDK, typename TDV>
+__device__ void attentionBackwardWgmmaSplit(const bf16 *q, const bf16 *k,
+                                            const bf16 *v, const float *lse,
+                                            const bf16 *dout,
+                                            const float *delta, TDQ *dq,
+                                            TDK *dk, TDV *dv, float scale) {
+  static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  extern __shared__ uint4 gptcDynamicShared[];
+  WgmmaSplitShared<D> &sm =
+      *reinterpret_cast<WgmmaSplitShared<D> *>(gptcDynamicShared);
+  constexpr int kQueryBlocks = T / 64;
+  // As attentionBackwardMma: where T == S a head's ranks alternate, dq of
+  // query tile T/64 - 1 - r/2 (even r), dk/dv of key tile r/2 (odd r).
+  const BlockWork work = blockWork();
+  const bool dqBlock =
+      T == S ? work.rank % 2 == 0 : work.rank < kQueryBlocks;
+  const int tile = T == S             ? work.rank / 2
+                   : dqBlock ? work.rank
+                             : work.rank - kQueryBlocks;
+  backwardToHead<T, LQ, LK, LO>(work.head, q, k, v, lse, dout, delta, dq, dk,
+                                dv);
+  if (dqBlock)
+    wgmmaQueryTileDq<D, S, kCausal, LQ, LK, LO>(
+        sm, q, k, v, lse, dout, delta, dq, scale,
+        (kQueryBlocks - 1 - tile) * 64);
+  else
+    wgmmaKeyTileDkDv<D, T, kCausal, LQ, LK, LO>(sm, q, k, v, lse, dout, delta,
+                                                 dk, dv, scale, tile * 64);
+}
 #endif // GPTC_WGMMA
 
 /// The tensor-core forward the target has, emitted for
@@ -1629,6 +1896,26 @@ attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
 #endif
     attentionForwardMma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
                                                       scale);
+}
+
+/// The deterministic backward the target has, emitted for
+/// --attention-backward=wgmma-split: warpgroup MMA on sm_90a for D of 32
+/// or 64, else the split mma.sync backward (the same grid; the same
+/// results up to float32 summation order).
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TDQ, typename TDK, typename TDV>
+__device__ __forceinline__ void attentionBackwardSplitTensorCores(
+    const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+    const bf16 *dout, const float *delta, TDQ *dq, TDK *dk, TDV *dv,
+    float scale) {
+#if GPTC_WGMMA
+  if constexpr (D == 32 || D == 64)
+    attentionBackwardWgmmaSplit<D, T, S, kCausal, LQ, LK, LO>(
+        q, k, v, lse, dout, delta, dq, dk, dv, scale);
+  else
+#endif
+    attentionBackwardMma<D, T, S, kCausal, LQ, LK, LO>(
+        q, k, v, lse, dout, delta, dq, dk, dv, scale);
 }
 
 /// The backward the target has, emitted for --attention-backward=wgmma
