@@ -1622,9 +1622,12 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
                              "with no fence.proxy.async", sm90a),
             1);
+  // A query tile half's two batches are wgmmaKeysOnQueryHalf's, which
+  // only this kernel calls in this program.
+  const char *half = "wgmmaKeysOnQueryHalf";
   for (const char *fence :
        {"wgmmaFence(p, ka, ds, va);", "wgmmaFence(accV, pa, accK, dsa);"})
-    EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
+    EXPECT_EQ(expectEachNeeded(p, k, half, fence,
                                "no wgmma.fence since the last wait", sm90a),
               1)
         << fence;
@@ -1633,11 +1636,11 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(dqAcc, dsT);",
                              "operands its wgmma.fence did not name", sm90a),
             1);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(accV, pa, accK, dsa);",
+  EXPECT_EQ(expectEachNeeded(p, k, half, "wgmmaFence(accV, pa, accK, dsa);",
                              "operands its wgmma.fence did not name", sm90a,
                              "wgmmaFence(accV, pa, accK, pa);"),
             1);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(p, ka, ds, va);",
+  EXPECT_EQ(expectEachNeeded(p, k, half, "wgmmaFence(p, ka, ds, va);",
                              "operands its wgmma.fence did not name", sm90a,
                              "wgmmaFence(p, ka);"),
             1);
@@ -1681,10 +1684,14 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardWaitIsNeeded) {
   forEachWgmmaBackward([](AttentionBackward backward, rt::Program &p,
                           size_t k) {
     const bool overlap = backward == AttentionBackward::WgmmaOverlap;
+    // A query tile half's three (wgmmaKeysOnQueryHalf), then dq's.
     EXPECT_EQ(expectEachWaitNeeded(
-                  p, k, "attentionBackwardWgmma", HostTarget::Sm90a,
+                  p, k, "wgmmaKeysOnQueryHalf", HostTarget::Sm90a,
                   {{0, overlap ? "not compiled" : "lands under the next wait<1>"}}),
-              4);
+              3);
+    EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionBackwardWgmma",
+                                   HostTarget::Sm90a),
+              1);
   });
 }
 
@@ -1754,28 +1761,33 @@ TEST(TemplateKernelsOnHost, EveryWgmmaSplitBackwardBarrierFenceAndWaitIsNeeded) 
     EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
                                "with no fence.proxy.async", sm90a),
               1);
+    // The dk/dv block's query tile halves are wgmmaKeysOnQueryHalf's.
+    const char *batches = dqBlock ? fn : "wgmmaKeysOnQueryHalf";
     const std::string scores = dqBlock ? "wgmmaFence(s, qa, dp, da);"
                                        : "wgmmaFence(p, ka, ds, va);";
     const std::string products = dqBlock ? "wgmmaFence(dqAcc, dsa);"
                                          : "wgmmaFence(accV, pa, accK, dsa);";
     for (const std::string &fence : {scores, products})
-      EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
+      EXPECT_EQ(expectEachNeeded(p, k, batches, fence,
                                  "no wgmma.fence since the last wait", sm90a),
                 1)
           << fence;
-    EXPECT_EQ(expectEachNeeded(p, k, fn, scores,
+    EXPECT_EQ(expectEachNeeded(p, k, batches, scores,
                                "operands its wgmma.fence did not name", sm90a,
                                dqBlock ? "wgmmaFence(s, qa);"
                                        : "wgmmaFence(p, ka);"),
               1);
-    // The dk/dv block's #0 (the first half's dv and dk) would land under
-    // the second half's wait<1>: spared, as in the wgmma backward.
-    if (dqBlock)
+    if (dqBlock) {
       EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 3);
-    else
-      EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a,
+    } else {
+      // A half's #0 (the first half's dv and dk) would land under the
+      // second half's wait<1>: spared, as in the wgmma backward. Then the
+      // wait before the barrier.
+      EXPECT_EQ(expectEachWaitNeeded(p, k, batches, sm90a,
                                      {{0, "lands under the next wait<1>"}}),
-                4);
+                3);
+      EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 1);
+    }
   }
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;

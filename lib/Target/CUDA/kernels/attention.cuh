@@ -1398,6 +1398,96 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
 
+/// Half `half` (32 queries) of query tile sQ, sDout (its row terms tileLse
+/// and tileDot) for a wgmma backward block's 64 keys, warp w's 16w.. (their
+/// tiles sK and sV), as keyRowsOnQueries does it on mma.sync:
+///   Sᵀ = k·qᵀ and dPᵀ = v·doutᵀ (two commit groups of one batch: P is
+///   computed while dPᵀ's products run), P and dS in registers (rows keys,
+///   columns queries 32 half + 8nt + 2tq (+ 1) of the tile), dS handed to
+///   withDs (the atomic kernel stores it for its dq product);
+///   dv += Pᵀ·dout and dk += dSᵀ·q (Pᵀ and dSᵀ as A fragments straight from
+///   the accumulators, dout and q read along K), one more group, in flight
+///   on return.
+/// k's and v's A fragments are loaded again for each half (held across the
+/// loop, they are what ptxas gave the forward's q: see
+/// attentionForwardWgmma). The first half's dv and dk land under the second
+/// half's fragment loads, or (kOverlap) with its Sᵀ.
+template <int D, bool kOverlap, class WithDs>
+__device__ __forceinline__ void
+wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
+                     const wg::CoreTile<D> &sK, const wg::CoreTile<D> &sV,
+                     const wg::CoreTile<D> &sQ, const wg::CoreTile<D> &sDout,
+                     const float *tileLse, const float *tileDot,
+                     float scaleLog2, bool diagonal, int half,
+                     WithDs &&withDs) {
+  using namespace mma;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+  const int tq = threadIdx.x % 4;
+  u32 ka[D / 16][4], va[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    loadMatrices(ka[kc], sK.block(warp * 16, kc * 16));
+    loadMatrices(va[kc], sV.block(warp * 16, kc * 16));
+  }
+  if (half == 1 && !kOverlap) { // the first half's dv and dk, under those
+    wgmmaWait<0>();                // loads
+    wgmmaFenceOperands(accV);
+    wgmmaFenceOperands(accK);
+  }
+  float p[4][4], ds[4][4];
+  zero(p);
+  zero(ds);
+  wgmmaFence(p, ka, ds, va);
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
+  wgmmaCommit();
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
+  wgmmaCommit();
+  wgmmaWait<1>(); // Sᵀ (with kOverlap, also the first half's dv and dk)
+  wgmmaFenceOperands(p);
+  if (half == 1 && kOverlap) {
+    wgmmaFenceOperands(accV);
+    wgmmaFenceOperands(accK);
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
+      p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
+    }
+  if (diagonal)
+    maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
+  wgmmaWait<0>();
+  wgmmaFenceOperands(ds);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
+      ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
+    }
+  withDs(ds);
+  // Pᵀ and dSᵀ as A fragments, this half's queries as K.
+  u32 pa[2][4], dsa[2][4];
+#pragma unroll
+  for (int kc = 0; kc < 2; ++kc) {
+    accToA(pa[kc], p, kc);
+    accToA(dsa[kc], ds, kc);
+  }
+  wgmmaFence(accV, pa, accK, dsa);
+#pragma unroll
+  for (int kc = 0; kc < 2; ++kc)
+    wgmmaBf16<true>(accV, pa[kc], sDout.keysAlongK(2 * half + kc));
+#pragma unroll
+  for (int kc = 0; kc < 2; ++kc)
+    wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
+  wgmmaCommit();
+}
+
 /// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64):
 /// the query tiles it walks (q, dout and their row terms) double-buffered,
 /// the block's k and v, all as wgmma reads them, and the tile's dSᵀ (rows
@@ -1412,17 +1502,12 @@ template <int D> struct WgmmaBackwardShared {
 /// (one warpgroup) a key tile of 64, warp w's keys 16w..; q's and dout's
 /// tiles are wgmma's B, read from shared memory. A query tile in halves of
 /// 32 queries (as the mma.sync kernels take it: the whole tile's scores
-/// and dP on top of both accumulators would not fit 168 registers):
-///   Sᵀ = k·qᵀ and dPᵀ = v·doutᵀ (one batch), P and dS in registers,
-///   dv += Pᵀ·dout and dk += dSᵀ·q (one batch, Pᵀ and dSᵀ as A fragments
-///   straight from the accumulators);
-/// then dq's share over the block's keys, dS·k, with dS's A fragments by
-/// ldmatrix.trans of dSᵀ in shared memory, added to dqSum with atomics, and
-/// the last block of a query tile writes its dq (as the atomic kernel
-/// does). k and v fragments are loaded again for each half: held across
-/// the loop, they are what ptxas gave the forward's q (see above). P is
-/// computed while dPᵀ's products run; the first half's dv and dk land
-/// after the second half's fragments load, the second half's with the dq
+/// and dP on top of both accumulators would not fit 168 registers), each
+/// wgmmaKeysOnQueryHalf (Sᵀ and dPᵀ, P and dS, dv and dk), which also
+/// stores dSᵀ to shared memory; then dq's share over the block's keys,
+/// dS·k, with dS's A fragments by ldmatrix.trans of dSᵀ, added to dqSum
+/// with atomics, and the last block of a query tile writes its dq (as the
+/// atomic kernel does). The second half's dv and dk land with the dq
 /// product, under the barrier that makes dSᵀ whole. At 3 blocks an SM
 /// there are not the registers to overlap more (docs/cuda-kernels.md).
 /// kOverlap (at 2 blocks an SM) keeps the first half's in flight through
@@ -1477,81 +1562,23 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     const wg::CoreTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     const bool diagonal = kCausal && i0 == j0;
+    // dSᵀ's rows of this thread, for the dq product.
+    unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
+    unsigned short *hi = lo + 8 * Tile<64>::kStride;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      u32 ka[D / 16][4], va[D / 16][4];
+    for (int half = 0; half < 2; ++half)
+      wgmmaKeysOnQueryHalf<D, kOverlap>(
+          accK, accV, sm.k, sm.v, sQ, sDout, tileLse, tileDot, scaleLog2,
+          diagonal, half, [&](const float (&ds)[4][4]) {
+            // dSᵀ to shared memory as bf16.
 #pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) {
-        loadMatrices(ka[kc], sm.k.block(warp * 16, kc * 16));
-        loadMatrices(va[kc], sm.v.block(warp * 16, kc * 16));
-      }
-      if (half == 1 && !kOverlap) { // the first half's dv and dk, under
-        wgmmaWait<0>();                // those loads
-        wgmmaFenceOperands(accV);
-        wgmmaFenceOperands(accK);
-      }
-      // Rows keys (16 warp + g, + 8), columns queries 32 half + 8nt + 2tq
-      // (+ 1) of the tile.
-      float p[4][4], ds[4][4];
-      zero(p);
-      zero(ds);
-      // Sᵀ and dPᵀ are two groups: P is computed while dPᵀ's products run.
-      wgmmaFence(p, ka, ds, va);
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
-      wgmmaCommit();
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
-      wgmmaCommit();
-      wgmmaWait<1>(); // (with kOverlap, also the first half's dv and dk)
-      wgmmaFenceOperands(p);
-      if (half == 1 && kOverlap) {
-        wgmmaFenceOperands(accV);
-        wgmmaFenceOperands(accK);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
-          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
-        }
-      if (diagonal)
-        maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
-      wgmmaWait<0>();
-      wgmmaFenceOperands(ds);
-      // dSᵀ, and to shared memory as bf16 for the dq product.
-      unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
-      unsigned short *hi = lo + 8 * Tile<64>::kStride;
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
-          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
-        }
-        const int c = 32 * half + nt * 8 + 2 * tq;
-        *reinterpret_cast<u32 *>(lo + c) = packBf16(ds[nt][0], ds[nt][1]);
-        *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
-      }
-      // Pᵀ and dSᵀ as A fragments, this half's queries as K.
-      u32 pa[2][4], dsa[2][4];
-#pragma unroll
-      for (int kc = 0; kc < 2; ++kc) {
-        accToA(pa[kc], p, kc);
-        accToA(dsa[kc], ds, kc);
-      }
-      wgmmaFence(accV, pa, accK, dsa);
-#pragma unroll
-      for (int kc = 0; kc < 2; ++kc)
-        wgmmaBf16<true>(accV, pa[kc], sDout.keysAlongK(2 * half + kc));
-#pragma unroll
-      for (int kc = 0; kc < 2; ++kc)
-        wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
-      wgmmaCommit(); // the second half's land with dq's product
-    }
+            for (int nt = 0; nt < 4; ++nt) {
+              const int c = 32 * half + nt * 8 + 2 * tq;
+              *reinterpret_cast<u32 *>(lo + c) = packBf16(ds[nt][0], ds[nt][1]);
+              *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
+            }
+          });
+    // (the second half's dv and dk land with dq's product)
     __syncthreads(); // dSᵀ is whole
     // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,
     // over the block's keys. dS's A fragment of keys [16kc, +16) is the
@@ -1726,11 +1753,12 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
 /// dv = Σ_queries Pᵀ·dout and dk = scale · Σ_queries dSᵀ·q, walking the
 /// query tiles (the causal ones from the diagonal on), as
 /// attentionBackwardWgmma does without its dq share: rows keys (warp w's
-/// 16w..), a query tile in halves of 32, Sᵀ and dPᵀ then dv and dk. The
-/// first half's dv and dk land under the second half's fragment loads, the
-/// second half's before the next tile's barrier. (Left in flight through
-/// the second half's Sᵀ and dPᵀ, as wgmma-overlap does, they want 158
-/// registers, and ptxas then serializes every wgmma of the kernel: C7512.)
+/// 16w..), a query tile in halves of 32 (wgmmaKeysOnQueryHalf: Sᵀ and dPᵀ
+/// then dv and dk). The first half's dv and dk land under the second
+/// half's fragment loads, the second half's before the next tile's
+/// barrier. (Left in flight through the second half's Sᵀ and dPᵀ, as
+/// wgmma-overlap does, they want 158 registers, and ptxas then serializes
+/// every wgmma of the kernel: C7512.)
 template <int D, int T, bool kCausal, class LQ, class LK, class LO,
           typename TDK, typename TDV>
 __device__ __forceinline__ void
@@ -1738,8 +1766,7 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
                  const bf16 *v, const float *lse, const bf16 *dout,
                  const float *delta, TDK *dk, TDV *dv, float scale, int j0) {
   using namespace mma;
-  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
-  const int tq = threadIdx.x % 4;
+  const int warp = threadIdx.x / 32;
   constexpr i64 kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
   const wg::CoreTile<D> &sK = sm.kept[0], &sV = sm.kept[1];
@@ -1768,68 +1795,10 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     const bool diagonal = kCausal && i0 == j0;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      u32 ka[D / 16][4], va[D / 16][4];
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) {
-        loadMatrices(ka[kc], sK.block(warp * 16, kc * 16));
-        loadMatrices(va[kc], sV.block(warp * 16, kc * 16));
-      }
-      if (half == 1) { // the first half's dv and dk, under those loads
-        wgmmaWait<0>();
-        wgmmaFenceOperands(accV);
-        wgmmaFenceOperands(accK);
-      }
-      // Rows keys (16 warp + g, + 8), columns queries 32 half + 8nt + 2tq
-      // (+ 1) of the tile.
-      float p[4][4], ds[4][4];
-      zero(p);
-      zero(ds);
-      wgmmaFence(p, ka, ds, va);
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
-      wgmmaCommit();
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
-      wgmmaCommit();
-      wgmmaWait<1>();
-      wgmmaFenceOperands(p);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
-          p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
-        }
-      if (diagonal)
-        maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
-      wgmmaWait<0>();
-      wgmmaFenceOperands(ds);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
-          ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
-        }
-      // Pᵀ and dSᵀ as A fragments, this half's queries as K.
-      u32 pa[2][4], dsa[2][4];
-#pragma unroll
-      for (int kc = 0; kc < 2; ++kc) {
-        accToA(pa[kc], p, kc);
-        accToA(dsa[kc], ds, kc);
-      }
-      wgmmaFence(accV, pa, accK, dsa);
-#pragma unroll
-      for (int kc = 0; kc < 2; ++kc)
-        wgmmaBf16<true>(accV, pa[kc], sDout.keysAlongK(2 * half + kc));
-#pragma unroll
-      for (int kc = 0; kc < 2; ++kc)
-        wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
-      wgmmaCommit();
-    }
+    for (int half = 0; half < 2; ++half)
+      wgmmaKeysOnQueryHalf<D, false>(accK, accV, sK, sV, sQ, sDout, tileLse,
+                                     tileDot, scaleLog2, diagonal, half,
+                                     [](const float (&)[4][4]) {});
     wgmmaWait<0>(); // the second half's dv and dk, before the barrier
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
