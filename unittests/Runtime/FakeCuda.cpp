@@ -87,6 +87,13 @@ void gptcFakeRefuseEpilogue(int epilogue) {
 //===----------------------------------------------------------------------===//
 
 CUresult CUDAAPI cuInit(unsigned int) { return CUDA_SUCCESS; }
+// NVRTC looks the driver up (cuInit, then this) in a process that has one
+// loaded, and crashed in nvrtcCompileProgram without it: the fake has no
+// export tables to give.
+CUresult CUDAAPI cuGetExportTable(const void **table, const CUuuid *) {
+  *table = nullptr;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 CUresult CUDAAPI cuDriverGetVersion(int *v) {
   *v = 13000;
   return CUDA_SUCCESS;
