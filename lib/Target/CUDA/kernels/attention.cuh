@@ -1635,7 +1635,7 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
                                    scale);
 }
 
-/// The shared memory of attentionBackwardWgmmaSplit, dynamic (48.5 KB at
+/// The shared memory of attentionBackwardWgmmaSplit, dynamic (49 KB at
 /// D = 64): the two tiles a block keeps (a dq block's q and dout, a dk/dv
 /// block's k and v), the two it walks, double-buffered (k and v; q and
 /// dout), all as wgmma reads them, and the row terms (a dq block's own in
