@@ -635,6 +635,26 @@ TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
 
 TEST(CudaBackendFake, ErrorsNameTheLaunch) {
   {
+    // A fault while a variant is timed at load names it, and says how not
+    // to time it.
+    REQUIRE_FAKE(b);
+    Program p = programWithVariants();
+    hook<void (*)(int)>("gptcFakeFailSync")(1); // the second candidate's
+    try {
+      b->load(p);
+      FAIL() << "no error";
+    } catch (const DeviceError &e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "CUDA_ERROR_ILLEGAL_ADDRESS (a fake error) at or before "
+                    "forward launch 3: gelu "
+                    "(k_gelu_atomic, atomic) at fake.cpp:8, timed at load; "
+                    "GPTC_VARIANT=own runs each launch's own kernel without "
+                    "timing the others"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  {
     REQUIRE_FAKE(b);
     Program p = program(true);
     b->load(p);
