@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads the logs bench/gpu/run.sh wrote and prints one summary table.
 
-Inputs, all in the results directory (missing ones show as "-"):
+Inputs, all in the results directory (missing ones show as "-", or as
+"not run"):
   check-tiny-fp32.log, check-tiny-bf16.log   train_gpt2 --check-kernels
   check-tiny-bf16-fallback.log               the same, GPTC_GEMM_FALLBACK=1
   check-tiny-bf16-dgelu.log                  the same, GPTC_GEMM_DGELU=cublaslt
@@ -192,6 +193,8 @@ def main():
             lines.extend("    " + l[:300] for l in fails[:8])
             if len(fails) > 8:
                 lines.append(f"    ... {len(fails) - 8} more in {log}")
+        elif text is None:
+            lines.append(f"check-kernels {log[6:-4]:19}: not run (no log)")
         else:
             lines.append(f"check-kernels {log[6:-4]:19}: did not finish (see log)")
 
