@@ -445,10 +445,10 @@ private:
     // A kernel variant timed at load is waited for before the next one
     // runs, so the error is that variant's: the way round it is not to
     // time it.
-    const std::string &trial = kTimedAtLoad;
-    const bool timing = lastLaunch && lastLaunch->size() >= trial.size() &&
-                        lastLaunch->compare(lastLaunch->size() - trial.size(),
-                                            trial.size(), trial) == 0;
+    const size_t n = kTimedAtLoad.size();
+    const bool timing =
+        lastLaunch && lastLaunch->size() >= n &&
+        lastLaunch->compare(lastLaunch->size() - n, n, kTimedAtLoad) == 0;
     throw DeviceError(
         "CUDA error " + cuError(cu, r) + " " + where +
         (timing     ? "; GPTC_VARIANT=own runs each launch's own kernel "

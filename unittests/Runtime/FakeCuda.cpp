@@ -45,6 +45,7 @@ int failLaunchIn = -1; // the n-th next kernel launch fails
 int argCount = 0;      // pointers each kernel launch takes (the test says)
 std::vector<int> refusedEpilogues; // the heuristic finds no algorithm
 std::vector<std::string> launchNames;
+std::vector<std::vector<uint64_t>> launchArgs;
 // GPTC_FAKE_FAULT=name (for programs the test runs, which cannot call the
 // hooks below): launching that kernel faults as a real one would, sticky,
 // so every later synchronisation and copy fails.
@@ -52,7 +53,6 @@ bool faulted = false;
 CUresult stickyFault() {
   return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
-std::vector<std::vector<uint64_t>> launchArgs;
 
 /// Runs `work` now, or records it while a stream is being captured.
 void submit(std::function<void()> work) {
