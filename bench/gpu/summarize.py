@@ -52,6 +52,8 @@ import sys
 STEP = re.compile(r"^step\s+(\d+)(?:/\d+)?\s*\|\s*loss\s+([-+0-9.eEnaif]+)"
                   r"(?:.*?\|\s*([0-9.]+)\s*ms)?")
 CHECK = re.compile(r"check-kernels: (\d+) launches, (\d+) failures?")
+# "backward wgmma-split flash_attention_qkv_grad_0   401.2 us  160.8 TFLOP/s  ..."
+BENCH_ROW = re.compile(r"^(forward|backward)\s+(\S+)\s+\S+\s+([0-9.]+) us")
 
 
 def read(path):
@@ -335,6 +337,27 @@ def main():
         lines.append("")
         lines.extend(rows)
         summary["attention_bench"] = rows
+        # The fastest of each direction among the algorithms the auto
+        # program carries (the labels of its timed-at-load lines; the
+        # bench's other rows are older versions kept for comparison),
+        # counting only rows that ran and matched their reference.
+        labels = set(re.findall(r"(?:: |, )([\w-]+) [0-9.]+ ms", auto))
+        best = {}
+        for r in rows:
+            m = BENCH_ROW.match(r)
+            if not m or (labels and m.group(2) not in labels):
+                continue
+            role, name, us = m.group(1), m.group(2), float(m.group(3))
+            if ("FAIL" in r or "PASS" not in r) and "(the reference)" not in r:
+                continue
+            if role not in best or us < best[role][1]:
+                best[role] = (name, us)
+        for role in ("forward", "backward"):
+            if role in best:
+                name, us = best[role]
+                lines.append(f"fastest {role} in the bench: {name}, {us:.1f} us")
+                summary.setdefault("attention_bench_fastest", {})[role] = {
+                    "algorithm": name, "us": us}
 
     # The other attention kernels' own profiles: their attention rows, to
     # set beside the default's above.
