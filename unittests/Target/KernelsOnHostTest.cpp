@@ -1090,6 +1090,49 @@ void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
 }
 } // namespace
 
+// The wgmma backwards (sm_90a, emulated) with more keys than queries,
+// without the causal mask: T = 128, S = 192. The atomic kinds' 3 key
+// blocks each add to both query tiles; wgmma-split's grid has the 2 dq
+// blocks first, each walking 3 key tiles (a refilled buffer), then the 3
+// dk/dv blocks, each walking both query tiles.
+TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  for (AttentionBackward backward :
+       {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
+        AttentionBackward::WgmmaSplit}) {
+    SCOPED_TRACE(backwardName(backward));
+    const bool split = backward == AttentionBackward::WgmmaSplit;
+    Builder b;
+    Shape qs = {1, 2, 128, 64}, ks = {1, 2, 192, 64};
+    int q = b.buf(bf, qs), k = b.buf(bf, ks), v = b.buf(bf, ks),
+        dout = b.buf(bf, qs);
+    int o = b.buf(bf, qs), lse = b.buf(f32, {1, 2, 128});
+    auto &fa = b.launch("flash_attention", {q, k, v}, {o, lse});
+    fa.ints["causal"] = 0;
+    fa.floats["scale"] = 0.125;
+    int dq = b.buf(f32, qs), dk = b.buf(f32, ks), dv = b.buf(f32, ks);
+    int delta = b.rowDot(o, dout, {1, 2, 128});
+    auto &fag = b.launch("flash_attention_grad",
+                         {q, k, v, o, lse, dout, delta}, {dq, dk, dv});
+    fag.ints["causal"] = 0;
+    fag.floats["scale"] = 0.125;
+    rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, backward);
+    ASSERT_EQ(attentionImpl(p.kernels[2].source), backwardImpl(backward));
+    // Blocks a head: a key tile each, or (split) a query tile or a key
+    // tile each.
+    EXPECT_EQ(p.functions[0].launches[2].grid[1], split ? 5u : 3u);
+    HostKernels kernels(p, HostTarget::Sm90a);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
+    std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
+        data[q], data[k], data[v], data[o], data[lse], data[dout], 0.125f,
+        false);
+    expectNear(bw[0], data[dq].f32, 2e-2f, "flash_attention_grad dq");
+    expectNear(bw[1], data[dk].f32, 2e-2f, "flash_attention_grad dk");
+    expectNear(bw[2], data[dv].f32, 2e-2f, "flash_attention_grad dv");
+  }
+}
+
 TEST(TemplateKernelsOnHost, AtomicAttentionBackwardWithMoreKeysThanQueries) {
   checkAtomicWithMoreKeys(AttentionBackward::Atomic, 192, 3);
   // 128 keys a block where S allows; 192 keys keep blocks of 64.
