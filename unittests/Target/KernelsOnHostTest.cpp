@@ -1091,7 +1091,7 @@ void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
 } // namespace
 
 // The wgmma backwards (sm_90a, emulated) with more keys than queries,
-// without the causal mask: T = 128, S = 192. The atomic kinds' 3 key
+// without the causal mask: T = 128, S = 192 (the forward too is wgmma's). The atomic kinds' 3 key
 // blocks each add to both query tiles; wgmma-split's grid has the 2 dq
 // blocks first, each walking 3 key tiles (a refilled buffer), then the 3
 // dk/dv blocks, each walking both query tiles.
@@ -1124,6 +1124,11 @@ TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
     HostKernels kernels(p, HostTarget::Sm90a);
     ASSERT_TRUE(kernels.ok()) << kernels.error;
     std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
+    // (and the wgmma forward, which sm_90a runs, over 3 key tiles)
+    std::vector<exec::HostTensor> fw =
+        exec::flashAttention(data[q], data[k], data[v], 0.125f, false);
+    expectNear(fw[0], data[o].f32, 1e-2f, "flash_attention out");
+    expectNear(fw[1], data[lse].f32, 1e-5f, "flash_attention lse");
     std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
         data[q], data[k], data[v], data[o], data[lse], data[dout], 0.125f,
         false);
