@@ -1081,6 +1081,11 @@ void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
   HostKernels kernels(p);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
+  // The forward's too: the gradients' reference takes its out and lse.
+  std::vector<exec::HostTensor> fw =
+      exec::flashAttention(data[q], data[k], data[v], 0.125f, false);
+  expectNear(fw[0], data[o].f32, 1e-2f, "flash_attention out");
+  expectNear(fw[1], data[lse].f32, 1e-5f, "flash_attention lse");
   std::vector<exec::HostTensor> bw = exec::flashAttentionGrad(
       data[q], data[k], data[v], data[o], data[lse], data[dout], 0.125f,
       false);
@@ -1124,7 +1129,7 @@ TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
     HostKernels kernels(p, HostTarget::Sm90a);
     ASSERT_TRUE(kernels.ok()) << kernels.error;
     std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
-    // (and the wgmma forward, which sm_90a runs, over 3 key tiles)
+    // The wgmma forward's too (sm_90a runs it), over 3 key tiles.
     std::vector<exec::HostTensor> fw =
         exec::flashAttention(data[q], data[k], data[v], 0.125f, false);
     expectNear(fw[0], data[o].f32, 1e-2f, "flash_attention out");
