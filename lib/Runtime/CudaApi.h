@@ -36,7 +36,8 @@ namespace gptc::rt::cudaapi {
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)                      \
   X(cuMemcpyDtoHAsync) X(cuMemsetD8Async) X(cuMemGetInfo)                      \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                 \
-  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuGetErrorName)                    \
+  X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)               \
+  X(cuGetErrorName)                                                            \
   X(cuGetErrorString) X(cuStreamBeginCapture) X(cuStreamEndCapture)            \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)            \
   X(cuGraphExecDestroy)

@@ -310,6 +310,42 @@ TEST(CudaBackendFake, DynamicSharedMemoryAbove48KiB) {
   }
 }
 
+// The 48 KiB count static and dynamic shared memory together: GPT-2's
+// layernorm gradients launch with exactly 48 KiB dynamic and have 16
+// bytes static, and on an H100 every launch failed (CUDA_ERROR_INVALID_VALUE)
+// until they were opted in. So does the fake; and past the device's most,
+// the static bytes count too.
+TEST(CudaBackendFake, StaticSharedMemoryCountsTowards48KiB) {
+  {
+    REQUIRE_FAKE(b);
+    auto staticShared =
+        hook<void (*)(const char *, int)>("gptcFakeStaticShared");
+    Program p = program(true);
+    p.functions[0].launches.back().sharedBytes = 48 * 1024;
+    staticShared("k_gelu", 16);
+    b->load(p);
+    EXPECT_EQ(hook<int (*)(const char *)>("gptcFakeDynamicSharedOptIn")(
+                  "k_gelu"),
+              48 * 1024);
+    b->run(p.functions[0], 0, p.functions[0].launches.size());
+    b->synchronize();
+  }
+  {
+    REQUIRE_FAKE(b);
+    Program p = program(true);
+    p.functions[0].launches.back().sharedBytes = 232448;
+    try {
+      b->load(p);
+      ADD_FAILURE() << "loaded a kernel asking for too much shared memory";
+    } catch (const DeviceError &e) {
+      EXPECT_EQ(std::string(e.what()),
+                "kernel k_gelu asks for 232464 bytes of shared memory; Fake "
+                "NVIDIA H100 80GB HBM3 allows 232448");
+    }
+    hook<void (*)(const char *, int)>("gptcFakeStaticShared")(nullptr, 0);
+  }
+}
+
 // A launch with variants (--attention-*=auto): at load each candidate runs
 // once and five times timed; launches with the same candidates share one
 // timing; the fastest then runs with its own grid and shared memory; one

@@ -271,12 +271,33 @@ CUresult CUDAAPI cuModuleGetFunction(CUfunction *f, CUmodule, const char *name) 
 static std::vector<std::pair<std::string, int>> dynamicSharedOptIns;
 static std::vector<unsigned> launchShared;
 extern "C" int gptcFakeDynamicSharedOptIn(const char *name) {
-  for (auto &[fn, bytes] : dynamicSharedOptIns)
-    if (fn == name)
-      return bytes;
+  // The latest: each backend (each test) opts its functions in afresh.
+  for (auto it = dynamicSharedOptIns.rbegin(); it != dynamicSharedOptIns.rend();
+       ++it)
+    if (it->first == name)
+      return it->second;
   return 0;
 }
 extern "C" unsigned gptcFakeLaunchShared(int i) { return launchShared.at(i); }
+/// Each function's static shared memory, by name (0 unless set): a launch
+/// whose static and dynamic bytes together pass 48 KiB fails, as on a GPU,
+/// unless the function opted in to its dynamic bytes.
+static std::map<std::string, int> staticShared;
+extern "C" void gptcFakeStaticShared(const char *name, int bytes) {
+  if (!name)
+    staticShared.clear();
+  else
+    staticShared[name] = bytes;
+}
+CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a,
+                                    CUfunction f) {
+  *v = 0;
+  if (a == CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+    if (auto it = staticShared.find(reinterpret_cast<Function *>(f)->name);
+        it != staticShared.end())
+      *v = it->second;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a,
                                     int v) {
   if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
@@ -323,6 +344,10 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   std::string name = reinterpret_cast<Function *>(f)->name;
   if (const char *fault = std::getenv("GPTC_FAKE_FAULT"); fault && name == fault)
     faulted = true;
+  if (auto it = staticShared.find(name);
+      shared + (it == staticShared.end() ? 0 : it->second) > 48 * 1024 &&
+      int(shared) > gptcFakeDynamicSharedOptIn(name.c_str()))
+    return CUDA_ERROR_INVALID_VALUE;
   lastKernel = name;
   int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
