@@ -37,53 +37,55 @@ struct EmitOptions {
   /// The bf16 forward attention on warpgroup MMA where NVRTC compiles for
   /// sm_90a and D is 32 or 64 (attentionForwardTensorCores), else on
   /// mma.sync everywhere. Off by default: on an H100 at GPT-2's sizes it
-  /// took 253 µs a launch against mma.sync's 173 (docs/benchmarks.md).
+  /// took 246 µs a launch against mma.sync's 163 (docs/benchmarks.md).
   bool wgmmaAttention = false;
   /// With wgmmaAttention: a key tile's softmax runs while the last tile's
   /// output product is in flight (FlashAttention-3's overlap within a
   /// warpgroup; attentionForwardWgmmaOverlap), with a third V buffer.
-  /// --attention-forward=wgmma-overlap. Off by default: not yet timed on a
-  /// GPU.
+  /// --attention-forward=wgmma-overlap. Off by default: slower on an H100
+  /// (246.8 µs a launch, as the wgmma forward's 246.0).
   bool overlapWgmmaForward = false;
   /// The mma.sync forward attention with 8 warps a block, 128 queries,
   /// where T is a multiple of 128 (attentionForwardMma<..., 8>): each key
-  /// tile copied once for 128 queries rather than 64. Off by default: not
-  /// yet timed on a GPU.
+  /// tile copied once for 128 queries rather than 64. Off by default: on
+  /// an H100 it took 159.8 µs a launch against mma's 163.1, too little to
+  /// move the defaults in the session that measured it.
   bool wideAttentionForward = false;
   /// The mma.sync forward attention with 4 warps of 32 query rows (two
   /// row tiles a warp), 128 queries a block, where T is a multiple of 128
   /// (attentionForwardMma<..., 4, 2>): each k and v fragment read from
   /// shared memory serves both row tiles, half the ldmatrix a product.
-  /// Off by default: not yet timed on a GPU. Wins over wideAttentionForward.
+  /// Off by default: as fast as mma on an H100 (163.0 µs against 163.1).
+  /// Wins over wideAttentionForward.
   bool rowPairAttentionForward = false;
   /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
   /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
   /// atomics (five products a tile pair, against seven; dq's sums then
-  /// depend on the blocks' order). Off by default: not yet timed on a GPU.
+  /// depend on the blocks' order). Off by default: slower on an H100
+  /// (docs/benchmarks.md).
   bool atomicAttentionBackward = false;
   /// With atomicAttentionBackward: 128 keys a block of 8 warps rather than
   /// 64 of 4, where S is a multiple of 128 and D 32 or 64 (each query tile
-  /// copied, and its dq added to, once for 128 keys). Off by default: not
-  /// yet timed on a GPU.
+  /// copied, and its dq added to, once for 128 keys). Off by default:
+  /// slower on an H100 (docs/benchmarks.md).
   bool wideAttentionBackward = false;
   /// The bf16 backward attention on warpgroup MMA where NVRTC compiles for
   /// sm_90a and D is 32 or 64 (attentionBackwardTensorCores: every product
   /// a wgmma, dq summed with atomics as atomicAttentionBackward does), else
   /// the atomic mma.sync backward. Wins over the two above. Off by default:
-  /// not yet timed on a GPU.
+  /// slower on an H100 (docs/benchmarks.md).
   bool wgmmaAttentionBackward = false;
   /// With wgmmaAttentionBackward: the first half of a query tile's dv and
   /// dk products stay in flight through the second half's Sᵀ and dPᵀ
   /// (FlashAttention-3's overlap), at 2 blocks an SM: at 3, ptxas has not
   /// the registers and serializes every wgmma. --attention-backward=
-  /// wgmma-overlap. Off by default: not yet timed on a GPU.
+  /// wgmma-overlap. Off by default: slower on an H100 (docs/benchmarks.md).
   bool overlapWgmmaBackward = false;
   /// The split backward (a dq block a query tile, a dk/dv block a key
   /// tile: no atomics, deterministic) with every product a warpgroup MMA,
   /// where NVRTC compiles for sm_90a and D is 32 or 64
   /// (attentionBackwardSplitTensorCores), else the split mma.sync kernel.
-  /// --attention-backward=wgmma-split. Off by default: not yet timed on a
-  /// GPU.
+  /// --attention-backward=wgmma-split. Off by default: slower on an H100.
   bool splitWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
