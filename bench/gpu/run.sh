@@ -30,8 +30,9 @@
 # costs); Nsight Compute on one launch each of the attention kernels, the
 # DGELU pass and the gradient norm, and of the mma2 forward and the
 # atomic128 backward; then, with
-# what time is left, GPT-2 124M again with GPTC_GEMM_TUNE=1 (cuBLASLt
-# algorithms timed at load, the fastest kept). On request only: GPT-2 124M
+# what time is left, GPT-2 124M again with GPTC_GEMM_TUNE=0 (cuBLASLt's
+# first choice for every GEMM, untimed, against the default, which times
+# the algorithms and epilogue ways at load and keeps the fastest). On request only: GPT-2 124M
 # compiled with --recompute=gelu,layernorm (the time the smaller arena
 # costs). GPT-2 124M with --attention-backward=wgmma is timed by default
 # (the wgmma step), and so is GPT-2 124M with --attention-forward=auto
@@ -45,7 +46,7 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [auto] [wide] [atomic] [fallback] [dgelu] [large] [tuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -73,7 +74,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma atomic fallback dgelu ncu large tuned} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -254,8 +255,8 @@ if want large; then
   done
 fi
 
-if want tuned; then
-  GPTC_GEMM_TUNE=1 step 120 gpt2-bf16-tuned "${lib[@]}" "$P/gpt2-bf16" \
+if want untuned; then
+  GPTC_GEMM_TUNE=0 step 120 gpt2-bf16-untuned "${lib[@]}" "$P/gpt2-bf16" \
     --device=cuda --data="$data" --steps=20 --seed=1
 fi
 

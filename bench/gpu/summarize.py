@@ -27,7 +27,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-atomic-profile.log               the same, GPTC_VARIANT=mma,atomic
   gpt2-bf16-wide{,-profile}.log              the auto program with
                                              GPTC_VARIANT=mma2,atomic128
-  gpt2-bf16-tuned.log                        the GPTC_GEMM_TUNE=1 run
+  gpt2-bf16-untuned.log                      the GPTC_GEMM_TUNE=0 run
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        GPTC_VARIANT=mma,wgmma
@@ -232,7 +232,7 @@ def main():
     # The benchmark table.
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
-    for impl, log in (("gptc", "gpt2-bf16"), ("gptc, tuned GEMMs", "gpt2-bf16-tuned"),
+    for impl, log in (("gptc", "gpt2-bf16"), ("gptc, untuned GEMMs", "gpt2-bf16-untuned"),
                       ("gptc, mma2 + atomic128 attention", "gpt2-bf16-wide"),
                       ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
                       ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
@@ -269,7 +269,7 @@ def main():
                      f"{r['loss_last']:.3f}")
     if not rows:
         lines.append("(no timings: see gpt2-bf16.log and torch.log)")
-    tuned = read(os.path.join(res, "gpt2-bf16-tuned.log")) or ""
+    tuned = read(os.path.join(res, "gpt2-bf16.log")) or ""
     for line in tuned.splitlines():
         if "GPTC_GEMM_TUNE:" in line:
             lines.append(line.strip())

@@ -149,7 +149,8 @@ using namespace cudaapi;
 //===----------------------------------------------------------------------===//
 
 constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's, per GEMM
-/// GPTC_GEMM_TUNE=1: how many of the heuristic's algorithms to time.
+/// GEMM tuning (GPTC_GEMM_TUNE): how many of the heuristic's algorithms
+/// to time.
 constexpr int kTuneCandidates = 8;
 constexpr size_t kStagingBytes = 64u << 20;   // pinned host ring
 constexpr size_t kChunkBytes = kStagingBytes / 4;
@@ -205,11 +206,14 @@ struct GemmPlan {
   int loops = 1; // GemmMapping::loops, with these byte strides
   uint64_t leftStride = 0, rightStride = 0, outStride = 0;
   std::string shape; // "MxNxK bf16" for the profile
-  /// GPTC_GEMM_TUNE=1: the heuristic's candidates, its first choice first,
-  /// and what GEMMs with the same tuning result share (kernel, shape and
-  /// epilogue).
+  /// Tuning (GPTC_GEMM_TUNE): the heuristic's candidates, its first
+  /// choice first, and what GEMMs with the same tuning result share
+  /// (kernel, shape and epilogue).
   std::vector<cublasLtMatmulAlgo_t> candidates;
   std::string tuneKey;
+  /// How the epilogue runs: cuBLASLt's name for it ("DGELU_BGRAD"), with
+  /// "+ gptc" where kernels run after the GEMM ("DEFAULT + gptc").
+  std::string way;
   /// rt::GemmFallback kernels after the GEMM, for the part of its epilogue
   /// cuBLASLt had no algorithm for: 1-D blocks of 256 threads, arguments
   /// of 8 bytes each (pointers and i64 sizes).
@@ -220,6 +224,76 @@ struct GemmPlan {
   };
   std::vector<Followup> after;
 };
+
+/// Keeps `text` in the cache file `path` (atomically) for later runs; a
+/// cache that cannot be written is no error, only slower.
+void keepInCache(const std::string &path, const std::string &text) {
+  if (path.empty())
+    return;
+  try {
+    std::error_code ignored; // writeFileAtomically fails for us
+    std::filesystem::create_directories(path.substr(0, path.rfind('/')),
+                                        ignored);
+    writeFileAtomically(path, text.data(), text.size());
+  } catch (const std::exception &) {
+  }
+}
+
+/// What tuning chose for a GEMM: which of its ways to the epilogue (0: its
+/// own plan) with which of that way's candidates, and the ms a GEMM (with
+/// the kernels after it) of the heuristic's first choice and of this one.
+struct GemmChoice {
+  size_t way = 0, index = 0;
+  double first = 0, best = 0;
+};
+
+/// Where a GEMM's tuning choice is kept between runs:
+/// kernelCacheDir()/gemms/KEY, KEY the SHA-256 of the device (name and
+/// arch), the cuBLASLt version and each way's tuning key, epilogue and
+/// candidates (so another heuristic's list is timed afresh). "" when there
+/// is no cache directory.
+std::string gemmChoiceFile(const std::string &deviceName,
+                           const std::string &deviceArch, size_t ltVersion,
+                           const std::vector<GemmPlan *> &ways) {
+  const std::string dir = kernelCacheDir();
+  if (dir.empty())
+    return {};
+  Sha256 h; // fields separated by NUL, as variantChoiceFile's
+  auto field = [&](const std::string &s) { h.update(s.c_str(), s.size() + 1); };
+  field("gptc gemm choice 1");
+  field(deviceName);
+  field(deviceArch);
+  field(std::to_string(ltVersion));
+  for (const GemmPlan *w : ways) {
+    field(w->tuneKey);
+    field(w->way);
+    field(std::to_string(w->candidates.size()));
+    for (const cublasLtMatmulAlgo_t &a : w->candidates)
+      h.update(&a, sizeof a);
+  }
+  return dir + "/gemms/" + h.hexDigest();
+}
+
+/// The kept choice ("WAY INDEX FIRST BEST"); false when there is none, or
+/// it names no candidate of `ways`.
+bool readGemmChoice(const std::string &path, const std::vector<GemmPlan *> &ways,
+                    GemmChoice &c) {
+  std::ifstream in(path);
+  GemmChoice read;
+  if (path.empty() || !in ||
+      !(in >> read.way >> read.index >> read.first >> read.best) ||
+      read.way >= ways.size() || read.index >= ways[read.way]->candidates.size())
+    return false;
+  c = read;
+  return true;
+}
+
+void saveGemmChoice(const std::string &path, const GemmChoice &c) {
+  char text[96];
+  std::snprintf(text, sizeof text, "%zu %zu %.6f %.6f\n", c.way, c.index,
+                c.first, c.best);
+  keepInCache(path, text);
+}
 
 /// How much of a fused GEMM's epilogue cuBLASLt runs; rt::GemmFallback
 /// kernels do the rest after it.
@@ -294,7 +368,9 @@ public:
     forceGemmFallback = envOn("GPTC_GEMM_FALLBACK");
     dgeluInCublasLt =
         envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
-    tuneGemms = envOn("GPTC_GEMM_TUNE");
+    const std::string tune = envSwitch("GPTC_GEMM_TUNE", {"1", "0", "time"});
+    tuneGemms = tune != "0";
+    retimeGemms = tune == "time";
     // GPTC_VARIANT=label[,label...]: the variants to run untimed.
     if (const char *v = std::getenv("GPTC_VARIANT"))
       for (std::string_view rest = v; !rest.empty();) {
@@ -352,9 +428,10 @@ public:
         if (g.desc)
           lt.cublasLtMatmulDescDestroy(g.desc);
       }
-      for (auto &[index, g] : alternatives)
-        if (g.desc)
-          lt.cublasLtMatmulDescDestroy(g.desc);
+      for (auto &[index, others] : alternatives)
+        for (GemmPlan &g : others)
+          if (g.desc)
+            lt.cublasLtMatmulDescDestroy(g.desc);
       if (ltHandle)
         lt.cublasLtDestroy(ltHandle);
     }
@@ -537,7 +614,8 @@ private:
   bool profile = false, syncEach = false, useGraphs = true;
   bool forceGemmFallback = false; // GPTC_GEMM_FALLBACK=1
   bool dgeluInCublasLt = false;   // GPTC_GEMM_DGELU=cublaslt
-  bool tuneGemms = false;         // GPTC_GEMM_TUNE=1
+  bool tuneGemms = true;          // GPTC_GEMM_TUNE=1 (or time), the default
+  bool retimeGemms = false;       // GPTC_GEMM_TUNE=time
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
@@ -566,9 +644,9 @@ private:
   std::map<const Function *, std::vector<Prepared>> launches;
   cublasLtHandle_t ltHandle = nullptr;
   std::vector<GemmPlan> gemms;
-  /// GPTC_GEMM_TUNE=1: a GEMM's other epilogue plan (into gemms), which
-  /// tune() times against it; its layouts are the GEMM's own.
-  std::map<int, GemmPlan> alternatives;
+  /// A GEMM's other ways to its epilogue (by index into gemms), which
+  /// tune() times against its own plan; their layouts are the GEMM's own.
+  std::map<int, std::vector<GemmPlan>> alternatives;
   const std::string *lastLaunch = nullptr; // the label of the last enqueued
 
   uint8_t *staging = nullptr;
@@ -959,7 +1037,9 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
         for (int i = 0; tuneGemms && i < found; ++i)
           if (results[i].state == CUBLAS_STATUS_SUCCESS)
             p.candidates.push_back(results[i].algo);
-        p.tuneKey = l.kernel + " " + p.shape + " " + name;
+        p.tuneKey = l.kernel + " " + p.shape + " -> " +
+                    dtypeName(d.dtype) + " " + name;
+        p.way = name;
         kept = level;
         return true;
       }
@@ -969,36 +1049,49 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
     }
     return false;
   };
-  // GPTC_GEMM_TUNE=1 also times the other way of a GELU derivative's or a
-  // bias gradient's epilogue (cuBLASLt's, or a plain GEMM and gptc's
-  // kernels), where the program has those kernels: the faster is kept.
-  GemmPlan other = g; // the layouts only, yet: shared, destroyed with g's
-  EpilogueLevel otherLevel = EpilogueLevel::Full;
-  const bool bothWays =
+  // Tuning (on by default) also times the other ways to a GELU
+  // derivative's or a bias gradient's epilogue, where the program has the
+  // kernels of them: all of it in cuBLASLt; GELU's derivative in cuBLASLt
+  // and gptc's column sums after it; or a plain GEMM and gptc's pass. The
+  // fastest is kept.
+  const bool otherWays =
       tuneGemms && !forceGemmFallback && l.outputs.size() > 1 &&
       (dgelu || l.kernel == "matmul_bias_grad") && hasColumnSums(summed);
+  const GemmPlan layouts = g; // shared with g, destroyed with g's
   EpilogueLevel kept = EpilogueLevel::Full;
   if (!describe(g, levels, kept))
     throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape +
                       " (" + refused + ")");
-  if (bothWays) {
+  std::vector<GemmPlan> others;
+  if (otherWays) {
     std::string refusedBefore = refused;
-    EpilogueLevel want = kept == EpilogueLevel::Full ? EpilogueLevel::None
-                                                     : EpilogueLevel::Full;
-    if (describe(other, {want}, otherLevel) && otherLevel != kept) {
-      if (otherLevel != EpilogueLevel::Full) {
-        planFollowups(l, map, other, label, otherLevel);
-        other.shape += " + gptc epilogue";
+    std::vector<EpilogueLevel> ways = {EpilogueLevel::Full};
+    if (dgelu)
+      ways.push_back(EpilogueLevel::WithoutBiasGrad);
+    ways.push_back(EpilogueLevel::None);
+    for (EpilogueLevel want : ways) {
+      if (want == kept)
+        continue;
+      GemmPlan other = layouts;
+      EpilogueLevel level = want;
+      if (!describe(other, {want}, level)) {
+        if (other.desc)
+          lt.cublasLtMatmulDescDestroy(other.desc);
+        continue;
       }
-    } else if (other.desc) {
-      lt.cublasLtMatmulDescDestroy(other.desc);
-      other.desc = nullptr;
+      if (level != EpilogueLevel::Full) {
+        planFollowups(l, map, other, label, level);
+        other.shape += " + gptc epilogue";
+        other.way += " + gptc";
+      }
+      others.push_back(std::move(other));
     }
     refused = refusedBefore; // a refusal here is no news
   }
   if (kept != EpilogueLevel::Full) {
     planFollowups(l, map, g, label, kept);
     g.shape += ownDgelu ? " + gptc epilogue" : " + fallback epilogue";
+    g.way += " + gptc";
     std::string note = l.kernel + " " + g.shape;
     if (!plainFirst && fallbackNotes.insert(note).second)
       std::fprintf(stderr,
@@ -1007,8 +1100,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
                    label.c_str(), refused.c_str());
   }
   gemms.push_back(std::move(g));
-  if (other.desc)
-    alternatives.emplace(int(gemms.size() - 1), std::move(other));
+  if (!others.empty())
+    alternatives.emplace(int(gemms.size() - 1), std::move(others));
   return int(gemms.size() - 1);
 }
 
@@ -1316,26 +1409,37 @@ double CudaBackendImpl::msPerRun(CUevent start, CUevent stop, int runs,
   return double(ms) / runs;
 }
 
-// GPTC_GEMM_TUNE=1, at load: every GEMM of the program with each of the
-// heuristic's candidates, timed on the device, the fastest kept (GEMMs of
-// one kernel, shape and epilogue share the result). The arena then holds
-// nothing but constants, and the GEMMs write only temps, gradients and
-// outputs, so running them is harmless; their inputs are set to 0x3f bytes
-// (0.75 as bf16 and as float32: finite, non-zero) and the arena is zeroed
-// again afterwards. Timing picks the algorithm, so two runs may pick
-// differently, and their bits differ: the default takes the heuristic's
-// first choice and is reproducible.
+// GEMM tuning (GPTC_GEMM_TUNE, on by default), at load: every GEMM of the
+// program with each of the heuristic's candidates, and each other way to
+// its epilogue with each of its own, timed on the device; the fastest is
+// kept (GEMMs of one kernel, shape and epilogue share the result). The
+// arena then holds nothing but constants, and the GEMMs write only temps,
+// gradients and outputs, so running them is harmless; their inputs are set
+// to 0x3f bytes (0.75 as bf16 and as float32: finite, non-zero) and the
+// arena is zeroed again afterwards. Timing picks the algorithm, so two
+// timings may pick differently, and their bits differ: the choice is kept
+// in the kernel cache (gemmChoiceFile), and later runs on the same kind of
+// GPU with the same cuBLASLt take it untimed, with the same bits run to
+// run and across a resume. GPTC_GEMM_TUNE=time times again;
+// GPTC_GEMM_TUNE=0 takes the heuristic's first choice and the default way.
 void CudaBackendImpl::tune() {
-  check(cu.cuMemsetD8Async(arena, 0x3f,
-                           size_t(std::max<int64_t>(arenaBytes, 256)), compute),
-        "cuMemsetD8Async");
-  CUevent start = newEvent(true), stop = newEvent(true);
+  CUevent start = nullptr, stop = nullptr;
+  auto readyToTime = [&] { // the 0x3f operands, once something is timed
+    if (start)
+      return;
+    check(cu.cuMemsetD8Async(arena, 0x3f,
+                             size_t(std::max<int64_t>(arenaBytes, 256)),
+                             compute),
+          "cuMemsetD8Async");
+    start = newEvent(true);
+    stop = newEvent(true);
+  };
   constexpr int kRuns = 5;
   // The fastest of p's candidates (with the kernels after its GEMM) into
-  // `algo`, its ms and the first candidate's into `best` and `first`;
+  // `index`, its ms and the first candidate's into `best` and `first`;
   // false if none ran.
-  auto fastest = [&](const GemmPlan &p, cublasLtMatmulAlgo_t &algo,
-                     double &first, double &best) {
+  auto fastest = [&](const GemmPlan &p, size_t &index, double &first,
+                     double &best) {
     best = -1;
     for (size_t c = 0; c < p.candidates.size(); ++c) {
       if (gemmOnce(p, p.candidates[c]) != CUBLAS_STATUS_SUCCESS)
@@ -1349,71 +1453,100 @@ void CudaBackendImpl::tune() {
         first = each;
       if (best < 0 || each < best) {
         best = each;
-        algo = p.candidates[c];
+        index = c;
       }
     }
     return best >= 0;
   };
   struct Tuned {
-    double first = 0, best = 0; // ms a GEMM: the heuristic's first, ours
+    GemmChoice choice; // way 0 (the GEMM's own plan), candidate 0: unchanged
     int gemms = 0;
-    bool timed = false, changed = false, twoWays = false, otherWay = false;
-    cublasLtMatmulAlgo_t algo{};
+    bool kept = false; // an earlier run's choice, not timed now
+    bool otherWays = false;
   };
   std::map<std::string, Tuned> byKey;
+  const size_t ltVersion = cublasLt().cublasLtGetVersion();
   for (size_t i = 0; i < gemms.size(); ++i) {
     GemmPlan &g = gemms[i];
-    auto alt = alternatives.find(int(i));
+    // The ways to this GEMM's epilogue: its own plan first.
+    std::vector<GemmPlan *> ways = {&g};
+    if (auto alt = alternatives.find(int(i)); alt != alternatives.end())
+      for (GemmPlan &other : alt->second)
+        ways.push_back(&other);
     // (An algorithm is only good for the epilogue it was found for.)
-    Tuned &t =
-        byKey[g.tuneKey + (alt != alternatives.end() ? " or the other" : "")];
+    std::string key;
+    for (const GemmPlan *w : ways)
+      key += (key.empty() ? "" : " or ") + w->tuneKey;
+    auto [it, added] = byKey.try_emplace(key);
+    Tuned &t = it->second;
     ++t.gemms;
-    if (!t.timed) {
-      t.timed = true;
-      t.algo = g.algo;
-      t.first = t.best = 0;
-      cublasLtMatmulAlgo_t algo{};
-      const bool ran = fastest(g, algo, t.first, t.best);
-      if (ran) {
-        t.algo = algo;
-        t.changed = std::memcmp(&algo, &g.candidates[0], sizeof algo) != 0;
+    if (added) {
+      t.otherWays = ways.size() > 1;
+      const std::string file =
+          gemmChoiceFile(deviceName, deviceArch, ltVersion, ways);
+      if (!retimeGemms && readGemmChoice(file, ways, t.choice)) {
+        t.kept = true;
       } else {
-        t.best = t.first;
-      }
-      double altFirst = 0, altBest = 0;
-      t.twoWays = alt != alternatives.end();
-      if (alt != alternatives.end() &&
-          fastest(alt->second, algo, altFirst, altBest) &&
-          (!ran || altBest < t.best)) {
-        t.otherWay = t.changed = true;
-        t.best = altBest;
-        t.algo = algo;
+        readyToTime();
+        GemmChoice c;
+        double best = -1;
+        for (size_t w = 0; w < ways.size(); ++w) {
+          size_t index = 0;
+          double first = 0, each = 0;
+          if (!fastest(*ways[w], index, first, each))
+            continue;
+          if (w == 0)
+            c.first = first;
+          if (best < 0 || each < best) {
+            best = each;
+            c.way = w;
+            c.index = index;
+          }
+        }
+        if (best >= 0) { // (else nothing ran: the heuristic's first)
+          c.best = best;
+          if (c.first == 0)
+            c.first = best; // (the own plan's first candidate did not run)
+          t.choice = c;
+          saveGemmChoice(file, c);
+        }
       }
     }
-    if (t.otherWay && alt != alternatives.end())
-      std::swap(g, alt->second);
-    g.algo = t.algo;
+    const GemmChoice &c = t.choice;
+    if (GemmPlan &chosen = *ways[c.way]; c.index < chosen.candidates.size())
+      chosen.algo = chosen.candidates[c.index];
+    if (c.way > 0)
+      std::swap(g, *ways[c.way]);
   }
   synchronize();
-  cu.cuEventDestroy(start);
-  cu.cuEventDestroy(stop);
-  double first = 0, best = 0;
-  int changed = 0, otherWay = 0, twoWays = 0;
-  for (const auto &[key, t] : byKey) {
-    first += t.first * t.gemms;
-    best += t.best * t.gemms;
-    changed += t.changed;
-    otherWay += t.otherWay;
-    twoWays += t.twoWays;
+  if (start) {
+    cu.cuEventDestroy(start);
+    cu.cuEventDestroy(stop);
   }
+  double first = 0, best = 0;
+  int changed = 0, otherWay = 0, otherWays = 0, kept = 0;
+  for (const auto &[key, t] : byKey) {
+    first += t.choice.first * t.gemms;
+    best += t.choice.best * t.gemms;
+    changed += t.choice.way > 0 || t.choice.index > 0;
+    otherWay += t.choice.way > 0;
+    otherWays += t.otherWays;
+    kept += t.kept;
+  }
+  char earlier[160] = "";
+  if (kept > 0)
+    std::snprintf(earlier, sizeof earlier,
+                  " (%d of them by an earlier run, kept in the cache; "
+                  "GPTC_GEMM_TUNE=time times them again)",
+                  kept);
   std::fprintf(stderr,
                "gptc: GPTC_GEMM_TUNE: up to %d cuBLASLt algorithms timed for "
-               "each of %zu GEMM shapes, %d changed (%d of the %d with two "
-               "ways to their epilogue took the other); all %zu GEMM launches "
-               "once: %.3f ms with the heuristic's first choice, %.3f ms "
-               "tuned\n",
-               kTuneCandidates, byKey.size(), changed, otherWay, twoWays,
-               gemms.size(), first, best);
+               "each of %zu GEMM shapes%s, %d changed (%d of the %d with "
+               "other ways to their epilogue took another); all %zu GEMM "
+               "launches once: %.3f ms with the heuristic's first choice, "
+               "%.3f ms tuned\n",
+               kTuneCandidates, byKey.size(), earlier, changed, otherWay,
+               otherWays, gemms.size(), first, best);
 }
 
 // At load, for a program with Launch::variants (--attention-forward=auto,
@@ -1493,20 +1626,10 @@ bool readVariantChoice(const std::string &path,
   return false;
 }
 
-/// Keeps a choice for the next run; a cache that cannot be written is no
-/// error, only slower.
+/// Keeps a choice for the next run.
 void saveVariantChoice(const std::string &path, const std::string &label,
                        const std::string &times) {
-  if (path.empty())
-    return;
-  try {
-    std::error_code ignored; // writeFileAtomically fails for us
-    std::filesystem::create_directories(path.substr(0, path.rfind('/')),
-                                        ignored);
-    const std::string text = label + "\n" + times + "\n";
-    writeFileAtomically(path, text.data(), text.size());
-  } catch (const std::exception &) {
-  }
+  keepInCache(path, label + "\n" + times + "\n");
 }
 
 /// The bytes of a buffer of `n` elements of `t` that candidates are timed

@@ -54,36 +54,55 @@ std::unique_ptr<CudaBackend> fakeBackend() {
   return nullptr;
 }
 
-/// fakeBackend() made with the environment switch `name` set to 1 (the
-/// backend reads its switches once, when it is made).
+/// These tests see cuBLASLt's first choice for each GEMM unless they ask
+/// for tuning (on by default): tuning runs every GEMM and each other way to
+/// its epilogue many times at load and says so on stderr, which the
+/// kernel-variant tests read line by line. (Before main: every backend the
+/// tests make reads it.)
+const bool untunedGemms = [] { return setenv("GPTC_GEMM_TUNE", "0", 1) == 0; }();
+
+/// Sets an environment variable to a value (nullptr: unsets it) until the
+/// end of scope, then puts back what was there.
+struct ScopedEnv {
+  std::string name, was;
+  bool wasSet;
+  ScopedEnv(const char *n, const char *value) : name(n) {
+    const char *old = std::getenv(n);
+    wasSet = old != nullptr;
+    was = old ? old : "";
+    if (value)
+      setenv(n, value, 1);
+    else
+      unsetenv(n);
+  }
+  ~ScopedEnv() {
+    if (wasSet)
+      setenv(name.c_str(), was.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+/// fakeBackend() made with the environment switch `name` set to `value`
+/// (nullptr: unset; the backend reads its switches once, when it is made).
 std::unique_ptr<CudaBackend> fakeBackendWith(const char *name,
                                              const char *value = "1") {
-  setenv(name, value, 1);
-  auto b = fakeBackend();
-  unsetenv(name);
-  return b;
+  ScopedEnv env(name, value);
+  return fakeBackend();
 }
 
 /// A fresh GPTC_CACHE_DIR for one test, removed after it: the kernel
-/// variant choices one test's loads keep must not decide another's.
+/// variant and GEMM choices one test's loads keep must not decide
+/// another's.
 struct FreshCacheDir {
-  std::string path, was;
-  bool wasSet;
-  FreshCacheDir() {
-    const char *old = std::getenv("GPTC_CACHE_DIR");
-    wasSet = old != nullptr;
-    was = old ? old : "";
+  std::string path = [] {
     char name[] = "/tmp/gptc-fake-cache-XXXXXX";
-    path = mkdtemp(name) ? name : "/nonexistent/gptc-fake-cache";
-    setenv("GPTC_CACHE_DIR", path.c_str(), 1);
-  }
+    return std::string(mkdtemp(name) ? name : "/nonexistent/gptc-fake-cache");
+  }();
+  ScopedEnv env{"GPTC_CACHE_DIR", path.c_str()};
   ~FreshCacheDir() {
     std::error_code ignored;
     std::filesystem::remove_all(path, ignored);
-    if (wasSet)
-      setenv("GPTC_CACHE_DIR", was.c_str(), 1);
-    else
-      unsetenv("GPTC_CACHE_DIR");
   }
 };
 
@@ -1085,21 +1104,19 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
        {std::tuple<const char *, const char *, const char *>{
             "GPTC_GEMM_DGELU", "cublas",
             "GPTC_GEMM_DGELU=cublas: expected gptc or cublaslt"},
-        {"GPTC_GEMM_TUNE", "yes", "GPTC_GEMM_TUNE=yes: expected 0 or 1"},
+        {"GPTC_GEMM_TUNE", "yes", "GPTC_GEMM_TUNE=yes: expected 1 or 0 or time"},
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
           "(or own, or time)"}}) {
-    setenv(name, value, 1);
     try {
+      ScopedEnv env(name, value);
       createCudaBackend();
       ADD_FAILURE() << name << "=" << value << " was taken";
     } catch (const DeviceError &e) {
       EXPECT_EQ(std::string(e.what()), says);
     }
-    setenv(name, "", 1);
-    EXPECT_TRUE(fakeBackend()) << name << " empty";
-    unsetenv(name);
+    EXPECT_TRUE(fakeBackendWith(name, "")) << name << " empty";
   }
 }
 
@@ -1134,7 +1151,8 @@ TEST(CudaBackendFake, ForcedFallbackAgainstCpu) {
 /// GPTC_GEMM_TUNE=1: at load every GEMM shape runs with each of the
 /// heuristic's candidates (the fake offers three; its timer makes the third
 /// the fastest), the fastest is kept, one stderr line gives the totals, and
-/// the results still match the CPU backend. Without it: the first choice.
+/// the results still match the CPU backend. GPTC_GEMM_TUNE=0: the first
+/// choice.
 TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
   REQUIRE_FAKE(plain);
   auto lastAlgo = hook<int (*)()>("gptcFakeLastAlgo");
@@ -1155,8 +1173,8 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
                      "timed for each of "),
             std::string::npos)
       << err;
-  EXPECT_NE(err.find(" changed (0 of the 0 with two ways to their epilogue "
-                     "took the other); all "),
+  EXPECT_NE(err.find(" changed (0 of the 0 with other ways to their "
+                     "epilogue took another); all "),
             std::string::npos)
       << err;
   int gemms = 0;
@@ -1170,47 +1188,140 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
   EXPECT_NE(err.find(totals), std::string::npos) << err;
 }
 
-/// GPTC_GEMM_TUNE=1 also times the other way to a GELU derivative's or a
-/// bias gradient's epilogue and keeps the faster. Two shapes have two ways:
-/// the GELU gradients with a bias gradient (f32 and bf16 results of one
-/// shape; gptc's pass by default) and the weight gradient (BGRADA by
-/// default). The fake first makes cuBLASLt's DGELU_BGRAD fast and BGRADA
-/// slow (both take the other way), then the reverse (both keep theirs).
-/// Either way the results match the CPU backend.
+/// The epilogue of each GEMM the fake ran from the `from`th on.
+std::vector<int> gemmEpiloguesSince(int from) {
+  std::vector<int> epilogues;
+  for (int i = from; i < hook<int (*)()>("gptcFakeGemmCount")(); ++i)
+    epilogues.push_back(hook<int (*)(int)>("gptcFakeGemmEpilogue")(i));
+  return epilogues;
+}
+
+/// backwardEpilogues with every fallback kernel, loaded on a backend made
+/// with GPTC_GEMM_TUNE=`tune` (nullptr: unset) and run once: what load
+/// wrote to stderr, and each GEMM's epilogue in the run. Its four GEMMs: the
+/// GELU gradient with an f32 bias gradient, without one, with a bf16 one;
+/// the weight gradient.
+std::pair<std::string, std::vector<int>> loadAndRunBackward(const char *tune) {
+  Program p;
+  Function f = backwardEpilogues(p);
+  addFallbackKernels(p);
+  p.functions.push_back(std::move(f));
+  planMemory(p);
+  auto b = fakeBackendWith("GPTC_GEMM_TUNE", tune);
+  if (!b)
+    return {};
+  testing::internal::CaptureStderr();
+  b->load(p);
+  std::string err = testing::internal::GetCapturedStderr();
+  const int from = hook<int (*)()>("gptcFakeGemmCount")();
+  b->run(p.functions[0], 0, p.functions[0].launches.size());
+  b->synchronize();
+  return {err, gemmEpiloguesSince(from)};
+}
+
+/// Tuning also times the other ways to a GELU derivative's or a bias
+/// gradient's epilogue and keeps the fastest: for a GELU derivative with a
+/// bias gradient, gptc's pass after a plain GEMM (the default way),
+/// cuBLASLt's DGELU_BGRAD, or cuBLASLt's DGELU and gptc's column sums; for
+/// a weight gradient, cuBLASLt's BGRADA (the default) or a plain GEMM and
+/// gptc's column sums. Three shapes have other ways (the GELU gradients
+/// with f32 and with bf16 results are two). The fake makes one way faster
+/// at a time; each run after load takes the chosen ways, and the results
+/// match the CPU backend whatever was chosen.
 TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
   REQUIRE_FAKE(plain);
   plain.reset();
   auto epilogueMs = hook<void (*)(int, float)>("gptcFakeEpilogueMs");
-  for (float dgeluMs : {-0.3f, 0.3f}) {
-    SCOPED_TRACE("DGELU_BGRAD " + std::to_string(dgeluMs) + " ms");
-    epilogueMs(CUBLASLT_EPILOGUE_DGELU_BGRAD, dgeluMs);
-    epilogueMs(CUBLASLT_EPILOGUE_BGRADA, -dgeluMs);
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE");
-    ASSERT_TRUE(b);
-    Program p;
-    testing::internal::CaptureStderr();
-    checkWithFallbacks(p, backwardEpilogues(p), *b);
-    std::string err = testing::internal::GetCapturedStderr();
+  const int kDefault = CUBLASLT_EPILOGUE_DEFAULT,
+            kDgelu = CUBLASLT_EPILOGUE_DGELU,
+            kDgeluBgrad = CUBLASLT_EPILOGUE_DGELU_BGRAD,
+            kBgradA = CUBLASLT_EPILOGUE_BGRADA;
+  struct Case {
+    const char *faster;
+    std::vector<std::pair<int, float>> ms; // extra ms an epilogue takes
+    const char *took;                      // "(N of the 3 ... took another)"
+    std::vector<int> run;                  // each GEMM's epilogue in the run
+  };
+  for (const Case &c :
+       {Case{"DGELU_BGRAD", {{kDgeluBgrad, -0.3f}, {kBgradA, 0.3f}}, "3",
+             {kDgeluBgrad, kDgelu, kDgeluBgrad, kDefault}},
+        Case{"the default ways", {{kDgeluBgrad, 0.3f}, {kBgradA, -0.3f}}, "0",
+             {kDefault, kDgelu, kDefault, kBgradA}},
+        Case{"DGELU", {{kDgelu, -0.3f}}, "2",
+             {kDgelu, kDgelu, kDgelu, kBgradA}}}) {
+    SCOPED_TRACE(std::string(c.faster) + " faster");
+    for (auto [epilogue, ms] : c.ms)
+      epilogueMs(epilogue, ms);
+    // (time: the earlier case's choice is in the cache.)
+    auto [err, run] = loadAndRunBackward("time");
     epilogueMs(-1, 0.0f);
-    const bool otherWay = dgeluMs < 0;
-    EXPECT_NE(err.find(std::string("(") + (otherWay ? "2" : "0") +
-                       " of the 2 with two ways to their epilogue took the "
-                       "other)"),
+    EXPECT_NE(err.find(std::string("(") + c.took +
+                       " of the 3 with other ways to their epilogue took "
+                       "another)"),
               std::string::npos)
         << err;
-    // A run after the load (whose timing ran both ways): the f32 GELU
-    // gradient's column sums run where gptc's pass was kept, and the
-    // weight gradient's where BGRADA was left.
-    int from = hook<int (*)()>("gptcFakeLaunchCount")();
-    const Function &grads = p.functions[0];
-    b->run(grads, 0, grads.launches.size());
-    b->synchronize();
-    auto names = launchedSince(from);
-    EXPECT_EQ(contains(names, "gemm_fallback_column_partials_f32"), !otherWay);
-    // (bf16: the weight gradient's when otherWay, the bf16 GELU
-    // gradient's otherwise.)
-    EXPECT_TRUE(contains(names, "gemm_fallback_column_partials_bf16"));
+    EXPECT_EQ(run, c.run);
+    Program p;
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
+    ASSERT_TRUE(b);
+    checkWithFallbacks(p, backwardEpilogues(p), *b);
   }
+}
+
+/// Tuning is on by default, and its choice is kept in the cache: the next
+/// load on the same kind of GPU takes it untimed (no GEMM runs at load, and
+/// its line says an earlier run timed them), even where timing would now
+/// choose otherwise; GPTC_GEMM_TUNE=time times again and keeps the new
+/// choice; a kept file that names no candidate (another build's) is timed
+/// again; GPTC_GEMM_TUNE=0 takes the heuristic's first choice and the
+/// default ways, untimed.
+TEST(CudaBackendFake, GemmTuningIsTheDefaultAndItsChoiceIsKept) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto epilogueMs = hook<void (*)(int, float)>("gptcFakeEpilogueMs");
+  auto gemmCount = hook<int (*)()>("gptcFakeGemmCount");
+  const int kDefault = CUBLASLT_EPILOGUE_DEFAULT,
+            kBgradA = CUBLASLT_EPILOGUE_BGRADA;
+  const std::string timed = "gptc: GPTC_GEMM_TUNE: up to 8 cuBLASLt "
+                            "algorithms timed for each of 4 GEMM shapes, ";
+  const std::string kept =
+      "gptc: GPTC_GEMM_TUNE: up to 8 cuBLASLt algorithms timed for each of 4 "
+      "GEMM shapes (4 of them by an earlier run, kept in the cache; "
+      "GPTC_GEMM_TUNE=time times them again), ";
+  // The weight gradient's way tells the choices apart.
+  auto weightGradWay = [&](const char *tune, const std::string &says) {
+    const int before = gemmCount();
+    auto [err, run] = loadAndRunBackward(tune);
+    EXPECT_EQ(err.rfind(says, 0), 0u) << err;
+    if (says == kept)
+      EXPECT_EQ(gemmCount() - before, 4) << "GEMMs ran at load";
+    return run.size() == 4 ? run[3] : -1;
+  };
+  epilogueMs(kBgradA, 0.3f);
+  EXPECT_EQ(weightGradWay(nullptr, timed), kDefault);
+  epilogueMs(-1, 0.0f);
+  epilogueMs(kBgradA, -0.3f);
+  EXPECT_EQ(weightGradWay(nullptr, kept), kDefault);
+  EXPECT_EQ(weightGradWay("time", timed), kBgradA);
+  EXPECT_EQ(weightGradWay(nullptr, kept), kBgradA);
+  // A file naming a way or candidate the GEMM does not have: timed again.
+  const std::filesystem::path dir =
+      std::filesystem::path(std::getenv("GPTC_CACHE_DIR")) / "gemms";
+  size_t files = 0;
+  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
+    std::ofstream(entry.path()) << "3 0 1.0 1.0\n";
+    ++files;
+  }
+  EXPECT_EQ(files, 4u);
+  EXPECT_EQ(weightGradWay(nullptr, timed), kBgradA);
+  epilogueMs(-1, 0.0f);
+  // Untuned: no line, the first choice, BGRADA as the default way.
+  auto lastAlgo = hook<int (*)()>("gptcFakeLastAlgo");
+  auto [err, run] = loadAndRunBackward("0");
+  EXPECT_EQ(err.find("GPTC_GEMM_TUNE"), std::string::npos) << err;
+  EXPECT_EQ(lastAlgo(), 0);
+  ASSERT_EQ(run.size(), 4u);
+  EXPECT_EQ(run[3], kBgradA);
 }
 
 /// A refused epilogue in a program without the fallback kernels (one

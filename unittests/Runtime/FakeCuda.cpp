@@ -174,6 +174,10 @@ CUresult CUDAAPI cuEventSynchronize(CUevent) { return stickyFault(); }
 static int lastAlgo = 0, lastEpilogue = 0;
 static std::vector<std::pair<int, float>> epilogueMs;
 extern "C" int gptcFakeLastAlgo() { return lastAlgo; }
+/// Every cublasLtMatmul's epilogue, in order: which way to an epilogue ran.
+static std::vector<int> gemmEpilogues;
+extern "C" int gptcFakeGemmCount() { return int(gemmEpilogues.size()); }
+extern "C" int gptcFakeGemmEpilogue(int i) { return gemmEpilogues.at(i); }
 extern "C" void gptcFakeEpilogueMs(int epilogue, float ms) {
   if (epilogue < 0)
     epilogueMs.clear();
@@ -651,6 +655,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   lastKernel.clear();
   Desc desc = *reinterpret_cast<Desc *>(d);
   lastEpilogue = desc.epilogue;
+  gemmEpilogues.push_back(desc.epilogue);
   Layout a = *reinterpret_cast<Layout *>(la), b = *reinterpret_cast<Layout *>(lb),
          out = *reinterpret_cast<Layout *>(ld);
   float al = *static_cast<const float *>(alpha),

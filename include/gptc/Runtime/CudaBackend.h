@@ -25,14 +25,20 @@
 //                      epilogue; by default gptc runs a plain GEMM and one
 //                      rt::GemmFallback pass for both, which was faster on
 //                      an H100 (docs/benchmarks.md)
-//   GPTC_GEMM_TUNE=1   at load, time up to 8 of cuBLASLt's candidate
-//                      algorithms for each GEMM shape and keep the fastest;
-//                      where a GELU derivative's or a bias gradient's
-//                      epilogue can run either in cuBLASLt or as a plain
-//                      GEMM and gptc's kernels, time both ways and keep the
-//                      faster (one stderr line gives the counts and both
-//                      totals); without it the heuristic's first choice
-//                      and the default way, reproducible run to run
+//   GPTC_GEMM_TUNE=1|0|time  1 (the default): at load, time up to 8 of
+//                      cuBLASLt's candidate algorithms for each GEMM shape
+//                      and keep the fastest; where a GELU derivative's or
+//                      a bias gradient's epilogue can also run in part or
+//                      whole as gptc's kernels after the GEMM, time each
+//                      way and keep the fastest (one stderr line gives the
+//                      counts and both totals). The choice is kept in the
+//                      kernel cache directory (kernelCacheDir()/gemms, one
+//                      file a GEMM shape on a kind of GPU and cuBLASLt),
+//                      and later runs take it untimed: the same algorithms,
+//                      so the same bits, run to run and across a resume.
+//                      time: time again and keep the new choice. 0: the
+//                      heuristic's first choice and the default way,
+//                      untimed
 //
 // A program whose launches carry variants (rt::Launch::variants: gptc
 // compile --attention-forward=auto or --attention-backward=auto, and the

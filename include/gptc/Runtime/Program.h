@@ -171,8 +171,8 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 /// The kernels the runtime runs after a GEMM whose fused epilogue cuBLASLt
 /// has no algorithm for on the device at hand (the GEMM then runs with the
 /// DEFAULT epilogue, or DGELU without its bias gradient), or that runs
-/// faster that way (DGELU_BGRAD by default, and whatever GPTC_GEMM_TUNE
-/// timed faster: CudaBackend.h). The CUDA emitter
+/// faster that way (DGELU_BGRAD by default, and whatever GEMM tuning
+/// timed faster: GPTC_GEMM_TUNE in CudaBackend.h). The CUDA emitter
 /// adds the ones a program's GEMMs could need, from
 /// lib/Target/CUDA/kernels/gemm_fallback.cuh; no launch names them. Unlike
 /// generated kernels they take their sizes after their pointers:
