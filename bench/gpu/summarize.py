@@ -36,6 +36,8 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-atomic.log                       GPTC_VARIANT=mma,atomic
   gpt2-{medium,large}-bf16.log               GPT-2 medium (B) and large (B/2) timed
   torch.json, torch.log                      bench/gpu/torch_gpt2.py --out --profile
+  gemms.log                                  bench/gpu/torch_gemms.py: the profile's
+                                             GEMM shapes timed in PyTorch
   *.mem                                      peak MiB from nvidia-smi samples
 Writes summary.json beside them, and benchmarks-entry.md: a draft of the
 docs/benchmarks.md entry (machine, commit, tables as measured). Python 3
@@ -274,6 +276,13 @@ def main():
         if "GPTC_GEMM_TUNE:" in line:
             lines.append(line.strip())
             summary["gemm_tuning"] = line.strip()
+    # gptc's GEMM shapes against PyTorch's products of the same layouts.
+    gemms = [l.rstrip() for l in (read(os.path.join(res, "gemms.log")) or "").splitlines()
+             if l.strip() and not l.startswith("==")]
+    if gemms:
+        lines.append("")
+        lines.extend(gemms)
+        summary["gemms"] = gemms
 
     # What auto timed at load, and what it ran.
     auto = read(os.path.join(res, "gpt2-bf16-auto.log")) or ""
