@@ -48,7 +48,7 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [attn] [tiny] [gpt2] [torch] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -147,6 +147,15 @@ if want check; then
   [[ -x $P/check-gpt2lw-bf16 ]] && GPTC_VARIANT=uncapped \
     step 100 check-gpt2lw-bf16-uncapped "${lib[@]}" "$P/check-gpt2lw-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2lw-bf16-uncapped"
+fi
+
+# On request, when device time is short: the two checks the default
+# kernels need, gpt2-tiny bf16 and one layer at GPT-2's widths.
+if want quickcheck; then
+  step 60 check-tiny-bf16 "${lib[@]}" "$P/tiny-bf16" --device=cuda \
+    --check-kernels --check-dump="$logs/dump-tiny-bf16"
+  step 60 check-gpt2w-bf16 "${lib[@]}" "$P/check-gpt2w-bf16" --device=cuda \
+    --check-kernels --check-dump="$logs/dump-gpt2w-bf16"
 fi
 
 # The attention kernels alone, GPT-2's cubins on random data: each forward

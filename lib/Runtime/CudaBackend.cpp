@@ -1081,8 +1081,11 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
         continue;
       }
       if (level != EpilogueLevel::Full) {
+        // (The profile tells the two gptc ways apart by their names.)
         planFollowups(l, map, other, label, level);
-        other.shape += " + gptc epilogue";
+        other.shape += level == EpilogueLevel::WithoutBiasGrad
+                           ? " DGELU + gptc bias gradient"
+                           : " + gptc epilogue";
         other.way += " + gptc";
       }
       others.push_back(std::move(other));
