@@ -1169,7 +1169,7 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
   EXPECT_EQ(lastAlgo(), 2);
   // The fake times a whole interval (five runs) at 0.5 ms with the first
   // choice, 0.3 ms with the third: 0.1 and 0.06 ms a GEMM.
-  EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: up to 8 cuBLASLt algorithms "
+  EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: up to 16 cuBLASLt algorithms "
                      "timed for each of "),
             std::string::npos)
       << err;
@@ -1282,10 +1282,10 @@ TEST(CudaBackendFake, GemmTuningIsTheDefaultAndItsChoiceIsKept) {
   auto gemmCount = hook<int (*)()>("gptcFakeGemmCount");
   const int kDefault = CUBLASLT_EPILOGUE_DEFAULT,
             kBgradA = CUBLASLT_EPILOGUE_BGRADA;
-  const std::string timed = "gptc: GPTC_GEMM_TUNE: up to 8 cuBLASLt "
+  const std::string timed = "gptc: GPTC_GEMM_TUNE: up to 16 cuBLASLt "
                             "algorithms timed for each of 4 GEMM shapes, ";
   const std::string kept =
-      "gptc: GPTC_GEMM_TUNE: up to 8 cuBLASLt algorithms timed for each of 4 "
+      "gptc: GPTC_GEMM_TUNE: up to 16 cuBLASLt algorithms timed for each of 4 "
       "GEMM shapes (4 of them by an earlier run, kept in the cache; "
       "GPTC_GEMM_TUNE=time times them again), ";
   // The weight gradient's way tells the choices apart.

@@ -25,7 +25,7 @@
 //                      epilogue; by default gptc runs a plain GEMM and one
 //                      rt::GemmFallback pass for both, which was faster on
 //                      an H100 (docs/benchmarks.md)
-//   GPTC_GEMM_TUNE=1|0|time  1 (the default): at load, time up to 8 of
+//   GPTC_GEMM_TUNE=1|0|time  1 (the default): at load, time up to 16 of
 //                      cuBLASLt's candidate algorithms for each GEMM shape
 //                      and keep the fastest; where a GELU derivative's or
 //                      a bias gradient's epilogue can also run in part or
