@@ -771,6 +771,10 @@ FailureOr<rt::Program> compileKernelProgram(MLIRContext &ctx,
       lowerToKernels(*step, cfg, batch, seq, opts, padMultiple);
   if (failed(p))
     return failure();
+  if (opts.overlapWeightGrads) {
+    rt::planStreams(*p);
+    p->meta["overlap"] = "weight-grads";
+  }
   rt::planMemory(*p);
   return p;
 }

@@ -31,31 +31,15 @@ MemoryPlanSummary summarizePlan(const Program &p) {
     }
   s.temps = std::max<int64_t>(0, p.arenaBytes - bound);
 
-  auto root = [&](int id) {
-    for (size_t steps = 0; p.buffers[id].viewOf >= 0 && steps < p.buffers.size();
-         ++steps)
-      id = p.buffers[id].viewOf;
-    return id;
-  };
   for (const Function &f : p.functions) {
     size_t n = f.launches.size();
-    std::vector<int> first(p.buffers.size(), -1), last(p.buffers.size(), -1);
-    for (size_t l = 0; l < n; ++l)
-      for (const std::vector<int> *ids :
-           {&f.launches[l].inputs, &f.launches[l].outputs})
-        for (int id : *ids) {
-          int r = root(id);
-          if (p.buffers[r].role != Role::Temp)
-            continue;
-          if (first[r] < 0)
-            first[r] = int(l);
-          last[r] = int(l);
-        }
+    const std::vector<std::pair<int, int>> ranges = liveRanges(p, f);
     std::vector<int64_t> delta(n + 1, 0);
     for (size_t b = 0; b < p.buffers.size(); ++b)
-      if (first[b] >= 0) {
-        delta[first[b]] += p.buffers[b].bytes();
-        delta[last[b] + 1] -= p.buffers[b].bytes();
+      if (auto [first, last] = ranges[b];
+          first >= 0 && p.buffers[b].role == Role::Temp) {
+        delta[first] += p.buffers[b].bytes();
+        delta[std::min<size_t>(size_t(last) + 1, n)] -= p.buffers[b].bytes();
       }
     int64_t live = 0;
     for (size_t l = 0; l < n; ++l)

@@ -3,7 +3,8 @@
 // Bound buffers (parameters, gradients, moments, inputs, hypers, outputs,
 // constants) live for the whole run and are laid out first, in id order.
 // Temps are placed above them by liveness: within one function a temp lives
-// from the first launch that touches it (or a view of it) to the last one;
+// from the first launch that touches it (or a view of it) to the last one,
+// or to the join of a side-stream launch that touches it (liveRanges);
 // functions never run at once, so temps of different functions may share
 // bytes. Placement is greedy best-fit, largest temp first: each temp takes
 // the smallest gap between the temps it conflicts with that holds it, or
@@ -25,14 +26,6 @@ constexpr int64_t kAlign = 256;
 
 int64_t alignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-int rootOf(const Program &p, int id) {
-  // Bounded walk: a malformed cycle of views stops here, not in a hang.
-  for (size_t steps = 0; p.buffers[id].viewOf >= 0 && steps < p.buffers.size();
-       ++steps)
-    id = p.buffers[id].viewOf;
-  return id;
-}
-
 struct Interval {
   int function = -1; ///< -1: never touched; -2: touched by several
   int first = std::numeric_limits<int>::max(), last = -1;
@@ -44,23 +37,19 @@ void planMemory(Program &p) {
   size_t n = p.buffers.size();
   std::vector<Interval> live(n);
   for (size_t f = 0; f < p.functions.size(); ++f) {
-    const Function &fn = p.functions[f];
-    for (size_t l = 0; l < fn.launches.size(); ++l) {
-      auto touch = [&](int id) {
-        if (id < 0 || size_t(id) >= n)
-          return;
-        Interval &iv = live[rootOf(p, id)];
-        if (iv.function == -1)
-          iv.function = int(f);
-        else if (iv.function != int(f))
-          iv.function = -2;
-        iv.first = std::min(iv.first, int(l));
-        iv.last = std::max(iv.last, int(l));
-      };
-      for (int id : fn.launches[l].inputs)
-        touch(id);
-      for (int id : fn.launches[l].outputs)
-        touch(id);
+    const std::vector<std::pair<int, int>> ranges =
+        liveRanges(p, p.functions[f]);
+    for (size_t id = 0; id < n; ++id) {
+      auto [first, last] = ranges[id];
+      if (first < 0)
+        continue;
+      Interval &iv = live[id];
+      if (iv.function == -1)
+        iv.function = int(f);
+      else if (iv.function != int(f))
+        iv.function = -2;
+      iv.first = std::min(iv.first, first);
+      iv.last = std::max(iv.last, last);
     }
   }
 
@@ -115,7 +104,7 @@ void planMemory(Program &p) {
 
   for (size_t i = 0; i < n; ++i)
     if (p.buffers[i].viewOf >= 0)
-      p.buffers[i].offset = p.buffers[rootOf(p, int(i))].offset;
+      p.buffers[i].offset = p.buffers[p.root(int(i))].offset;
   p.arenaBytes = alignUp(top);
 }
 

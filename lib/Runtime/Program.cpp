@@ -197,6 +197,36 @@ const Function *Program::function(std::string_view name) const {
   return nullptr;
 }
 
+int Program::root(int id) const {
+  // Bounded walk: a malformed cycle of views stops here, not in a hang.
+  for (size_t steps = 0; buffers.at(id).viewOf >= 0 && steps < buffers.size();
+       ++steps)
+    id = buffers[id].viewOf;
+  return id;
+}
+
+std::vector<std::pair<int, int>> liveRanges(const Program &p,
+                                            const Function &f) {
+  std::vector<std::pair<int, int>> live(p.buffers.size(), {-1, -1});
+  for (size_t l = 0; l < f.launches.size(); ++l) {
+    const Launch &launch = f.launches[l];
+    // A side-stream launch may still run until the main stream joins it.
+    const int last = launch.stream == 1 && launch.join > int(l)
+                         ? launch.join - 1
+                         : int(l);
+    for (const std::vector<int> *ids : {&launch.inputs, &launch.outputs})
+      for (int id : *ids) {
+        if (id < 0 || size_t(id) >= p.buffers.size())
+          continue;
+        auto &[first, end] = live[p.root(id)];
+        if (first < 0)
+          first = int(l);
+        end = std::max(end, last);
+      }
+  }
+  return live;
+}
+
 int Program::find(Role role, std::string_view binding) const {
   for (size_t i = 0; i < buffers.size(); ++i)
     if (buffers[i].role == role && buffers[i].binding == binding &&

@@ -31,7 +31,9 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// read as their last input (their kernels no longer read out).
 /// 6: each launch's `variant` label and `variants` (other kernels for it,
 /// timed at load: Launch::variants).
-constexpr uint32_t kVersion = 6;
+/// 7: each launch's `stream` and `join` (planStreams: a weight gradient's
+/// GEMM on the side stream).
+constexpr uint32_t kVersion = 7;
 
 json kernelChoiceToJson(const LaunchVariant &v) {
   return {{"label", v.label},
@@ -69,7 +71,9 @@ json launchToJson(const Launch &l) {
           {"block", {l.block[0], l.block[1], l.block[2]}},
           {"shared_bytes", l.sharedBytes},
           {"variant", l.variant},
-          {"variants", variants}};
+          {"variants", variants},
+          {"stream", l.stream},
+          {"join", l.join}};
 }
 
 /// Reads fields of one object, naming the path of what is wrong.
@@ -368,6 +372,19 @@ Program readProgram(const uint8_t *data, size_t size,
         l.variants.push_back(
             kernelChoice(variants[v], "label",
                          lp + ".variants[" + std::to_string(v) + "]", 0));
+      // A side-stream launch joins the main stream at a later launch of
+      // its function, or at its end.
+      l.stream = r.get<int>(lj, "stream", lp);
+      l.join = r.get<int>(lj, "join", lp);
+      if (l.stream != 0 && l.stream != 1)
+        r.fail("field '" + lp + ".stream' is " + std::to_string(l.stream) +
+               ", not 0 or 1");
+      if (l.stream == 1 &&
+          (l.join <= int(k) || l.join > int(launches.size())))
+        r.fail("field '" + lp + ".join' is " + std::to_string(l.join) +
+               ": a side-stream launch joins at a later launch of its "
+               "function, or at its end (" +
+               std::to_string(launches.size()) + ")");
       f.launches.push_back(std::move(l));
     }
     p.functions.push_back(std::move(f));

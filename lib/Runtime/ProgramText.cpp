@@ -135,8 +135,8 @@ void printBody(const exec::ScalarProgram &body, std::ostream &os) {
   os << " }\n";
 }
 
-void printLaunch(const Program &p, const Launch &l, std::ostream &os,
-                 std::vector<bool> &viewShown) {
+void printLaunch(const Program &p, const Function &f, const Launch &l,
+                 std::ostream &os, std::vector<bool> &viewShown) {
   // A view is no launch; say what it is where it is first read.
   for (int id : l.inputs)
     if (id >= 0 && size_t(id) < p.buffers.size() &&
@@ -200,6 +200,14 @@ void printLaunch(const Program &p, const Launch &l, std::ostream &os,
   if (l.deviceKernel >= 0) {
     os << " => ";
     kernel(ownVariant(l));
+  }
+  // (Launches count from 0 in their function, as the runtime's labels do.)
+  if (l.stream == 1) {
+    os << " [side stream, joined ";
+    if (l.join >= int(f.launches.size()))
+      os << "at the end]";
+    else
+      os << "before launch " << l.join << ']';
   }
   if (!l.loc.empty())
     os << " @ " << l.loc;
@@ -266,7 +274,7 @@ std::string printProgram(const Program &p) {
     os << "  results: " << ids(f.results, " ") << '\n';
     std::vector<bool> viewShown(p.buffers.size(), false);
     for (const Launch &l : f.launches)
-      printLaunch(p, l, os, viewShown);
+      printLaunch(p, f, l, os, viewShown);
   }
 
   if (!p.kernels.empty()) {

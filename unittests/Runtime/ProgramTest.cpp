@@ -27,21 +27,26 @@ using namespace gptc::rt;
 
 namespace {
 
-/// gpt2-tiny with one block, B=2, T=8, bf16: every op kind of the step.
+/// gpt2-tiny with one block, B=2, T=8, bf16 (with --overlap-weight-grads
+/// where `overlap`).
+Program compileTiny(bool overlap) {
+  mlir::MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect,
+                  mlir::arith::ArithDialect, mlir::math::MathDialect>();
+  models::GPT2Config cfg = *models::gpt2Preset("gpt2-tiny");
+  cfg.nLayer = 1;
+  OptimizerOptions opts;
+  opts.precision = "bf16";
+  opts.overlapWeightGrads = overlap;
+  mlir::FailureOr<Program> p = compileKernelProgram(ctx, cfg, 2, 8, opts);
+  if (mlir::failed(p))
+    throw std::runtime_error("compileKernelProgram failed");
+  return std::move(*p);
+}
+
+/// Every op kind of the step.
 const Program &tinyProgram() {
-  static Program program = [] {
-    mlir::MLIRContext ctx;
-    ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect,
-                    mlir::arith::ArithDialect, mlir::math::MathDialect>();
-    models::GPT2Config cfg = *models::gpt2Preset("gpt2-tiny");
-    cfg.nLayer = 1;
-    OptimizerOptions opts;
-    opts.precision = "bf16";
-    mlir::FailureOr<Program> p = compileKernelProgram(ctx, cfg, 2, 8, opts);
-    if (mlir::failed(p))
-      throw std::runtime_error("compileKernelProgram failed");
-    return std::move(*p);
-  }();
+  static Program program = compileTiny(false);
   return program;
 }
 
@@ -141,6 +146,10 @@ TEST(ProgramTest, RoundTripIsExact) {
   other.block[0] = 128;
   other.sharedBytes = 65536;
   l.variants.push_back(other);
+  // A side-stream launch (planStreams) and where it joins.
+  Launch &sideLaunch = p.functions[1].launches[3];
+  sideLaunch.stream = 1;
+  sideLaunch.join = 5;
 
   std::vector<uint8_t> bytes = writeProgram(p);
   ASSERT_GT(bytes.size(), 12u);
@@ -170,7 +179,7 @@ TEST(ProgramTest, RoundTripIsExact) {
   int sum = q.find(Role::GradSum, "wte.weight");
   ASSERT_GE(sum, 0);
   EXPECT_EQ(sum, p.find(Role::GradSum, "wte.weight"));
-  EXPECT_EQ(bytes[8], 6);
+  EXPECT_EQ(bytes[8], 7);
   EXPECT_NE(q.function("accumulate_grads"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -213,6 +222,11 @@ TEST(ProgramTest, RoundTripIsExact) {
   EXPECT_EQ(ql.variants[0].grid[1], 3u);
   EXPECT_EQ(ql.variants[0].block[0], 128u);
   EXPECT_EQ(ql.variants[0].sharedBytes, 65536u);
+  EXPECT_EQ(q.functions[1].launches[3].stream, 1);
+  EXPECT_EQ(q.functions[1].launches[3].join, 5);
+  EXPECT_EQ(q.functions[1].launches[2].stream, 0);
+  EXPECT_NE(printProgram(q).find(" [side stream, joined before launch 5]"),
+            std::string::npos);
   EXPECT_EQ(dynamicSharedBytes(q), (std::vector<uint32_t>{4096, 65536}));
   EXPECT_NE(printProgram(q).find(
                 " => one: k0<<<(12,1,1), (1,256,1), 4096>>>"),
@@ -249,7 +263,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 6 "
+            "prog.bin: gptc program version 1, this build reads version 7 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
@@ -338,6 +352,24 @@ TEST(ProgramTest, MissingOrBadFieldsAreNamed) {
             "prog.bin: missing field 'functions[1].launches[2].variants[0]."
             "label'");
 
+  // A launch runs on stream 0 or 1, and a side one joins later.
+  doc = documentOf(p);
+  doc["functions"][1]["launches"][2]["stream"] = 2;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'functions[1].launches[2].stream' is 2, not 0 or 1");
+  doc = documentOf(p);
+  doc["functions"][1]["launches"][2]["stream"] = 1;
+  doc["functions"][1]["launches"][2]["join"] = 2;
+  const size_t grads = p.functions[1].launches.size();
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'functions[1].launches[2].join' is 2: a "
+            "side-stream launch joins at a later launch of its function, or "
+            "at its end (" + std::to_string(grads) + ")");
+  doc["functions"][1]["launches"][2]["join"] = grads;
+  EXPECT_EQ(formatErrorOf(doc), "");
+  doc["functions"][1]["launches"][2]["join"] = grads + 1;
+  EXPECT_NE(formatErrorOf(doc), "");
+
   doc = documentOf(p);
   doc["functions"][0]["name"] = 7;
   EXPECT_EQ(formatErrorOf(doc),
@@ -356,14 +388,17 @@ void expectPlanIsSound(const Program &p) {
   // Per function, the launches during which each root buffer is alive.
   std::vector<std::vector<std::pair<int, int>>> live(
       p.functions.size(), std::vector<std::pair<int, int>>(n, {1 << 30, -1}));
+  // (A side-stream launch may run until its join: its buffers are alive
+  // until the launch before it.)
   for (size_t f = 0; f < p.functions.size(); ++f)
     for (size_t l = 0; l < p.functions[f].launches.size(); ++l) {
       const Launch &launch = p.functions[f].launches[l];
+      const int until = launch.stream == 1 ? launch.join - 1 : int(l);
       for (const std::vector<int> *ids : {&launch.inputs, &launch.outputs})
         for (int id : *ids) {
           auto &iv = live[f][root(id)];
           iv.first = std::min(iv.first, int(l));
-          iv.second = std::max(iv.second, int(l));
+          iv.second = std::max(iv.second, until);
         }
     }
   auto alive = [&](int a, int b) {
@@ -461,6 +496,112 @@ TEST(ProgramTest, PlanReusesDeadTempsAndKeepsViewsBasesAlive) {
   planMemory(q);
   expectPlanIsSound(q);
   EXPECT_EQ(q.arenaBytes, p.arenaBytes);
+}
+
+/// tinyProgram compiled with --overlap-weight-grads.
+const Program &overlappedProgram() {
+  static Program program = compileTiny(true);
+  return program;
+}
+
+// The block's four weight gradients (c_attn, the attention's c_proj, c_fc,
+// the MLP's c_proj) go on the side stream, each joined later; the tied
+// lm_head's does not (embedding_grad reads it); nothing else moves, and the
+// plan keeps every side launch's bytes until its join.
+TEST(ProgramTest, WeightGradientsRunOnTheSideStream) {
+  const Program &p = overlappedProgram(), &plain = tinyProgram();
+  EXPECT_EQ(p.meta.at("overlap"), "weight-grads");
+  EXPECT_EQ(plain.meta.count("overlap"), 0u);
+  ASSERT_EQ(p.functions.size(), plain.functions.size());
+  int side = 0;
+  for (size_t f = 0; f < p.functions.size(); ++f) {
+    const Function &fn = p.functions[f];
+    ASSERT_EQ(fn.launches.size(), plain.functions[f].launches.size());
+    for (size_t i = 0; i < fn.launches.size(); ++i) {
+      const Launch &l = fn.launches[i];
+      EXPECT_EQ(l.kernel, plain.functions[f].launches[i].kernel);
+      if (l.stream == 0)
+        continue;
+      ++side;
+      EXPECT_EQ(fn.name, "grads");
+      EXPECT_TRUE(isGemm(l.kernel)) << l.kernel;
+      EXPECT_GT(l.join, int(i) + 1);
+      EXPECT_LE(l.join, int(fn.launches.size()));
+      for (int out : l.outputs)
+        EXPECT_EQ(p.buffers[p.root(out)].role, Role::Grad) << l.loc;
+    }
+  }
+  EXPECT_EQ(side, 4);
+  expectPlanIsSound(p);
+  EXPECT_NE(printProgram(p).find("[side stream, joined "), std::string::npos);
+}
+
+// planStreams' rules on a hand-made function, and planMemory keeping a side
+// launch's bytes until its join.
+TEST(ProgramTest, SideLaunchesJoinBeforeWhatNeedsThem) {
+  Program p;
+  Buffer x = temp(64), w = temp(64), g1 = temp(64), g2 = temp(64),
+         g3 = temp(64), g4 = temp(64);
+  x.role = w.role = Role::Param;
+  x.binding = "x";
+  w.binding = "w";
+  g1.role = g2.role = g3.role = g4.role = Role::Grad;
+  g1.binding = "g1";
+  g2.binding = "g2";
+  g3.binding = "g3";
+  g4.binding = "g4";
+  // %0 x, %1 w, %2..%5 temps t2..t5, %6..%9 gradients g1..g4.
+  p.buffers = {x, w, temp(64), temp(64), temp(64), temp(64), g1, g2, g3, g4};
+  auto launch = [](const char *kernel, std::vector<int> in,
+                   std::vector<int> out) {
+    Launch l;
+    l.kernel = kernel;
+    l.inputs = std::move(in);
+    l.outputs = std::move(out);
+    return l;
+  };
+  Function f;
+  f.name = "grads";
+  f.launches = {
+      launch("matmul", {0, 1}, {2}), // 0: t2
+      launch("matmul", {2, 0}, {6}), // 1: g1, the last read of t2: side
+      launch("matmul", {0, 1}, {3}), // 2: t3, beside 1
+      launch("k", {3}, {4}),         // 3: t4, beside 1
+      launch("matmul", {3, 0}, {7}), // 4: g2: side; 1 joins here
+      launch("k", {4}, {5}),         // 5: beside 4
+      launch("k", {5}, {3}),         // 6: writes t3, which 4 reads
+      launch("matmul", {4, 1}, {8}), // 7: g3, but 8 writes t4 at once
+      launch("k", {1}, {4}),         // 8
+      launch("matmul", {0, 1}, {5}), // 9: t5, which 10 reads: stays
+      launch("k", {5}, {5}),         // 10
+      launch("matmul", {5, 0}, {9}), // 11: g4: side, to the end
+      launch("k", {0}, {4})};        // 12: beside 11
+  p.functions = {f};
+  EXPECT_EQ(planStreams(p), 3);
+  const std::vector<Launch> &l = p.functions[0].launches;
+  EXPECT_EQ(l[1].stream, 1);
+  EXPECT_EQ(l[1].join, 4); // the next launch moved
+  EXPECT_EQ(l[4].stream, 1);
+  EXPECT_EQ(l[4].join, 6); // launch 6 writes what it reads
+  EXPECT_EQ(l[11].stream, 1);
+  EXPECT_EQ(l[11].join, 13); // the end
+  for (int i : {0, 2, 3, 5, 6, 7, 8, 9, 10, 12})
+    EXPECT_EQ(l[i].stream, 0) << i;
+  EXPECT_NE(printProgram(p).find("[side stream, joined at the end]"),
+            std::string::npos);
+
+  // t2 is last read by launch 1, which may run until launch 4: t3 and t4,
+  // written meanwhile, get other bytes than t2's.
+  planMemory(p);
+  expectPlanIsSound(p);
+  for (int t : {3, 4})
+    EXPECT_NE(p.buffers[t].offset, p.buffers[2].offset) << t;
+  // Without the side stream, t3 reuses t2's bytes.
+  Program q = p;
+  for (Launch &launch : q.functions[0].launches)
+    launch.stream = 0, launch.join = -1;
+  planMemory(q);
+  EXPECT_EQ(q.buffers[3].offset, q.buffers[2].offset);
 }
 
 } // namespace

@@ -27,6 +27,10 @@ struct OptimizerOptions {
   /// gpt-recompute's ops ("gelu", "layernorm"): activations the backward
   /// computes again instead of keeping them. None by default.
   std::vector<std::string> recompute;
+  /// gpt-plan-streams (rt::planStreams): the weight gradients' GEMMs on a
+  /// second CUDA stream, beside the backward's next launches. Off by
+  /// default.
+  bool overlapWeightGrads = false;
 
   /// recompute as a program records it: "gelu,layernorm", or "none".
   std::string recomputeList() const {

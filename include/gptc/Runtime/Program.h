@@ -137,6 +137,19 @@ struct Launch {
   /// `variant` labels the launch's own kernel when there are others.
   std::string variant;
   std::vector<LaunchVariant> variants;
+
+  // Filled by planStreams (gptc compile --overlap-weight-grads); the CPU
+  // backend runs every launch in order whatever these say, and so may the
+  // GPU (launches are listed in an order that is a valid schedule).
+  /// 0: the main stream, in order. 1: the side stream, which starts this
+  /// launch once every earlier launch of the function was issued and runs
+  /// it beside the main stream's next launches.
+  int stream = 0;
+  /// Stream 1: the main stream waits for this launch before launch `join`
+  /// of its function (the function's launch count: at its end). Until then
+  /// no other launch writes what it reads or touches what it writes, and
+  /// planMemory keeps its buffers' bytes for it.
+  int join = -1;
 };
 
 /// The launch's own kernel as a variant (labelled `l.variant`).
@@ -229,7 +242,17 @@ struct Program {
   const Function *function(std::string_view name) const;
   /// The buffer of this role and binding, or -1.
   int find(Role role, std::string_view binding) const;
+  /// The buffer whose bytes `id` uses: `id`, or the buffer a view (of a
+  /// view ...) is of.
+  int root(int id) const;
 };
+
+/// Where each buffer's bytes are in use within `f`, by launch index: from
+/// the first launch that touches it or a view of it to the last, and on to
+/// the launch before the join of a side-stream launch that touches it
+/// (Launch::join - 1). Indexed by buffer id, for roots only; {-1, -1} for a
+/// buffer `f` does not touch. What planMemory places temps by.
+std::vector<std::pair<int, int>> liveRanges(const Program &p, const Function &f);
 
 /// The text form `gptc emit --stage=kernels` prints: the buffers with their
 /// offsets, then each function's launches, one per line.
@@ -242,12 +265,23 @@ std::vector<uint8_t> writeProgram(const Program &p);
 Program readProgram(const uint8_t *data, size_t size,
                     const std::string &source);
 
+/// gpt-plan-streams (gptc compile --overlap-weight-grads): puts each GEMM
+/// whose results no later launch of its function reads (a weight gradient:
+/// only update reads it) on the side stream (Launch::stream 1), to run
+/// beside the backward's next launches, which need nothing from it, and
+/// joins it back (Launch::join) before the next launch it puts there, or
+/// before an earlier launch that writes what it reads or touches what it
+/// writes, or at the function's end. Run before planMemory, which keeps a
+/// side launch's buffers until its join. Returns how many launches it moved.
+int planStreams(Program &p);
+
 /// gpt-plan-memory: gives every buffer its offset in one arena and sets
 /// arenaBytes. Parameters, gradients, gradient sums, moments, inputs,
 /// hypers, outputs and constants live for the whole run; a Temp lives from the launch that
 /// writes it to the last launch that reads it (or a view of it) within its
-/// function, and functions never run at once, so their temps share space.
-/// Offsets are 256-byte aligned.
+/// function, and to the join of a side-stream launch that touches it
+/// (planStreams), and functions never run at once, so their temps share
+/// space. Offsets are 256-byte aligned.
 void planMemory(Program &p);
 
 } // namespace gptc::rt
