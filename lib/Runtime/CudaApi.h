@@ -30,6 +30,7 @@ namespace gptc::rt::cudaapi {
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                        \
   X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                          \
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuStreamCreate)            \
+  X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange)                 \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent)               \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)          \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuMemAlloc) X(cuMemFree)       \

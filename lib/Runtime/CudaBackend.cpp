@@ -206,6 +206,9 @@ struct GemmPlan {
   cublasLtMatrixLayout_t left = nullptr, right = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
   CUdeviceptr leftPtr = 0, rightPtr = 0, outPtr = 0; // gpt's b, a, result
+  /// cuBLASLt's workspace for it, also the kernels after it's scratch: the
+  /// side stream's GEMMs have their own.
+  CUdeviceptr workspace = 0;
   int loops = 1; // GemmMapping::loops, with these byte strides
   uint64_t leftStride = 0, rightStride = 0, outStride = 0;
   std::string shape; // "MxNxK bf16" for the profile
@@ -357,7 +360,15 @@ public:
                  (ccMajor >= 9 ? "a" : "");
     check(cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    check(cu.cuStreamCreate(&compute, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    // The compute stream at the greatest priority: where the side stream
+    // (Launch::stream 1) has blocks waiting too, the block scheduler starts
+    // the critical path's first.
+    int greatestPriority = 0;
+    check(cu.cuCtxGetStreamPriorityRange(&leastPriority, &greatestPriority),
+          "cuCtxGetStreamPriorityRange");
+    check(cu.cuStreamCreateWithPriority(&compute, CU_STREAM_NON_BLOCKING,
+                                        greatestPriority),
+          "cuStreamCreateWithPriority");
     check(cu.cuStreamCreate(&copy, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     computeMark = newEvent(false);
     copyMark = newEvent(false);
@@ -400,10 +411,9 @@ public:
         std::fputs(profileReport(1000).c_str(), stderr);
       } catch (const DeviceError &) {
       }
-    if (compute)
-      cu.cuStreamSynchronize(compute);
-    if (copy)
-      cu.cuStreamSynchronize(copy);
+    for (CUstream s : {compute, side, copy})
+      if (s)
+        cu.cuStreamSynchronize(s);
     for (auto &[key, g] : graphs)
       if (g.exec)
         cu.cuGraphExecDestroy(g.exec);
@@ -417,7 +427,7 @@ public:
       cu.cuEventDestroy(e);
     for (CUevent e : timingPool)
       cu.cuEventDestroy(e);
-    for (CUevent e : {computeMark, copyMark})
+    for (CUevent e : {computeMark, copyMark, forkMark, joinMark})
       if (e)
         cu.cuEventDestroy(e);
     for (CUmodule m : modules)
@@ -441,11 +451,12 @@ public:
     }
     if (arena)
       cu.cuMemFree(arena);
-    if (workspace)
-      cu.cuMemFree(workspace);
+    for (CUdeviceptr w : {workspace, sideWorkspace})
+      if (w)
+        cu.cuMemFree(w);
     if (staging)
       cu.cuMemFreeHost(staging);
-    for (CUstream s : {compute, copy})
+    for (CUstream s : {compute, side, copy})
       if (s)
         cu.cuStreamDestroy(s);
     cu.cuDevicePrimaryCtxRelease(dev);
@@ -465,7 +476,8 @@ public:
     return int64_t(total - freeBytes);
   }
   int64_t bytesAllocated() const override {
-    return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0);
+    return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0) +
+           (sideWorkspace ? int64_t(kWorkspaceBytes) : 0);
   }
   bool profiling() const override { return profile; }
 
@@ -603,7 +615,16 @@ private:
   CUfunction fallbackKernel(GemmFallback kind, DType t,
                             const std::string &label);
   const std::vector<Prepared> &prepared(const Function &f) const;
-  void enqueue(const Launch &l, const Prepared &pl, bool timed);
+  /// Issues one launch on `stream` (the compute stream unless it is the
+  /// side stream's).
+  void enqueue(const Launch &l, const Prepared &pl, bool timed,
+               CUstream stream = nullptr);
+  /// Launches [begin, end) of f in order: a side-stream launch forks from
+  /// the compute stream (where `overlap`; else it runs there too) and is
+  /// joined back at its Launch::join or at `end`. `checked`: synchronise
+  /// after each launch, naming the one that failed.
+  void enqueueRange(const Function &f, size_t begin, size_t end, bool timed,
+                    bool checked, bool overlap);
   int profileSlot(const std::string &kernel, const Launch &l);
   void collectTimes();
 
@@ -632,16 +653,32 @@ private:
   /// between `start` and `stop` (the caller warms up first).
   double msPerRun(CUevent start, CUevent stop, int runs,
                   const std::function<void()> &launch);
-  /// One GEMM of `g` with `algo` on the compute stream (all its loops).
-  cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo);
-  /// The kernels planned after `g`'s GEMM, on the compute stream.
-  void launchFollowups(const GemmPlan &g, const std::string &label);
+  /// One GEMM of `g` with `algo` on `stream` (all its loops; null: the
+  /// compute stream).
+  cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo,
+                          CUstream stream = nullptr);
+  /// The kernels planned after `g`'s GEMM, on `stream` (null: compute).
+  void launchFollowups(const GemmPlan &g, const std::string &label,
+                       CUstream stream = nullptr);
   void zeroArenaAndUploadConstants();
   std::set<std::string> fallbackNotes; // one stderr line per kind and shape
   bool reported = false; // profileReport() was called
 
   const Program *prog = nullptr;
   CUdeviceptr arena = 0, workspace = 0;
+  /// The side stream (Launch::stream 1: gptc compile
+  /// --overlap-weight-grads), at the least priority; its GEMMs' own cuBLASLt
+  /// workspace; the events of its forks and joins. Made at load when a
+  /// launch asks for it.
+  CUstream side = nullptr;
+  CUdeviceptr sideWorkspace = 0;
+  CUevent forkMark = nullptr, joinMark = nullptr;
+  int leastPriority = 0;
+  /// Checks at load that nothing runs beside a side-stream launch that
+  /// writes what it reads or touches what it writes, by arena bytes (so
+  /// that a program file whose plan broke is one error, not a race), and
+  /// that only GEMMs run there; makes the side stream.
+  void prepareSideStream();
   int64_t arenaBytes = 0;
   std::vector<CUmodule> modules;
   std::vector<CUfunction> entries; // per Program::kernels
@@ -682,6 +719,7 @@ void CudaBackendImpl::load(const Program &program) {
         "cuMemAlloc (the arena)");
   zeroArenaAndUploadConstants();
   loadKernels();
+  prepareSideStream();
   for (const Function &f : program.functions)
     prepare(f);
   bool variants = false;
@@ -702,6 +740,60 @@ void CudaBackendImpl::load(const Program &program) {
         if (Prepared &pl = launches[&f][i]; pl.gemm >= 0)
           pl.profileSlot =
               profileSlot("cuBLASLt " + gemms[pl.gemm].shape, f.launches[i]);
+}
+
+void CudaBackendImpl::prepareSideStream() {
+  bool any = false;
+  for (const Function &f : prog->functions)
+    for (size_t i = 0; i < f.launches.size(); ++i) {
+      const Launch &side = f.launches[i];
+      if (side.stream == 0)
+        continue;
+      any = true;
+      const std::string where = f.name + " launch " + std::to_string(i) +
+                                " (" + side.kernel + " at " +
+                                (side.loc.empty() ? "?" : side.loc) + ")";
+      if (side.stream != 1 || !isGemm(side.kernel) || side.join <= int(i) ||
+          side.join > int(f.launches.size()))
+        throw DeviceError(where + ": only a GEMM may run on the side stream "
+                          "(stream 1), joined at a later launch or the end");
+      // The bytes it reads and writes, against every launch before its join.
+      auto ranges = [&](const std::vector<int> &ids) {
+        std::vector<std::pair<CUdeviceptr, CUdeviceptr>> r;
+        for (int id : ids)
+          r.push_back({address(id), address(id) + buffer(id).bytes()});
+        return r;
+      };
+      auto meet = [](const auto &a, const auto &b) {
+        for (auto [begin, end] : a)
+          for (auto [otherBegin, otherEnd] : b)
+            if (begin < otherEnd && otherBegin < end)
+              return true;
+        return false;
+      };
+      const auto reads = ranges(side.inputs), writes = ranges(side.outputs);
+      for (int k = int(i) + 1; k < side.join; ++k) {
+        const Launch &l = f.launches[k];
+        if (l.stream == 1)
+          continue; // the side stream runs its launches in order
+        const auto lReads = ranges(l.inputs), lWrites = ranges(l.outputs);
+        if (meet(lWrites, reads) || meet(lWrites, writes) ||
+            meet(lReads, writes))
+          throw DeviceError(where + " runs on the side stream beside launch " +
+                            std::to_string(k) + " (" + l.kernel +
+                            "), which shares its bytes: the program's stream "
+                            "plan is broken (compile it again)");
+      }
+    }
+  if (!any || side)
+    return;
+  check(cu.cuStreamCreateWithPriority(&side, CU_STREAM_NON_BLOCKING,
+                                      leastPriority),
+        "cuStreamCreateWithPriority");
+  check(cu.cuMemAlloc(&sideWorkspace, kWorkspaceBytes),
+        "cuMemAlloc (the side stream's cuBLASLt workspace)");
+  forkMark = newEvent(false);
+  joinMark = newEvent(false);
 }
 
 void CudaBackendImpl::zeroArenaAndUploadConstants() {
@@ -954,6 +1046,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   g.leftPtr = address(l.inputs[1]);
   g.rightPtr = address(l.inputs[0]);
   g.outPtr = address(l.outputs[0]);
+  g.workspace = l.stream == 1 && sideWorkspace ? sideWorkspace : workspace;
 
   cublasLtMatmulPreference_t pref = nullptr;
   ltCheck(lt.cublasLtMatmulPreferenceCreate(&pref),
@@ -1254,10 +1347,10 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
     int64_t chunks = std::max<int64_t>(ceilDiv(sumRows, perChunk), 1);
     add(GemmFallback::ColumnPartials, x.dtype, uint32_t(ceilDiv(cols, 256)),
         uint32_t(chunks),
-        {address(xId), pre, workspace, uint64_t(sumRows), uint64_t(cols),
+        {address(xId), pre, g.workspace, uint64_t(sumRows), uint64_t(cols),
          uint64_t(perChunk)});
     add(GemmFallback::ColumnSums, out.dtype, uint32_t(ceilDiv(cols, 32)), 1,
-        {workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
+        {g.workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
   };
   if (l.kernel == "matmul_epilogue") {
     auto it = l.ints.find("gelu");
@@ -1297,18 +1390,20 @@ CudaBackendImpl::prepared(const Function &f) const {
 //===----------------------------------------------------------------------===//
 
 void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
-                              bool timed) {
+                              bool timed, CUstream stream) {
   lastLaunch = &pl.label;
+  if (!stream)
+    stream = compute;
   CUevent start = nullptr;
   if (timed && pl.profileSlot >= 0) {
     start = pooledEvent(timingPool, true);
-    check(cu.cuEventRecord(start, compute), "cuEventRecord");
+    check(cu.cuEventRecord(start, stream), "cuEventRecord");
   }
   if (pl.fn) {
     const LaunchVariant &k = pl.kernel;
     if (CUresult r = cu.cuLaunchKernel(pl.fn, k.grid[0], k.grid[1], k.grid[2],
                                        k.block[0], k.block[1], k.block[2],
-                                       k.sharedBytes, compute,
+                                       k.sharedBytes, stream,
                                        const_cast<void **>(pl.argPtrs.data()),
                                        nullptr);
         r != CUDA_SUCCESS)
@@ -1316,23 +1411,25 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   } else if (pl.gemm >= 0) {
     const Lt &lt = cublasLt();
     const GemmPlan &g = gemms[pl.gemm];
-    if (cublasStatus_t s = gemmOnce(g, g.algo); s != CUBLAS_STATUS_SUCCESS)
+    if (cublasStatus_t s = gemmOnce(g, g.algo, stream);
+        s != CUBLAS_STATUS_SUCCESS)
       throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
                         lt.cublasLtGetStatusName(s));
-    launchFollowups(g, pl.label);
+    launchFollowups(g, pl.label, stream);
   } else {
     throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +
                       (l.loc.empty() ? "?" : l.loc) + " (" + pl.label + ")");
   }
   if (start) {
     CUevent end = pooledEvent(timingPool, true);
-    check(cu.cuEventRecord(end, compute), "cuEventRecord");
+    check(cu.cuEventRecord(end, stream), "cuEventRecord");
     pendingTimes.push_back({pl.profileSlot, start, end, pl.floorMs});
   }
 }
 
 cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
-                                         const cublasLtMatmulAlgo_t &algo) {
+                                         const cublasLtMatmulAlgo_t &algo,
+                                         CUstream stream) {
   const Lt &lt = cublasLt();
   const float alpha = 1.0f, beta = 0.0f;
   for (int i = 0; i < g.loops; ++i) {
@@ -1343,8 +1440,8 @@ cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
     if (cublasStatus_t s = lt.cublasLtMatmul(
             ltHandle, g.desc, &alpha, at(g.leftPtr, g.leftStride), g.left,
             at(g.rightPtr, g.rightStride), g.right, &beta, out, g.out, out,
-            g.out, &algo, reinterpret_cast<void *>(workspace), kWorkspaceBytes,
-            compute);
+            g.out, &algo, reinterpret_cast<void *>(g.workspace),
+            kWorkspaceBytes, stream ? stream : compute);
         s != CUBLAS_STATUS_SUCCESS)
       return s;
   }
@@ -1352,7 +1449,8 @@ cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
 }
 
 void CudaBackendImpl::launchFollowups(const GemmPlan &g,
-                                      const std::string &label) {
+                                      const std::string &label,
+                                      CUstream stream) {
   for (const GemmPlan::Followup &f : g.after) {
     uint64_t values[8];
     void *params[8];
@@ -1361,7 +1459,8 @@ void CudaBackendImpl::launchFollowups(const GemmPlan &g,
       params[i] = &values[i];
     }
     if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1,
-                                       1, 0, compute, params, nullptr);
+                                       1, 0, stream ? stream : compute, params,
+                                       nullptr);
         r != CUDA_SUCCESS)
       throw DeviceError("cannot launch the epilogue fallback of " + label +
                         ": " + cuError(cu, r));
@@ -1886,8 +1985,7 @@ void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
     if (r == CUDA_SUCCESS) {
       CUgraph graph = nullptr;
       try {
-        for (size_t i = begin; i < end; ++i)
-          enqueue(f.launches[i], pls[i], false);
+        enqueueRange(f, begin, end, false, false, true);
       } catch (...) {
         cu.cuStreamEndCapture(compute, &graph);
         if (graph)
@@ -1923,18 +2021,50 @@ void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
   bool timed = profile && g.calls > 1;
   if (timed && begin == 0)
     ++timedRuns[f.name];
+  // A checked run names the launch that failed, and the profile times each
+  // launch alone: both run the side stream's launches in order with the
+  // rest.
+  enqueueRange(f, begin, end, timed, checked, !checked && !timed);
+}
+
+void CudaBackendImpl::enqueueRange(const Function &f, size_t begin,
+                                   size_t end, bool timed, bool checked,
+                                   bool overlap) {
+  const std::vector<Prepared> &pls = prepared(f);
+  overlap = overlap && side;
+  int joinAt = -1; // the main stream waits for the side stream there
+  auto join = [&] {
+    check(cu.cuEventRecord(joinMark, side), "cuEventRecord");
+    check(cu.cuStreamWaitEvent(compute, joinMark, 0), "cuStreamWaitEvent");
+    joinAt = -1;
+  };
   for (size_t i = begin; i < end; ++i) {
-    enqueue(f.launches[i], pls[i], timed);
+    if (joinAt >= 0 && int(i) >= joinAt)
+      join();
+    const Launch &l = f.launches[i];
+    if (overlap && l.stream == 1) {
+      // Forked: it starts once every launch issued before it has.
+      check(cu.cuEventRecord(forkMark, compute), "cuEventRecord");
+      check(cu.cuStreamWaitEvent(side, forkMark, 0), "cuStreamWaitEvent");
+      enqueue(l, pls[i], timed, side);
+      joinAt = joinAt < 0 ? l.join : std::min(joinAt, l.join);
+    } else {
+      enqueue(l, pls[i], timed);
+    }
     if (checked)
       if (CUresult r = cu.cuStreamSynchronize(compute); r != CUDA_SUCCESS)
         throw DeviceError("CUDA error " + cuError(cu, r) + " in " +
                           pls[i].label);
   }
+  if (joinAt >= 0)
+    join();
 }
 
 void CudaBackendImpl::synchronize() {
   bind();
   checkSync(cu.cuStreamSynchronize(copy));
+  if (side)
+    checkSync(cu.cuStreamSynchronize(side));
   checkSync(cu.cuStreamSynchronize(compute));
   collectTimes();
 }

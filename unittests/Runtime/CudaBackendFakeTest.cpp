@@ -300,6 +300,132 @@ TEST(CudaBackendFake, MatmulsGraphsAndLaunches) {
   b->synchronize();
 }
 
+/// A weight gradient's GEMM beside the rest (planStreams): %0 x, %1 w
+/// (parameters), %2 t2 = x·w, %3 g = t2ᵀ·x (a gradient, on the side stream:
+/// t2's last read), %4 t3 = x·x, %5 t4 = t3·w, %6 y = t4·w (an output).
+/// Planned with the side stream, t2 keeps its bytes until the join (the
+/// end); `unplanned`: planned as if in order, so that t3 takes t2's bytes,
+/// then given the side stream anyway. `rewritten`: t2 = t4·x is written
+/// again after t4, and y = t2·w: the gradient joins before that launch.
+Program sideStreamProgram(bool unplanned, bool rewritten = false) {
+  Program p;
+  p.meta["precision"] = "fp32";
+  p.buffers = {buffer("x", DType::F32, {4, 4}, Role::Param),
+               buffer("w", DType::F32, {4, 4}, Role::Param),
+               buffer("t2", DType::F32, {4, 4}, Role::Temp),
+               buffer("g", DType::F32, {4, 4}, Role::Grad),
+               buffer("t3", DType::F32, {4, 4}, Role::Temp),
+               buffer("t4", DType::F32, {4, 4}, Role::Temp),
+               buffer("y", DType::F32, {4, 4}, Role::Output)};
+  Function f;
+  f.name = "grads";
+  Launch weightGrad = launch("matmul", {2, 0}, {3});
+  weightGrad.ints["transpose_a"] = 1;
+  f.launches = {launch("matmul", {0, 1}, {2}), weightGrad,
+                launch("matmul", {0, 0}, {4}), launch("matmul", {4, 1}, {5})};
+  if (rewritten)
+    f.launches.push_back(launch("matmul", {5, 0}, {2}));
+  f.launches.push_back(launch("matmul", {rewritten ? 2 : 5, 1}, {6}));
+  f.results = {3, 6};
+  p.functions.push_back(f);
+  if (unplanned) {
+    planMemory(p);
+    p.functions[0].launches[1].stream = 1;
+    p.functions[0].launches[1].join = 5;
+  } else {
+    EXPECT_EQ(planStreams(p), 1);
+    EXPECT_EQ(p.functions[0].launches[1].join, rewritten ? 4 : 5);
+    planMemory(p);
+  }
+  return p;
+}
+
+/// The side stream's launches run late on the fake (it holds back the
+/// least-priority stream's work until the compute stream waits for it), as
+/// late as a GPU may run them: the weight gradient still reads t2 (whose
+/// bytes the plan kept until the join), is joined before t2 is written
+/// again, and before the results are read; eager runs, the captured run
+/// and graph replays alike. The side stream's GEMMs have their own
+/// cuBLASLt workspace.
+TEST(CudaBackendFake, SideStreamLaunchesRunBesideTheRest) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto defer = hook<void (*)(int)>("gptcFakeDeferLowPriorityStreams");
+  auto deferred = hook<int64_t (*)()>("gptcFakeDeferredWork");
+  defer(1);
+  for (auto [graphs, rewritten] :
+       {std::pair<const char *, bool>{"1", false}, {"0", false}, {"1", true},
+        {"0", true}}) {
+    SCOPED_TRACE(std::string("GPTC_CUDA_GRAPH=") + graphs +
+                 (rewritten ? ", t2 rewritten" : ""));
+    auto b = fakeBackendWith("GPTC_CUDA_GRAPH", graphs);
+    ASSERT_TRUE(b);
+    Program p = sideStreamProgram(false, rewritten);
+    b->load(p);
+    EXPECT_EQ(b->bytesAllocated(), p.arenaBytes + 2 * (32 << 20));
+    const Function &f = p.functions[0];
+    std::vector<float> x = random(16, 1), w = random(16, 2);
+    b->upload(1, w.data());
+    const int64_t before = deferred();
+    testing::internal::CaptureStderr();
+    for (int run = 0; run < 4; ++run) {
+      x = random(16, 20 + run);
+      b->upload(0, x.data());
+      b->run(f, 0, f.launches.size());
+      std::vector<float> g(16), y(16);
+      b->download(3, g.data());
+      b->download(6, y.data());
+      HostTensor xt = tensor({4, 4}, x), wt = tensor({4, 4}, w);
+      HostTensor t2 = gptc::exec::matmul(xt, wt, false, false);
+      expectNear(g, gptc::exec::matmul(t2, xt, true, false).f32);
+      HostTensor t4 = gptc::exec::matmul(
+          gptc::exec::matmul(xt, xt, false, false), wt, false, false);
+      if (rewritten)
+        t4 = gptc::exec::matmul(t4, xt, false, false); // t2 again
+      expectNear(y, gptc::exec::matmul(t4, wt, false, false).f32);
+    }
+    b->synchronize();
+    EXPECT_EQ(testing::internal::GetCapturedStderr().find("capture"),
+              std::string::npos);
+    // The first run is checked, in order; then each eager run defers the
+    // gradient once, and with graphs the capture does.
+    EXPECT_EQ(deferred() - before, graphs[0] == '1' ? 1 : 3);
+  }
+  defer(0);
+}
+
+/// A program whose stream plan does not keep a side launch's bytes (t3 was
+/// placed over t2, which the weight gradient beside it reads) is refused at
+/// load, in one line naming both launches.
+TEST(CudaBackendFake, ABrokenStreamPlanIsRefused) {
+  REQUIRE_FAKE(b);
+  Program p = sideStreamProgram(true);
+  ASSERT_EQ(p.buffers[4].offset, p.buffers[2].offset);
+  try {
+    b->load(p);
+    ADD_FAILURE() << "loaded a program whose side launch shares bytes";
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "grads launch 1 (matmul at fake.cpp:3) runs on the side stream "
+              "beside launch 2 (matmul), which shares its bytes: the "
+              "program's stream plan is broken (compile it again)");
+  }
+  Program q = sideStreamProgram(false);
+  q.functions[0].launches[2].stream = 1; // a generated kernel's place
+  q.functions[0].launches[2].kernel = "gelu";
+  q.functions[0].launches[2].join = 4;
+  REQUIRE_FAKE(other);
+  try {
+    other->load(q);
+    ADD_FAILURE() << "loaded a side launch that is no GEMM";
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "grads launch 2 (gelu at fake.cpp:4): only a GEMM may run on "
+              "the side stream (stream 1), joined at a later launch or the "
+              "end");
+  }
+}
+
 // A kernel launched with more than 48 KiB of dynamic shared memory (the
 // atomic attention backward's 56,320 bytes) is opted in to it once, at
 // load; more than the device allows is an error naming the kernel.

@@ -37,6 +37,23 @@ struct Function {
 struct Graph {
   std::vector<std::function<void()>> work;
 };
+/// A stream's work runs when it is submitted, unless the stream is
+/// deferred (gptcFakeDeferLowPriorityStreams): then it waits in `pending`
+/// until another stream waits for an event recorded on this one after it,
+/// or the stream is synchronised. That is a legal schedule of a real GPU
+/// (the stream simply ran late), and the latest one: a launch whose
+/// operands another stream overwrote before the join reads what is there.
+struct Stream {
+  int priority = 0;
+  bool deferred = false;
+  int64_t submitted = 0, done = 0;
+  std::vector<std::function<void()>> pending; ///< work [done, submitted)
+};
+/// Where an event was recorded: its stream's work up to `mark`.
+struct Event {
+  Stream *stream = nullptr;
+  int64_t mark = 0;
+};
 
 bool capturing = false;
 Graph captured;
@@ -54,12 +71,43 @@ CUresult stickyFault() {
   return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
+std::vector<Stream *> streams; // every live one
+bool deferLowPriority = false; // gptcFakeDeferLowPriorityStreams
+int64_t deferredWork = 0;      // how much work waited on a deferred stream
+
 /// Runs `work` now, or records it while a stream is being captured.
-void submit(std::function<void()> work) {
+void runOrCapture(std::function<void()> work) {
   if (capturing)
     captured.work.push_back(std::move(work));
   else
     work();
+}
+
+/// Runs (or captures) s's deferred work up to mark.
+void flush(Stream *s, int64_t mark) {
+  while (s && s->done < mark && !s->pending.empty()) {
+    std::function<void()> work = std::move(s->pending.front());
+    s->pending.erase(s->pending.begin());
+    ++s->done;
+    runOrCapture(std::move(work));
+  }
+}
+
+/// Work on `stream` (null: none in particular): now, captured, or later
+/// where the stream is deferred.
+void submit(std::function<void()> work, CUstream stream = nullptr) {
+  Stream *s = reinterpret_cast<Stream *>(stream);
+  if (s && s->deferred) {
+    s->pending.push_back(std::move(work));
+    ++s->submitted;
+    ++deferredWork;
+    return;
+  }
+  if (s) {
+    ++s->submitted;
+    ++s->done;
+  }
+  runOrCapture(std::move(work));
 }
 
 } // namespace
@@ -72,6 +120,10 @@ uint64_t gptcFakeLaunchArg(int i, int arg) { return launchArgs.at(i).at(arg); }
 void gptcFakeFailSync(int n) { failSyncIn = n; }
 void gptcFakeFailLaunch(int n) { failLaunchIn = n; }
 void gptcFakeSetArgCount(int n) { argCount = n; }
+/// From now on (on != 0) streams created at the least priority run late:
+/// Stream. How much work they held back so far: gptcFakeDeferredWork.
+void gptcFakeDeferLowPriorityStreams(int on) { deferLowPriority = on != 0; }
+int64_t gptcFakeDeferredWork() { return deferredWork; }
 /// From now on the heuristic has no algorithm for `epilogue` (a
 /// cublasLtEpilogue_t), as a cuBLASLt without it would; -1 forgets them all.
 void gptcFakeRefuseEpilogue(int epilogue) {
@@ -136,15 +188,38 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice) {
 }
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice) { return CUDA_SUCCESS; }
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+// Priorities as an H100's: 0 the least, -5 the greatest.
+constexpr int kLeastPriority = 0, kGreatestPriority = -5;
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+  *least = kLeastPriority;
+  *greatest = kGreatestPriority;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *s, unsigned, int priority) {
+  if (priority > kLeastPriority || priority < kGreatestPriority)
+    return CUDA_ERROR_INVALID_VALUE;
+  Stream *stream = new Stream;
+  streams.push_back(stream);
+  stream->priority = priority;
+  stream->deferred = deferLowPriority && priority == kLeastPriority;
+  *s = reinterpret_cast<CUstream>(stream);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned) {
-  *s = reinterpret_cast<CUstream>(new int(0));
+  streams.push_back(new Stream);
+  *s = reinterpret_cast<CUstream>(streams.back());
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamDestroy(CUstream s) {
-  delete reinterpret_cast<int *>(s);
+  streams.erase(std::find(streams.begin(), streams.end(),
+                          reinterpret_cast<Stream *>(s)));
+  delete reinterpret_cast<Stream *>(s);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuStreamSynchronize(CUstream) {
+CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  Stream *stream = reinterpret_cast<Stream *>(s);
+  if (stream)
+    flush(stream, stream->submitted);
   if (failSyncIn >= 0 && failSyncIn-- == 0)
     return CUDA_ERROR_ILLEGAL_ADDRESS;
   return stickyFault();
@@ -152,20 +227,33 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream) {
 // The synchronous calls bench/gpu/attention_bench makes (the backend makes
 // only the asynchronous ones).
 CUresult CUDAAPI cuCtxSynchronize() { return stickyFault(); }
-CUresult CUDAAPI cuStreamWaitEvent(CUstream, CUevent, unsigned) {
+// A wait runs the deferred work the event marks: the waiting stream's next
+// work comes after it.
+CUresult CUDAAPI cuStreamWaitEvent(CUstream, CUevent e, unsigned) {
+  Event *ev = reinterpret_cast<Event *>(e);
+  flush(ev->stream, ev->mark);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventCreate(CUevent *e, unsigned) {
-  *e = reinterpret_cast<CUevent>(new int(0));
+  *e = reinterpret_cast<CUevent>(new Event);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventDestroy(CUevent e) {
-  delete reinterpret_cast<int *>(e);
+  delete reinterpret_cast<Event *>(e);
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult CUDAAPI cuEventRecord(CUevent e, CUstream s) {
+  Event *ev = reinterpret_cast<Event *>(e);
+  ev->stream = reinterpret_cast<Stream *>(s);
+  ev->mark = ev->stream ? ev->stream->submitted : 0;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuEventQuery(CUevent) { return CUDA_SUCCESS; }
-CUresult CUDAAPI cuEventSynchronize(CUevent) { return stickyFault(); }
+CUresult CUDAAPI cuEventSynchronize(CUevent e) {
+  Event *ev = reinterpret_cast<Event *>(e);
+  flush(ev->stream, ev->mark);
+  return stickyFault();
+}
 /// The algorithm (its index among the heuristic's results) of the last
 /// cublasLtMatmul: GPTC_GEMM_TUNE's timing sees index i take 0.5 - 0.1·i
 /// ms, so index 2 is the fastest of the three the heuristic offers. The
@@ -340,7 +428,7 @@ extern "C" void gptcFakeKernelScribbles(const char *name) {
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
                                 unsigned, unsigned, unsigned, unsigned shared,
-                                CUstream, void **params, void **) {
+                                CUstream stream, void **params, void **) {
   if (failLaunchIn >= 0 && failLaunchIn-- == 0)
     return CUDA_ERROR_LAUNCH_FAILED;
   // The backend passes device pointers only, the test says how many; the
@@ -381,7 +469,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
     launchNames.push_back(name);
     launchArgs.push_back(args);
     launchShared.push_back(shared);
-  });
+  }, stream);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamBeginCapture(CUstream, CUstreamCaptureMode) {
@@ -391,6 +479,13 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream, CUstreamCaptureMode) {
 }
 CUresult CUDAAPI cuStreamEndCapture(CUstream, CUgraph *g) {
   capturing = false;
+  // As CUDA: another stream's work that the capturing stream never waited
+  // for cannot end up in the graph.
+  for (Stream *s : streams)
+    if (!s->pending.empty()) {
+      *g = nullptr;
+      return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
   *g = reinterpret_cast<CUgraph>(new Graph(captured));
   return CUDA_SUCCESS;
 }
@@ -650,7 +745,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb,
     const void *beta, const void *, cublasLtMatrixLayout_t, void *D,
     cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, void *,
-    size_t, cudaStream_t) {
+    size_t, cudaStream_t stream) {
   lastAlgo = algo ? int(algo->data[0]) : 0;
   lastKernel.clear();
   Desc desc = *reinterpret_cast<Desc *>(d);
@@ -727,6 +822,6 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     if (gradD || gradA)
       for (int64_t r = 0; r < m; ++r)
         store(biasOut, biasType, r, float(rowSum[size_t(r)]));
-  });
+  }, reinterpret_cast<CUstream>(stream));
   return CUBLAS_STATUS_SUCCESS;
 }
