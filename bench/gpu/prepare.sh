@@ -53,6 +53,8 @@ compile check-gpt2w-bf16 gpt2 bf16 2 192 --n-layer=1 --vocab-size=1000
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq" --dump-kernels="$tmp/split"
+# The weight gradients' GEMMs on a second stream (gpt-plan-streams).
+compile gpt2-bf16-overlap gpt2 bf16 "$batch" "$seq" --overlap-weight-grads
 # The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
 # runs timed it slower than mma.sync: docs/benchmarks.md); the backward
 # (--attention-backward=wgmma) checked, and timed in the step by the auto

@@ -18,7 +18,9 @@
 # on cuda and on cpu with the same seed and data, losses compared; GPT-2
 # 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
 # bench/gpu/torch_gpt2.py with the same B and T, and its kernels by kind
-# beside gptc's profile (GEMMs, attention, optimizer, the rest); each GEMM
+# beside gptc's profile (GEMMs, attention, optimizer, the rest); GPT-2 124M
+# compiled with --overlap-weight-grads (the weight gradients' GEMMs on a
+# second stream); each GEMM
 # shape of gptc's profile timed in PyTorch with the same operand layouts
 # (bench/gpu/torch_gemms.py); GPT-2 124M
 # with --attention-forward=mma2 and --attention-backward=atomic128 (the
@@ -48,7 +50,7 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -76,7 +78,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-check attn tiny gpt2 torch overlap gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -185,6 +187,13 @@ if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
     --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --profile=3 \
     --out="$logs/torch.json"
+fi
+
+# The weight gradients' GEMMs on the side stream, beside the backward's
+# next launches (--overlap-weight-grads): the step against gpt2-bf16's.
+if want overlap && [[ -x $P/gpt2-bf16-overlap ]]; then
+  step 90 gpt2-bf16-overlap "${lib[@]}" "$P/gpt2-bf16-overlap" --device=cuda \
+    --data="$data" --steps=20 --seed=1
 fi
 
 # Each GEMM shape of the profiled gptc step, timed in PyTorch with the same

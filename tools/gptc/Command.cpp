@@ -59,6 +59,7 @@ OptimizerOptions ModelOptions::compileOptions() const {
          "' (expected fp32, tf32, bf16 or fp16)");
   OptimizerOptions opts;
   opts.precision = precision;
+  opts.overlapWeightGrads = overlapWeightGrads;
   for (const std::string &op : recompute) {
     if (op == "none" && recompute.size() == 1)
       break; // what a program's first line says when it recomputes nothing

@@ -64,6 +64,13 @@ struct ModelOptions {
                      "keeping them (gpt-recompute): gelu, layernorm, "
                      "comma-separated; none (the default)"),
       llvm::cl::CommaSeparated, llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<bool> overlapWeightGrads{
+      "overlap-weight-grads",
+      llvm::cl::desc("Run the weight gradients' GEMMs on a second CUDA "
+                     "stream, beside the backward's next launches "
+                     "(gpt-plan-streams; their buffers are kept until the "
+                     "main stream joins them)"),
+      llvm::cl::cat(gptcCategory)};
 
   /// The preset with overrides applied, validated with batch() and seq();
   /// exits with one error line if the combination is invalid.
