@@ -1,7 +1,9 @@
 //===- CudaBackend.cpp - run a Program on a CUDA GPU ----------------------===//
 //
-// One device arena laid out by planMemory, one compute stream and one copy
-// stream on device 0's primary context (the one cuBLASLt's own runtime uses).
+// One device arena laid out by planMemory, one compute stream (the greatest
+// priority) and one copy stream on device 0's primary context (the one
+// cuBLASLt's own runtime uses), and for a program whose planStreams moved
+// launches (--overlap-weight-grads) a side stream of the least priority.
 // Generated kernels come from the Program's cubins when they match the
 // device, else from NVRTC; gpt.matmul goes to cuBLASLt. The driver and
 // cuBLASLt come through dlopen (CudaApi.h), so the training program links
@@ -15,6 +17,9 @@
 // run of each launch range is checked launch by launch, the second is
 // captured into a CUDA graph and later ones replay it (hyperparameters and
 // inputs are device buffers, so a replay sees the values uploaded since).
+// A side-stream launch forks from the compute stream where it stands and is
+// joined back at its Launch::join, or at the end of the range at the
+// latest, so every run() leaves all its work on the compute stream's order.
 //
 //===----------------------------------------------------------------------===//
 
