@@ -267,6 +267,15 @@ if want ncu; then
         --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
+    # The warpgroup-MMA forward and backward (the auto program's fourth
+    # kernels of each direction), slower than mma.sync in every run so far
+    # for no known reason: where their warps stall.
+    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && GPTC_VARIANT=wgmma,wgmma \
+      GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_3$':1 \
+        --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
   fi
