@@ -91,6 +91,19 @@ std::unique_ptr<CudaBackend> fakeBackendWith(const char *name,
   return fakeBackend();
 }
 
+/// Writes `text` over every choice the cache keeps in `subdir` ("variants",
+/// "gemms"), as another build's files would read; how many there were.
+size_t overwriteKeptChoices(const char *subdir, const char *text) {
+  const std::filesystem::path dir =
+      std::filesystem::path(std::getenv("GPTC_CACHE_DIR")) / subdir;
+  size_t files = 0;
+  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
+    std::ofstream(entry.path()) << text;
+    ++files;
+  }
+  return files;
+}
+
 /// A fresh GPTC_CACHE_DIR for one test, removed after it: the kernel
 /// variant and GEMM choices one test's loads keep must not decide
 /// another's.
@@ -635,14 +648,7 @@ TEST(CudaBackendFake, AVariantChoiceIsKeptForTheNextRun) {
   EXPECT_EQ(load(nullptr), kept + "split 0.100 ms, atomic 0.080 ms, wgmma "
                                   "0.020 ms; wgmma (k_gelu_wgmma) runs\n");
   // A label no candidate has (another build's file): timed again.
-  const std::filesystem::path dir =
-      std::filesystem::path(std::getenv("GPTC_CACHE_DIR")) / "variants";
-  size_t files = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
-    std::ofstream(entry.path()) << "mma3\nsplit 1.000 ms\n";
-    ++files;
-  }
-  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(overwriteKeptChoices("variants", "mma3\nsplit 1.000 ms\n"), 1u);
   EXPECT_EQ(load(nullptr), timedWgmma);
   // Another GPU (or another build of the kernels) is another set: timed.
   p.kernels[2].source += "\n// changed";
@@ -1431,14 +1437,7 @@ TEST(CudaBackendFake, GemmTuningIsTheDefaultAndItsChoiceIsKept) {
   EXPECT_EQ(weightGradWay("time", timed), kBgradA);
   EXPECT_EQ(weightGradWay(nullptr, kept), kBgradA);
   // A file naming a way or candidate the GEMM does not have: timed again.
-  const std::filesystem::path dir =
-      std::filesystem::path(std::getenv("GPTC_CACHE_DIR")) / "gemms";
-  size_t files = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
-    std::ofstream(entry.path()) << "3 0 1.0 1.0\n";
-    ++files;
-  }
-  EXPECT_EQ(files, 4u);
+  EXPECT_EQ(overwriteKeptChoices("gemms", "3 0 1.0 1.0\n"), 4u);
   EXPECT_EQ(weightGradWay(nullptr, timed), kBgradA);
   epilogueMs(-1, 0.0f);
   // Untuned: no line, the first choice, BGRADA as the default way.

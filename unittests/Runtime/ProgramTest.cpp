@@ -456,6 +456,15 @@ Buffer temp(int64_t floats) {
   return b;
 }
 
+/// A launch of `kernel` from buffers `in` to `out`, for hand-made plans.
+Launch launchOf(const char *kernel, std::vector<int> in, std::vector<int> out) {
+  Launch l;
+  l.kernel = kernel;
+  l.inputs = std::move(in);
+  l.outputs = std::move(out);
+  return l;
+}
+
 TEST(ProgramTest, PlanReusesDeadTempsAndKeepsViewsBasesAlive) {
   Program p;
   Buffer param = temp(10);
@@ -469,11 +478,7 @@ TEST(ProgramTest, PlanReusesDeadTempsAndKeepsViewsBasesAlive) {
   Function f;
   f.name = "forward";
   auto launch = [](std::vector<int> in, std::vector<int> out) {
-    Launch l;
-    l.kernel = "k";
-    l.inputs = std::move(in);
-    l.outputs = std::move(out);
-    return l;
+    return launchOf("k", std::move(in), std::move(out));
   };
   // %1 lives 0..4 through its view; %2 1..2; %3 2..3; %4 3..4; %5 4.
   f.launches = {launch({0}, {1}), launch({0}, {2}), launch({2}, {3}),
@@ -552,14 +557,7 @@ TEST(ProgramTest, SideLaunchesJoinBeforeWhatNeedsThem) {
   g4.binding = "g4";
   // %0 x, %1 w, %2..%5 temps t2..t5, %6..%9 gradients g1..g4.
   p.buffers = {x, w, temp(64), temp(64), temp(64), temp(64), g1, g2, g3, g4};
-  auto launch = [](const char *kernel, std::vector<int> in,
-                   std::vector<int> out) {
-    Launch l;
-    l.kernel = kernel;
-    l.inputs = std::move(in);
-    l.outputs = std::move(out);
-    return l;
-  };
+  const auto launch = launchOf;
   Function f;
   f.name = "grads";
   f.launches = {
