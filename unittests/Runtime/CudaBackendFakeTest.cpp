@@ -91,6 +91,16 @@ std::unique_ptr<CudaBackend> fakeBackendWith(const char *name,
   return fakeBackend();
 }
 
+/// Loading `p` on `b` fails with the one line `says`.
+void expectLoadRefused(CudaBackend &b, const Program &p, const std::string &says) {
+  try {
+    b.load(p);
+    ADD_FAILURE() << "loaded; expected: " << says;
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()), says);
+  }
+}
+
 /// Writes `text` over every choice the cache keeps in `subdir` ("variants",
 /// "gemms"), as another build's files would read; how many there were.
 size_t overwriteKeptChoices(const char *subdir, const char *text) {
@@ -414,29 +424,19 @@ TEST(CudaBackendFake, ABrokenStreamPlanIsRefused) {
   REQUIRE_FAKE(b);
   Program p = sideStreamProgram(true);
   ASSERT_EQ(p.buffers[4].offset, p.buffers[2].offset);
-  try {
-    b->load(p);
-    ADD_FAILURE() << "loaded a program whose side launch shares bytes";
-  } catch (const DeviceError &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "grads launch 1 (matmul at fake.cpp:3) runs on the side stream "
-              "beside launch 2 (matmul), which shares its bytes: the "
-              "program's stream plan is broken (compile it again)");
-  }
+  expectLoadRefused(*b, p,
+                    "grads launch 1 (matmul at fake.cpp:3) runs on the side "
+                    "stream beside launch 2 (matmul), which shares its bytes: "
+                    "the program's stream plan is broken (compile it again)");
   Program q = sideStreamProgram(false);
   q.functions[0].launches[2].stream = 1; // a generated kernel's place
   q.functions[0].launches[2].kernel = "gelu";
   q.functions[0].launches[2].join = 4;
   REQUIRE_FAKE(other);
-  try {
-    other->load(q);
-    ADD_FAILURE() << "loaded a side launch that is no GEMM";
-  } catch (const DeviceError &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "grads launch 2 (gelu at fake.cpp:4): only a GEMM may run on "
-              "the side stream (stream 1), joined at a later launch or the "
-              "end");
-  }
+  expectLoadRefused(*other, q,
+                    "grads launch 2 (gelu at fake.cpp:4): only a GEMM may run "
+                    "on the side stream (stream 1), joined at a later launch "
+                    "or the end");
 }
 
 // A kernel launched with more than 48 KiB of dynamic shared memory (the
@@ -458,14 +458,9 @@ TEST(CudaBackendFake, DynamicSharedMemoryAbove48KiB) {
 
   p.functions[0].launches.back().sharedBytes = 232449;
   REQUIRE_FAKE(other);
-  try {
-    other->load(p);
-    ADD_FAILURE() << "loaded a kernel asking for too much shared memory";
-  } catch (const DeviceError &e) {
-    EXPECT_EQ(std::string(e.what()),
-              "kernel k_gelu asks for 232449 bytes of shared memory; Fake "
-              "NVIDIA H100 80GB HBM3 allows 232448");
-  }
+  expectLoadRefused(*other, p,
+                    "kernel k_gelu asks for 232449 bytes of shared memory; "
+                    "Fake NVIDIA H100 80GB HBM3 allows 232448");
 }
 
 // The 48 KiB count static and dynamic shared memory together: GPT-2's
@@ -492,14 +487,9 @@ TEST(CudaBackendFake, StaticSharedMemoryCountsTowards48KiB) {
     REQUIRE_FAKE(b);
     Program p = program(true);
     p.functions[0].launches.back().sharedBytes = 232448;
-    try {
-      b->load(p);
-      ADD_FAILURE() << "loaded a kernel asking for too much shared memory";
-    } catch (const DeviceError &e) {
-      EXPECT_EQ(std::string(e.what()),
-                "kernel k_gelu asks for 232464 bytes of shared memory; Fake "
-                "NVIDIA H100 80GB HBM3 allows 232448");
-    }
+    expectLoadRefused(*b, p,
+                      "kernel k_gelu asks for 232464 bytes of shared memory; "
+                      "Fake NVIDIA H100 80GB HBM3 allows 232448");
     hook<void (*)(const char *, int)>("gptcFakeStaticShared")(nullptr, 0);
   }
 }
