@@ -715,6 +715,22 @@ inline void globalAligned16(const void *p, const char *space = "global") {
     std::abort();
   }
 }
+/// 2-element accesses (8-byte f32, 4-byte bf16) must be aligned to them.
+template <typename T> inline void load2(const T *p, float (&x)[2]) {
+  if (reinterpret_cast<unsigned long long>(p) % (2 * sizeof(T))) {
+    std::fprintf(stderr, "misaligned %d-byte global access\n",
+                 int(2 * sizeof(T)));
+    std::abort();
+  }
+  for (int i = 0; i < 2; ++i) x[i] = toFloat(p[i]);
+}
+inline void store2(float *p, const float (&x)[2]) {
+  if (reinterpret_cast<unsigned long long>(p) % 8) {
+    std::fprintf(stderr, "misaligned 8-byte global access\n");
+    std::abort();
+  }
+  p[0] = x[0], p[1] = x[1];
+}
 inline void load4AtL2(const float *p, float (&x)[4]) {
   globalAligned16(p);
   for (int i = 0; i < 4; ++i) x[i] = p[i];

@@ -794,29 +794,34 @@ TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
   }
 }
 
-// embedding_grad's id scan (4 ids a thread, 512 a round) over rows of
-// 1000 columns: 6 table rows a block, 4 blocks, so every round holds ids of
-// several blocks and most hold many of each. 1000 is not a multiple of the
-// block's 128 threads, so a thread writes out sums that other threads
-// added up: the barrier before the write is needed. Each table row is summed in
-// float32 in position order, so the result is that sum's bits: the
-// reference below, not the executor's double sum (which it is near).
-// Positions: 1200 (16-byte id loads; rounds of 512, 512, 176), 1203 (one
-// id at a time, the last round partial), and 1200 ids that start 4 bytes
-// past a 16-byte boundary (a view: one at a time too); the last with the
-// tied table's float32 addend.
+// embedding_grad's id scan (4 ids a thread, 512 a round, 3 rounds ahead)
+// over a table of 100 rows: blocks of 32 rows (the last of 4) by slices of
+// 256 columns, so every round holds ids of several blocks and most hold
+// many of each. A third of the ids are one frequent id (as GPT-2's newline
+// is), so a round brings it more hits than the 32 whose loads go in flight
+// together. Rows of 1000 columns (four slices, the last 232 wide, pairs
+// loaded as one access) and of 301 (the last slice 45 wide, its last
+// thread's pair half past the row: one element at a time). Each table
+// element is summed in float32 in position order, so the result is that
+// sum's bits: the reference below, not the executor's double sum (which it
+// is near). Positions: 1200 (16-byte id loads; rounds of 512, 512, 176),
+// 1203 (one id at a time, the last round partial), and 1200 ids that start
+// 4 bytes past a 16-byte boundary (a view: one at a time too); the last
+// with the tied table's float32 addend.
 TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
   const DType f32 = DType::F32, i32 = DType::I32;
-  const int64_t V = 20, C = 1000;
+  const int64_t V = 100;
   struct Case {
     int64_t positions;
     int skew; ///< ids start this many int32 past a 16-byte boundary
     bool addend;
+    int64_t C;
   };
-  for (Case c : {Case{1200, 0, false}, Case{1203, 0, false},
-                 Case{1200, 1, true}}) {
+  for (Case c : {Case{1200, 0, false, 1000}, Case{1203, 0, false, 1000},
+                 Case{1200, 1, true, 1000}, Case{1203, 0, true, 301}}) {
+    const int64_t C = c.C;
     SCOPED_TRACE("positions " + std::to_string(c.positions) + ", skew " +
-                 std::to_string(c.skew));
+                 std::to_string(c.skew) + ", C " + std::to_string(C));
     Builder b;
     int ids = b.buf(i32, {c.positions}), dy = b.buf(f32, {c.positions, C});
     int add = b.buf(f32, {V, C}), out = b.buf(f32, {V, C});
@@ -832,7 +837,7 @@ TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
     exec::HostTensor idT = exec::HostTensor::ids({c.positions});
     std::mt19937 rng(33);
     for (int32_t &id : idT.i32)
-      id = int32_t(rng() % V);
+      id = rng() % 3 == 0 ? 7 : int32_t(rng() % V);
     // 16-byte aligned storage, the ids at the skew.
     struct alignas(16) Ids4 {
       int32_t v[4];
@@ -1958,9 +1963,10 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
         runRandom(45));
   }
   {
-    SCOPED_TRACE("embedding_grad: hits compacted in shared memory, rows "
-                 "summed there; 200 columns, so threads write sums others "
-                 "added");
+    SCOPED_TRACE("embedding_grad: hits compacted in shared memory, each "
+                 "round's compaction between two barriers (a thread adds "
+                 "and writes only its own columns, so no barrier before "
+                 "the write)");
     Builder b;
     int dy = b.buf(f32, {1, 600, 200}), ids = b.buf(i32, {1, 600}),
         table = b.buf(f32, {20, 200});

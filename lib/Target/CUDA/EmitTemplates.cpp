@@ -39,17 +39,18 @@ void Emitter::emitEmbeddingGrad() {
     unsupported("an addend needs a float32 addend and result");
   headers.insert("embedding.cuh");
   int64_t C = table[1];
-  // Rows per block: as many as fit 24 KiB of float accumulators.
-  int64_t rows = std::max<int64_t>(1, 6144 / C);
-  if (rows * C * 4 > 40 * 1024)
-    unsupported("rows of " + std::to_string(C) +
-                " columns do not fit in shared memory");
-  begin(entry, 128);
+  // Blocks of up to 32 rows (strided) by a 256-column slice
+  // (kernels/embedding.cuh): 32 KiB of float accumulators, whatever C is.
+  const int64_t rows = 32, slice = 256, threads = 128;
+  if (in(1).numel() * C >= (int64_t(1) << 31))
+    unsupported("dy has " + std::to_string(in(1).numel() * C) +
+                " elements; the kernel's offsets are 32-bit");
+  begin(entry, threads);
   os << "  embeddingBackward<" << C << ", " << i64Literal(in(1).numel()) << ", "
      << table[0] << ", " << rows << ">(in0, in1, out0"
      << (addend ? ", in2" : "") << ");\n}\n";
-  l.block[0] = 128;
-  l.grid[0] = toGrid(ceilDiv(table[0], rows));
+  l.block[0] = threads;
+  l.grid[0] = toGrid(ceilDiv(table[0], rows) * ceilDiv(C, slice));
 }
 
 void Emitter::emitLayernorm() {

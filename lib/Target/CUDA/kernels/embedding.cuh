@@ -3,14 +3,22 @@
 // embeddingForward copies table rows; an id outside [0, V) (the CPU
 // executor's error) gives a zero row here, since a kernel cannot throw.
 //
-// embeddingBackward: block b owns the table rows [b·R, (b+1)·R) and sums
-// them in shared memory (float32): it scans every id in position order, 512
-// a round (4 per thread), and adds the dy row of each id it owns, then
-// writes its rows once. Each table
-// row is summed by one block in position order, so the result is
-// deterministic without atomics or a sort. The ids (B·T int32) stay in L2
-// across blocks. With an addend (float32, the tied lm_head's gradient) a
-// row is written as addend + sum, the bits of the sum and an add after it.
+// embeddingBackward: block (g, s) owns table rows g, g + G, g + 2G, ... (G
+// groups of up to R rows) and the 256-column slice s of them (each thread
+// two columns), summed in shared memory (float32). It scans every id in
+// position order, 512 a round (4 per thread, loaded 3 rounds ahead), and
+// adds its slice of the dy row of each id it owns, then writes its slice
+// once. Each table element is summed by one thread in position order, so
+// the result is deterministic without atomics or a sort. Rows strided
+// over the groups and slices of columns, because frequent tokens have
+// neighbouring ids (GPT-2's " the", " of", " to", " a" and " in" are
+// among 257..287) and a frequent token's hits (hundreds to a thousand
+// rows a batch) are what the blocks that own them wait for: this way each
+// such token has its own blocks, C/256 of them side by side, each with 32
+// rows of loads in flight a thread. The ids (B·T int32) stay in L2 across
+// blocks. With an addend (float32, the tied lm_head's gradient) an
+// element is written as addend + sum, the bits of the sum and an add
+// after it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,41 +50,76 @@ __device__ __forceinline__ void loadChunkIds(const int *ids, i64 at,
     id[k] = at + k < kPositions ? ids[at + k] : -1;
 }
 
-/// blockDim.x == 128.
+/// Columns a thread of embeddingBackward owns: 2, so that a bf16 dy pair
+/// is one 4-byte load (8 for float32); a block's 128 threads take a slice.
+constexpr int kEmbeddingGradThreads = 128, kEmbeddingGradSlice = 256;
+
+/// dy[at], dy[at + 1] (columns c, c + 1 of a row): one access when C is
+/// even (the pair is then aligned, as rows start at multiples of C), and
+/// the second 0 past the row's end.
+template <int C, typename TD>
+__device__ __forceinline__ void loadPair(const TD *dy, int at, int c,
+                                         float (&g)[2]) {
+  if constexpr (C % 2 == 0) {
+    load2(dy + at, g);
+  } else {
+    g[0] = toFloat(dy[at]);
+    g[1] = c + 1 < C ? toFloat(dy[at + 1]) : 0.0f;
+  }
+}
+
+/// blockDim.x == kEmbeddingGradThreads; grid ceil(kV / kRowsPerBlock) ·
+/// ceil(C / kEmbeddingGradSlice), slices fastest, so that a row group's
+/// slices run side by side. kPositions · C < 2^31 (the emitter checks).
 template <int C, i64 kPositions, int kV, int kRowsPerBlock, typename TD,
           typename TO>
 __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
                                   const float *addend = nullptr) {
-  // Each thread reads 4 consecutive ids a round, and the next round's are
-  // loaded before this round's are compacted. Most rounds hold no id of
-  // this block's rows (GPT-2: 8 of 50257), and those cost one barrier.
-  constexpr int kPerThread = 4, kRound = 128 * kPerThread;
-  // Columns a thread owns, and hits whose loads are in flight together
-  // (at most 48 registers of them).
-  constexpr int kCols = (C + 127) / 128;
-  constexpr int kAhead = kCols >= 48 ? 1 : 48 / kCols < 8 ? 48 / kCols : 8;
-  const int first = blockIdx.x * kRowsPerBlock;
-  const int last = min(first + kRowsPerBlock, kV);
-  __shared__ float acc[kRowsPerBlock * C];
+  constexpr int kPerThread = 4, kRound = kEmbeddingGradThreads * kPerThread;
+  constexpr int kSlices = (C + kEmbeddingGradSlice - 1) / kEmbeddingGradSlice;
+  // Id rounds loaded ahead, and hits whose dy loads are in flight together.
+  constexpr int kIdRounds = 3, kAhead = 32;
+  constexpr int kGroups = (kV + kRowsPerBlock - 1) / kRowsPerBlock;
+  // Row r is row r / kGroups of group r % kGroups.
+  const int group = blockIdx.x / kSlices;
+  const int rows = (kV - 1 - group) / kGroups + 1;
+  // This thread's columns c, c + 1 (none past the row's end): the same
+  // ones it zeroes, adds to and writes, so only the hits need barriers.
+  const int slot = 2 * threadIdx.x;
+  const int c = blockIdx.x % kSlices * kEmbeddingGradSlice + slot;
+  const bool owns = c < C;
+  const TD *dyc = dy + c;
+  __shared__ float acc[kRowsPerBlock * kEmbeddingGradSlice];
   __shared__ int hits[kRound]; // local row · kRound + position in the round
-  __shared__ int warpCounts[4];
-  for (int i = threadIdx.x; i < kRowsPerBlock * C; i += blockDim.x)
-    acc[i] = 0.0f;
+  __shared__ int warpCounts[kEmbeddingGradThreads / 32];
+  for (int r = 0; r < kRowsPerBlock; ++r)
+    acc[r * kEmbeddingGradSlice + slot] =
+        acc[r * kEmbeddingGradSlice + slot + 1] = 0.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool aligned = reinterpret_cast<unsigned long long>(ids) % 16 == 0;
-  int next[kPerThread];
-  loadChunkIds<kPositions>(ids, i64(threadIdx.x) * kPerThread, aligned, next);
+  int ahead[kIdRounds][kPerThread];
+#pragma unroll
+  for (int a = 0; a < kIdRounds; ++a)
+    loadChunkIds<kPositions>(
+        ids, i64(a) * kRound + i64(threadIdx.x) * kPerThread, aligned,
+        ahead[a]);
   for (i64 base = 0; base < kPositions; base += kRound) {
     int id[kPerThread];
     unsigned mine[kPerThread];
     bool any = false;
     for (int k = 0; k < kPerThread; ++k) {
-      id[k] = next[k];
-      mine[k] = id[k] >= first && id[k] < last;
+      id[k] = ahead[0][k];
+      mine[k] = id[k] >= 0 && id[k] < kV && id[k] % kGroups == group;
       any |= mine[k];
     }
-    loadChunkIds<kPositions>(ids, base + kRound + i64(threadIdx.x) * kPerThread,
-                             aligned, next);
+#pragma unroll
+    for (int a = 0; a + 1 < kIdRounds; ++a)
+      for (int k = 0; k < kPerThread; ++k)
+        ahead[a][k] = ahead[a + 1][k];
+    loadChunkIds<kPositions>(ids,
+                             base + kIdRounds * kRound +
+                                 i64(threadIdx.x) * kPerThread,
+                             aligned, ahead[kIdRounds - 1]);
     // The barrier also ends the previous round's reads of hits.
     if (!__syncthreads_or(any))
       continue;
@@ -92,46 +135,55 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
       warpCounts[warp] = inWarp;
     __syncthreads();
     int offset = below, numHits = 0;
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < kEmbeddingGradThreads / 32; ++w) {
       offset += w < warp ? warpCounts[w] : 0;
       numHits += warpCounts[w];
     }
     for (int k = 0; k < kPerThread; ++k)
       if (mine[k])
         hits[offset++] =
-            (id[k] - first) * kRound + threadIdx.x * kPerThread + k;
+            id[k] / kGroups * kRound + threadIdx.x * kPerThread + k;
     __syncthreads();
-    // Threads own columns, so each acc element is updated by one thread in
-    // hit order. A frequent token's block adds hundreds of rows in a row:
+    if (!owns)
+      continue;
     // kAhead hits' dy loads are issued together, then added in order.
     for (int h0 = 0; h0 < numHits; h0 += kAhead) {
-      float g[kAhead][kCols];
+      float g[kAhead][2];
 #pragma unroll
       for (int j = 0; j < kAhead; ++j)
         if (h0 + j < numHits) {
-          const i64 pos = base + hits[h0 + j] % kRound;
-#pragma unroll
-          for (int k = 0; k < kCols; ++k) {
-            const int c = threadIdx.x + 128 * k;
-            g[j][k] = c < C ? toFloat(dy[pos * C + c]) : 0.0f;
-          }
+          const int pos = int(base) + hits[h0 + j] % kRound;
+          loadPair<C>(dyc, pos * C, c, g[j]);
         }
 #pragma unroll
       for (int j = 0; j < kAhead; ++j)
         if (h0 + j < numHits) {
-          float *row = acc + (hits[h0 + j] / kRound) * C;
-#pragma unroll
-          for (int k = 0; k < kCols; ++k) {
-            const int c = threadIdx.x + 128 * k;
-            if (c < C)
-              row[c] += g[j][k];
-          }
+          float *a = acc + (hits[h0 + j] / kRound) * kEmbeddingGradSlice + slot;
+          a[0] += g[j][0];
+          a[1] += g[j][1];
         }
     }
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < (last - first) * C; i += blockDim.x) {
-    i64 at = i64(first) * C + i;
-    out[at] = fromFloat<TO>(addend ? __fadd_rn(addend[at], acc[i]) : acc[i]);
+  if (!owns)
+    return;
+  // Both columns as one 8-byte access where they are (float32, C even).
+  const int cols = c + 1 < C ? 2 : 1;
+#pragma unroll 8
+  for (int r = 0; r < rows; ++r) {
+    const i64 at = i64(group + r * kGroups) * C + c;
+    const float *sum = acc + r * kEmbeddingGradSlice + slot;
+    if constexpr (C % 2 == 0 && sizeof(TO) == 4) {
+      float v[2] = {sum[0], sum[1]};
+      if (addend) {
+        float a[2];
+        load2(addend + at, a);
+        v[0] = __fadd_rn(a[0], v[0]), v[1] = __fadd_rn(a[1], v[1]);
+      }
+      store2(out + at, v);
+    } else {
+      for (int e = 0; e < cols; ++e)
+        out[at + e] =
+            fromFloat<TO>(addend ? __fadd_rn(addend[at + e], sum[e]) : sum[e]);
+    }
   }
 }

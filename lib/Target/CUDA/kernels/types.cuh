@@ -138,6 +138,23 @@ __device__ __forceinline__ void store4(T *p, const float (&x)[4]) {
   storeGlobal64(p, v.x, v.y);
 }
 
+// Two consecutive elements as one 8-byte (f32) or 4-byte (bf16, f16)
+// access; p is aligned to two elements.
+__device__ __forceinline__ void load2(const float *p, float (&x)[2]) {
+  float2 v = *reinterpret_cast<const float2 *>(p);
+  x[0] = v.x, x[1] = v.y;
+}
+template <typename T>
+__device__ __forceinline__ void load2(const T *p, float (&x)[2]) {
+  u32 v = *reinterpret_cast<const u32 *>(p);
+  T lo, hi;
+  lo.bits = v & 0xffffu, hi.bits = v >> 16;
+  x[0] = toFloat(lo), x[1] = toFloat(hi);
+}
+__device__ __forceinline__ void store2(float *p, const float (&x)[2]) {
+  *reinterpret_cast<float2 *>(p) = make_float2(x[0], x[1]);
+}
+
 /// Four float32 at L2 (ld.global.cg.v4): partial sums other blocks wrote
 /// in this launch; p is 16-byte aligned.
 __device__ __forceinline__ void load4AtL2(const float *p, float (&x)[4]) {
