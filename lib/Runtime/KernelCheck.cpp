@@ -203,14 +203,15 @@ double kernelCheckTolerance(const Program &p, const Launch &l, size_t output,
                             DType dtype) {
   switch (dtype) {
   case DType::BF16:
-    // A GELU derivative's bias gradient sums N rows of the bf16 result.
-    // The device may sum them rounded (gptc's column sums read the result
-    // it wrote), the reference sums them in float32: each term's rounding
-    // (up to 2^-9 of it) is independent, so the two sums differ by a
-    // random walk of about 2^-9/sqrt(3) of the typical sum, and the worst
-    // of thousands of columns is several times that. On an H100, 1 of
-    // 5,120 columns at C=1280 came to 8.04e-3 (2^-7 is 7.8e-3). A missed
-    // tile of 64 rows is still off by several times 2^-6.
+    // A GELU derivative's bias gradient sums N rows of gelu'(pre) · dy.
+    // The device may take dy from a GEMM that rounded it to bf16 (the
+    // plain GEMM before gptc's pass, a way tuning may keep), the reference
+    // takes the float32 product: each term's rounding (up to 2^-9 of it)
+    // is independent, so the two sums differ by a random walk of about
+    // 2^-9/sqrt(3) of the typical sum, and the worst of thousands of
+    // columns is several times that. On an H100, 1 of 5,120 columns at
+    // C=1280 came to 8.04e-3 (2^-7 is 7.8e-3). A missed tile of 64 of
+    // 16,384 rows is still off by about 4 times 2^-6.
     if (l.kernel == "matmul_gelu_grad" && output == 1)
       return 0x1p-6;
     // The tensor-core attention rounds each tile's probabilities (and, in
