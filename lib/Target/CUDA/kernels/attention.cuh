@@ -253,14 +253,22 @@ template <int D> struct Tile {
   /// Starts the copies of rows [row0, row0 + 64) of D bf16 elements,
   /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
   /// cp.async: in flight until the caller commits and waits for them.
+  /// Chunk c is row c / (D/8), columns c % (D/8) · 8 on. A thread's
+  /// chunks are blockDim.x apart (a multiple of D/8): the same columns,
+  /// rows blockDim.x / (D/8) apart, so both addresses step by a constant
+  /// (sm_90a SASS: about 11 instructions a copy, 22 with each chunk's
+  /// index arithmetic).
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
     constexpr int kChunks = 64 * D / 8;
-    const u32 base = sharedAddress(data);
+    const int r = threadIdx.x / (D / 8), col = threadIdx.x % (D / 8) * 8;
+    const int rowStep = blockDim.x / (D / 8);
+    u32 to = sharedAddress(data) + 2 * (r * kStride + col);
+    const bf16 *from = src + (row0 + r) * stride + col;
     for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
-      int r = c / (D / 8), col = c % (D / 8) * 8;
-      copyAsync16(base + 2 * (r * kStride + col),
-                  src + (row0 + r) * stride + col);
+      copyAsync16(to, from);
+      to += 2 * rowStep * kStride;
+      from += rowStep * stride;
     }
   }
   /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
@@ -1184,13 +1192,20 @@ template <int D> struct CoreTile {
   /// Starts the copies of rows [row0, row0 + 64) of D bf16 elements,
   /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
   /// cp.async: in flight until the caller commits and waits for them.
+  /// A thread's chunks are blockDim.x apart (a multiple of D): the same
+  /// columns, rows 8 · blockDim.x / D apart, so both addresses step by a
+  /// constant.
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
-    const u32 base = sharedAddress(data);
+    int r, col;
+    chunk(threadIdx.x, r, col);
+    const int rowStep = 8 * blockDim.x / D;
+    u32 to = sharedAddress(data) + 16 * threadIdx.x;
+    const bf16 *from = src + (row0 + r) * stride + col;
     for (int c = threadIdx.x; c < 64 * D / 8; c += blockDim.x) {
-      int r, col;
-      chunk(c, r, col);
-      copyAsync16(base + 16 * c, src + (row0 + r) * stride + col);
+      copyAsync16(to, from);
+      to += 16 * blockDim.x;
+      from += rowStep * stride;
     }
   }
   /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
