@@ -18,9 +18,10 @@
 //   (or queries) go through shared memory; scores, probabilities and
 //   accumulators stay in registers (float32), and a tile's probabilities are
 //   rounded to bf16 to feed the next product, as FlashAttention does.
-//   Scores are kept in log2 units (times scale · log2 e), so that each
-//   exponential is one ex2.approx (fastExp2, within a few ulp) rather than
-//   expf's dozen instructions: per score, the softmax's arithmetic is what
+//   The softmax works in log2 units (a score times scale · log2 e, one fma
+//   with the row's offset), so that each exponential is one ex2.approx
+//   (fastExp2, within a few ulp) rather than expf's dozen instructions:
+//   per score, the softmax's arithmetic is what
 //   bounds these kernels next to the mma.sync products. The causal mask is
 //   applied on the diagonal tile only; the others have no later key.
 //   On sm_90a the forward with D of 32 or 64 runs on warpgroup MMA
@@ -476,11 +477,10 @@ struct OnlineSoftmax {
                                                 float scaleLog2, bool diagonal,
                                                 int row, float &corrLo,
                                                 float &corrHi) {
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[nt][e] *= scaleLog2;
+    // The scores stay unscaled: scale > 0 (the op's verifier), so the
+    // row's largest score scaled is the largest scaled score, and each
+    // term is one fma into the exponential (FlashAttention-2's), not a
+    // multiply a score and then a subtraction.
     if (diagonal)
       maskFuture<false>(s, row, GPTC_NEG_INF);
     float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
@@ -494,7 +494,8 @@ struct OnlineSoftmax {
       tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
     }
     // Every row sees key 0 in the first tile: the max is finite from then on.
-    float newLo = fmaxf(mLo, tileLo), newHi = fmaxf(mHi, tileHi);
+    float newLo = fmaxf(mLo, tileLo * scaleLog2),
+          newHi = fmaxf(mHi, tileHi * scaleLog2);
     corrLo = fastExp2(mLo - newLo);
     corrHi = fastExp2(mHi - newHi);
     mLo = newLo;
@@ -502,10 +503,10 @@ struct OnlineSoftmax {
     float sumLo = 0.0f, sumHi = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = fastExp2(s[nt][0] - mLo);
-      s[nt][1] = fastExp2(s[nt][1] - mLo);
-      s[nt][2] = fastExp2(s[nt][2] - mHi);
-      s[nt][3] = fastExp2(s[nt][3] - mHi);
+      s[nt][0] = fastExp2(fmaf(s[nt][0], scaleLog2, -mLo));
+      s[nt][1] = fastExp2(fmaf(s[nt][1], scaleLog2, -mLo));
+      s[nt][2] = fastExp2(fmaf(s[nt][2], scaleLog2, -mHi));
+      s[nt][3] = fastExp2(fmaf(s[nt][3], scaleLog2, -mHi));
       sumLo += s[nt][0] + s[nt][1];
       sumHi += s[nt][2] + s[nt][3];
     }
