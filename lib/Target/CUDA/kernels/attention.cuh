@@ -254,23 +254,25 @@ template <int D> struct Tile {
   /// Starts the copies of rows [row0, row0 + 64) of D bf16 elements,
   /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
   /// cp.async: in flight until the caller commits and waits for them.
-  /// Chunk c is row c / (D/8), columns c % (D/8) · 8 on. A thread's
-  /// chunks are blockDim.x apart (a multiple of D/8): the same columns,
-  /// rows blockDim.x / (D/8) apart, so both addresses step by a constant
-  /// (sm_90a SASS: about 11 instructions a copy, 22 with each chunk's
-  /// index arithmetic).
+  /// kThreads is the block's size (blockDim.x). Chunk c is row c / (D/8),
+  /// columns c % (D/8) · 8 on. A thread's chunks are kThreads apart (a
+  /// multiple of D/8): the same columns, rows kThreads / (D/8) apart, so
+  /// the unrolled copies' addresses differ by constants (sm_90a SASS: 22
+  /// instructions a copy with each chunk's index arithmetic in a loop over
+  /// blockDim.x, 11 with addresses stepped in it).
+  template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
-    constexpr int kChunks = 64 * D / 8;
+    constexpr int kChunks = 64 * D / 8, kRowStep = kThreads / (D / 8);
+    static_assert(kThreads % (D / 8) == 0, "a thread's chunks share columns");
     const int r = threadIdx.x / (D / 8), col = threadIdx.x % (D / 8) * 8;
-    const int rowStep = blockDim.x / (D / 8);
-    u32 to = sharedAddress(data) + 2 * (r * kStride + col);
+    const u32 to = sharedAddress(data) + 2 * (r * kStride + col);
     const bf16 *from = src + (row0 + r) * stride + col;
-    for (int c = threadIdx.x; c < kChunks; c += blockDim.x) {
-      copyAsync16(to, from);
-      to += 2 * rowStep * kStride;
-      from += rowStep * stride;
-    }
+#pragma unroll(kUnrolled ? 8 : 1)
+    for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i)
+      if (kChunks % kThreads == 0 || threadIdx.x + i * kThreads < kChunks)
+        copyAsync16(to + 2 * i * kRowStep * kStride,
+                    from + i * kRowStep * stride);
   }
   /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
   /// c0): matrix m is the 8 x 8 block at rows r0 + 8·(m % 2), columns c0 +
@@ -562,13 +564,13 @@ struct OnlineSoftmax {
 } // namespace mma
 
 /// Starts the copies of key tile j0 (k and v rows [j0, j0 + 64) of head h)
-/// into kTile and vTile, as one cp.async group.
-template <class LK, class Tile>
+/// into kTile and vTile, as one cp.async group; kThreads a block.
+template <class LK, int kThreads, class Tile>
 __device__ __forceinline__ void loadKeyTileAsync(Tile &kTile, Tile &vTile,
                                                  const bf16 *k, const bf16 *v,
                                                  i64 h, int j0) {
-  kTile.loadAsync(k + LK::head(h), LK::kRowStride, j0);
-  vTile.loadAsync(v + LK::head(h), LK::kRowStride, j0);
+  kTile.template loadAsync<kThreads>(k + LK::head(h), LK::kRowStride, j0);
+  vTile.template loadAsync<kThreads>(v + LK::head(h), LK::kRowStride, j0);
   commitCopies();
 }
 
@@ -576,13 +578,13 @@ __device__ __forceinline__ void loadKeyTileAsync(Tile &kTile, Tile &vTile,
 /// copies into the other buffer, if there is a next tile, and waits for
 /// this thread's copies of this one. A barrier must follow before other
 /// threads' copies are read.
-template <class LK, class Tile>
+template <class LK, int kThreads, class Tile>
 __device__ __forceinline__ void prefetchNextKeyTile(Tile (&sK)[2], Tile (&sV)[2],
                                                     const bf16 *k, const bf16 *v,
                                                     i64 h, int j0, int keyEnd,
                                                     int buf) {
   if (j0 + 64 < keyEnd) {
-    loadKeyTileAsync<LK>(sK[buf ^ 1], sV[buf ^ 1], k, v, h, j0 + 64);
+    loadKeyTileAsync<LK, kThreads>(sK[buf ^ 1], sV[buf ^ 1], k, v, h, j0 + 64);
     waitCopies<1>(); // this tile's copies, not the next one's
   } else {
     waitCopies<0>();
@@ -622,10 +624,10 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   const int row0 = i0 + warp * kWarpRows; // this warp's first query
 
   // q and the first key tile in one group: one round trip, not two.
-  sK[1].loadAsync(q + LQ::head(h), kQ, i0);
+  sK[1].template loadAsync<32 * kWarps>(q + LQ::head(h), kQ, i0);
   if (kRows == 128)
-    sV[1].loadAsync(q + LQ::head(h), kQ, i0 + 64);
-  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
+    sV[1].template loadAsync<32 * kWarps>(q + LQ::head(h), kQ, i0 + 64);
+  loadKeyTileAsync<LK, 32 * kWarps>(sK[0], sV[0], k, v, h, 0);
   waitCopies<0>();
   __syncthreads();
   u32 qa[kRowTiles][D / 16][4];
@@ -646,7 +648,7 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + kRows : S;
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    prefetchNextKeyTile<LK>(sK, sV, k, v, h, j0, keyEnd, buf);
+    prefetchNextKeyTile<LK, 32 * kWarps>(sK, sV, k, v, h, j0, keyEnd, buf);
     __syncthreads(); // every thread's copies of this tile have landed
     // Causal, 128 rows: the block's last key tile is wholly in the future
     // of the first half's rows.
@@ -687,15 +689,15 @@ __device__ __forceinline__ void loadRowTermsAsync(float *sLse, float *sDot,
 
 /// Starts the copies of query tile i0 for the backward: its q and dout rows
 /// (this head's, LQ and LO apart) into two tiles and its row terms into
-/// sLse and sDot (tiles of mma::Tile's layout or wg::CoreTile's). Not
-/// committed: they join the caller's group.
-template <class LQ, class LO, class QTile>
+/// sLse and sDot (tiles of mma::Tile's layout or wg::CoreTile's), kThreads
+/// a block. Not committed: they join the caller's group.
+template <class LQ, class LO, int kThreads, bool kUnrolled = true, class QTile>
 __device__ __forceinline__ void
 loadQueryTileAsync(QTile &sQ, QTile &sDout, float *sLse,
                    float *sDot, const bf16 *q, const bf16 *dout,
                    const float *lse, const float *delta, int i0) {
-  sQ.loadAsync(q, LQ::kRowStride, i0);
-  sDout.loadAsync(dout, LO::kRowStride, i0);
+  sQ.template loadAsync<kThreads, kUnrolled>(q, LQ::kRowStride, i0);
+  sDout.template loadAsync<kThreads, kUnrolled>(dout, LO::kRowStride, i0);
   loadRowTermsAsync(sLse, sDot, lse, delta, i0);
 }
 
@@ -801,11 +803,11 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
     // This tile's q and dout (in the second buffers, free until the second
     // key tile) and row terms, then the first key tile.
-    loadQueryTileAsync<LQ, LO>(sB[1], sA[1], sLse[0], sDot[0], q, dout, lse,
-                               delta, i0);
+    loadQueryTileAsync<LQ, LO, 128>(sB[1], sA[1], sLse[0], sDot[0], q, dout,
+                                    lse, delta, i0);
     commitCopies();
-    sA[0].loadAsync(k, kK, 0);
-    sB[0].loadAsync(v, kK, 0);
+    sA[0].template loadAsync<128>(k, kK, 0);
+    sB[0].template loadAsync<128>(v, kK, 0);
     commitCopies();
     waitCopies<1>(); // the query tile, not yet the key tile
     __syncthreads();
@@ -824,8 +826,8 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     const int keyEnd = kCausal ? i0 + 64 : S;
     for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
       if (j0 + 64 < keyEnd) {
-        sA[buf ^ 1].loadAsync(k, kK, j0 + 64);
-        sB[buf ^ 1].loadAsync(v, kK, j0 + 64);
+        sA[buf ^ 1].template loadAsync<128>(k, kK, j0 + 64);
+        sB[buf ^ 1].template loadAsync<128>(v, kK, j0 + 64);
         commitCopies();
         waitCopies<1>();
       } else {
@@ -866,10 +868,10 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   const int first = kCausal ? j0 : 0;
   // This tile's k and v (in the second buffers, free until the second
   // query tile) and the first query tile, one group.
-  sA[1].loadAsync(k, kK, j0);
-  sB[1].loadAsync(v, kK, j0);
-  loadQueryTileAsync<LQ, LO>(sA[0], sB[0], sLse[0], sDot[0], q, dout, lse,
-                             delta, first);
+  sA[1].template loadAsync<128>(k, kK, j0);
+  sB[1].template loadAsync<128>(v, kK, j0);
+  loadQueryTileAsync<LQ, LO, 128>(sA[0], sB[0], sLse[0], sDot[0], q, dout, lse,
+                                  delta, first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
@@ -888,8 +890,9 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      loadQueryTileAsync<LQ, LO>(sA[buf ^ 1], sB[buf ^ 1], sLse[buf ^ 1],
-                                 sDot[buf ^ 1], q, dout, lse, delta, i0 + 64);
+      loadQueryTileAsync<LQ, LO, 128>(sA[buf ^ 1], sB[buf ^ 1], sLse[buf ^ 1],
+                                      sDot[buf ^ 1], q, dout, lse, delta,
+                                      i0 + 64);
       commitCopies();
     }
     // Causal: the first query tile is the diagonal one. A quarter of it at
@@ -1060,11 +1063,12 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   // tile) and the first query tile, one group.
 #pragma unroll
   for (int t = 0; t < kKeyTiles; ++t) {
-    sm.k[t].loadAsync(k, kK, j0 + 64 * t);
-    (t == 0 ? sm.dout[1] : sm.q[1]).loadAsync(v, kK, j0 + 64 * t);
+    sm.k[t].template loadAsync<32 * kWarps, false>(k, kK, j0 + 64 * t);
+    (t == 0 ? sm.dout[1] : sm.q[1])
+        .template loadAsync<32 * kWarps, false>(v, kK, j0 + 64 * t);
   }
-  loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
-                             dout, lse, delta, first);
+  loadQueryTileAsync<LQ, LO, 32 * kWarps, false>(
+      sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q, dout, lse, delta, first);
   commitCopies();
   waitCopies<0>();
   __syncthreads();
@@ -1085,9 +1089,10 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     const bool more = i0 + 64 < T;
     if (more) {
-      loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
-                                 sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
-                                 lse, delta, i0 + 64);
+      loadQueryTileAsync<LQ, LO, 32 * kWarps, false>(sm.q[buf ^ 1],
+                                                     sm.dout[buf ^ 1],
+                                              sm.lse[buf ^ 1], sm.dot[buf ^ 1],
+                                              q, dout, lse, delta, i0 + 64);
       commitCopies();
     }
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
@@ -1206,21 +1211,22 @@ template <int D> struct CoreTile {
   /// Starts the copies of rows [row0, row0 + 64) of D bf16 elements,
   /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
   /// cp.async: in flight until the caller commits and waits for them.
-  /// A thread's chunks are blockDim.x apart (a multiple of D): the same
-  /// columns, rows 8 · blockDim.x / D apart, so both addresses step by a
-  /// constant.
+  /// kThreads is the block's size (blockDim.x). A thread's chunks are
+  /// kThreads apart (a multiple of D): the same columns, rows 8 · kThreads
+  /// / D apart, so the unrolled copies' addresses differ by constants.
+  template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
+    constexpr int kChunks = 64 * D / 8, kRowStep = 8 * kThreads / D;
+    static_assert(kThreads % D == 0, "a thread's chunks share columns");
     int r, col;
     chunk(threadIdx.x, r, col);
-    const int rowStep = 8 * blockDim.x / D;
-    u32 to = sharedAddress(data) + 16 * threadIdx.x;
+    const u32 to = sharedAddress(data) + 16 * threadIdx.x;
     const bf16 *from = src + (row0 + r) * stride + col;
-    for (int c = threadIdx.x; c < 64 * D / 8; c += blockDim.x) {
-      copyAsync16(to, from);
-      to += 16 * blockDim.x;
-      from += rowStep * stride;
-    }
+#pragma unroll(kUnrolled ? 8 : 1)
+    for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i)
+      if (kChunks % kThreads == 0 || threadIdx.x + i * kThreads < kChunks)
+        copyAsync16(to + 16 * i * kThreads, from + i * kRowStep * stride);
   }
   /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
   /// c0), matrices in mma::Tile::block's order (an A fragment).
@@ -1273,16 +1279,16 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
 
   // q joins the first key tile's group (committed by loadKeyTileAsync) and
   // is read after the loop's first wait and barrier.
-  sQ.loadAsync(q + LQ::head(h), kQ, i0);
+  sQ.template loadAsync<128>(q + LQ::head(h), kQ, i0);
 
   float acc[D / 8][4];
   zero(acc);
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
-  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
+  loadKeyTileAsync<LK, 128>(sK[0], sV[0], k, v, h, 0);
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    prefetchNextKeyTile<LK>(sK, sV, k, v, h, j0, keyEnd, buf);
+    prefetchNextKeyTile<LK, 128>(sK, sV, k, v, h, j0, keyEnd, buf);
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
     __syncthreads();   // and every other thread's
     u32 qa[D / 16][4];
@@ -1340,13 +1346,13 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   const int i0 = (T / 64 - 1 - work.rank) * 64, warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4;
 
-  sQ.loadAsync(q + LQ::head(h), kQ, i0);
+  sQ.template loadAsync<128>(q + LQ::head(h), kQ, i0);
   float acc[D / 8][4];
   zero(acc);
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
-  loadKeyTileAsync<LK>(sK[0], sV[0], k, v, h, 0);
+  loadKeyTileAsync<LK, 128>(sK[0], sV[0], k, v, h, 0);
   // Tile j0's copies landed (the only ones in flight) and are seen by
   // wgmma; then the next tile's start. Before the barrier every thread
   // waited for the last tile's scores and for the output product before
@@ -1356,8 +1362,8 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
     fenceProxyAsync();
     __syncthreads();
     if (j0 + 64 < keyEnd)
-      loadKeyTileAsync<LK>(sK[kb ^ 1], sV[vb == 2 ? 0 : vb + 1], k, v, h,
-                           j0 + 64);
+      loadKeyTileAsync<LK, 128>(sK[kb ^ 1], sV[vb == 2 ? 0 : vb + 1], k, v, h,
+                                j0 + 64);
   };
   // q's A fragments, and the scores of the key tile in sK[kb] started, as
   // the first of this batch's commit groups.
@@ -1566,10 +1572,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   const int j0 = work.rank * 64;
   const int first = kCausal ? j0 : 0;
   // k, v and the first query tile: one group.
-  sm.k.loadAsync(k, kK, j0);
-  sm.v.loadAsync(v, kK, j0);
-  loadQueryTileAsync<LQ, LO>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
-                             dout, lse, delta, first);
+  sm.k.template loadAsync<128>(k, kK, j0);
+  sm.v.template loadAsync<128>(v, kK, j0);
+  loadQueryTileAsync<LQ, LO, 128>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
+                                  dout, lse, delta, first);
   commitCopies();
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
@@ -1583,9 +1589,9 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
     if (i0 + 64 < T) {
-      loadQueryTileAsync<LQ, LO>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
-                                 sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
-                                 lse, delta, i0 + 64);
+      loadQueryTileAsync<LQ, LO, 128>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
+                                      sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
+                                      lse, delta, i0 + 64);
       commitCopies();
     }
     const wg::CoreTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
@@ -1693,10 +1699,10 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const float scaleLog2 = scale * log2e();
   const wg::CoreTile<D> &sQ = sm.kept[0], &sDout = sm.kept[1];
   // This tile's q, dout and row terms, and the first key tile: one group.
-  loadQueryTileAsync<LQ, LO>(sm.kept[0], sm.kept[1], sm.lse[0], sm.dot[0], q,
-                             dout, lse, delta, i0);
-  sm.walked[0][0].loadAsync(k, kK, 0);
-  sm.walked[0][1].loadAsync(v, kK, 0);
+  loadQueryTileAsync<LQ, LO, 128>(sm.kept[0], sm.kept[1], sm.lse[0], sm.dot[0],
+                                  q, dout, lse, delta, i0);
+  sm.walked[0][0].template loadAsync<128>(k, kK, 0);
+  sm.walked[0][1].template loadAsync<128>(v, kK, 0);
   commitCopies();
   const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
   float dqAcc[D / 8][4];
@@ -1710,8 +1716,8 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
     if (j0 + 64 < keyEnd) {
-      sm.walked[buf ^ 1][0].loadAsync(k, kK, j0 + 64);
-      sm.walked[buf ^ 1][1].loadAsync(v, kK, j0 + 64);
+      sm.walked[buf ^ 1][0].template loadAsync<128>(k, kK, j0 + 64);
+      sm.walked[buf ^ 1][1].template loadAsync<128>(v, kK, j0 + 64);
       commitCopies();
     }
     const wg::CoreTile<D> &sK = sm.walked[buf][0], &sV = sm.walked[buf][1];
@@ -1801,10 +1807,10 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const wg::CoreTile<D> &sK = sm.kept[0], &sV = sm.kept[1];
   const int first = kCausal ? j0 : 0;
   // This tile's k and v, and the first query tile: one group.
-  sm.kept[0].loadAsync(k, kK, j0);
-  sm.kept[1].loadAsync(v, kK, j0);
-  loadQueryTileAsync<LQ, LO>(sm.walked[0][0], sm.walked[0][1], sm.lse[0],
-                             sm.dot[0], q, dout, lse, delta, first);
+  sm.kept[0].template loadAsync<128>(k, kK, j0);
+  sm.kept[1].template loadAsync<128>(v, kK, j0);
+  loadQueryTileAsync<LQ, LO, 128>(sm.walked[0][0], sm.walked[0][1], sm.lse[0],
+                                  sm.dot[0], q, dout, lse, delta, first);
   commitCopies();
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
@@ -1815,9 +1821,9 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     fenceProxyAsync();
     __syncthreads();
     if (i0 + 64 < T) {
-      loadQueryTileAsync<LQ, LO>(sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1],
-                                 sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
-                                 lse, delta, i0 + 64);
+      loadQueryTileAsync<LQ, LO, 128>(
+          sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1], sm.lse[buf ^ 1],
+          sm.dot[buf ^ 1], q, dout, lse, delta, i0 + 64);
       commitCopies();
     }
     const wg::CoreTile<D> &sQ = sm.walked[buf][0], &sDout = sm.walked[buf][1];
