@@ -132,12 +132,15 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # (kᵀ's fragments held in registers, its query-tile halves a loop); and
 # the default forward, the split and the atomic128 backwards as 085e28f
 # had them, taking their blocks head by head (the grid (blocks a head,
-# heads)) rather than longest first in groups of heads (blockWork). The
+# heads)) rather than longest first in groups of heads (blockWork); and
+# the default forward and backward as f9f9cef had them, before the
+# twenty-fifth session's instruction counts (B fragments in register
+# pairs, the scale in the exponential's fma, unrolled tile copies). The
 # bench compiles sources with the GPU machine's NVRTC and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-for commit in ff2b93d b678291 085e28f; do
+for commit in ff2b93d b678291 085e28f f9f9cef; do
   git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
     > "$tmp/attention-$commit.cuh"
 done
@@ -166,6 +169,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),
+        ("forward", "mma-f9f9cef", "split", "flash_attention_qkv_0", None, "f9f9cef"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
@@ -179,7 +183,8 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "atomic-before", "atomic", "flash_attention_qkv_grad_0", None, "ff2b93d"),
         ("backward", "atomic-ktreg", "atomic", "flash_attention_qkv_grad_0", None, "b678291"),
         ("backward", "split-heads", "split", "flash_attention_qkv_grad_0", None, "085e28f"),
-        ("backward", "atomic128-heads", "atomic128", "flash_attention_qkv_grad_0", None, "085e28f")):
+        ("backward", "atomic128-heads", "atomic128", "flash_attention_qkv_grad_0", None, "085e28f"),
+        ("backward", "split-f9f9cef", "split", "flash_attention_qkv_grad_0", None, "f9f9cef")):
     if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
         continue  # the wgmma kernels: sm_90a only
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
@@ -199,7 +204,7 @@ for role, name, dump, entry, bounds, old in (
             source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)
     grid = l["grid"]
-    if old:
+    if old in ("ff2b93d", "b678291", "085e28f"):
         # Before blockWork: (blocks a head, heads), today's (heads of a
         # group, blocks a head, groups).
         grid = [grid[1], grid[0] * grid[2], 1]
