@@ -711,10 +711,11 @@ namespace {
 /// ids in [0, idLimit)), then every launch of its first function in order;
 /// returns the buffers' values, the kernels' outputs included (bf16 ones
 /// widened to float32 after each launch, for the launches that read them).
-std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
-                                              HostKernels &kernels,
-                                              uint32_t seed,
-                                              int32_t idLimit = 1) {
+/// `reshape`, if given, may change a float buffer's random values (by
+/// buffer id) before they are rounded to its type.
+std::vector<exec::HostTensor> runOnRandomData(
+    rt::Program &p, HostKernels &kernels, uint32_t seed, int32_t idLimit = 1,
+    const std::function<void(int, std::vector<float> &)> &reshape = {}) {
   std::vector<exec::HostTensor> data(p.buffers.size());
   std::vector<std::vector<uint16_t>> bits(p.buffers.size());
   for (size_t i = 0; i < p.buffers.size(); ++i) {
@@ -726,6 +727,8 @@ std::vector<exec::HostTensor> runOnRandomData(rt::Program &p,
       continue;
     }
     data[i] = randomFloats(p.buffers[i].shape, uint32_t(seed + i));
+    if (reshape)
+      reshape(int(i), data[i].f32);
     if (p.buffers[i].dtype != DType::BF16)
       continue;
     for (float &x : data[i].f32) {
@@ -2102,6 +2105,59 @@ TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
 // the same order, its output products later: the same bits, causal or
 // not, at D = 64 and 32, with five key tiles (each of the three V buffers
 // refilled) and two heads.
+// The forward's maxima are raised lazily (OnlineSoftmax): only when a
+// tile's score passes a row's maximum by more than 8 in log2 units. On
+// random data the first tile sets maxima the later ones seldom pass by
+// that much; here key row j is scaled by 1 + 6j/T, so the later tiles'
+// scores grow past them (moves after the first tile) and, between moves,
+// are taken against maxima below their own (probabilities over 1). Every
+// forward algorithm, causal and not, against the CPU executor.
+TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
+  const int64_t B = 1, H = 2, T = 256, D = 64, C = H * D;
+  Builder b;
+  int qkv = b.buf(DType::BF16, {B, T, 3 * C});
+  std::vector<int> results;
+  for (int causal : {1, 0}) {
+    int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+    fa.ints = {{"causal", causal}, {"num_heads", H}};
+    fa.floats["scale"] = 0.125;
+    results.insert(results.end(), {o, lse});
+  }
+  auto growingKeys = [&](int id, std::vector<float> &x) {
+    if (id != qkv)
+      return;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = C; c < 2 * C; ++c) // k's columns
+        x[t * 3 * C + c] *= 1.0f + 6.0f * float(t) / float(T);
+  };
+  struct Way {
+    HostTarget target;
+    const char *forward;
+  };
+  for (Way way : {Way{HostTarget::Sm80, "mma"}, Way{HostTarget::Sm80, "mma128"},
+                  Way{HostTarget::Sm80, "mma2"}, Way{HostTarget::Sm90a, "wgmma"},
+                  Way{HostTarget::Sm90a, "wgmma-overlap"}}) {
+    SCOPED_TRACE(way.forward);
+    rt::Program p = b.p;
+    cuda::EmitOptions opts;
+    ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, way.forward));
+    HostKernels kernels(emitForHost(p, way.target, opts), way.target);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<exec::HostTensor> data =
+        runOnRandomData(p, kernels, 43, 1, growingKeys);
+    for (int c = 0; c < 2; ++c) {
+      SCOPED_TRACE(c == 0 ? "causal" : "not causal");
+      std::vector<exec::HostTensor> want =
+          exec::flashAttentionQKV(data[qkv], H, 0.125f, c == 0);
+      expectNear(want[0], data[results[2 * c]].f32, 1e-2f,
+                 "flash_attention_qkv out");
+      expectNear(want[1], data[results[2 * c + 1]].f32, 1e-5f,
+                 "flash_attention_qkv lse");
+    }
+  }
+}
+
 TEST(TemplateKernelsOnHost, WgmmaOverlapForwardGivesTheWgmmaForwardsBits) {
   for (int64_t D : {64, 32}) {
     SCOPED_TRACE("D " + std::to_string(D));

@@ -468,27 +468,40 @@ __device__ __forceinline__ void maskFuture(float (&s)[N][4], int rowLo,
 
 /// The forward's online softmax over a warp's 16 query rows, rows lo = g
 /// and hi = g + 8 of this lane (g = lane / 4; the four lanes of a quad hold
-/// one row pair): maxima in log2 units and the sums so far.
+/// one row pair): the maxima the probabilities are taken against (log2
+/// units) and the sums so far.
+///
+/// The maxima are raised lazily, as FlashAttention-4 does: only when some
+/// row of the warp sees a score more than kSlack (log2 units) above its
+/// maximum, and then every row's to its true maximum. Until then a tile's
+/// probabilities are taken against the old maxima, so they are at most
+/// 2^kSlack, and acc and the sums are not rescaled: 32 multiplies and two
+/// exponentials a tile fewer once the first tiles have set the maxima. The
+/// output (acc over the sums) and lse (maximum plus log of the sum) are
+/// the same functions of the scores either way; only rounding differs.
 struct OnlineSoftmax {
+  static constexpr float kSlack = 8.0f;
   float mLo = GPTC_NEG_INF, mHi = GPTC_NEG_INF, lLo = 0.0f, lHi = 0.0f;
 
   /// One key tile: s (scores) becomes the tile's probabilities in place,
-  /// and acc is rescaled by the change of the rows' maxima. `diagonal`:
-  /// the causal tile, masked past row `row` (the warp's 16 rows on).
+  /// and acc is rescaled by the change of the rows' maxima, if they
+  /// changed. `diagonal`: the causal tile, masked past row `row` (the
+  /// warp's 16 rows on).
   template <int D>
   __device__ __forceinline__ void tile(float (&s)[8][4], float (&acc)[D / 8][4],
                                        float scaleLog2, bool diagonal,
                                        int row) {
     float corrLo, corrHi;
-    probabilities(s, scaleLog2, diagonal, row, corrLo, corrHi);
-    rescale<D>(acc, corrLo, corrHi);
+    if (probabilities(s, scaleLog2, diagonal, row, corrLo, corrHi))
+      rescale<D>(acc, corrLo, corrHi);
   }
 
   /// tile() in two steps, for a kernel whose acc is still being written
   /// (a product in flight) when s is ready: s becomes the probabilities
   /// and the rows' sums are updated; corrLo and corrHi are what acc must
-  /// then be multiplied by (rescale).
-  __device__ __forceinline__ void probabilities(float (&s)[8][4],
+  /// then be multiplied by (rescale), 1 where the maxima stayed. Returns
+  /// whether they moved (the same for the whole warp).
+  __device__ __forceinline__ bool probabilities(float (&s)[8][4],
                                                 float scaleLog2, bool diagonal,
                                                 int row, float &corrLo,
                                                 float &corrHi) {
@@ -508,13 +521,19 @@ struct OnlineSoftmax {
       tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
       tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
     }
-    // Every row sees key 0 in the first tile: the max is finite from then on.
-    float newLo = fmaxf(mLo, tileLo * scaleLog2),
-          newHi = fmaxf(mHi, tileHi * scaleLog2);
-    corrLo = fastExp2(mLo - newLo);
-    corrHi = fastExp2(mHi - newHi);
-    mLo = newLo;
-    mHi = newHi;
+    // Every row sees key 0 in the first tile: the max is finite from then
+    // on (and the first tile always moves it, from -inf).
+    const float newLo = fmaxf(mLo, tileLo * scaleLog2),
+                newHi = fmaxf(mHi, tileHi * scaleLog2);
+    const bool moved = __ballot_sync(0xffffffffu, newLo > mLo + kSlack ||
+                                                      newHi > mHi + kSlack) != 0;
+    corrLo = corrHi = 1.0f;
+    if (moved) {
+      corrLo = fastExp2(mLo - newLo);
+      corrHi = fastExp2(mHi - newHi);
+      mLo = newLo;
+      mHi = newHi;
+    }
     float sumLo = 0.0f, sumHi = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -527,6 +546,7 @@ struct OnlineSoftmax {
     }
     lLo = lLo * corrLo + sumLo;
     lHi = lHi * corrHi + sumHi;
+    return moved;
   }
 
   template <int D>
