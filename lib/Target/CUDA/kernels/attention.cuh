@@ -257,9 +257,11 @@ template <int D> struct Tile {
   /// kThreads is the block's size (blockDim.x). Chunk c is row c / (D/8),
   /// columns c % (D/8) · 8 on. A thread's chunks are kThreads apart (a
   /// multiple of D/8): the same columns, rows kThreads / (D/8) apart, so
-  /// the unrolled copies' addresses differ by constants (sm_90a SASS: 22
-  /// instructions a copy with each chunk's index arithmetic in a loop over
-  /// blockDim.x, 11 with addresses stepped in it).
+  /// the unrolled copies' addresses differ by constants (sm_90a SASS: the
+  /// forward's key tile is 8 consecutive LDGSTS; a loop over blockDim.x
+  /// spent 22 instructions a copy on index arithmetic). !kUnrolled keeps
+  /// a loop, for a kernel whose registers cannot spare the addresses (the
+  /// atomic backward: unrolled, it spilled at its 168).
   template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
@@ -1233,7 +1235,8 @@ template <int D> struct CoreTile {
   /// cp.async: in flight until the caller commits and waits for them.
   /// kThreads is the block's size (blockDim.x). A thread's chunks are
   /// kThreads apart (a multiple of D): the same columns, rows 8 · kThreads
-  /// / D apart, so the unrolled copies' addresses differ by constants.
+  /// / D apart, so the unrolled copies' addresses differ by constants
+  /// (kUnrolled as in mma::Tile::loadAsync).
   template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
