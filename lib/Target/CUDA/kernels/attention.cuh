@@ -1165,15 +1165,12 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
         if (kc >= kcEnd)
           break;
         // kᵀ's rows [16 rowBlock, +16) over keys [16kc, +16): an A fragment
-        // by ldmatrix.trans of k's block, the transposes arriving in the
-        // order a0, a2, a1, a3.
+        // by ldmatrix.trans of k's block, its matrices in blockB's order so
+        // that the transposes arrive as a0, a1, a2, a3 (in block's, as a0,
+        // a2, a1, a3, which ptxas moved into place).
         u32 f[4], kta[4];
         loadMatricesTransposed(
-            f, sm.k[kc / 4].block(kc % 4 * 16, rowBlock * 16));
-        kta[0] = f[0];
-        kta[1] = f[2];
-        kta[2] = f[1];
-        kta[3] = f[3];
+            kta, sm.k[kc / 4].blockB(kc % 4 * 16, rowBlock * 16));
 #pragma unroll
         for (int np = 0; np < kPart / 2; ++np) {
           loadMatricesTransposed(f, sm.ds[buf][kc / 4].block(
@@ -1640,18 +1637,12 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     __syncthreads(); // dSᵀ is whole
     // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,
     // over the block's keys. dS's A fragment of keys [16kc, +16) is the
-    // transpose of dSᵀ's block, the four matrices arriving as a0, a2, a1,
-    // a3.
+    // transpose of dSᵀ's block, read in blockB's order so that the four
+    // matrices arrive as a0, a1, a2, a3.
     u32 dsT[4][4];
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {
-      u32 f[4];
-      loadMatricesTransposed(f, sm.ds.block(kc * 16, warp * 16));
-      dsT[kc][0] = f[0];
-      dsT[kc][1] = f[2];
-      dsT[kc][2] = f[1];
-      dsT[kc][3] = f[3];
-    }
+    for (int kc = 0; kc < 4; ++kc)
+      loadMatricesTransposed(dsT[kc], sm.ds.blockB(kc * 16, warp * 16));
     float dqAcc[D / 8][4];
     zero(dqAcc);
     wgmmaFence(dqAcc, dsT);
