@@ -445,6 +445,32 @@ TEST(EmitCUDA, RejectsUnknownArchAndKinds) {
   }
 }
 
+// embedding_grad: dy's offsets are 32-bit, so 2^31 elements or more are
+// refused; any row width fits (a block takes a 256-column slice), and the
+// grid is the row groups by the slices.
+TEST(EmitCUDA, EmbeddingGradLimitsAndGrid) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  {
+    Builder b(/*withLocs=*/true);
+    b.launch("embedding_grad",
+             {b.buf(f32, {int64_t(1) << 21, 1024}),
+              b.buf(i32, {int64_t(1) << 21})},
+             {b.buf(f32, {100, 1024})});
+    expectEmitError(b.p, "no CUDA kernel for gpt.embedding_grad at "
+                         "test:1:1: dy has 2147483648 elements; the "
+                         "kernel's offsets are 32-bit");
+  }
+  // C = 20000 was refused when a block held whole rows; 50257 rows of it
+  // are 1571 groups of up to 32 by 79 slices.
+  Builder b(/*withLocs=*/true);
+  b.launch("embedding_grad", {b.buf(f32, {64, 20000}), b.buf(i32, {64})},
+           {b.buf(f32, {50257, 20000})});
+  cuda::emitCUDA(b.p, "sm_80");
+  const rt::Launch &l = b.p.functions[0].launches[0];
+  EXPECT_EQ(l.grid[0], 1571u * 79u);
+  EXPECT_EQ(l.block[0], 128u);
+}
+
 namespace {
 /// The grids of a causal packed attention, forward and backward, at
 /// T = 1024 and H heads of 64 (GPT-2 124M: B = 16, H = 12), bf16 (the
