@@ -798,9 +798,9 @@ TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
 }
 
 // embedding_grad's id scan (4 ids a thread, 512 a round, 3 rounds ahead)
-// over a table of 100 rows: blocks of 32 rows (the last of 4) by slices of
-// 256 columns, so every round holds ids of several blocks and most hold
-// many of each. A third of the ids are one frequent id (as GPT-2's newline
+// over a table of 100 rows: ceil(100 / 32) = 4 groups of 25 rows (group g
+// owns rows g, g + 4, ...) by slices of 256 columns, so every round holds
+// ids of several blocks and most hold many of each. A third of the ids are one frequent id (as GPT-2's newline
 // is), so a round brings it more hits than the 16 whose loads go in flight
 // together. Rows of 1000 columns (four slices, the last 232 wide, pairs
 // loaded as one access) and of 301 (the last slice 45 wide, its last
