@@ -164,6 +164,8 @@ def baseline(source, entry, commit):
         assert source.count(call) == 1, f"{entry}: no {call}"
         source = source.replace(call, ", in1, in2, in3, out0,")
     return source
+# The baselines older than blockWork: their grids are (blocks a head, heads).
+HEAD_BY_HEAD = ("ff2b93d", "b678291", "085e28f")
 lines = []
 for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
@@ -209,7 +211,7 @@ for role, name, dump, entry, bounds, old in (
             source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)
     grid = l["grid"]
-    if old in ("ff2b93d", "b678291", "085e28f"):
+    if old in HEAD_BY_HEAD:
         # Before blockWork: (blocks a head, heads), today's (heads of a
         # group, blocks a head, groups).
         grid = [grid[1], grid[0] * grid[2], 1]
