@@ -311,6 +311,8 @@ void saveGemmChoice(const std::string &path, const GemmChoice &c) {
 enum class EpilogueLevel {
   Full,            ///< all of it (and a plain matmul)
   WithoutBiasGrad, ///< DGELU_BGRAD as DGELU, the bias gradient after
+  WithoutGelu,     ///< GELU(_AUX)_BIAS as BIAS into the pre-activation,
+                   ///< GELU after
   None,            ///< DEFAULT, the whole epilogue after
 };
 
@@ -1096,6 +1098,13 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   };
   const bool dgelu = l.kernel == "matmul_gelu_grad";
   const int summed = dgelu ? l.outputs[0] : l.inputs[1];
+  // A GELU epilogue may also run as cuBLASLt's BIAS and gptc's GELU pass.
+  auto geluFlag = l.ints.find("gelu");
+  const bool geluAfterBias =
+      l.kernel == "matmul_epilogue" && geluFlag != l.ints.end() &&
+      geluFlag->second != 0 &&
+      hasKernel(gemmFallbackKernel(GemmFallback::Gelu,
+                                   buffer(l.outputs[0]).dtype));
   const bool ownDgelu = dgelu && l.outputs.size() > 1 && !dgeluInCublasLt &&
                         hasColumnSums(summed);
   const bool plainFirst = forceGemmFallback || ownDgelu;
@@ -1104,6 +1113,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
     levels.push_back(EpilogueLevel::Full);
   if (dgelu && l.outputs.size() > 1 && !plainFirst)
     levels.push_back(EpilogueLevel::WithoutBiasGrad);
+  if (geluAfterBias && !plainFirst)
+    levels.push_back(EpilogueLevel::WithoutGelu);
   levels.push_back(epilogue ? EpilogueLevel::None : EpilogueLevel::Full);
   // The first of `levels` cuBLASLt has an algorithm for, in `p` (its
   // descriptor, algorithm, candidates and tuning key); false if none.
@@ -1154,11 +1165,14 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   // Tuning (on by default) also times the other ways to a GELU
   // derivative's or a bias gradient's epilogue, where the program has the
   // kernels of them: all of it in cuBLASLt; GELU's derivative in cuBLASLt
-  // and gptc's column sums after it; or a plain GEMM and gptc's pass. The
-  // fastest is kept.
+  // and gptc's column sums after it; or a plain GEMM and gptc's pass. And
+  // to GELU's: cuBLASLt's GELU(_AUX)_BIAS, or its BIAS and gptc's GELU
+  // pass. The fastest is kept.
+  const bool gradWays = l.outputs.size() > 1 &&
+                        (dgelu || l.kernel == "matmul_bias_grad") &&
+                        hasColumnSums(summed);
   const bool otherWays =
-      tuneGemms && !forceGemmFallback && l.outputs.size() > 1 &&
-      (dgelu || l.kernel == "matmul_bias_grad") && hasColumnSums(summed);
+      tuneGemms && !forceGemmFallback && (gradWays || geluAfterBias);
   const GemmPlan layouts = g; // shared with g, destroyed with g's
   EpilogueLevel kept = EpilogueLevel::Full;
   if (!describe(g, levels, kept))
@@ -1168,9 +1182,13 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   if (otherWays) {
     std::string refusedBefore = refused;
     std::vector<EpilogueLevel> ways = {EpilogueLevel::Full};
-    if (dgelu)
-      ways.push_back(EpilogueLevel::WithoutBiasGrad);
-    ways.push_back(EpilogueLevel::None);
+    if (geluAfterBias) {
+      ways.push_back(EpilogueLevel::WithoutGelu);
+    } else {
+      if (dgelu)
+        ways.push_back(EpilogueLevel::WithoutBiasGrad);
+      ways.push_back(EpilogueLevel::None);
+    }
     for (EpilogueLevel want : ways) {
       if (want == kept)
         continue;
@@ -1186,6 +1204,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
         planFollowups(l, map, other, label, level);
         other.shape += level == EpilogueLevel::WithoutBiasGrad
                            ? " DGELU + gptc bias gradient"
+                       : level == EpilogueLevel::WithoutGelu
+                           ? " BIAS + gptc GELU"
                            : " + gptc epilogue";
         other.way += " + gptc";
       }
@@ -1238,15 +1258,23 @@ std::string CudaBackendImpl::setEpilogue(const Launch &l,
   cublasLtEpilogue_t epi;
   std::string name;
   int biasId = -1, auxId = -1;
+  bool setAux = true;
   if (l.kernel == "matmul_epilogue") {
     bool aux = l.outputs.size() > 1;
-    epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
-          : aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                : CUBLASLT_EPILOGUE_GELU_BIAS;
-    name = !gelu ? "BIAS" : aux ? "GELU_AUX_BIAS" : "GELU_BIAS";
+    // Without GELU, D is the pre-activation (in the result where none is
+    // kept): gptc's GELU pass reads it there.
+    const bool withGelu = gelu && level != EpilogueLevel::WithoutGelu;
+    epi = !withGelu ? CUBLASLT_EPILOGUE_BIAS
+          : aux     ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                    : CUBLASLT_EPILOGUE_GELU_BIAS;
+    name = !withGelu ? "BIAS" : aux ? "GELU_AUX_BIAS" : "GELU_BIAS";
     biasId = l.inputs[2];
     if (aux)
-      auxId = l.outputs[1];
+      auxId = l.outputs[1]; // checked below; cuBLASLt's only with GELU
+    setAux = withGelu;
+    g.outPtr = address(level == EpilogueLevel::WithoutGelu && aux
+                           ? l.outputs[1]
+                           : l.outputs[0]);
   } else if (l.kernel == "matmul_gelu_grad") {
     bool bgrad = l.outputs.size() > 1 && level == EpilogueLevel::Full;
     epi = bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
@@ -1273,8 +1301,8 @@ std::string CudaBackendImpl::setEpilogue(const Launch &l,
                         dtypeName(buffer(l.outputs[0]).dtype));
   }
   if (auxId >= 0) {
-    // The GELU input matrix (written by GELU_AUX_BIAS, read by DGELU) has
-    // D's layout and type.
+    // The GELU input matrix (written by GELU_AUX_BIAS or as BIAS's D, read
+    // by DGELU) has D's layout and type.
     const Buffer &aux = buffer(auxId), &d = buffer(l.outputs[0]);
     if (aux.numel() != d.numel() || aux.dtype != d.dtype)
       throw DeviceError(label + ": the pre-activation is " +
@@ -1291,7 +1319,7 @@ std::string CudaBackendImpl::setEpilogue(const Launch &l,
     set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPtr, sizeof(biasPtr),
         "setting BIAS_POINTER");
   }
-  if (auxId >= 0) {
+  if (auxId >= 0 && setAux) {
     void *auxPtr = reinterpret_cast<void *>(address(auxId));
     int64_t auxLd = map.outLd;
     set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &auxPtr, sizeof(auxPtr),
@@ -1357,7 +1385,15 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
     add(GemmFallback::ColumnSums, out.dtype, uint32_t(ceilDiv(cols, 32)), 1,
         {g.workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
   };
-  if (l.kernel == "matmul_epilogue") {
+  if (l.kernel == "matmul_epilogue" && level == EpilogueLevel::WithoutGelu) {
+    // The GEMM wrote the pre-activation (setEpilogue: D's pointer); one
+    // chunk of 8·256 elements a block, 4 a thread in flight.
+    const uint64_t pre = g.outPtr, n = uint64_t(d.numel());
+    add(GemmFallback::Gelu, d.dtype,
+        uint32_t(std::clamp<int64_t>(ceilDiv(d.numel(), 4 * 8 * 256), 1,
+                                     1 << 20)),
+        1, {address(l.outputs[0]), pre, n});
+  } else if (l.kernel == "matmul_epilogue") {
     auto it = l.ints.find("gelu");
     bool gelu = it != l.ints.end() && it->second != 0;
     uint64_t pre = l.outputs.size() > 1 ? address(l.outputs[1]) : 0;

@@ -149,6 +149,7 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
 std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"
+                     : kind == GemmFallback::Gelu     ? "gelu"
                      : kind == GemmFallback::ColumnPartials
                          ? "column_partials"
                          : "column_sums";

@@ -1113,9 +1113,9 @@ TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
 /// Every rt::GemmFallback kernel for f32 and bf16, as the emitter adds them
 /// (the fake loads any cubin and runs these by name).
 void addFallbackKernels(Program &p) {
-  for (GemmFallback kind : {GemmFallback::Bias, GemmFallback::GeluGrad,
-                            GemmFallback::ColumnPartials,
-                            GemmFallback::ColumnSums})
+  for (GemmFallback kind :
+       {GemmFallback::Bias, GemmFallback::GeluGrad, GemmFallback::Gelu,
+        GemmFallback::ColumnPartials, GemmFallback::ColumnSums})
     for (DType t : {DType::F32, DType::BF16}) {
       DeviceKernel k;
       k.name = gemmFallbackKernel(kind, t);
@@ -1132,6 +1132,14 @@ std::vector<std::string> launchedSince(int from) {
   for (int i = from; i < n; ++i)
     names.push_back(hook<const char *(*)(int)>("gptcFakeLaunchName")(i));
   return names;
+}
+
+/// The epilogue of each GEMM the fake ran from the `from`th on.
+std::vector<int> gemmEpiloguesSince(int from) {
+  std::vector<int> epilogues;
+  for (int i = from; i < hook<int (*)()>("gptcFakeGemmCount")(); ++i)
+    epilogues.push_back(hook<int (*)(int)>("gptcFakeGemmEpilogue")(i));
+  return epilogues;
 }
 
 bool contains(const std::vector<std::string> &names, const std::string &name) {
@@ -1185,6 +1193,35 @@ TEST(CudaBackendFake, RefusedEpiloguesRunAsFallbackKernels) {
         "gemm_fallback_column_sums_bf16"})
     EXPECT_TRUE(contains(names, kernel)) << kernel;
   EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_bf16"));
+}
+
+/// Only the GELU epilogues refused: those GEMMs keep cuBLASLt's BIAS, which
+/// writes the pre-activation (into the result where none is kept), and
+/// gptc's GELU pass runs after it; the results match the CPU backend. The
+/// GEMM without GELU is untouched.
+TEST(CudaBackendFake, RefusedGeluRunsAsBiasAndGptcGelu) {
+  REQUIRE_FAKE(b);
+  Refusing refusing(
+      {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS});
+  Program p;
+  const int from = hook<int (*)()>("gptcFakeGemmCount")();
+  auto names = checkWithFallbacks(p, forwardEpilogues(p), *b);
+  EXPECT_TRUE(contains(names, "gemm_fallback_gelu_f32"));
+  EXPECT_TRUE(contains(names, "gemm_fallback_gelu_bf16"));
+  EXPECT_FALSE(contains(names, "gemm_fallback_bias_f32"));
+  EXPECT_FALSE(contains(names, "gemm_fallback_bias_bf16"));
+  for (int epilogue : gemmEpiloguesSince(from))
+    EXPECT_EQ(epilogue, int(CUBLASLT_EPILOGUE_BIAS));
+
+  // GELU without its pre-activation kept: in place over the result.
+  b.reset();
+  b = fakeBackend();
+  ASSERT_TRUE(b);
+  Program q;
+  Function f = forwardEpilogues(q);
+  f.launches[0].outputs.resize(1);
+  names = checkWithFallbacks(q, std::move(f), *b);
+  EXPECT_TRUE(contains(names, "gemm_fallback_gelu_f32"));
 }
 
 /// By default GELU's derivative with a bias gradient runs as a plain GEMM
@@ -1310,22 +1347,15 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
   EXPECT_NE(err.find(totals), std::string::npos) << err;
 }
 
-/// The epilogue of each GEMM the fake ran from the `from`th on.
-std::vector<int> gemmEpiloguesSince(int from) {
-  std::vector<int> epilogues;
-  for (int i = from; i < hook<int (*)()>("gptcFakeGemmCount")(); ++i)
-    epilogues.push_back(hook<int (*)(int)>("gptcFakeGemmEpilogue")(i));
-  return epilogues;
-}
-
-/// backwardEpilogues with every fallback kernel, loaded on a backend made
-/// with GPTC_GEMM_TUNE=`tune` (nullptr: unset) and run once: what load
-/// wrote to stderr, and each GEMM's epilogue in the run. Its four GEMMs: the
-/// GELU gradient with an f32 bias gradient, without one, with a bf16 one;
-/// the weight gradient.
-std::pair<std::string, std::vector<int>> loadAndRunBackward(const char *tune) {
+/// The function `make` builds with every fallback kernel, loaded on a
+/// backend made with GPTC_GEMM_TUNE=`tune` (nullptr: unset) and run once:
+/// what load wrote to stderr, and each GEMM's epilogue in the run (and in
+/// `launched`, if given, the fallback kernels it ran).
+std::pair<std::string, std::vector<int>>
+loadAndRun(Function (*make)(Program &), const char *tune,
+           std::vector<std::string> *launched = nullptr) {
   Program p;
-  Function f = backwardEpilogues(p);
+  Function f = make(p);
   addFallbackKernels(p);
   p.functions.push_back(std::move(f));
   planMemory(p);
@@ -1335,10 +1365,19 @@ std::pair<std::string, std::vector<int>> loadAndRunBackward(const char *tune) {
   testing::internal::CaptureStderr();
   b->load(p);
   std::string err = testing::internal::GetCapturedStderr();
-  const int from = hook<int (*)()>("gptcFakeGemmCount")();
+  const int from = hook<int (*)()>("gptcFakeGemmCount")(),
+            launchesFrom = hook<int (*)()>("gptcFakeLaunchCount")();
   b->run(p.functions[0], 0, p.functions[0].launches.size());
   b->synchronize();
+  if (launched)
+    *launched = launchedSince(launchesFrom);
   return {err, gemmEpiloguesSince(from)};
+}
+
+/// loadAndRun of backwardEpilogues. Its four GEMMs: the GELU gradient with
+/// an f32 bias gradient, without one, with a bf16 one; the weight gradient.
+std::pair<std::string, std::vector<int>> loadAndRunBackward(const char *tune) {
+  return loadAndRun(backwardEpilogues, tune);
 }
 
 /// Tuning also times the other ways to a GELU derivative's or a bias
@@ -1390,6 +1429,46 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
   }
 }
 
+/// Tuning also times GELU's epilogue both ways: cuBLASLt's GELU_AUX_BIAS
+/// (the default way), or its BIAS into the pre-activation and gptc's GELU
+/// pass. forwardEpilogues has two GELU GEMMs (f32 and bf16 results) and a
+/// plain BIAS one with no other way. The fake makes one way faster at a
+/// time; the run after load takes the chosen ways, and the results match
+/// the CPU backend whatever was chosen.
+TEST(CudaBackendFake, GemmTuningPicksTheFasterGeluWay) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto epilogueMs = hook<void (*)(int, float)>("gptcFakeEpilogueMs");
+  const int kBias = CUBLASLT_EPILOGUE_BIAS,
+            kGeluAux = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  struct Case {
+    float geluAuxMs;    // extra ms GELU_AUX_BIAS takes
+    const char *took;   // "(N of the 2 ... took another)"
+    std::vector<int> run; // each GEMM's epilogue in the run
+    bool gptcGelu;        // gptc's GELU pass ran
+  };
+  for (const Case &c : {Case{-0.3f, "0", {kGeluAux, kBias, kGeluAux}, false},
+                        Case{0.3f, "2", {kBias, kBias, kBias}, true}}) {
+    SCOPED_TRACE(c.geluAuxMs);
+    epilogueMs(kGeluAux, c.geluAuxMs);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(forwardEpilogues, "time", &names);
+    epilogueMs(-1, 0.0f);
+    EXPECT_NE(err.find(std::string("(") + c.took +
+                       " of the 2 with other ways to their epilogue took "
+                       "another)"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(run, c.run);
+    EXPECT_EQ(contains(names, "gemm_fallback_gelu_f32"), c.gptcGelu);
+    EXPECT_EQ(contains(names, "gemm_fallback_gelu_bf16"), c.gptcGelu);
+    Program p;
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1"); // the kept choice
+    ASSERT_TRUE(b);
+    checkWithFallbacks(p, forwardEpilogues(p), *b);
+  }
+}
+
 /// Tuning is on by default, and its choice is kept in the cache: the next
 /// load on the same kind of GPU takes it untimed (no GEMM runs at load, and
 /// its line says an earlier run timed them), even where timing would now
@@ -1415,8 +1494,9 @@ TEST(CudaBackendFake, GemmTuningIsTheDefaultAndItsChoiceIsKept) {
     const int before = gemmCount();
     auto [err, run] = loadAndRunBackward(tune);
     EXPECT_EQ(err.rfind(says, 0), 0u) << err;
-    if (says == kept)
+    if (says == kept) {
       EXPECT_EQ(gemmCount() - before, 4) << "GEMMs ran at load";
+    }
     return run.size() == 4 ? run[3] : -1;
   };
   epilogueMs(kBgradA, 0.3f);

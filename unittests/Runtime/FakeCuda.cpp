@@ -612,6 +612,9 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
     for (int64_t i = 0; i < num(2); ++i)
       store(ptr(0), t, i,
             float(load(ptr(0), t, i) * geluSlope(load(ptr(1), t, i))));
+  } else if (name.rfind("gemm_fallback_gelu_", 0) == 0) { // (after _grad_)
+    for (int64_t i = 0; i < num(2); ++i)
+      store(ptr(0), t, i, gelu(load(ptr(1), t, i)));
   } else if (name.rfind("gemm_fallback_column_partials_", 0) == 0) {
     // With pre: x = gelu'(pre) * x in place, summed before rounding.
     int64_t rows = num(3), cols = num(4), perChunk = num(5);

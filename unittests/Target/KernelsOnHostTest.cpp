@@ -2279,7 +2279,8 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
     names.push_back(dk.name);
   EXPECT_EQ(names, (std::vector<std::string>{
                        "gemm_fallback_bias_f32", "gemm_fallback_bias_bf16",
-                       "gemm_fallback_gelu_grad_f32",
+                       "gemm_fallback_gelu_grad_f32", "gemm_fallback_gelu_f32",
+                       "gemm_fallback_gelu_bf16",
                        "gemm_fallback_column_partials_bf16",
                        "gemm_fallback_column_sums_f32",
                        "gemm_fallback_column_sums_bf16"}));
@@ -2303,6 +2304,39 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
       exec::matmulEpilogue(d, identity, bs, false, false, true, true);
   EXPECT_EQ(dBits, bf16Bits(fused[0])) << "GELU(d + bias)";
   EXPECT_EQ(preBits, bf16Bits(fused[1])) << "d + bias";
+
+  // GELU alone, after cuBLASLt's BIAS wrote d + bias (bf16, as the GEMM
+  // rounded it): out of place and in place, from one block's 4 chunks of
+  // 2,048 elements (8,000 here, the last chunk short) and from 3 blocks
+  // taking turns (grid-stride); then 8,003 elements, whose last 3 take
+  // the element-at-a-time path. Each matches the CPU executor's GELU of
+  // that pre-activation bit for bit.
+  for (int64_t n : {rows * cols, rows * cols + 3})
+    for (uint32_t blocks : {1u, 3u}) {
+      SCOPED_TRACE("n " + std::to_string(n) + ", blocks " +
+                   std::to_string(blocks));
+      exec::HostTensor x = fromBf16Bits(bf16Bits(randomFloats({n}, 11)), {n});
+      std::vector<uint16_t> xBits = bf16Bits(x), outBits(size_t(n), 0xffff);
+      exec::HostTensor one = exec::HostTensor::floats({1, 1}),
+                       zero = exec::HostTensor::floats({1});
+      one.f32[0] = 1.0f;
+      exec::HostTensor want = exec::matmulEpilogue(
+          fromBf16Bits(xBits, {n, 1}), one, zero, false, false, true, false)[0];
+      kernels.call("gemm_fallback_gelu_bf16",
+                   {address(outBits), address(xBits), uint64_t(n)}, blocks);
+      EXPECT_EQ(outBits, bf16Bits(want)) << "GELU(pre)";
+      kernels.call("gemm_fallback_gelu_bf16",
+                   {address(xBits), address(xBits), uint64_t(n)}, blocks);
+      EXPECT_EQ(xBits, bf16Bits(want)) << "GELU(pre) in place";
+      exec::HostTensor xF = randomFloats({n}, 12), outF = xF;
+      kernels.call("gemm_fallback_gelu_f32",
+                   {address(outF.f32), address(xF.f32), uint64_t(n)}, blocks);
+      exec::HostTensor column = xF;
+      column.shape = {n, 1};
+      expectSame(exec::matmulEpilogue(column, one, zero, false, false, true,
+                                      false)[0],
+                 outF.f32, "GELU(pre) in f32");
+    }
 
   // Column sums of bf16 x [rows, n], with GELU's derivative at `pre` (if
   // any) applied in place first: partials of 4 chunks of 64 rows into

@@ -27,9 +27,10 @@
 //                      an H100 (docs/benchmarks.md)
 //   GPTC_GEMM_TUNE=1|0|time  1 (the default): at load, time up to 16 of
 //                      cuBLASLt's candidate algorithms for each GEMM shape
-//                      and keep the fastest; where a GELU derivative's or
-//                      a bias gradient's epilogue can also run in part or
-//                      whole as gptc's kernels after the GEMM, time each
+//                      and keep the fastest; where a GELU's, a GELU
+//                      derivative's or a bias gradient's epilogue can also
+//                      run in part or whole as gptc's kernels after the
+//                      GEMM (GELU_AUX_BIAS as BIAS and gptc's GELU), time each
 //                      way and keep the fastest (one stderr line gives the
 //                      counts and both totals). The choice is kept in the
 //                      kernel cache directory (kernelCacheDir()/gemms, one

@@ -193,6 +193,11 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                    i64 gelu)       d = act(d + bias) in place, pre: null
 ///                                    or d + bias
 ///   GeluGrad        (T *d, const T *pre, i64 n)   d = gelu'(pre) * d
+///   Gelu            (T *out, const T *pre, i64 n)  out = gelu(pre) (out
+///                                    may be pre), after a GEMM whose BIAS
+///                                    epilogue wrote pre: GELU_AUX_BIAS
+///                                    as cuBLASLt's plain bias epilogue and
+///                                    one pass
 ///   ColumnPartials  (T *x, const T *pre, float *partial, i64 rows,
 ///                    i64 cols, i64 rowsPerChunk)   grid (ceil(cols / 256),
 ///                                    chunks); pre non-null: x = gelu'(pre)
@@ -201,7 +206,7 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
 ///                                    grid ceil(cols / 32)
 /// All are 1-D blocks of 256 threads.
-enum class GemmFallback { Bias, GeluGrad, ColumnPartials, ColumnSums };
+enum class GemmFallback { Bias, GeluGrad, Gelu, ColumnPartials, ColumnSums };
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...
 std::string gemmFallbackKernel(GemmFallback kind, DType t);
 /// How many (8-byte) arguments the GemmFallback kernel `name` takes, 0 if
@@ -210,6 +215,7 @@ inline int gemmFallbackArgCount(std::string_view name) {
   for (auto [prefix, count] : {std::pair<std::string_view, int>{
                                    "gemm_fallback_bias_", 6},
                                {"gemm_fallback_gelu_grad_", 3},
+                               {"gemm_fallback_gelu_", 3},
                                {"gemm_fallback_column_partials_", 6},
                                {"gemm_fallback_column_sums_", 4}})
     if (name.substr(0, prefix.size()) == prefix)

@@ -4,7 +4,10 @@
 // DGELU_BGRAD, BGRADA) with gptc's types is only known on the device, so a
 // program carries, beside its generated kernels, the epilogue kernels of
 // kernels/gemm_fallback.cuh for the types its GEMMs use (Program.h:
-// rt::GemmFallback). The runtime launches them only where cuBLASLt refuses.
+// rt::GemmFallback). The runtime launches them after a plain GEMM (or a
+// lesser epilogue) where cuBLASLt refuses the fused one, where they are
+// the default way (GELU's derivative with a bias gradient), and where GEMM
+// tuning timed them faster.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +33,9 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
   case GemmFallback::GeluGrad:
     return {T + " *d, const " + T + " *pre, i64 n",
             "gemmFallbackGeluGrad(d, pre, n)"};
+  case GemmFallback::Gelu:
+    return {T + " *out, const " + T + " *pre, i64 n",
+            "gemmFallbackGelu(out, pre, n)"};
   case GemmFallback::ColumnPartials:
     return {T + " *x, const " + T +
                 " *pre, float *partial, i64 rows, i64 cols, i64 rowsPerChunk",
@@ -54,6 +60,11 @@ void addGemmFallbackKernels(rt::Program &p) {
       DType d = p.buffers.at(l.outputs[0]).dtype;
       if (l.kernel == "matmul_epilogue") {
         needed.insert({GemmFallback::Bias, d});
+        // GELU after cuBLASLt's BIAS epilogue: where GELU_AUX_BIAS is
+        // refused, and a way GEMM tuning times against it.
+        auto gelu = l.ints.find("gelu");
+        if (gelu != l.ints.end() && gelu->second != 0)
+          needed.insert({GemmFallback::Gelu, d});
       } else if (l.kernel == "matmul_gelu_grad") {
         // With a bias gradient, ColumnPartials applies GELU's derivative
         // on its way.
