@@ -252,11 +252,18 @@ fi
 if want ncu; then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [[ -n $ncu_bin ]]; then
+    # Beside speed of light, occupancy and stalls: which pipes are busy
+    # (tensor, FMA, MUFU), the instruction mix, issue slots, and the
+    # sampled stalls by SASS line (the attention kernels' open question:
+    # latency or a pipe).
+    ncu_sections=(--section SpeedOfLight --section Occupancy
+      --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
+      --section ComputeWorkloadAnalysis --section InstructionStats
+      --section SchedulerStats --section SourceCounters)
     # --kernel-id context:stream:name:invocation, the first of each name.
     GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|multi_tensor_reduce_0)$':1 \
-      --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+      --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|gemm_fallback_gelu_bf16|multi_tensor_reduce_0)$':1 \
+      "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The candidates for the defaults: the mma2 forward and the atomic128
     # backward.
@@ -264,8 +271,7 @@ if want ncu; then
     [[ -f $P/gpt2-bf16-auto ]] && GPTC_VARIANT=mma2,atomic128 \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wide "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^flash_attention_qkv(_grad)?_2$':1 \
-        --section SpeedOfLight --section Occupancy \
-        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
     # The warpgroup-MMA forward and backward (the auto program's fourth
     # kernels of each direction), slower than mma.sync in every run so far
@@ -273,8 +279,7 @@ if want ncu; then
     [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && GPTC_VARIANT=wgmma,wgmma \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^flash_attention_qkv(_grad)?_3$':1 \
-        --section SpeedOfLight --section Occupancy \
-        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
