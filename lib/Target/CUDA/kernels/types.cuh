@@ -180,6 +180,14 @@ __device__ __forceinline__ float fastExp2(float x) {
   return y;
 }
 
+/// 1/x on the special-function unit: rcp.approx.ftz, within an ulp or so;
+/// 1/inf is 0.
+__device__ __forceinline__ float fastRcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Four consecutive int32 ids as one 16-byte access; p is 16-byte aligned.
 __device__ __forceinline__ void loadIds4(const int *p, int (&x)[4]) {
   int4 v = *reinterpret_cast<const int4 *>(p);
