@@ -34,4 +34,5 @@ config.substitutions.append(("%src", config.gptc_src_root))
 # bench/gpu's attention_bench, run on the fake driver (unittests/Runtime's
 # libcuda.so.1 over host memory).
 config.substitutions.append(("%attention-bench", os.path.join(config.gptc_tools_dir, "attention_bench")))
+config.substitutions.append(("%wgmma-probe", os.path.join(config.gptc_tools_dir, "wgmma_probe")))
 config.substitutions.append(("%fake-cuda", os.path.join(config.gptc_obj_root, "unittests", "Runtime", "fake-cuda")))

@@ -224,6 +224,10 @@ echo "$batch $seq 768 12" > "$att/sizes.txt" # GPT-2 124M: C = 768, 12 heads
 cuda=${CUDA_HOME:-/usr/local/cuda}
 g++ -O2 -std=c++17 -I"$cuda/include" -o "$att/attention_bench" \
   "$root/bench/gpu/attention_bench.cpp" -L"$cuda/lib64/stubs" -lcuda
+# The tensor cores alone, by shared-memory layout (wgmma_probe.cpp: its
+# kernels are compiled there, by that machine's NVRTC).
+g++ -O2 -std=c++17 -I"$cuda/include" -o "$att/wgmma_probe" \
+  "$root/bench/gpu/wgmma_probe.cpp" -L"$cuda/lib64/stubs" -lcuda
 # The same step recomputing GELU and layernorm outputs in the backward: what
 # the smaller arena costs in time. Only with BENCH_RECOMPUTE=1 (run.sh's
 # recompute step is on request only: it would not fit the time budget).

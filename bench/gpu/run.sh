@@ -50,7 +50,7 @@
 # from nvidia-smi samples, so the two are measured alike. Prints one summary
 # table last; results go to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -78,7 +78,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-check attn tiny gpt2 torch overlap gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -127,6 +127,14 @@ data=$bundle/data/train.bin
 nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
 head -n 12 "$logs/nvidia-smi.txt"
 echo "bundle: arch $ARCH, B=$BATCH T=$SEQ; needs $(cat "$bundle/glibc-needed.txt" 2>/dev/null), host has $(ldd --version | head -n 1)"
+
+# The tensor cores alone (wgmma_probe.cpp, about 10 s): wgmma by the
+# shared-memory layout it reads, against mma.sync, each product checked.
+# First, so that even a short lease answers why gptc's wgmma kernels are
+# slower than its mma.sync ones (the whole table goes to the summary).
+if want probe && [[ -x $bundle/attention/wgmma_probe ]]; then
+  step 60 wgmma-probe "$bundle/attention/wgmma_probe" 2048
+fi
 
 # A failing launch's outputs (device and reference) land in
 # $logs/dump-<check>/ (logs.tar.gz), to be read here with numpy.

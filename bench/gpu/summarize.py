@@ -21,6 +21,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
                                              width), as timed and with
                                              GPTC_VARIANT=uncapped
   attention.log                              attention_bench: the kernels alone
+  wgmma-probe.log                            wgmma_probe: the tensor cores alone, by layout
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
@@ -285,6 +286,14 @@ def main():
         lines.append("")
         lines.extend(gemms)
         summary["gemms"] = gemms
+
+    # The tensor cores alone, by layout (wgmma_probe): the whole table.
+    probe = [l.rstrip() for l in (read(os.path.join(res, "wgmma-probe.log")) or "").splitlines()
+             if l.strip() and not l.startswith("==")]
+    if probe:
+        lines.append("")
+        lines.extend(probe)
+        summary["wgmma_probe"] = probe
 
     # What auto timed at load, and what it ran.
     auto = read(os.path.join(res, "gpt2-bf16-auto.log")) or ""
