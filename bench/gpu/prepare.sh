@@ -99,6 +99,13 @@ dump_only atomic128 --attention-backward=atomic128
 compile check-gpt2w-bf16-mma2 gpt2 bf16 2 256 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma2
 dump_only fast --attention-forward=mma2 --attention-backward=atomic128
+# The mma forward with the next key tile's scores under this tile's softmax
+# (--attention-forward=mma-pipe), checked at GPT-2's widths (T=192: three
+# key tiles, the last of a round of two alone); its dump gives the
+# attention bench its cubin.
+compile check-gpt2w-bf16-pipe gpt2 bf16 2 192 --n-layer=1 \
+  --vocab-size=1000 --attention-forward=mma-pipe
+dump_only pipe --attention-forward=mma-pipe
 
 # Every attention algorithm the arch has, each launch timed at load and the
 # fastest kept (--attention-forward=auto --attention-backward=auto): checked
@@ -171,6 +178,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
         ("forward", "mma2", "fast", "flash_attention_qkv_0", None, None),
+        ("forward", "mma-pipe", "pipe", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),

@@ -212,6 +212,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     cuda::EmitOptions o;
     o.wideAttentionForward = label == "mma128";
     o.rowPairAttentionForward = label == "mma2";
+    o.pipelinedAttentionForward = label == "mma-pipe";
     o.wgmmaAttention =
         label == "wgmma-forward" || label == "wgmma-overlap-forward";
     o.overlapWgmmaForward = label == "wgmma-overlap-forward";
@@ -251,6 +252,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
                   : std::vector<std::string>{"split", "atomic", "atomic128"};
       if (hopper)
         expected.insert(expected.end(), {"wgmma", "wgmma-overlap"});
+      if (forward) // (last: the kernels' numbers in scripts stay)
+        expected.push_back("mma-pipe");
       if (hopper && backward)
         expected.push_back("wgmma-split");
       EXPECT_EQ(labels, expected);
@@ -283,7 +286,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   for (const rt::Launch &l : p.functions[0].launches)
     EXPECT_EQ(l.variants.size(),
               l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
-                  ? 4u
+                  ? 5u
                   : 0u)
         << l.kernel;
   rt::Program f32 = gpt2Launches(DType::F32);

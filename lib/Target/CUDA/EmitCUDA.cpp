@@ -261,7 +261,7 @@ using namespace detail;
 
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
   static const std::vector<std::string> forwards = {
-      "mma", "mma128", "mma2", "wgmma", "wgmma-overlap"};
+      "mma", "mma128", "mma2", "wgmma", "wgmma-overlap", "mma-pipe"};
   static const std::vector<std::string> backwards = {
       "split", "atomic", "atomic128", "wgmma", "wgmma-overlap", "wgmma-split"};
   return forward ? forwards : backwards;
@@ -279,6 +279,7 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
   if (forward) {
     o.wideAttentionForward = label == "mma128";
     o.rowPairAttentionForward = label == "mma2";
+    o.pipelinedAttentionForward = label == "mma-pipe";
     o.wgmmaAttention = label == "wgmma" || label == "wgmma-overlap";
     o.overlapWgmmaForward = label == "wgmma-overlap";
   } else {

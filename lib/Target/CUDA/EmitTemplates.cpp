@@ -320,15 +320,19 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const bool rows128 = !grad && mma && !opts.wgmmaAttention && a.T % 128 == 0;
   const bool rowPairs = rows128 && opts.rowPairAttentionForward;
   const bool wide = rows128 && !rowPairs && opts.wideAttentionForward;
+  // --attention-forward=mma-pipe: the next tile's scores under this one's
+  // softmax, 32 registers more: 3 blocks an SM (168 registers).
+  const bool pipelined = !grad && mma && !opts.wgmmaAttention && !wide &&
+                         !rowPairs && opts.pipelinedAttentionForward;
   // Two key tiles a block: 91 KB of shared memory, so at most 2 blocks an
   // SM, and 128 registers a thread spill: 1 block, 8 warps.
   const int threads = !mma ? 64 : wide || keyTiles == 2 ? 256 : 128;
-  const int blocksPerSM = !mma               ? 0
-                          : keyTiles == 2    ? 1
-                          : overlap          ? 2
-                          : grad             ? 3
-                          : wide || rowPairs ? 2
-                                             : 4;
+  const int blocksPerSM = !mma                ? 0
+                          : keyTiles == 2     ? 1
+                          : overlap           ? 2
+                          : grad || pipelined ? 3
+                          : wide || rowPairs  ? 2
+                                              : 4;
   begin(entry, threads, blocksPerSM);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
@@ -337,6 +341,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      : wgmmaSplit          ? "SplitTensorCores"
                      : grad                ? "Mma"
                      : opts.wgmmaAttention ? "TensorCores"
+                     : pipelined           ? "MmaPipelined"
                                            : "Mma";
   if (atomic) {
     impl = wgmmaGrad ? "TensorCores" : "Atomic";

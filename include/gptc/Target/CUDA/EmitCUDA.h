@@ -58,6 +58,12 @@ struct EmitOptions {
   /// Off by default: as fast as mma on an H100 (163.0 µs against 163.1).
   /// Wins over wideAttentionForward.
   bool rowPairAttentionForward = false;
+  /// The mma.sync forward attention (4 warps, 64 queries a block) with the
+  /// next key tile's scores issued before this tile's softmax
+  /// (attentionForwardMmaPipelined): the tensor cores' products and the
+  /// softmax overlap within a warp, at 3 blocks an SM. The same bits as
+  /// the default. Off by default: untimed on a GPU so far.
+  bool pipelinedAttentionForward = false;
   /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
   /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
   /// atomics (five products a tile pair, against seven; dq's sums then
@@ -90,7 +96,7 @@ struct EmitOptions {
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
-  /// mma2, and wgmma and wgmma-overlap on sm_90a; atomic, atomic128, and
+  /// mma2, wgmma and wgmma-overlap on sm_90a, mma-pipe; atomic, atomic128, and
   /// wgmma, wgmma-overlap and wgmma-split on sm_90a) as
   /// rt::Launch::variants, which the
   /// runtime times at load. Algorithms that give a launch the same source (mma128 where T is not
@@ -113,7 +119,8 @@ struct EmitOptions {
 
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
-/// (the last two sm_90a); backward split, atomic, atomic128, wgmma,
+/// (those two sm_90a), mma-pipe (last, so that the others keep their
+/// kernels' numbers); backward split, atomic, atomic128, wgmma,
 /// wgmma-overlap, wgmma-split (the last three sm_90a). --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.

@@ -694,6 +694,86 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
     rows[m].template finish<D, T, LO>(out, lse, h, row0 + 16 * m, acc[m]);
 }
 
+/// attentionForwardMma (4 warps, 64 queries a block) with the next key
+/// tile's scores under this tile's softmax (--attention-forward=mma-pipe):
+/// a warp issues s' = q·kᵀ of tile j + 1 before the softmax of tile j,
+/// which needs nothing from it, so that its tensor-core products and its
+/// softmax arithmetic overlap, as FlashAttention-3 overlaps them within a
+/// warpgroup; the mma forward's warps stall between the two (an H100's
+/// ncu: 7.8 cycles between a warp's instructions, at 4 warps a scheduler).
+/// k is copied one tile ahead of v, each double-buffered, so one barrier
+/// a tile does: after it, the k buffer tile j's scores read (the previous
+/// iteration's) and the v buffer tile j - 1's product read are free for
+/// k of tile j + 2 and v of tile j + 1. The same operations in the same
+/// order as attentionForwardMma: the same bits. The second scores take 32
+/// registers more: 3 blocks an SM.
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ void attentionForwardMmaPipelined(const bf16 *q, const bf16 *k,
+                                             const bf16 *v, TO *out,
+                                             float *lse, float scale) {
+  using namespace mma;
+  __shared__ Tile<D> sK[2], sV[2];
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
+  const int i0 = (T / 64 - 1 - work.rank) * 64, warp = threadIdx.x / 32;
+  const int g = threadIdx.x % 32 / 4;
+  const int tiles = (kCausal ? i0 + 64 : S) / 64;
+  auto loadK = [&](int j) {
+    sK[j % 2].template loadAsync<128>(k + LK::head(h), LK::kRowStride, 64 * j);
+  };
+  auto loadV = [&](int j) {
+    sV[j % 2].template loadAsync<128>(v + LK::head(h), LK::kRowStride, 64 * j);
+  };
+
+  // q (staged in sV[1], free until tile 1's v) and k of tile 0; then q's
+  // fragments and tile 0's scores; then k of tile 1 and v of tile 0.
+  sV[1].template loadAsync<128>(q + LQ::head(h), LQ::kRowStride, i0);
+  loadK(0);
+  commitCopies();
+  waitCopies<0>();
+  __syncthreads();
+  u32 qa[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc)
+    loadA(qa[kc], sV[1], warp * 16, kc * 16);
+  float s0[8][4], s1[8][4];
+  productABt<D>(s0, qa, sK[0]);
+  if (tiles > 1)
+    loadK(1);
+  loadV(0);
+  commitCopies();
+
+  float acc[D / 8][4];
+  zero(acc);
+  OnlineSoftmax rows;
+  const float scaleLog2 = scale * log2e();
+  // Tile j with its scores in s, the next tile's going to next. The
+  // diagonal tile (causal) is the last, masked past each row.
+  auto tile = [&](int j, float (&s)[8][4], float (&next)[8][4]) {
+    waitCopies<0>(); // k of tile j + 1, v of tile j
+    __syncthreads();  // every thread's, and every warp done with j - 1
+    if (j + 2 < tiles)
+      loadK(j + 2);
+    if (j + 1 < tiles)
+      loadV(j + 1);
+    commitCopies();
+    if (j + 1 < tiles)
+      productABt<D>(next, qa, sK[(j + 1) % 2]);
+    rows.template tile<D>(s, acc, scaleLog2, kCausal && j == tiles - 1,
+                          warp * 16 + g);
+    accumulatePB<D>(acc, s, sV[j % 2]);
+  };
+  // Two tiles a round, so that the scores' registers swap roles without
+  // copies.
+  for (int j = 0; j < tiles; j += 2) {
+    tile(j, s0, s1);
+    if (j + 1 < tiles)
+      tile(j + 1, s1, s0);
+  }
+  rows.template finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
+}
+
 /// Starts the copies of the row terms of queries [i0, i0 + 64): their lse
 /// values into sLse and their Σ dout·out (delta) into sDot, both 16-byte
 /// aligned; `lse` and `delta` point at this head's [T] rows. Not committed:
