@@ -2159,6 +2159,50 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
   }
 }
 
+/// Packed attention forwards (causal and not; B batches of H heads of D,
+/// length T) on the same random data with `reference`'s algorithm and with
+/// `other`'s, whose kernels' sources, and only theirs, contain `marker`:
+/// the same bits, and both within the mma forward's tolerance of the CPU
+/// executor.
+void expectForwardsGiveTheSameBits(int64_t B, int64_t H, int64_t D, int64_t T,
+                                   HostTarget target, const char *reference,
+                                   const char *other, const char *marker,
+                                   uint32_t seed) {
+  const int64_t C = H * D;
+  Builder b;
+  int qkv = b.buf(DType::BF16, {B, T, 3 * C});
+  std::vector<int> results;
+  for (int causal : {1, 0}) {
+    int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+    fa.ints = {{"causal", causal}, {"num_heads", H}};
+    fa.floats["scale"] = 0.125;
+    results.insert(results.end(), {o, lse});
+  }
+  std::vector<std::vector<exec::HostTensor>> runs;
+  for (const char *forward : {reference, other}) {
+    rt::Program p = b.p;
+    cuda::EmitOptions opts;
+    ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, forward));
+    HostKernels kernels(emitForHost(p, target, opts), target);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    for (const rt::DeviceKernel &dk : p.kernels)
+      ASSERT_EQ(dk.source.find(marker) != std::string::npos, forward == other)
+          << forward << " " << dk.name;
+    runs.push_back(runOnRandomData(p, kernels, seed));
+  }
+  for (int id : results)
+    expectSame(runs[0][id], runs[1][id].f32, other);
+  for (int c = 0; c < 2; ++c) {
+    std::vector<exec::HostTensor> want =
+        exec::flashAttentionQKV(runs[1][qkv], H, 0.125f, c == 0);
+    expectNear(want[0], runs[1][results[2 * c]].f32, 1e-2f,
+               "flash_attention_qkv out");
+    expectNear(want[1], runs[1][results[2 * c + 1]].f32, 1e-5f,
+               "flash_attention_qkv lse");
+  }
+}
+
 // --attention-forward=mma-pipe issues the next key tile's scores before
 // this tile's softmax, k copied one tile ahead of v, one barrier a tile:
 // the same operations in the same order as the mma forward, so the same
@@ -2168,85 +2212,17 @@ TEST(TemplateKernelsOnHost, MmaPipeForwardGivesTheMmaForwardsBits) {
   for (int64_t D : {64, 32, 16})
     for (int64_t T : {64, 128, 320}) {
       SCOPED_TRACE("D " + std::to_string(D) + ", T " + std::to_string(T));
-      const int64_t B = 2, H = 2, C = H * D;
-      Builder b;
-      int qkv = b.buf(DType::BF16, {B, T, 3 * C});
-      std::vector<int> results;
-      for (int causal : {1, 0}) {
-        int o = b.buf(DType::BF16, {B, T, C}),
-            lse = b.buf(DType::F32, {B, H, T});
-        auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-        fa.ints = {{"causal", causal}, {"num_heads", H}};
-        fa.floats["scale"] = 0.125;
-        results.insert(results.end(), {o, lse});
-      }
-      std::vector<std::vector<exec::HostTensor>> runs;
-      for (const char *forward : {"mma", "mma-pipe"}) {
-        rt::Program p = b.p;
-        cuda::EmitOptions opts;
-        ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, forward));
-        HostKernels kernels(emitForHost(p, HostTarget::Sm80, opts),
-                            HostTarget::Sm80);
-        ASSERT_TRUE(kernels.ok()) << kernels.error;
-        for (const rt::DeviceKernel &dk : p.kernels)
-          ASSERT_EQ(dk.source.find("  attentionForwardMmaPipelined<") !=
-                        std::string::npos,
-                    std::string(forward) == "mma-pipe")
-              << forward << " " << dk.name;
-        runs.push_back(runOnRandomData(p, kernels, 47));
-      }
-      for (int id : results)
-        expectSame(runs[0][id], runs[1][id].f32, "mma-pipe against mma");
-      for (int c = 0; c < 2; ++c) {
-        std::vector<exec::HostTensor> want =
-            exec::flashAttentionQKV(runs[1][qkv], H, 0.125f, c == 0);
-        expectNear(want[0], runs[1][results[2 * c]].f32, 1e-2f,
-                   "flash_attention_qkv out");
-        expectNear(want[1], runs[1][results[2 * c + 1]].f32, 1e-5f,
-                   "flash_attention_qkv lse");
-      }
+      expectForwardsGiveTheSameBits(2, 2, D, T, HostTarget::Sm80, "mma",
+                                    "mma-pipe",
+                                    "  attentionForwardMmaPipelined<", 47);
     }
 }
 
 TEST(TemplateKernelsOnHost, WgmmaOverlapForwardGivesTheWgmmaForwardsBits) {
   for (int64_t D : {64, 32}) {
     SCOPED_TRACE("D " + std::to_string(D));
-    const int64_t B = 1, H = 2, T = 320, C = H * D;
-    Builder b;
-    int qkv = b.buf(DType::BF16, {B, T, 3 * C});
-    std::vector<int> results;
-    for (int causal : {1, 0}) {
-      int o = b.buf(DType::BF16, {B, T, C}),
-          lse = b.buf(DType::F32, {B, H, T});
-      auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-      fa.ints = {{"causal", causal}, {"num_heads", H}};
-      fa.floats["scale"] = 0.125;
-      results.insert(results.end(), {o, lse});
-    }
-    std::vector<std::vector<exec::HostTensor>> runs;
-    for (const char *forward : {"wgmma", "wgmma-overlap"}) {
-      rt::Program p = b.p;
-      cuda::EmitOptions opts;
-      ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, forward));
-      HostKernels kernels(emitForHost(p, HostTarget::Sm90a, opts),
-                          HostTarget::Sm90a);
-      ASSERT_TRUE(kernels.ok()) << kernels.error;
-      for (const rt::DeviceKernel &dk : p.kernels)
-        ASSERT_EQ(dk.source.find(", true>(") != std::string::npos,
-                  std::string(forward) == "wgmma-overlap")
-            << forward << " " << dk.name;
-      runs.push_back(runOnRandomData(p, kernels, 41));
-    }
-    for (int id : results)
-      expectSame(runs[0][id], runs[1][id].f32, "wgmma-overlap against wgmma");
-    for (int c = 0; c < 2; ++c) {
-      std::vector<exec::HostTensor> want =
-          exec::flashAttentionQKV(runs[1][qkv], H, 0.125f, c == 0);
-      expectNear(want[0], runs[1][results[2 * c]].f32, 1e-2f,
-                 "flash_attention_qkv out");
-      expectNear(want[1], runs[1][results[2 * c + 1]].f32, 1e-5f,
-                 "flash_attention_qkv lse");
-    }
+    expectForwardsGiveTheSameBits(1, 2, D, 320, HostTarget::Sm90a, "wgmma",
+                                  "wgmma-overlap", ", true>(", 41);
   }
 }
 
