@@ -30,9 +30,9 @@
 // reference's by more than 2% of the reference's largest magnitude, part by
 // part, or if anything fails.
 
+#include "nvrtc_loader.h"
+
 #include <cuda.h>
-#include <dlfcn.h>
-#include <nvrtc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,57 +83,14 @@ std::string readFile(const std::string &path) {
 /// with dlopen, as gptc's runtime does).
 std::string compileWithNvrtc(const std::string &source, const std::string &name,
                              const std::string &optionsFile) {
-  void *lib = nullptr;
-  for (const char *candidate : {"libnvrtc.so.13", "libnvrtc.so",
-                                "/usr/local/cuda/lib64/libnvrtc.so.13"})
-    if ((lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL)))
-      break;
-  if (!lib) {
-    std::fprintf(stderr, "attention_bench: no libnvrtc for %s\n", name.c_str());
-    std::exit(kExitError);
-  }
-  auto sym = [&](const char *s) {
-    void *f = dlsym(lib, s);
-    if (!f) {
-      std::fprintf(stderr, "attention_bench: libnvrtc has no %s\n", s);
-      std::exit(kExitError);
-    }
-    return f;
-  };
-  auto create = reinterpret_cast<decltype(&nvrtcCreateProgram)>(
-      sym("nvrtcCreateProgram"));
-  auto compile = reinterpret_cast<decltype(&nvrtcCompileProgram)>(
-      sym("nvrtcCompileProgram"));
-  auto logSize = reinterpret_cast<decltype(&nvrtcGetProgramLogSize)>(
-      sym("nvrtcGetProgramLogSize"));
-  auto getLog = reinterpret_cast<decltype(&nvrtcGetProgramLog)>(
-      sym("nvrtcGetProgramLog"));
-  auto cubinSize = reinterpret_cast<decltype(&nvrtcGetCUBINSize)>(
-      sym("nvrtcGetCUBINSize"));
-  auto getCubin =
-      reinterpret_cast<decltype(&nvrtcGetCUBIN)>(sym("nvrtcGetCUBIN"));
   std::vector<std::string> options;
   std::istringstream in(readFile(optionsFile));
   for (std::string o; std::getline(in, o);)
     if (!o.empty())
       options.push_back(o);
-  std::vector<const char *> argv;
-  for (const std::string &o : options)
-    argv.push_back(o.c_str());
-  nvrtcProgram prog;
-  if (create(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS) {
-    std::fprintf(stderr, "attention_bench: nvrtcCreateProgram failed\n");
-    std::exit(kExitError);
-  }
-  nvrtcResult r = compile(prog, int(argv.size()), argv.data());
-  size_t n = 0;
-  logSize(prog, &n);
-  std::string log(n, '\0');
-  getLog(prog, log.data());
-  if (r != NVRTC_SUCCESS) {
-    std::fprintf(stderr, "attention_bench: NVRTC failed on %s:\n%s\n",
-                 name.c_str(), log.c_str());
+  std::string cubin, log;
+  if (!bench::nvrtcCubin(source, name, options, cubin, log)) {
+    std::fprintf(stderr, "attention_bench: %s\n", log.c_str());
     std::exit(kExitError);
   }
   // ptxas -v: the registers and spills of the variant, for the log.
@@ -142,9 +99,6 @@ std::string compileWithNvrtc(const std::string &source, const std::string &name,
     if (line.find("registers") != std::string::npos ||
         line.find("spill") != std::string::npos)
       std::printf("  %s: %s\n", name.c_str(), line.c_str());
-  cubinSize(prog, &n);
-  std::string cubin(n, '\0');
-  getCubin(prog, cubin.data());
   return cubin;
 }
 

@@ -33,9 +33,9 @@
 // product is wrong or CUDA fails. prepare.sh builds it (host C++ on the
 // driver API, NVRTC by dlopen) and run.sh's `probe` step runs it.
 
+#include "nvrtc_loader.h"
+
 #include <cuda.h>
-#include <dlfcn.h>
-#include <nvrtc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -301,50 +301,14 @@ void check(CUresult r, const char *what) {
   fail(std::string(what) + ": " + name);
 }
 
-/// The probe kernels' cubin for sm_90a and ptxas's report (libnvrtc by
-/// dlopen, as gptc's runtime opens it).
+/// The probe kernels' cubin for sm_90a and ptxas's report.
 std::string compile(std::string &log) {
-  void *lib = nullptr;
-  for (const char *candidate : {"libnvrtc.so.13", "libnvrtc.so",
-                                "/usr/local/cuda/lib64/libnvrtc.so.13"})
-    if ((lib = dlopen(candidate, RTLD_NOW | RTLD_LOCAL)))
-      break;
-  if (!lib)
-    fail("no libnvrtc");
-  auto sym = [&](const char *s) {
-    void *f = dlsym(lib, s);
-    if (!f)
-      fail(std::string("libnvrtc has no ") + s);
-    return f;
-  };
-  auto create = reinterpret_cast<decltype(&nvrtcCreateProgram)>(
-      sym("nvrtcCreateProgram"));
-  auto compileProgram = reinterpret_cast<decltype(&nvrtcCompileProgram)>(
-      sym("nvrtcCompileProgram"));
-  auto logSize = reinterpret_cast<decltype(&nvrtcGetProgramLogSize)>(
-      sym("nvrtcGetProgramLogSize"));
-  auto getLog = reinterpret_cast<decltype(&nvrtcGetProgramLog)>(
-      sym("nvrtcGetProgramLog"));
-  auto cubinSize = reinterpret_cast<decltype(&nvrtcGetCUBINSize)>(
-      sym("nvrtcGetCUBINSize"));
-  auto getCubin =
-      reinterpret_cast<decltype(&nvrtcGetCUBIN)>(sym("nvrtcGetCUBIN"));
-  nvrtcProgram prog;
-  if (create(&prog, kSource, "wgmma_probe.cu", 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS)
-    fail("nvrtcCreateProgram failed");
-  const char *options[] = {"--gpu-architecture=sm_90a", "-std=c++17",
-                           "--ptxas-options=-v"};
-  nvrtcResult r = compileProgram(prog, 3, options);
-  size_t n = 0;
-  logSize(prog, &n);
-  log.assign(n, '\0');
-  getLog(prog, log.data());
-  if (r != NVRTC_SUCCESS)
-    fail("NVRTC failed:\n" + log);
-  cubinSize(prog, &n);
-  std::string cubin(n, '\0');
-  getCubin(prog, cubin.data());
+  std::string cubin;
+  if (!bench::nvrtcCubin(kSource, "wgmma_probe.cu",
+                         {"--gpu-architecture=sm_90a", "-std=c++17",
+                          "--ptxas-options=-v"},
+                         cubin, log))
+    fail(log);
   return cubin;
 }
 
