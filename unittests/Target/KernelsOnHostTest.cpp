@@ -1482,6 +1482,28 @@ TEST(TemplateKernelsOnHost, EveryAttentionBarrierIsNeeded) {
   }
 }
 
+// --attention-forward=mma-pipe has one barrier a key tile where the mma
+// forward has two (k copied one tile ahead of v), and one after q and the
+// first k land: T = 192, so the last block walks three key tiles, the
+// third alone after a round of two. Without either barrier a warp reads a
+// tile another thread's copies have not filled, or a copy overwrites a
+// tile another warp still reads.
+TEST(TemplateKernelsOnHost, EveryPipelinedForwardBarrierIsNeeded) {
+  Builder b;
+  rt::Program &p =
+      packedAttentionForRaces(b, HostTarget::Sm80, AttentionBackward::Split,
+                              "mma-pipe");
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    if (p.kernels[k].name.find("flash_attention_qkv_0") == std::string::npos)
+      continue;
+    EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardMmaPipelined",
+                               "__syncthreads();", "shared-memory race",
+                               HostTarget::Sm80),
+              2)
+        << p.kernels[k].name;
+  }
+}
+
 namespace {
 /// The forwards with 128 queries a block: --attention-forward=mma128 (8
 /// warps of 16 rows) and mma2 (4 warps of 32, two row tiles a warp).
