@@ -1386,8 +1386,8 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
         {g.workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
   };
   if (l.kernel == "matmul_epilogue" && level == EpilogueLevel::WithoutGelu) {
-    // The GEMM wrote the pre-activation (setEpilogue: D's pointer); one
-    // chunk of 8·256 elements a block, 4 a thread in flight.
+    // The GEMM wrote the pre-activation (setEpilogue: D's pointer); a
+    // block takes 4 chunks of 8·256 elements, a thread 4 loads in flight.
     const uint64_t pre = g.outPtr, n = uint64_t(d.numel());
     add(GemmFallback::Gelu, d.dtype,
         uint32_t(std::clamp<int64_t>(ceilDiv(d.numel(), 4 * 8 * 256), 1,
