@@ -2004,7 +2004,7 @@ void CudaBackendImpl::timeVariants() {
 
 void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
   bind();
-  const std::vector<Prepared> &pls = prepared(f);
+  prepared(f); // throws for a function the loaded program lacks
   if (end > f.launches.size() || begin > end)
     throw DeviceError("CUDA backend: launches [" + std::to_string(begin) +
                       ", " + std::to_string(end) + ") of '" + f.name +
