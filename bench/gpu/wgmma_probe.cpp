@@ -5,9 +5,11 @@
 // twin on an H100 (docs/benchmarks.md), though their SASS shows the wgmma
 // instructions back to back. This asks the tensor cores alone, with
 // nothing else in the loop: one warpgroup a block multiplies a 64 x 64
-// bf16 A by a 64 x 64 B (4 wgmma.m64n64k16, or 32 mma.m16n8k16 a warp
-// with B's fragments through ldmatrix, as gptc's kernels do) `iters`
-// times into float32, at 1, 2 and 4 blocks an SM. Variants:
+// bf16 A by a 64 x N B, N = 64 (gptc's tiles) or 128 (FlashAttention-3's
+// scores tiles): 4 wgmma.m64nNk16, or N/2 mma.m16n8k16 a warp with B's
+// fragments through ldmatrix, as gptc's kernels do; `iters` times into
+// float32, at 1, 2 and 4 blocks an SM (and how many an SM holds at once,
+// by the kernel's registers). Variants:
 //   rs-k-none    A from registers, B K-major, no swizzle (gptc's scores
 //                product: wg::CoreTile's 8 x 8 core matrices)
 //   rs-mn-none   A from registers, B N-major, no swizzle (gptc's output
@@ -29,7 +31,7 @@
 //   wgmma_probe --compile-only DIR  NVRTC only (no GPU needed): DIR/
 //                                   probe.cubin and probe.log (ptxas -v)
 //
-// Prints TFLOP/s (2·64·64·64 a block an iteration); exits non-zero if a
+// Prints TFLOP/s (2·64·N·64 a block an iteration); exits non-zero if a
 // product is wrong or CUDA fails. prepare.sh builds it (host C++ on the
 // driver API, NVRTC by dlopen) and run.sh's `probe` step runs it.
 
@@ -58,15 +60,17 @@ __device__ __forceinline__ u32 sharedAddress(const void *p) {
   return u32(__cvta_generic_to_shared(p));
 }
 
-// Byte offset of element (r, c) of a 64 x 64 bf16 tile, c the contiguous
-// index. kSw128 false: 8 x 8 core matrices of 128 contiguous bytes, the
-// one of rows [8rb, 8rb+8) and columns [8cb, 8cb+8) at (8rb + cb)·128
-// (gptc's wg::CoreTile). true: rows of 128 bytes, 16-byte chunk q of row r
-// at chunk q ^ (r % 8) (SWIZZLE_128B, the tile 1024-byte aligned).
-template <bool kSw128> __device__ __forceinline__ u32 offsetOf(int r, int c) {
+// Byte offset of element (r, c) of a bf16 tile whose rows hold kCols
+// elements, c the contiguous index. kSw128 false: 8 x 8 core matrices of
+// 128 contiguous bytes, the one of rows [8rb, 8rb+8) and columns [8cb,
+// 8cb+8) at (rb·kCols/8 + cb)·128 (gptc's wg::CoreTile). true (kCols 64):
+// rows of 128 bytes, 16-byte chunk q of row r at chunk q ^ (r % 8)
+// (SWIZZLE_128B, the tile 1024-byte aligned).
+template <bool kSw128, int kCols = 64>
+__device__ __forceinline__ u32 offsetOf(int r, int c) {
   if (kSw128)
     return r * 128 + (((c / 8) ^ (r % 8)) * 16) + (c % 8) * 2;
-  return ((r / 8) * 8 + c / 8) * 128 + (r % 8) * 16 + (c % 8) * 2;
+  return ((r / 8) * (kCols / 8) + c / 8) * 128 + (r % 8) * 16 + (c % 8) * 2;
 }
 
 __device__ __forceinline__ u64 descriptor(u32 address, u32 lbo, u32 sbo,
@@ -80,19 +84,20 @@ template <bool kSw128> __device__ __forceinline__ u64 kMajor(u32 base, int kc) {
   return kSw128 ? descriptor(base + kc * 32, 16, 1024, 1)
                 : descriptor(base + kc * 256, 128, 1024, 0);
 }
-// N-major (the tile's rows are K): gptc's wg::CoreTile::keysAlongK.
-__device__ __forceinline__ u64 nMajor(u32 base, int kc) {
-  return descriptor(base + kc * 2 * 1024, 1024, 128, 0);
+// N-major (the tile's rows are K, kN elements each): gptc's
+// wg::CoreTile::keysAlongK.
+template <int kN> __device__ __forceinline__ u64 nMajor(u32 base, int kc) {
+  return descriptor(base + kc * 2 * kN * 16, kN * 16, 128, 0);
 }
 
-__device__ __forceinline__ void pin(float (&d)[8][4]) {
+template <int kT> __device__ __forceinline__ void pin(float (&d)[kT][4]) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < kT; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       asm volatile("" : "+f"(d[i][e])::"memory");
 }
-__device__ __forceinline__ void fence(float (&d)[8][4]) {
+template <int kT> __device__ __forceinline__ void fence(float (&d)[kT][4]) {
   pin(d);
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -103,36 +108,96 @@ template <int N> __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-#define GPTC_D32(d)                                                          \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                 \
-      "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),             \
-      "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),             \
-      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),             \
-      "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),             \
-      "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),             \
-      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),             \
-      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-#define GPTC_D32_OPERANDS                                                    \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "   \
-  "%30, %31}"
-
 template <int kTransB>
 __device__ __forceinline__ void wgmmaRS(float (&d)[8][4], const u32 (&a)[4],
                                         u64 b) {
   // scale-d is a predicate: true, accumulate.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-               GPTC_D32_OPERANDS ", {%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
-               : GPTC_D32(d)
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "{%32, %33, %34, %35}, %36, p, 1, 1, %37;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                  "n"(kTransB), "r"(1));
 }
 __device__ __forceinline__ void wgmmaSS(float (&d)[8][4], u64 a, u64 b) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-               GPTC_D32_OPERANDS ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : GPTC_D32(d)
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "%32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               : "l"(a), "l"(b), "r"(1));
+}
+template <int kTransB>
+__device__ __forceinline__ void wgmmaRS(float (&d)[16][4], const u32 (&a)[4],
+                                        u64 b) {
+  // scale-d is a predicate: true, accumulate.
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %70, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+               "{%64, %65, %66, %67}, %68, p, 1, 1, %69;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                 "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                 "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+                 "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+                 "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                 "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+                 "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+                 "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                 "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
+                 "n"(kTransB), "r"(1));
+}
+__device__ __forceinline__ void wgmmaSS(float (&d)[16][4], u64 a, u64 b) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+               "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+               "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                 "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                 "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+                 "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+                 "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                 "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+                 "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+                 "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                 "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
                : "l"(a), "l"(b), "r"(1));
 }
 __device__ __forceinline__ void mma16816(float (&c)[4], const u32 (&a)[4],
@@ -152,25 +217,28 @@ __device__ __forceinline__ void ldmatrix4(u32 (&r)[4], u32 address) {
 }
 
 // kMode: 0 rs-k-none, 1 rs-mn-none, 2 rs-k-sw128, 3 ss-k-none,
-// 4 ss-k-sw128, 5 mma-sync. a and b: 64 x 64 bf16, row-major, a[m][k] and
-// b[n][k] (B's K along its rows). Block 0 writes its product to out.
-template <int kMode, bool kPipelined>
+// 4 ss-k-sw128, 5 mma-sync; kN: B's N (64 or 128). a: 64 x 64 bf16,
+// row-major a[m][k]; b: 128 x 64, b[n][k] (B's K along its rows), its
+// first kN rows used. Block 0 writes its 64 x kN product to out.
+template <int kMode, bool kPipelined, int kN>
 __device__ void probe(const u16 *a, const u16 *b, float *out, int iters) {
   constexpr bool kSw128 = kMode == 2 || kMode == 4;
   constexpr int kPad = 72; // mma-sync's rows: 64 elements and 16 bytes
-  __shared__ __align__(1024) u16 sA[64 * 64], sB[64 * kPad];
+  constexpr int kT = kN / 8; // n-tiles of 8
+  __shared__ __align__(1024) u16 sA[64 * 64], sB[kN * kPad];
   const int t = threadIdx.x, lane = t % 32, warp = t / 32, g = lane / 4,
             tq = lane % 4;
-  for (int i = t; i < 64 * 64; i += 128) {
+  for (int i = t; i < kN * 64; i += 128) {
     const int r = i / 64, c = i % 64; // b: r = n, c = k
     if (kMode == 5)
       sB[r * kPad + c] = b[i];
     else if (kMode == 1) // N-major: the tile's rows are k
-      sB[offsetOf<false>(c, r) / 2] = b[i];
+      sB[offsetOf<false, kN>(c, r) / 2] = b[i];
     else
       sB[offsetOf<kSw128>(r, c) / 2] = b[i];
-    sA[offsetOf<kSw128>(r, c) / 2] = a[i];
   }
+  for (int i = t; i < 64 * 64; i += 128)
+    sA[offsetOf<kSw128>(i / 64, i % 64) / 2] = a[i];
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncthreads();
   // This warp's 16 rows of A as mma.m16n8k16 A fragments, k-slice kc.
@@ -187,13 +255,13 @@ __device__ void probe(const u16 *a, const u16 *b, float *out, int iters) {
     af[kc][3] = pair(m + 8, k + 8);
   }
   const u32 aBase = sharedAddress(sA), bBase = sharedAddress(sB);
-  float d0[8][4] = {}, d1[8][4] = {};
-  auto batch = [&](float (&d)[8][4]) {
+  float d0[kT][4] = {}, d1[kT][4] = {};
+  auto batch = [&](float (&d)[kT][4]) {
     if (kMode == 5) {
 #pragma unroll
       for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
+        for (int np = 0; np < kT / 2; ++np) {
           // Matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7),
           // (n 8-15, k 8-15) of n-tiles 2np and 2np+1.
           const int m = lane / 8;
@@ -212,7 +280,7 @@ __device__ void probe(const u16 *a, const u16 *b, float *out, int iters) {
       if (kMode == 3 || kMode == 4)
         wgmmaSS(d, kMajor<kSw128>(aBase, kc), kMajor<kSw128>(bBase, kc));
       else if (kMode == 1)
-        wgmmaRS<1>(d, af[kc], nMajor(bBase, kc));
+        wgmmaRS<1>(d, af[kc], nMajor<kN>(bBase, kc));
       else
         wgmmaRS<0>(d, af[kc], kMajor<kSw128>(bBase, kc));
     }
@@ -243,31 +311,34 @@ __device__ void probe(const u16 *a, const u16 *b, float *out, int iters) {
   if (blockIdx.x != 0)
     return;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+  for (int nt = 0; nt < kT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int m = 16 * warp + g + 8 * (e / 2), n = 8 * nt + 2 * tq + e % 2;
-      out[m * 64 + n] = d0[nt][e] + d1[nt][e];
+      out[m * kN + n] = d0[nt][e] + d1[nt][e];
     }
 }
 
-#define GPTC_PROBE(name, mode, pipelined)                                    \
+#define GPTC_PROBE(name, mode, pipelined, n)                                 \
   extern "C" __global__ void __launch_bounds__(128)                          \
-      name(const u16 *a, const u16 *b, float *out, int iters) {              \
-    probe<mode, pipelined>(a, b, out, iters);                                \
+      name##_n##n(const u16 *a, const u16 *b, float *out, int iters) {       \
+    probe<mode, pipelined, n>(a, b, out, iters);                             \
   }
-GPTC_PROBE(rs_k_none_serial, 0, false)
-GPTC_PROBE(rs_k_none_pipelined, 0, true)
-GPTC_PROBE(rs_mn_none_serial, 1, false)
-GPTC_PROBE(rs_mn_none_pipelined, 1, true)
-GPTC_PROBE(rs_k_sw128_serial, 2, false)
-GPTC_PROBE(rs_k_sw128_pipelined, 2, true)
-GPTC_PROBE(ss_k_none_serial, 3, false)
-GPTC_PROBE(ss_k_none_pipelined, 3, true)
-GPTC_PROBE(ss_k_sw128_serial, 4, false)
-GPTC_PROBE(ss_k_sw128_pipelined, 4, true)
-GPTC_PROBE(mma_sync_serial, 5, false)
-GPTC_PROBE(mma_sync_pipelined, 5, true)
+#define GPTC_PROBES(n)                                                       \
+  GPTC_PROBE(rs_k_none_serial, 0, false, n)                                  \
+  GPTC_PROBE(rs_k_none_pipelined, 0, true, n)                                \
+  GPTC_PROBE(rs_mn_none_serial, 1, false, n)                                 \
+  GPTC_PROBE(rs_mn_none_pipelined, 1, true, n)                               \
+  GPTC_PROBE(rs_k_sw128_serial, 2, false, n)                                 \
+  GPTC_PROBE(rs_k_sw128_pipelined, 2, true, n)                               \
+  GPTC_PROBE(ss_k_none_serial, 3, false, n)                                  \
+  GPTC_PROBE(ss_k_none_pipelined, 3, true, n)                                \
+  GPTC_PROBE(ss_k_sw128_serial, 4, false, n)                                 \
+  GPTC_PROBE(ss_k_sw128_pipelined, 4, true, n)                               \
+  GPTC_PROBE(mma_sync_serial, 5, false, n)                                   \
+  GPTC_PROBE(mma_sync_pipelined, 5, true, n)
+GPTC_PROBES(64)
+GPTC_PROBES(128)
 )CUDA";
 
 struct Variant {
@@ -360,75 +431,92 @@ int main(int argc, char **argv) {
   CUmodule module;
   check(cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData");
 
-  // a[m][k] in {-1, 0, 1}, b[n][k] in {-2, ..., 2}: every product sum is an
-  // integer below 2^24 in magnitude, exact in float32 at any order.
-  std::vector<uint16_t> a(64 * 64), b(64 * 64);
-  std::vector<double> want(64 * 64, 0.0);
-  for (int r = 0; r < 64; ++r)
+  // a[m][k] in {-1, 0, 1}, b[n][k] in {-2, ..., 2} (128 rows; an n64
+  // variant takes the first 64): every product sum is an integer below
+  // 2^24 in magnitude, exact in float32 at any order.
+  std::vector<uint16_t> a(64 * 64), b(128 * 64);
+  for (int r = 0; r < 128; ++r)
     for (int c = 0; c < 64; ++c) {
-      a[r * 64 + c] = toBf16(float((r + 2 * c) % 3 - 1));
+      if (r < 64)
+        a[r * 64 + c] = toBf16(float((r + 2 * c) % 3 - 1));
       b[r * 64 + c] = toBf16(float((3 * r + c) % 5 - 2));
     }
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 64; ++n)
-      for (int k = 0; k < 64; ++k)
-        want[m * 64 + n] += double((m + 2 * k) % 3 - 1) *
-                            double((3 * n + k) % 5 - 2) * double(iters);
+  auto product = [&](int n) { // 64 x n, `iters` times
+    std::vector<double> want(size_t(64 * n), 0.0);
+    for (int m = 0; m < 64; ++m)
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < 64; ++k)
+          want[size_t(m * n + j)] += double((m + 2 * k) % 3 - 1) *
+                                     double((3 * j + k) % 5 - 2) *
+                                     double(iters);
+    return want;
+  };
   CUdeviceptr dA, dB, dOut;
   check(cuMemAlloc(&dA, a.size() * 2), "cuMemAlloc");
   check(cuMemAlloc(&dB, b.size() * 2), "cuMemAlloc");
-  check(cuMemAlloc(&dOut, 64 * 64 * 4), "cuMemAlloc");
+  check(cuMemAlloc(&dOut, 64 * 128 * 4), "cuMemAlloc");
   check(cuMemcpyHtoD(dA, a.data(), a.size() * 2), "cuMemcpyHtoD");
   check(cuMemcpyHtoD(dB, b.data(), b.size() * 2), "cuMemcpyHtoD");
   CUevent start, stop;
   check(cuEventCreate(&start, 0), "cuEventCreate");
   check(cuEventCreate(&stop, 0), "cuEventCreate");
 
-  std::printf("wgmma_probe on %s (%d SMs): 64x64x64 bf16 products into "
-              "float32, %d a block; TFLOP/s (best of 3)\n",
+  std::printf("wgmma_probe on %s (%d SMs): 64xNx64 bf16 products into "
+              "float32, %d a block; TFLOP/s (best of 3), and how many blocks "
+              "an SM holds at once\n",
               name, sms, iters);
-  std::printf("%-22s %14s %14s %14s\n", "variant", "1 block/SM",
+  std::printf("%-27s %5s %14s %14s %14s\n", "variant", "fits", "1 block/SM",
               "2 blocks/SM", "4 blocks/SM");
   int wrong = 0;
-  for (const Variant &v : kVariants) {
-    CUfunction fn;
-    check(cuModuleGetFunction(&fn, module, v.entry), v.entry);
-    std::printf("%-22s", v.label);
-    for (int perSM : {1, 2, 4}) {
-      int it = iters;
-      void *args[] = {&dA, &dB, &dOut, &it};
-      auto launch = [&] {
-        check(cuLaunchKernel(fn, unsigned(sms * perSM), 1, 1, 128, 1, 1, 0,
-                             nullptr, args, nullptr),
-              v.entry);
-      };
-      check(cuMemsetD8(dOut, 0, 64 * 64 * 4), "cuMemsetD8");
-      launch(); // warm-up, and the product checked
-      check(cuCtxSynchronize(), v.entry);
-      std::vector<float> out(64 * 64);
-      check(cuMemcpyDtoH(out.data(), dOut, out.size() * 4), "cuMemcpyDtoH");
-      int bad = 0;
-      for (size_t i = 0; i < out.size(); ++i)
-        bad += double(out[i]) != want[i];
-      float best = 1e30f;
-      for (int rep = 0; rep < 3; ++rep) {
-        check(cuEventRecord(start, nullptr), "cuEventRecord");
-        launch();
-        check(cuEventRecord(stop, nullptr), "cuEventRecord");
-        check(cuEventSynchronize(stop), "cuEventSynchronize");
-        float ms = 0;
-        check(cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
-        best = std::min(best, ms);
+  for (int n : {64, 128}) {
+    const std::vector<double> want = product(n);
+    for (const Variant &v : kVariants) {
+      const std::string entry = std::string(v.entry) + "_n" + std::to_string(n);
+      CUfunction fn;
+      check(cuModuleGetFunction(&fn, module, entry.c_str()), entry.c_str());
+      int fits = 0;
+      check(cuOccupancyMaxActiveBlocksPerMultiprocessor(&fits, fn, 128, 0),
+            entry.c_str());
+      std::printf("%-27s %5d",
+                  (std::string(v.label) + " n" + std::to_string(n)).c_str(),
+                  fits);
+      for (int perSM : {1, 2, 4}) {
+        int it = iters;
+        void *args[] = {&dA, &dB, &dOut, &it};
+        auto launch = [&] {
+          check(cuLaunchKernel(fn, unsigned(sms * perSM), 1, 1, 128, 1, 1, 0,
+                               nullptr, args, nullptr),
+                entry.c_str());
+        };
+        check(cuMemsetD8(dOut, 0, 64 * 128 * 4), "cuMemsetD8");
+        launch(); // warm-up, and the product checked
+        check(cuCtxSynchronize(), entry.c_str());
+        std::vector<float> out(size_t(64 * n));
+        check(cuMemcpyDtoH(out.data(), dOut, out.size() * 4), "cuMemcpyDtoH");
+        int bad = 0;
+        for (size_t i = 0; i < out.size(); ++i)
+          bad += double(out[i]) != want[i];
+        float best = 1e30f;
+        for (int rep = 0; rep < 3; ++rep) {
+          check(cuEventRecord(start, nullptr), "cuEventRecord");
+          launch();
+          check(cuEventRecord(stop, nullptr), "cuEventRecord");
+          check(cuEventSynchronize(stop), "cuEventSynchronize");
+          float ms = 0;
+          check(cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+          best = std::min(best, ms);
+        }
+        const double flops =
+            2.0 * 64 * n * 64 * double(iters) * sms * perSM;
+        if (bad) {
+          ++wrong;
+          std::printf(" %8.1f WRONG", flops / (best * 1e-3) / 1e12);
+        } else {
+          std::printf(" %14.1f", flops / (best * 1e-3) / 1e12);
+        }
       }
-      const double flops = 2.0 * 64 * 64 * 64 * double(iters) * sms * perSM;
-      if (bad) {
-        ++wrong;
-        std::printf(" %8.1f WRONG", flops / (best * 1e-3) / 1e12);
-      } else {
-        std::printf(" %14.1f", flops / (best * 1e-3) / 1e12);
-      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
   if (wrong)
     std::printf("%d variant runs computed a wrong product (WRONG): their "

@@ -390,6 +390,13 @@ CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a,
       *v = it->second;
   return CUDA_SUCCESS;
 }
+/// The fake runs no kernel: any function fits 4 blocks of any size an SM.
+CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks,
+                                                             CUfunction, int,
+                                                             size_t) {
+  *blocks = 4;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute a,
                                     int v) {
   if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
