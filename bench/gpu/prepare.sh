@@ -179,6 +179,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
         ("forward", "mma2", "fast", "flash_attention_qkv_0", None, None),
         ("forward", "mma-pipe", "pipe", "flash_attention_qkv_0", None, None),
+        ("forward", "mma-pipe-4", "pipe", "flash_attention_qkv_0", 4, None),
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),
