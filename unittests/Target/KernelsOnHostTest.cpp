@@ -2123,10 +2123,23 @@ TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, 32);
 }
 
-// --attention-forward=wgmma-overlap runs the wgmma forward's operations in
-// the same order, its output products later: the same bits, causal or
-// not, at D = 64 and 32, with five key tiles (each of the three V buffers
-// refilled) and two heads.
+/// Packed forward attentions over qkv [B, T, 3·H·D], causal and then not,
+/// scale 1/8: their out and lse ids appended to `results` in that order;
+/// qkv's id.
+int packedForwardsBothWays(Builder &b, int64_t B, int64_t H, int64_t D,
+                           int64_t T, std::vector<int> &results) {
+  const int64_t C = H * D;
+  const int qkv = b.buf(DType::BF16, {B, T, 3 * C});
+  for (int causal : {1, 0}) {
+    int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
+    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+    fa.ints = {{"causal", causal}, {"num_heads", H}};
+    fa.floats["scale"] = 0.125;
+    results.insert(results.end(), {o, lse});
+  }
+  return qkv;
+}
+
 // The forward's maxima are raised lazily (OnlineSoftmax): only when a
 // tile's score passes a row's maximum by more than 8 in log2 units. On
 // random data the first tile sets maxima the later ones seldom pass by
@@ -2137,15 +2150,8 @@ TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
 TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
   const int64_t B = 1, H = 2, T = 256, D = 64, C = H * D;
   Builder b;
-  int qkv = b.buf(DType::BF16, {B, T, 3 * C});
   std::vector<int> results;
-  for (int causal : {1, 0}) {
-    int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
-    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-    fa.ints = {{"causal", causal}, {"num_heads", H}};
-    fa.floats["scale"] = 0.125;
-    results.insert(results.end(), {o, lse});
-  }
+  const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
   auto growingKeys = [&](int id, std::vector<float> &x) {
     if (id != qkv)
       return;
@@ -2190,17 +2196,9 @@ void expectForwardsGiveTheSameBits(int64_t B, int64_t H, int64_t D, int64_t T,
                                    HostTarget target, const char *reference,
                                    const char *other, const char *marker,
                                    uint32_t seed) {
-  const int64_t C = H * D;
   Builder b;
-  int qkv = b.buf(DType::BF16, {B, T, 3 * C});
   std::vector<int> results;
-  for (int causal : {1, 0}) {
-    int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
-    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-    fa.ints = {{"causal", causal}, {"num_heads", H}};
-    fa.floats["scale"] = 0.125;
-    results.insert(results.end(), {o, lse});
-  }
+  const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
   std::vector<std::vector<exec::HostTensor>> runs;
   for (const char *forward : {reference, other}) {
     rt::Program p = b.p;
@@ -2240,6 +2238,10 @@ TEST(TemplateKernelsOnHost, MmaPipeForwardGivesTheMmaForwardsBits) {
     }
 }
 
+// --attention-forward=wgmma-overlap runs the wgmma forward's operations in
+// the same order, its output products later: the same bits, causal or
+// not, at D = 64 and 32, with five key tiles (each of the three V buffers
+// refilled) and two heads.
 TEST(TemplateKernelsOnHost, WgmmaOverlapForwardGivesTheWgmmaForwardsBits) {
   for (int64_t D : {64, 32}) {
     SCOPED_TRACE("D " + std::to_string(D));
