@@ -280,7 +280,12 @@ def main():
     for line in tuned.splitlines():
         if "GPTC_GEMM_TUNE:" in line:
             lines.append(line.strip())
-            summary["gemm_tuning"] = line.strip()
+            # The totals first, then one line a GEMM whose ways were timed
+            # (every way's ms, the kept one marked).
+            if "gemm_tuning" not in summary:
+                summary["gemm_tuning"] = line.strip()
+            else:
+                summary.setdefault("gemm_ways", []).append(line.strip())
     # gptc's GEMM shapes against PyTorch's products of the same layouts.
     gemms = [l.rstrip() for l in (read(os.path.join(res, "gemms.log")) or "").splitlines()
              if l.strip() and not l.startswith("==")]

@@ -154,6 +154,9 @@ using namespace cudaapi;
 //===----------------------------------------------------------------------===//
 
 constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's, per GEMM
+/// partialsScratch: GPT-2's c_fc bias gradient at B·T = 16,384 rows takes
+/// 3 MiB of partials (256 chunks of 3,072 float32).
+constexpr size_t kPartialsBytes = 8u << 20;
 /// GEMM tuning (GPTC_GEMM_TUNE): how many of the heuristic's algorithms
 /// to time. Of 8, the fastest was another than the heuristic's first for
 /// 10 of GPT-2's 16 shapes on an H100 (docs/benchmarks.md, twenty-fourth
@@ -184,6 +187,30 @@ std::string envSwitch(const char *name,
 /// A switch that is off (0, the default) or on (1).
 bool envOn(const char *name) { return envSwitch(name, {"0", "1"}) == "1"; }
 
+/// GPTC_GEMM_CHUNK_BYTES=N[,N...]: the bytes of D a loop of a row-chunked
+/// GEMM way may write (tuning times one such way a size); 0: none. Unset
+/// or empty: 12 and 24 MiB, a quarter and half of an H100's L2.
+std::vector<int64_t> envChunkBytes() {
+  const char *v = std::getenv("GPTC_GEMM_CHUNK_BYTES");
+  if (!v || !*v)
+    return {int64_t(12) << 20, int64_t(24) << 20};
+  std::vector<int64_t> sizes;
+  for (std::string_view rest = v; !rest.empty();) {
+    size_t comma = rest.find(',');
+    std::string word(rest.substr(0, comma));
+    char *end = nullptr;
+    long long n = std::strtoll(word.c_str(), &end, 10);
+    if (word.empty() || *end || n < 0)
+      throw DeviceError(std::string("GPTC_GEMM_CHUNK_BYTES=") + v +
+                        ": expected byte counts separated by commas (0: no "
+                        "row-chunked GEMMs)");
+    if (n > 0)
+      sizes.push_back(n);
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+  }
+  return sizes;
+}
+
 cudaDataType_t cudaType(DType t) {
   switch (t) {
   case DType::F32:
@@ -202,6 +229,31 @@ cudaDataType_t cudaType(DType t) {
 /// preferences).
 uint32_t alignmentOf(uint64_t x) {
   return x == 0 ? 256u : uint32_t(std::min<uint64_t>(x & (~x + 1), 256));
+}
+
+/// How many rows each partial sum of a bias gradient's column sums takes
+/// (gemmFallbackColumnPartials): 64, or more where the partials of `rows`
+/// rows would not fit the cuBLASLt workspace or a grid's y.
+int64_t partialRows(int64_t rows, int64_t cols) {
+  int64_t perChunk = 64;
+  while (((rows + perChunk - 1) / perChunk) * cols * 4 >
+             int64_t(kWorkspaceBytes) ||
+         (rows + perChunk - 1) / perChunk > 65535)
+    perChunk *= 2;
+  return perChunk;
+}
+
+/// The rows a loop of a row-chunked GEMM takes: the most, a multiple of
+/// `multiple`, that divide `rows` into two or more loops and whose
+/// `rowBytes` each come to at most `bytes`; 0 if none does.
+int64_t rowChunk(int64_t rows, int64_t rowBytes, int64_t bytes,
+                 int64_t multiple) {
+  for (int64_t r = std::min(bytes / std::max<int64_t>(rowBytes, 1), rows / 2)
+                   / multiple * multiple;
+       r >= multiple; r -= multiple)
+    if (rows % r == 0)
+      return r;
+  return 0;
 }
 
 /// A gpt.matmul ready for cuBLASLt (the mapping: GemmMapping), with its
@@ -232,8 +284,17 @@ struct GemmPlan {
     CUfunction fn = nullptr;
     uint32_t grid[2] = {1, 1};
     std::vector<uint64_t> args;
+    /// Row chunks (loops of one GEMM's rows): added to args at each loop,
+    /// the kernel launched right after that loop's GEMM, while its rows
+    /// are still in L2. Empty: launched once, after the last loop.
+    std::vector<uint64_t> loopStride;
   };
   std::vector<Followup> after;
+  /// Rows a loop when the plan runs one GEMM's rows in chunks (0: not).
+  int64_t chunkRows = 0;
+  /// A row-chunked plan whose loops' kernels run on the loop stream, each
+  /// beside the next loop's GEMM, joined back after the last.
+  bool passesBeside = false;
 };
 
 /// Keeps `text` in the cache file `path` (atomically) for later runs; a
@@ -392,6 +453,7 @@ public:
     const std::string tune = envSwitch("GPTC_GEMM_TUNE", {"1", "0", "time"});
     tuneGemms = tune != "0";
     retimeGemms = tune == "time";
+    chunkBytes = envChunkBytes();
     // GPTC_VARIANT=label[,label...]: the variants to run untimed.
     if (const char *v = std::getenv("GPTC_VARIANT"))
       for (std::string_view rest = v; !rest.empty();) {
@@ -418,7 +480,7 @@ public:
         std::fputs(profileReport(1000).c_str(), stderr);
       } catch (const DeviceError &) {
       }
-    for (CUstream s : {compute, side, copy})
+    for (CUstream s : {compute, side, copy, loopStream})
       if (s)
         cu.cuStreamSynchronize(s);
     for (auto &[key, g] : graphs)
@@ -434,7 +496,8 @@ public:
       cu.cuEventDestroy(e);
     for (CUevent e : timingPool)
       cu.cuEventDestroy(e);
-    for (CUevent e : {computeMark, copyMark, forkMark, joinMark})
+    for (CUevent e : {computeMark, copyMark, forkMark, joinMark, loopFork,
+                      loopJoin})
       if (e)
         cu.cuEventDestroy(e);
     for (CUmodule m : modules)
@@ -442,28 +505,35 @@ public:
         cu.cuModuleUnload(m);
     if (ltHandle) {
       const Lt &lt = cublasLt(); // loaded, since there is a handle
+      // A GEMM's other ways share its layouts, and tuning may have swapped
+      // a row-chunked way's in: each layout once.
+      std::set<cublasLtMatrixLayout_t> layouts(chunkLayouts.begin(),
+                                               chunkLayouts.end());
       for (GemmPlan &g : gemms) {
-        for (cublasLtMatrixLayout_t l : {g.left, g.right, g.out})
-          if (l)
-            lt.cublasLtMatrixLayoutDestroy(l);
+        layouts.insert({g.left, g.right, g.out});
         if (g.desc)
           lt.cublasLtMatmulDescDestroy(g.desc);
       }
       for (auto &[index, others] : alternatives)
-        for (GemmPlan &g : others)
+        for (GemmPlan &g : others) {
+          layouts.insert({g.left, g.right, g.out});
           if (g.desc)
             lt.cublasLtMatmulDescDestroy(g.desc);
+        }
+      for (cublasLtMatrixLayout_t l : layouts)
+        if (l)
+          lt.cublasLtMatrixLayoutDestroy(l);
       if (ltHandle)
         lt.cublasLtDestroy(ltHandle);
     }
     if (arena)
       cu.cuMemFree(arena);
-    for (CUdeviceptr w : {workspace, sideWorkspace})
+    for (CUdeviceptr w : {workspace, sideWorkspace, partialsScratch})
       if (w)
         cu.cuMemFree(w);
     if (staging)
       cu.cuMemFreeHost(staging);
-    for (CUstream s : {compute, side, copy})
+    for (CUstream s : {compute, side, copy, loopStream})
       if (s)
         cu.cuStreamDestroy(s);
     cu.cuDevicePrimaryCtxRelease(dev);
@@ -484,7 +554,8 @@ public:
   }
   int64_t bytesAllocated() const override {
     return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0) +
-           (sideWorkspace ? int64_t(kWorkspaceBytes) : 0);
+           (sideWorkspace ? int64_t(kWorkspaceBytes) : 0) +
+           (partialsScratch ? int64_t(kPartialsBytes) : 0);
   }
   bool profiling() const override { return profile; }
 
@@ -648,6 +719,20 @@ private:
   bool dgeluInCublasLt = false;   // GPTC_GEMM_DGELU=cublaslt
   bool tuneGemms = true;          // GPTC_GEMM_TUNE=1 (or time), the default
   bool retimeGemms = false;       // GPTC_GEMM_TUNE=time
+  std::vector<int64_t> chunkBytes; // GPTC_GEMM_CHUNK_BYTES
+  /// The bias gradients' partial sums for row-chunked GEMM ways (whose
+  /// next loop's GEMM may use the cuBLASLt workspace), made when the first
+  /// such way is planned; kPartialsBytes.
+  CUdeviceptr partialsScratch = 0;
+  /// The matrix layouts of row-chunked ways (one loop's rows), those of
+  /// ways not kept too; destroyed with the handle.
+  std::vector<cublasLtMatrixLayout_t> chunkLayouts;
+  /// Where a row-chunked way's loop kernels run beside the next loop's
+  /// GEMM (GemmPlan::passesBeside), at the compute stream's priority, and
+  /// the events that fork each loop there and join the last back; made
+  /// when the first such way is planned.
+  CUstream loopStream = nullptr;
+  CUevent loopFork = nullptr, loopJoin = nullptr;
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
@@ -660,13 +745,16 @@ private:
   /// between `start` and `stop` (the caller warms up first).
   double msPerRun(CUevent start, CUevent stop, int runs,
                   const std::function<void()> &launch);
-  /// One GEMM of `g` with `algo` on `stream` (all its loops; null: the
-  /// compute stream).
-  cublasStatus_t gemmOnce(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo,
-                          CUstream stream = nullptr);
-  /// The kernels planned after `g`'s GEMM, on `stream` (null: compute).
-  void launchFollowups(const GemmPlan &g, const std::string &label,
-                       CUstream stream = nullptr);
+  /// One run of `g` with `algo` on `stream` (null: the compute stream):
+  /// each of its loops' GEMMs, each followed by the kernels that take that
+  /// loop's rows, then the kernels planned after them all. A cuBLASLt
+  /// failure is returned (nothing after it runs); a kernel's, thrown.
+  cublasStatus_t runGemm(const GemmPlan &g, const cublasLtMatmulAlgo_t &algo,
+                         const std::string &label, CUstream stream = nullptr);
+  /// Followup `f` for loop `loop` (its args moved by loopStride) on
+  /// `stream`.
+  void launchFollowup(const GemmPlan::Followup &f, int loop,
+                      const std::string &label, CUstream stream);
   void zeroArenaAndUploadConstants();
   std::set<std::string> fallbackNotes; // one stderr line per kind and shape
   bool reported = false; // profileReport() was called
@@ -1179,6 +1267,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
     throw DeviceError(label + ": cuBLASLt has no algorithm for " + g.shape +
                       " (" + refused + ")");
   std::vector<GemmPlan> others;
+  std::vector<EpilogueLevel> planned = {kept}; // g's level and the others'
   if (otherWays) {
     std::string refusedBefore = refused;
     std::vector<EpilogueLevel> ways = {EpilogueLevel::Full};
@@ -1199,6 +1288,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
           lt.cublasLtMatmulDescDestroy(other.desc);
         continue;
       }
+      planned.push_back(level);
       if (level != EpilogueLevel::Full) {
         // (The profile tells the two gptc ways apart by their names.)
         planFollowups(l, map, other, label, level);
@@ -1212,6 +1302,93 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
       others.push_back(std::move(other));
     }
     refused = refusedBefore; // a refusal here is no news
+  }
+  // Row-chunked ways, also timed: where gptc's pass reads what the GEMM
+  // just wrote (BIAS's pre-activation for the GELU pass; the plain GEMM's
+  // product for GELU's derivative), the GEMM runs in loops of rows and each
+  // loop's pass right after it, so that the pass reads those rows from L2
+  // rather than DRAM. GPT-2's c_fc output (16,384 rows of 3,072 bf16,
+  // 101 MB) is twice an H100's L2; a loop of 2,048 rows is 12.6 MB. The
+  // other operand (c_fc's or c_proj's weight, 4.7 MB) is read again a
+  // loop. The bias gradient's partials sum the same chunks of rows in the
+  // same order as unchunked. Only on the compute stream (partialsScratch
+  // is one).
+  const bool biasGrad = dgelu && l.outputs.size() > 1;
+  if (otherWays && l.stream == 0 && map.loops == 1 && map.batch == 1 &&
+      !map.transRight) {
+    const int64_t rows = map.n, rowBytes = map.m * dtypeBytes(d.dtype);
+    const int64_t multiple = biasGrad ? partialRows(rows, map.m) : 64;
+    const bool partialsFit =
+        !biasGrad || (rows + multiple - 1) / multiple * map.m * 4 <=
+                         int64_t(kPartialsBytes);
+    std::set<EpilogueLevel> chunkable;
+    for (EpilogueLevel level : planned)
+      if ((geluAfterBias && level == EpilogueLevel::WithoutGelu) ||
+          (dgelu && level == EpilogueLevel::None))
+        chunkable.insert(level);
+    // (Two sizes may give the same loops.)
+    std::set<std::pair<EpilogueLevel, int64_t>> tried;
+    for (EpilogueLevel level : chunkable)
+      for (int64_t bytes : chunkBytes) {
+        const int64_t r = rowChunk(rows, rowBytes, bytes, multiple);
+        if (r == 0 || !partialsFit || !tried.insert({level, r}).second)
+          continue;
+        GemmPlan c = layouts;
+        c.chunkRows = r;
+        c.loops = int(rows / r);
+        c.rightStride = uint64_t(r * map.k * dtypeBytes(a.dtype));
+        c.outStride = uint64_t(r * rowBytes);
+        if (alignmentOf(c.rightStride) < align[1] ||
+            alignmentOf(c.outStride) < align[2])
+          continue;
+        ltCheck(lt.cublasLtMatrixLayoutCreate(&c.right, ab,
+                                              uint64_t(map.rightRows),
+                                              uint64_t(r), map.rightLd),
+                "cublasLtMatrixLayoutCreate");
+        chunkLayouts.push_back(c.right);
+        ltCheck(lt.cublasLtMatrixLayoutCreate(&c.out, db, uint64_t(map.m),
+                                              uint64_t(r), map.outLd),
+                "cublasLtMatrixLayoutCreate");
+        chunkLayouts.push_back(c.out);
+        // Each loop's kernels after its GEMM on the compute stream, or
+        // beside the next loop's GEMM (memory-bound passes under a
+        // compute-bound GEMM, and in its last wave's idle SMs).
+        for (bool beside : {false, true}) {
+          GemmPlan w = c; // (its own descriptor; the layouts shared)
+          EpilogueLevel described = level;
+          if (!describe(w, {level}, described)) {
+            if (w.desc)
+              lt.cublasLtMatmulDescDestroy(w.desc);
+            continue;
+          }
+          if (biasGrad && !partialsScratch)
+            check(cu.cuMemAlloc(&partialsScratch, kPartialsBytes),
+                  "cuMemAlloc (bias-gradient partials)");
+          if (beside && !loopStream) {
+            int greatest = 0, least = 0;
+            check(cu.cuCtxGetStreamPriorityRange(&least, &greatest),
+                  "cuCtxGetStreamPriorityRange");
+            check(cu.cuStreamCreateWithPriority(
+                      &loopStream, CU_STREAM_NON_BLOCKING, greatest),
+                  "cuStreamCreateWithPriority");
+            loopFork = newEvent(false);
+            loopJoin = newEvent(false);
+          }
+          w.passesBeside = beside;
+          planFollowups(l, map, w, label, level);
+          const std::string loops =
+              ", " + std::to_string(w.loops) + " loops of " +
+              std::to_string(r) + " rows" +
+              (beside ? ", passes beside the next GEMM" : "");
+          w.shape += (level == EpilogueLevel::WithoutGelu
+                          ? " BIAS + gptc GELU"
+                          : " + gptc epilogue") +
+                     loops;
+          w.tuneKey += loops;
+          w.way += " + gptc" + loops;
+          others.push_back(std::move(w));
+        }
+      }
   }
   if (kept != EpilogueLevel::Full) {
     planFollowups(l, map, g, label, kept);
@@ -1353,52 +1530,70 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
                                     GemmPlan &g, const std::string &label,
                                     EpilogueLevel level) {
   const Buffer &d = buffer(l.outputs[0]);
-  const int64_t cols = map.m, rows = d.numel() / cols;
+  const int64_t cols = map.m, allRows = d.numel() / cols;
+  // A row-chunked plan (g.chunkRows rows a loop): the kernels that take
+  // rows run after each loop's GEMM on its rows, their pointers moved by
+  // the loop's bytes of D (the pre-activation has D's type and layout).
+  const int64_t rows = g.chunkRows > 0 ? g.chunkRows : allRows;
+  const uint64_t step = g.chunkRows > 0 ? g.outStride : 0;
   auto ceilDiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   auto gridFor = [&](int64_t n) {
     return uint32_t(std::clamp<int64_t>(ceilDiv(n, 256), 1, 1 << 20));
   };
   auto add = [&](GemmFallback kind, DType t, uint32_t gx, uint32_t gy,
-                 std::vector<uint64_t> args) {
+                 std::vector<uint64_t> args,
+                 std::vector<uint64_t> loopStride = {}) {
     GemmPlan::Followup f;
     f.fn = fallbackKernel(kind, t, label);
     f.grid[0] = gx;
     f.grid[1] = gy;
     f.args = std::move(args);
+    f.loopStride = std::move(loopStride);
     g.after.push_back(std::move(f));
   };
-  // Column sums of x [sumRows, cols] into `out`: partial sums per chunk of
-  // rows in the cuBLASLt workspace (free again once the GEMM ran), then
-  // their sum in chunk order. With `pre` (an address, or 0), x = gelu'(pre)
-  // * x in place first, in the same pass.
+  // Column sums of x [allRows, cols] into `out`: partial sums per chunk of
+  // rows (in the cuBLASLt workspace, free again once the GEMM ran; in
+  // partialsScratch for a row-chunked plan, whose next GEMM uses the
+  // workspace), then their sum in chunk order. With `pre` (an address, or
+  // 0), x = gelu'(pre) * x in place first, in the same pass.
   auto columnSums = [&](int xId, int outId, uint64_t pre) {
     const Buffer &x = buffer(xId), &out = buffer(outId);
-    int64_t sumRows = x.numel() / cols, perChunk = 64;
-    while (ceilDiv(sumRows, perChunk) * cols * 4 > int64_t(kWorkspaceBytes) ||
-           ceilDiv(sumRows, perChunk) > 65535)
-      perChunk *= 2;
-    int64_t chunks = std::max<int64_t>(ceilDiv(sumRows, perChunk), 1);
+    // (x is D itself, or a bias gradient's b: its rows are not D's.)
+    const int64_t xRows = x.numel() / cols,
+                  rows = g.chunkRows > 0 ? g.chunkRows : xRows;
+    const int64_t perChunk = partialRows(xRows, cols);
+    const int64_t chunks = std::max<int64_t>(ceilDiv(xRows, perChunk), 1);
+    const uint64_t partials =
+        g.chunkRows > 0 ? partialsScratch : uint64_t(g.workspace);
     add(GemmFallback::ColumnPartials, x.dtype, uint32_t(ceilDiv(cols, 256)),
-        uint32_t(chunks),
-        {address(xId), pre, g.workspace, uint64_t(sumRows), uint64_t(cols),
-         uint64_t(perChunk)});
+        uint32_t(ceilDiv(rows, perChunk)),
+        {address(xId), pre, partials, uint64_t(rows), uint64_t(cols),
+         uint64_t(perChunk)},
+        g.chunkRows > 0
+            ? std::vector<uint64_t>{step, pre ? step : 0,
+                                    uint64_t(rows / perChunk * cols * 4), 0, 0,
+                                    0}
+            : std::vector<uint64_t>{});
     add(GemmFallback::ColumnSums, out.dtype, uint32_t(ceilDiv(cols, 32)), 1,
-        {g.workspace, address(outId), uint64_t(chunks), uint64_t(cols)});
+        {partials, address(outId), uint64_t(chunks), uint64_t(cols)});
   };
+  const std::vector<uint64_t> twoPointers =
+      g.chunkRows > 0 ? std::vector<uint64_t>{step, step, 0}
+                      : std::vector<uint64_t>{};
   if (l.kernel == "matmul_epilogue" && level == EpilogueLevel::WithoutGelu) {
     // The GEMM wrote the pre-activation (setEpilogue: D's pointer); a
     // block takes 4 chunks of 8·256 elements, a thread 4 loads in flight.
-    const uint64_t pre = g.outPtr, n = uint64_t(d.numel());
+    const uint64_t pre = g.outPtr, n = uint64_t(rows * cols);
     add(GemmFallback::Gelu, d.dtype,
-        uint32_t(std::clamp<int64_t>(ceilDiv(d.numel(), 4 * 8 * 256), 1,
+        uint32_t(std::clamp<int64_t>(ceilDiv(rows * cols, 4 * 8 * 256), 1,
                                      1 << 20)),
-        1, {address(l.outputs[0]), pre, n});
+        1, {address(l.outputs[0]), pre, n}, twoPointers);
   } else if (l.kernel == "matmul_epilogue") {
     auto it = l.ints.find("gelu");
     bool gelu = it != l.ints.end() && it->second != 0;
     uint64_t pre = l.outputs.size() > 1 ? address(l.outputs[1]) : 0;
-    add(GemmFallback::Bias, d.dtype, gridFor(rows * cols), 1,
-        {address(l.outputs[0]), address(l.inputs[2]), pre, uint64_t(rows),
+    add(GemmFallback::Bias, d.dtype, gridFor(allRows * cols), 1,
+        {address(l.outputs[0]), address(l.inputs[2]), pre, uint64_t(allRows),
          uint64_t(cols), uint64_t(gelu)});
   } else if (l.kernel == "matmul_gelu_grad") {
     // DEFAULT: GELU's derivative here too, with the bias gradient if any.
@@ -1406,8 +1601,8 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
     if (l.outputs.size() > 1)
       columnSums(l.outputs[0], l.outputs[1], pre);
     else if (pre)
-      add(GemmFallback::GeluGrad, d.dtype, gridFor(d.numel()), 1,
-          {address(l.outputs[0]), pre, uint64_t(d.numel())});
+      add(GemmFallback::GeluGrad, d.dtype, gridFor(rows * cols), 1,
+          {address(l.outputs[0]), pre, uint64_t(rows * cols)}, twoPointers);
   } else {
     columnSums(l.inputs[1], l.outputs[1], 0);
   }
@@ -1452,11 +1647,10 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   } else if (pl.gemm >= 0) {
     const Lt &lt = cublasLt();
     const GemmPlan &g = gemms[pl.gemm];
-    if (cublasStatus_t s = gemmOnce(g, g.algo, stream);
+    if (cublasStatus_t s = runGemm(g, g.algo, pl.label, stream);
         s != CUBLAS_STATUS_SUCCESS)
       throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
                         lt.cublasLtGetStatusName(s));
-    launchFollowups(g, pl.label, stream);
   } else {
     throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +
                       (l.loc.empty() ? "?" : l.loc) + " (" + pl.label + ")");
@@ -1468,11 +1662,16 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   }
 }
 
-cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
-                                         const cublasLtMatmulAlgo_t &algo,
-                                         CUstream stream) {
+cublasStatus_t CudaBackendImpl::runGemm(const GemmPlan &g,
+                                        const cublasLtMatmulAlgo_t &algo,
+                                        const std::string &label,
+                                        CUstream stream) {
   const Lt &lt = cublasLt();
   const float alpha = 1.0f, beta = 0.0f;
+  if (!stream)
+    stream = compute;
+  // (planGemm makes such plans only for the compute stream's launches.)
+  const CUstream loops = g.passesBeside ? loopStream : stream;
   for (int i = 0; i < g.loops; ++i) {
     auto at = [&](CUdeviceptr p, uint64_t stride) {
       return reinterpret_cast<void *>(p + stride * uint64_t(i));
@@ -1482,30 +1681,47 @@ cublasStatus_t CudaBackendImpl::gemmOnce(const GemmPlan &g,
             ltHandle, g.desc, &alpha, at(g.leftPtr, g.leftStride), g.left,
             at(g.rightPtr, g.rightStride), g.right, &beta, out, g.out, out,
             g.out, &algo, reinterpret_cast<void *>(g.workspace),
-            kWorkspaceBytes, stream ? stream : compute);
-        s != CUBLAS_STATUS_SUCCESS)
+            kWorkspaceBytes, stream);
+        s != CUBLAS_STATUS_SUCCESS) {
+      if (loops != stream && i > 0) { // (a capture must end joined)
+        check(cu.cuEventRecord(loopJoin, loops), "cuEventRecord");
+        check(cu.cuStreamWaitEvent(stream, loopJoin, 0), "cuStreamWaitEvent");
+      }
       return s;
+    }
+    if (loops != stream) { // this loop's kernels wait for its GEMM
+      check(cu.cuEventRecord(loopFork, stream), "cuEventRecord");
+      check(cu.cuStreamWaitEvent(loops, loopFork, 0), "cuStreamWaitEvent");
+    }
+    for (const GemmPlan::Followup &f : g.after)
+      if (!f.loopStride.empty())
+        launchFollowup(f, i, label, loops);
   }
+  if (loops != stream) { // the launch ends when the last loop's kernels do
+    check(cu.cuEventRecord(loopJoin, loops), "cuEventRecord");
+    check(cu.cuStreamWaitEvent(stream, loopJoin, 0), "cuStreamWaitEvent");
+  }
+  for (const GemmPlan::Followup &f : g.after)
+    if (f.loopStride.empty())
+      launchFollowup(f, 0, label, stream);
   return CUBLAS_STATUS_SUCCESS;
 }
 
-void CudaBackendImpl::launchFollowups(const GemmPlan &g,
-                                      const std::string &label,
-                                      CUstream stream) {
-  for (const GemmPlan::Followup &f : g.after) {
-    uint64_t values[8];
-    void *params[8];
-    for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
-      values[i] = f.args[i];
-      params[i] = &values[i];
-    }
-    if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1,
-                                       1, 0, stream ? stream : compute, params,
-                                       nullptr);
-        r != CUDA_SUCCESS)
-      throw DeviceError("cannot launch the epilogue fallback of " + label +
-                        ": " + cuError(cu, r));
+void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
+                                     const std::string &label,
+                                     CUstream stream) {
+  uint64_t values[8];
+  void *params[8];
+  for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
+    values[i] = f.args[i] +
+                (i < f.loopStride.size() ? f.loopStride[i] * uint64_t(loop) : 0);
+    params[i] = &values[i];
   }
+  if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1, 1,
+                                     0, stream, params, nullptr);
+      r != CUDA_SUCCESS)
+    throw DeviceError("cannot launch the epilogue fallback of " + label +
+                      ": " + cuError(cu, r));
 }
 
 // Within 2% of the largest magnitude of the own kernel's output (bf16
@@ -1589,12 +1805,10 @@ void CudaBackendImpl::tune() {
                      double &best) {
     best = -1;
     for (size_t c = 0; c < p.candidates.size(); ++c) {
-      if (gemmOnce(p, p.candidates[c]) != CUBLAS_STATUS_SUCCESS)
+      if (runGemm(p, p.candidates[c], p.tuneKey) != CUBLAS_STATUS_SUCCESS)
         continue; // (warm-up) this candidate cannot run here after all
-      launchFollowups(p, p.tuneKey);
       const double each = msPerRun(start, stop, kRuns, [&] {
-        gemmOnce(p, p.candidates[c]);
-        launchFollowups(p, p.tuneKey);
+        runGemm(p, p.candidates[c], p.tuneKey);
       });
       if (c == 0)
         first = each;
@@ -1610,6 +1824,7 @@ void CudaBackendImpl::tune() {
     int gemms = 0;
     bool kept = false; // an earlier run's choice, not timed now
     bool otherWays = false;
+    std::string timedWays; // "DEFAULT + gptc 0.271 (kept), ..." if timed
   };
   std::map<std::string, Tuned> byKey;
   const size_t ltVersion = cublasLt().cublasLtGetVersion();
@@ -1637,11 +1852,13 @@ void CudaBackendImpl::tune() {
         readyToTime();
         GemmChoice c;
         double best = -1;
+        std::vector<double> wayMs(ways.size(), -1);
         for (size_t w = 0; w < ways.size(); ++w) {
           size_t index = 0;
           double first = 0, each = 0;
           if (!fastest(*ways[w], index, first, each))
             continue;
+          wayMs[w] = each;
           if (w == 0)
             c.first = first;
           if (best < 0 || each < best) {
@@ -1656,6 +1873,18 @@ void CudaBackendImpl::tune() {
             c.first = best; // (the own plan's first candidate did not run)
           t.choice = c;
           saveGemmChoice(file, c);
+          if (t.otherWays) {
+            const std::string &own = ways[0]->tuneKey;
+            t.timedWays = own.substr(0, own.find(" -> ")) + ", ms a run:";
+            for (size_t w = 0; w < ways.size(); ++w)
+              if (wayMs[w] >= 0) {
+                char ms[32];
+                std::snprintf(ms, sizeof ms, " %.3f", wayMs[w]);
+                t.timedWays += std::string(w ? "," : "") + " " +
+                               ways[w]->way + ms +
+                               (w == c.way ? " (kept)" : "");
+              }
+          }
         }
       }
     }
@@ -1694,6 +1923,10 @@ void CudaBackendImpl::tune() {
                "%.3f ms tuned\n",
                kTuneCandidates, byKey.size(), earlier, changed, otherWay,
                otherWays, gemms.size(), first, best);
+  // Each GEMM whose ways to its epilogue were timed now: every way's best.
+  for (const auto &[key, t] : byKey)
+    if (!t.timedWays.empty())
+      std::fprintf(stderr, "gptc: GPTC_GEMM_TUNE: %s\n", t.timedWays.c_str());
 }
 
 // At load, for a program with Launch::variants (--attention-forward=auto,

@@ -1267,7 +1267,10 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
-          "(or own, or time)"}}) {
+          "(or own, or time)"},
+        {"GPTC_GEMM_CHUNK_BYTES", "12MiB",
+         "GPTC_GEMM_CHUNK_BYTES=12MiB: expected byte counts separated by "
+         "commas (0: no row-chunked GEMMs)"}}) {
     try {
       ScopedEnv env(name, value);
       createCudaBackend();
@@ -1466,6 +1469,142 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterGeluWay) {
     auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1"); // the kept choice
     ASSERT_TRUE(b);
     checkWithFallbacks(p, forwardEpilogues(p), *b);
+  }
+}
+
+/// c_fc's forward and backward at 256 rows, all bf16: GELU with its
+/// pre-activation kept, and GELU's derivative with the bias gradient
+/// (transpose_b, as c_proj's weight is read there).
+Function mlpEpilogues(Program &p) {
+  enum : int { X, W1, B1, H, PRE, DY, W2, PRE2, DP, DB };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {256, 8}, Role::Param),
+               buffer("w1", DType::BF16, {8, 16}, Role::Param),
+               buffer("b1", DType::BF16, {16}, Role::Param),
+               buffer("h", DType::BF16, {256, 16}, Role::Output),
+               buffer("pre", DType::BF16, {256, 16}, Role::Output),
+               buffer("dy", DType::BF16, {256, 8}, Role::Param),
+               buffer("w2", DType::BF16, {16, 8}, Role::Param),
+               buffer("pre2", DType::BF16, {256, 16}, Role::Param),
+               buffer("dp", DType::BF16, {256, 16}, Role::Output),
+               buffer("db", DType::BF16, {16}, Role::Output)};
+  Function f;
+  f.name = "mlp";
+  Launch gelu = launch("matmul_epilogue", {X, W1, B1}, {H, PRE});
+  gelu.ints["gelu"] = 1;
+  f.launches = {gelu,
+                launch("matmul_gelu_grad", {DY, W2, PRE2}, {DP, DB}, true)};
+  return f;
+}
+
+/// How many of `names` are `name`.
+long countOf(const std::vector<std::string> &names, const std::string &name) {
+  return std::count(names.begin(), names.end(), name);
+}
+
+/// Tuning also times row-chunked ways to the epilogues that gptc's passes
+/// finish: the GEMM in loops of rows, each loop's pass right after it
+/// (GPTC_GEMM_CHUNK_BYTES: 2,048 bytes of D a loop, 64 of the 256 rows).
+/// Where the fake makes GEMMs of all 256 rows slower, both launches take
+/// them: BIAS and gptc's GELU, then a plain GEMM and gptc's column
+/// partials, four loops each, then the partials' one sum; the results
+/// match the CPU backend. Each size is also a way with each loop's pass
+/// beside the next loop's GEMM, on the loop stream: where the fake makes
+/// kernels off the GEMM's stream faster, that way is kept, and it too
+/// gives the CPU backend's results. Where the loops' GEMMs are slower, the
+/// launches keep whole GEMMs. With GPTC_GEMM_CHUNK_BYTES=0 there are no
+/// such ways: the GELU's two ways and the derivative's three remain.
+TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto columnsMs = hook<void (*)(long long, float)>("gptcFakeGemmColumnsMs");
+  const int kBias = CUBLASLT_EPILOGUE_BIAS,
+            kDefault = CUBLASLT_EPILOGUE_DEFAULT,
+            kGeluAux = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  {
+    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
+    columnsMs(256, 0.3f);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(mlpEpilogues, "time", &names);
+    columnsMs(-1, 0.0f);
+    EXPECT_NE(err.find("(2 of the 2 with other ways to their epilogue took "
+                       "another)"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(run, (std::vector<int>{kBias, kBias, kBias, kBias, kDefault,
+                                     kDefault, kDefault, kDefault}));
+    // One line a GEMM gives each way's time; the loops' way was kept.
+    EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: matmul_gelu_grad 256x16x8 bf16 "
+                       "tB, ms a run: DEFAULT + gptc 0.120, DGELU_BGRAD "
+                       "0.120, DGELU + gptc 0.120, DEFAULT + gptc, 4 loops of "
+                       "64 rows 0.060 (kept), DEFAULT + gptc, 4 loops of 64 "
+                       "rows, passes beside the next GEMM 0.060\n"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(countOf(names, "gemm_fallback_gelu_bf16"), 4);
+    EXPECT_EQ(countOf(names, "gemm_fallback_column_partials_bf16"), 4);
+    EXPECT_EQ(countOf(names, "gemm_fallback_column_sums_bf16"), 1);
+    // Each loop's pass right after its GEMM: the passes ran after 1, 2, 3
+    // and 4 GEMMs of the launch, the column sums after all 8.
+    auto gemmsBefore = hook<int (*)(int)>("gptcFakeGemmsBeforeLaunch");
+    const int count = hook<int (*)()>("gptcFakeLaunchCount")();
+    ASSERT_EQ(names.size(), 9u);
+    std::vector<int> after;
+    for (int i = count - 9; i < count; ++i)
+      after.push_back(gemmsBefore(i) - gemmsBefore(count - 9));
+    EXPECT_EQ(after, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 7}));
+    Program p;
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1"); // the kept choice
+    ASSERT_TRUE(b);
+    const int from = hook<int (*)()>("gptcFakeGemmCount")();
+    checkWithFallbacks(p, mlpEpilogues(p), *b);
+    EXPECT_EQ(gemmEpiloguesSince(from).size(), 8u);
+  }
+  {
+    // The passes on the loop stream, each beside the next loop's GEMM:
+    // the same GEMMs and kernels, and the CPU backend's results.
+    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
+    auto besideMs = hook<void (*)(float)>("gptcFakeBesideMs");
+    columnsMs(256, 0.3f);
+    besideMs(-0.01f);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(mlpEpilogues, "time", &names);
+    columnsMs(-1, 0.0f);
+    EXPECT_NE(err.find("DEFAULT + gptc, 4 loops of 64 rows, passes beside the "
+                       "next GEMM 0.058 (kept)\n"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(run, (std::vector<int>{kBias, kBias, kBias, kBias, kDefault,
+                                     kDefault, kDefault, kDefault}));
+    EXPECT_EQ(countOf(names, "gemm_fallback_gelu_bf16"), 4);
+    EXPECT_EQ(countOf(names, "gemm_fallback_column_partials_bf16"), 4);
+    // Every stream late (its work runs only when an event wait or a
+    // synchronisation reaches it): still the CPU backend's results, so
+    // each pass waits for its loop's GEMM and the launch for every pass.
+    auto deferNew = hook<void (*)(int)>("gptcFakeDeferNewStreams");
+    deferNew(1); // (the loop stream is made at load)
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
+    if (b) {
+      Program p;
+      checkWithFallbacks(p, mlpEpilogues(p), *b);
+    }
+    deferNew(0);
+    EXPECT_TRUE(b);
+    besideMs(0.0f);
+  }
+  {
+    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
+    columnsMs(64, 0.3f);
+    auto [err, run] = loadAndRun(mlpEpilogues, "time");
+    columnsMs(-1, 0.0f);
+    EXPECT_EQ(run, (std::vector<int>{kGeluAux, kDefault})) << err;
+  }
+  {
+    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "0");
+    columnsMs(256, 0.3f);
+    auto [err, run] = loadAndRun(mlpEpilogues, "time");
+    columnsMs(-1, 0.0f);
+    EXPECT_EQ(run.size(), 2u) << err;
   }
 }
 

@@ -63,6 +63,8 @@ int argCount = 0;      // pointers each kernel launch takes (the test says)
 std::vector<int> refusedEpilogues; // the heuristic finds no algorithm
 std::vector<std::string> launchNames;
 std::vector<std::vector<uint64_t>> launchArgs;
+int gemmsExecuted = 0;               // cublasLtMatmul work run so far
+std::vector<int> launchGemmsBefore;  // gemmsExecuted as each kernel ran
 // GPTC_FAKE_FAULT=name (for programs the test runs, which cannot call the
 // hooks below): launching that kernel faults as a real one would, sticky,
 // so every later synchronisation and copy fails.
@@ -73,6 +75,7 @@ CUresult stickyFault() {
 
 std::vector<Stream *> streams; // every live one
 bool deferLowPriority = false; // gptcFakeDeferLowPriorityStreams
+bool deferNewStreams = false;  // gptcFakeDeferNewStreams
 int64_t deferredWork = 0;      // how much work waited on a deferred stream
 
 /// Runs `work` now, or records it while a stream is being captured.
@@ -116,6 +119,8 @@ void submit(std::function<void()> work, CUstream stream = nullptr) {
 extern "C" {
 int gptcFakeLaunchCount() { return int(launchNames.size()); }
 const char *gptcFakeLaunchName(int i) { return launchNames.at(i).c_str(); }
+/// How many GEMMs had run (in stream order) when kernel launch i ran.
+int gptcFakeGemmsBeforeLaunch(int i) { return launchGemmsBefore.at(i); }
 uint64_t gptcFakeLaunchArg(int i, int arg) { return launchArgs.at(i).at(arg); }
 void gptcFakeFailSync(int n) { failSyncIn = n; }
 void gptcFakeFailLaunch(int n) { failLaunchIn = n; }
@@ -123,6 +128,10 @@ void gptcFakeSetArgCount(int n) { argCount = n; }
 /// From now on (on != 0) streams created at the least priority run late:
 /// Stream. How much work they held back so far: gptcFakeDeferredWork.
 void gptcFakeDeferLowPriorityStreams(int on) { deferLowPriority = on != 0; }
+/// From now on (on != 0) every stream created runs late: its work waits
+/// until an event wait or a synchronisation reaches it, so work on two
+/// streams runs in the order the backend's events give, and only that.
+void gptcFakeDeferNewStreams(int on) { deferNewStreams = on != 0; }
 int64_t gptcFakeDeferredWork() { return deferredWork; }
 /// From now on the heuristic has no algorithm for `epilogue` (a
 /// cublasLtEpilogue_t), as a cuBLASLt without it would; -1 forgets them all.
@@ -201,12 +210,14 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *s, unsigned, int priority)
   Stream *stream = new Stream;
   streams.push_back(stream);
   stream->priority = priority;
-  stream->deferred = deferLowPriority && priority == kLeastPriority;
+  stream->deferred =
+      deferNewStreams || (deferLowPriority && priority == kLeastPriority);
   *s = reinterpret_cast<CUstream>(stream);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned) {
   streams.push_back(new Stream);
+  streams.back()->deferred = deferNewStreams;
   *s = reinterpret_cast<CUstream>(streams.back());
   return CUDA_SUCCESS;
 }
@@ -272,6 +283,24 @@ extern "C" void gptcFakeEpilogueMs(int epilogue, float ms) {
   else
     epilogueMs.push_back({epilogue, ms});
 }
+/// gptcFakeGemmColumnsMs(n, ms): GEMMs of n columns (cuBLASLt's n: gpt's
+/// rows) take ms more, so that a test can make a row-chunked way (its
+/// GEMMs have fewer) the faster; n < 0 clears.
+static int64_t lastGemmColumns = 0;
+static std::map<int64_t, float> gemmColumnsMs;
+extern "C" void gptcFakeGemmColumnsMs(long long n, float ms) {
+  if (n < 0)
+    gemmColumnsMs.clear();
+  else
+    gemmColumnsMs[n] = ms;
+}
+/// gptcFakeBesideMs(ms): timing sees ms more where a kernel ran on another
+/// stream than the last GEMM's since it (a row-chunked way's passes beside
+/// the next GEMM), so that a test can make that way the faster.
+static const void *lastGemmStream = nullptr;
+static bool besideSinceGemm = false;
+static float besideMs = 0;
+extern "C" void gptcFakeBesideMs(float ms) { besideMs = ms; }
 /// The last launch when it was a generated kernel's ("" after a GEMM):
 /// timing sees it take what gptcFakeKernelMs set for its name, if set.
 static std::string lastKernel;
@@ -291,6 +320,10 @@ CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent, CUevent) {
   for (auto [epilogue, extra] : epilogueMs)
     if (epilogue == lastEpilogue)
       *ms += extra;
+  if (auto it = gemmColumnsMs.find(lastGemmColumns); it != gemmColumnsMs.end())
+    *ms += it->second;
+  if (besideSinceGemm)
+    *ms += besideMs;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n) {
@@ -441,6 +474,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   // The backend passes device pointers only, the test says how many; the
   // GEMM-epilogue fallbacks also take sizes, and they run (below).
   std::string name = reinterpret_cast<Function *>(f)->name;
+  besideSinceGemm |= static_cast<const void *>(stream) != lastGemmStream;
   if (const char *fault = std::getenv("GPTC_FAKE_FAULT"); fault && name == fault)
     faulted = true;
   if (auto it = staticShared.find(name);
@@ -474,6 +508,7 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
       std::memcpy(reinterpret_cast<void *>(args.back()), &nan, 4);
     }
     launchNames.push_back(name);
+    launchGemmsBefore.push_back(gemmsExecuted);
     launchArgs.push_back(args);
     launchShared.push_back(shared);
   }, stream);
@@ -758,6 +793,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     size_t, cudaStream_t stream) {
   lastAlgo = algo ? int(algo->data[0]) : 0;
   lastKernel.clear();
+  lastGemmStream = stream;
+  besideSinceGemm = false;
   Desc desc = *reinterpret_cast<Desc *>(d);
   lastEpilogue = desc.epilogue;
   gemmEpilogues.push_back(desc.epilogue);
@@ -768,6 +805,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   bool ta = desc.transA == CUBLAS_OP_T, tb = desc.transB == CUBLAS_OP_T;
   int64_t m = int64_t(out.rows), n = int64_t(out.cols),
           k = int64_t(ta ? a.rows : a.cols);
+  lastGemmColumns = n;
   if (int64_t(ta ? a.cols : a.rows) != m || int64_t(tb ? b.rows : b.cols) != n ||
       int64_t(tb ? b.cols : b.rows) != k || a.batch != out.batch ||
       b.batch != out.batch)
@@ -802,6 +840,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     return CUBLAS_STATUS_NOT_SUPPORTED;
   void *biasOut = const_cast<void *>(desc.bias);
   submit([=] {
+    ++gemmsExecuted;
     std::vector<double> rowSum(size_t(m), 0.0);
     for (int32_t i = 0; i < out.batch; ++i)
       for (int64_t c = 0; c < n; ++c)

@@ -39,7 +39,16 @@
 //                      so the same bits, run to run and across a resume.
 //                      time: time again and keep the new choice. 0: the
 //                      heuristic's first choice and the default way,
-//                      untimed
+//                      untimed. Where gptc's pass reads what the GEMM
+//                      wrote (GELU after BIAS, GELU's derivative after a
+//                      plain GEMM), tuning also times that way in loops of
+//                      rows, each loop's pass right after its GEMM (or
+//                      beside the next loop's, on a stream of its own), so
+//                      that it reads the rows from L2 (one line a GEMM
+//                      gives every way's time)
+//   GPTC_GEMM_CHUNK_BYTES=N[,N...]  the bytes of D a loop of such a
+//                      row-chunked way may write, one way a size (default
+//                      12 and 24 MiB); 0: no row-chunked ways
 //
 // A program whose launches carry variants (rt::Launch::variants: gptc
 // compile --attention-forward=auto or --attention-backward=auto, and the
