@@ -6,49 +6,42 @@
 #
 #   run(command="bash bench/gpu/run.sh", carry=["bench/gpu/out"], timeout_s=600)
 #
-# Steps (each under its own time limit; a failing step does not stop the
-# rest): nvidia-smi; --check-kernels on gpt2-tiny fp32 and bf16 and on
-# one layer of GPT-2's widths (every launch on the GPU against the CPU
-# backend; also with --attention-backward=atomic, with
-# --attention-forward=mma128 and --attention-backward=atomic128 (T=256),
-# and on sm_90a with the forward attention on warpgroup MMA); the
-# attention kernels alone (attention_bench: the forwards and the
-# backwards timed, each one's results against the default's); 10 steps of
-# gpt2-tiny
-# on cuda and on cpu with the same seed and data, losses compared; GPT-2
-# 124M bf16 timed, then profiled (GPTC_PROFILE=1); the PyTorch yardstick
-# bench/gpu/torch_gpt2.py with the same B and T, and its kernels by kind
-# beside gptc's profile (GEMMs, attention, optimizer, the rest); GPT-2 124M
-# compiled with --overlap-weight-grads (the weight gradients' GEMMs on a
-# second stream); each GEMM
-# shape of gptc's profile timed in PyTorch with the same operand layouts
-# (bench/gpu/torch_gemms.py); GPT-2 124M
-# with --attention-forward=mma2 and --attention-backward=atomic128 (the
-# candidates for the defaults), timed and profiled; GPT-2 124M compiled with
-# --attention-backward=atomic (dq summed by atomics, against the default's
-# dq blocks); then --check-kernels of
-# gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for a
-# refused cuBLASLt epilogue) and with GPTC_GEMM_DGELU=cublaslt (GELU's
-# derivative in cuBLASLt's epilogue rather than gptc's column-sums pass);
-# GPT-2 124M with GPTC_GEMM_DGELU=cublaslt (what that choice gains or
-# costs); Nsight Compute on one launch each of the attention kernels, the
-# DGELU pass and the gradient norm, and of the mma2 forward and the
-# atomic128 backward; then, with
-# what time is left, GPT-2 124M again with GPTC_GEMM_TUNE=0 (cuBLASLt's
-# first choice for every GEMM, untimed, against the default, which times
-# the algorithms and epilogue ways at load and keeps the fastest). On request only: GPT-2 124M
+# Steps, in this order (each under its own time limit; a failing step
+# does not stop the rest; what the budget does not reach is skipped):
+# nvidia-smi; the wgmma probe (the tensor cores alone, by operand layout);
+# --check-kernels on gpt2-tiny fp32 and bf16 and on one layer of GPT-2's
+# widths (every launch on the GPU against the CPU backend, with each
+# attention algorithm: atomic, mma128/atomic128 (T=256), mma2, mma-pipe,
+# the warpgroup-MMA ones on sm_90a, auto) and at C=1280 (capped and
+# uncapped layernorm gradients); the attention kernels alone
+# (attention_bench: the forwards and the backwards timed, each one's
+# results against the default's); GPT-2 124M bf16 timed, then profiled
+# (GPTC_PROFILE=1; its log's GPTC_GEMM_TUNE lines give every GEMM
+# epilogue way's time, the row-chunked ones included); the PyTorch
+# yardstick bench/gpu/torch_gpt2.py with the same B and T, and its kernels
+# by kind beside gptc's profile (GEMMs, attention, optimizer, the rest);
+# GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
+# GEMMs on a second stream); each GEMM shape of gptc's profile timed in
+# PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
+# steps of gpt2-tiny on cuda and on cpu with the same seed and data,
+# losses compared; Nsight Compute on one launch each of the default
+# attention kernels, the GELU and DGELU passes and the gradient norm, then
+# of the warpgroup-MMA forward and backward, then of the mma2 forward and
+# the atomic128 backward; GPT-2 124M with --attention-forward=auto
+# --attention-backward=auto (every attention algorithm timed at load, the
+# fastest run), and that program with GPTC_VARIANT naming one algorithm a
+# direction (wide: mma2,atomic128; wgmma; atomic); --check-kernels of
+# gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for
+# a refused cuBLASLt epilogue) and with GPTC_GEMM_DGELU=cublaslt; GPT-2
+# 124M with GPTC_GEMM_DGELU=cublaslt; GPT-2 medium and large (their
+# layernorm gradients' uncapped twins timed at load); then GPT-2 124M
+# again with GPTC_GEMM_TUNE=0 (cuBLASLt's first choice for every GEMM,
+# untimed, against the default, which times the algorithms and epilogue
+# ways at load and keeps the fastest). On request only: GPT-2 124M
 # compiled with --recompute=gelu,layernorm (the time the smaller arena
-# costs). GPT-2 124M with --attention-backward=wgmma is timed by default
-# (the wgmma step), and so is GPT-2 124M with --attention-forward=auto
-# --attention-backward=auto (the auto step: every attention algorithm
-# timed at load, the fastest run; also checked at GPT-2's widths); the
-# wide, wgmma and atomic steps run that program with GPTC_VARIANT naming
-# one algorithm a direction. The large step times GPT-2 medium and large
-# (their layernorm gradients' uncapped twins timed at load), and the check
-# step checks those twins at C=1280. Peak memory
-# for gptc and PyTorch comes
-# from nvidia-smi samples, so the two are measured alike. Prints one summary
-# table last; results go to $OUT (the device tool's) or bench/gpu/results.
+# costs). Peak memory for gptc and PyTorch comes from nvidia-smi samples,
+# so the two are measured alike. Prints one summary table last; results go
+# to $OUT (the device tool's) or bench/gpu/results.
 #
 #   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
@@ -175,15 +168,6 @@ if want attn && [[ -x $bundle/attention/attention_bench ]]; then
   step 120 attention "$bundle/attention/attention_bench" "$bundle/attention" 20
 fi
 
-if want tiny; then
-  for prec in fp32 bf16; do
-    for device in cuda cpu; do
-      step 60 tiny-$prec-$device "${lib[@]}" "$P/tiny-$prec" \
-        --device=$device --data="$data" --steps=10 --seed=1
-    done
-  done
-fi
-
 if want gpt2; then
   step 150 gpt2-bf16 "${lib[@]}" "$P/gpt2-bf16" --device=cuda \
     --data="$data" --steps=30 --seed=1
@@ -210,6 +194,57 @@ fi
 if want gemms && [[ -f $logs/gpt2-bf16-profile.log ]]; then
   step 60 gemms python3 "$root/bench/gpu/torch_gemms.py" \
     "$logs/gpt2-bf16-profile.log"
+fi
+
+# (After the timings: the training loop against the CPU's has held since
+# the twelfth session, and the budget may run out before the later steps.)
+if want tiny; then
+  for prec in fp32 bf16; do
+    for device in cuda cpu; do
+      step 60 tiny-$prec-$device "${lib[@]}" "$P/tiny-$prec" \
+        --device=$device --data="$data" --steps=10 --seed=1
+    done
+  done
+fi
+
+# Nsight Compute on one launch of each kernel the last changes aimed at
+# (ncu.log in the archive): where the attention backward's warps stall,
+# its occupancy, and what the DGELU pass and the forward reach.
+if want ncu; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [[ -n $ncu_bin ]]; then
+    # Beside speed of light, occupancy and stalls: which pipes are busy
+    # (tensor, FMA, MUFU), the instruction mix, issue slots, and the
+    # sampled stalls by SASS line (the attention kernels' open question:
+    # latency or a pipe).
+    ncu_sections=(--section SpeedOfLight --section Occupancy
+      --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
+      --section ComputeWorkloadAnalysis --section InstructionStats
+      --section SchedulerStats --section SourceCounters)
+    # --kernel-id context:stream:name:invocation, the first of each name.
+    GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
+      --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|gemm_fallback_gelu_bf16|multi_tensor_reduce_0)$':1 \
+      "${ncu_sections[@]}" \
+      "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
+    # The warpgroup-MMA forward and backward (the auto program's fourth
+    # kernels of each direction), slower than mma.sync in every run so far
+    # for no known reason: where their warps stall.
+    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && GPTC_VARIANT=wgmma,wgmma \
+      GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_3$':1 \
+        "${ncu_sections[@]}" \
+        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
+    # The candidates for the defaults: the mma2 forward and the atomic128
+    # backward.
+    # (In the auto program they are the third of each direction's kernels.)
+    [[ -f $P/gpt2-bf16-auto ]] && GPTC_VARIANT=mma2,atomic128 \
+      GPTC_CUDA_GRAPH=0 step 90 ncu-wide "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_2$':1 \
+        "${ncu_sections[@]}" \
+        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
+  else
+    echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
+  fi
 fi
 
 # Every attention algorithm timed at load, the fastest run (auto): its
@@ -252,46 +287,6 @@ fi
 if want dgelu; then
   GPTC_GEMM_DGELU=cublaslt step 90 gpt2-bf16-dgelu "${lib[@]}" "$P/gpt2-bf16" \
     --device=cuda --data="$data" --steps=15 --seed=1
-fi
-
-# Nsight Compute on one launch of each kernel the last changes aimed at
-# (ncu.log in the archive): where the attention backward's warps stall,
-# its occupancy, and what the DGELU pass and the forward reach.
-if want ncu; then
-  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-  if [[ -n $ncu_bin ]]; then
-    # Beside speed of light, occupancy and stalls: which pipes are busy
-    # (tensor, FMA, MUFU), the instruction mix, issue slots, and the
-    # sampled stalls by SASS line (the attention kernels' open question:
-    # latency or a pipe).
-    ncu_sections=(--section SpeedOfLight --section Occupancy
-      --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
-      --section ComputeWorkloadAnalysis --section InstructionStats
-      --section SchedulerStats --section SourceCounters)
-    # --kernel-id context:stream:name:invocation, the first of each name.
-    GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|gemm_fallback_gelu_bf16|multi_tensor_reduce_0)$':1 \
-      "${ncu_sections[@]}" \
-      "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
-    # The candidates for the defaults: the mma2 forward and the atomic128
-    # backward.
-    # (In the auto program they are the third of each direction's kernels.)
-    [[ -f $P/gpt2-bf16-auto ]] && GPTC_VARIANT=mma2,atomic128 \
-      GPTC_CUDA_GRAPH=0 step 90 ncu-wide "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_2$':1 \
-        "${ncu_sections[@]}" \
-        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
-    # The warpgroup-MMA forward and backward (the auto program's fourth
-    # kernels of each direction), slower than mma.sync in every run so far
-    # for no known reason: where their warps stall.
-    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && GPTC_VARIANT=wgmma,wgmma \
-      GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_3$':1 \
-        "${ncu_sections[@]}" \
-        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
-  else
-    echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
-  fi
 fi
 
 # GPT-2 medium (B=16) and large (B=8): their layernorm gradients spill

@@ -189,11 +189,13 @@ bool envOn(const char *name) { return envSwitch(name, {"0", "1"}) == "1"; }
 
 /// GPTC_GEMM_CHUNK_BYTES=N[,N...]: the bytes of D a loop of a row-chunked
 /// GEMM way may write (tuning times one such way a size); 0: none. Unset
-/// or empty: 12 and 24 MiB, a quarter and half of an H100's L2.
+/// or empty: 6, 12 and 24 MiB, an eighth, a quarter and half of an H100's
+/// L2 (more loops leave more of a loop's GEMM's last wave to the passes
+/// beside it).
 std::vector<int64_t> envChunkBytes() {
   const char *v = std::getenv("GPTC_GEMM_CHUNK_BYTES");
   if (!v || !*v)
-    return {int64_t(12) << 20, int64_t(24) << 20};
+    return {int64_t(6) << 20, int64_t(12) << 20, int64_t(24) << 20};
   std::vector<int64_t> sizes;
   for (std::string_view rest = v; !rest.empty();) {
     size_t comma = rest.find(',');

@@ -1521,6 +1521,16 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
   const int kBias = CUBLASLT_EPILOGUE_BIAS,
             kDefault = CUBLASLT_EPILOGUE_DEFAULT,
             kGeluAux = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  // Both launches ran in four loops: BIAS and gptc's GELU pass, then a
+  // plain GEMM and gptc's column partials, then the partials' one sum.
+  auto expectLoops = [&](const std::vector<int> &run,
+                         const std::vector<std::string> &names) {
+    EXPECT_EQ(run, (std::vector<int>{kBias, kBias, kBias, kBias, kDefault,
+                                     kDefault, kDefault, kDefault}));
+    EXPECT_EQ(countOf(names, "gemm_fallback_gelu_bf16"), 4);
+    EXPECT_EQ(countOf(names, "gemm_fallback_column_partials_bf16"), 4);
+    EXPECT_EQ(countOf(names, "gemm_fallback_column_sums_bf16"), 1);
+  };
   {
     ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
     columnsMs(256, 0.3f);
@@ -1531,8 +1541,7 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
                        "another)"),
               std::string::npos)
         << err;
-    EXPECT_EQ(run, (std::vector<int>{kBias, kBias, kBias, kBias, kDefault,
-                                     kDefault, kDefault, kDefault}));
+    expectLoops(run, names);
     // One line a GEMM gives each way's time; the loops' way was kept.
     EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: matmul_gelu_grad 256x16x8 bf16 "
                        "tB, ms a run: DEFAULT + gptc 0.120, DGELU_BGRAD "
@@ -1541,9 +1550,6 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
                        "rows, passes beside the next GEMM 0.060\n"),
               std::string::npos)
         << err;
-    EXPECT_EQ(countOf(names, "gemm_fallback_gelu_bf16"), 4);
-    EXPECT_EQ(countOf(names, "gemm_fallback_column_partials_bf16"), 4);
-    EXPECT_EQ(countOf(names, "gemm_fallback_column_sums_bf16"), 1);
     // Each loop's pass right after its GEMM: the passes ran after 1, 2, 3
     // and 4 GEMMs of the launch, the column sums after all 8.
     auto gemmsBefore = hook<int (*)(int)>("gptcFakeGemmsBeforeLaunch");
@@ -1574,10 +1580,7 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
                        "next GEMM 0.058 (kept)\n"),
               std::string::npos)
         << err;
-    EXPECT_EQ(run, (std::vector<int>{kBias, kBias, kBias, kBias, kDefault,
-                                     kDefault, kDefault, kDefault}));
-    EXPECT_EQ(countOf(names, "gemm_fallback_gelu_bf16"), 4);
-    EXPECT_EQ(countOf(names, "gemm_fallback_column_partials_bf16"), 4);
+    expectLoops(run, names);
     // Every stream late (its work runs only when an event wait or a
     // synchronisation reaches it): still the CPU backend's results, so
     // each pass waits for its loop's GEMM and the launch for every pass.

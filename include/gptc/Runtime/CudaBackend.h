@@ -47,8 +47,9 @@
 //                      that it reads the rows from L2 (one line a GEMM
 //                      gives every way's time)
 //   GPTC_GEMM_CHUNK_BYTES=N[,N...]  the bytes of D a loop of such a
-//                      row-chunked way may write, one way a size (default
-//                      12 and 24 MiB); 0: no row-chunked ways
+//                      row-chunked way may write, two ways a size (the
+//                      passes after each GEMM, or beside the next; default
+//                      6, 12 and 24 MiB); 0: no row-chunked ways
 //
 // A program whose launches carry variants (rt::Launch::variants: gptc
 // compile --attention-forward=auto or --attention-backward=auto, and the
