@@ -250,9 +250,9 @@ int64_t partialRows(int64_t rows, int64_t cols) {
 /// `rowBytes` each come to at most `bytes`; 0 if none does.
 int64_t rowChunk(int64_t rows, int64_t rowBytes, int64_t bytes,
                  int64_t multiple) {
-  for (int64_t r = std::min(bytes / std::max<int64_t>(rowBytes, 1), rows / 2)
-                   / multiple * multiple;
-       r >= multiple; r -= multiple)
+  const int64_t most =
+      std::min(bytes / std::max<int64_t>(rowBytes, 1), rows / 2);
+  for (int64_t r = most / multiple * multiple; r >= multiple; r -= multiple)
     if (rows % r == 0)
       return r;
   return 0;
@@ -687,6 +687,19 @@ private:
   std::string setEpilogue(const Launch &l, const GemmMapping &map,
                           GemmPlan &g, const std::string &label,
                           EpilogueLevel level);
+  /// Row-chunked ways to l's epilogue at each of `levels` (each gptc's
+  /// pass over what the GEMM wrote): for each GPTC_GEMM_CHUNK_BYTES size,
+  /// the GEMM in loops of rows (copies of `layouts`, a loop's own matrix
+  /// layouts), each loop's kernels after its GEMM or beside the next
+  /// one's; appended to `others`. describeAt gives a plan its descriptor
+  /// and algorithms at a level (planGemm's), false if cuBLASLt has none.
+  void planRowLoops(const Launch &l, const GemmMapping &map,
+                    const GemmPlan &layouts,
+                    const std::vector<EpilogueLevel> &levels,
+                    const uint32_t (&align)[3], const std::string &label,
+                    const std::function<bool(GemmPlan &, EpilogueLevel)>
+                        &describeAt,
+                    std::vector<GemmPlan> &others);
   /// The kernels after a GEMM planned at `level` < Full.
   void planFollowups(const Launch &l, const GemmMapping &map, GemmPlan &g,
                      const std::string &label, EpilogueLevel level);
@@ -1305,92 +1318,28 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
     }
     refused = refusedBefore; // a refusal here is no news
   }
-  // Row-chunked ways, also timed: where gptc's pass reads what the GEMM
-  // just wrote (BIAS's pre-activation for the GELU pass; the plain GEMM's
-  // product for GELU's derivative), the GEMM runs in loops of rows and each
-  // loop's pass right after it, so that the pass reads those rows from L2
-  // rather than DRAM. GPT-2's c_fc output (16,384 rows of 3,072 bf16,
-  // 101 MB) is twice an H100's L2; a loop of 2,048 rows is 12.6 MB. The
-  // other operand (c_fc's or c_proj's weight, 4.7 MB) is read again a
-  // loop. The bias gradient's partials sum the same chunks of rows in the
-  // same order as unchunked. Only on the compute stream (partialsScratch
-  // is one).
-  const bool biasGrad = dgelu && l.outputs.size() > 1;
+  // Row-chunked ways (planRowLoops), also timed, where gptc's pass reads
+  // what the GEMM just wrote: BIAS's pre-activation for the GELU pass, the
+  // plain GEMM's product for GELU's derivative. Only on the compute stream
+  // (partialsScratch is one).
   if (otherWays && l.stream == 0 && map.loops == 1 && map.batch == 1 &&
       !map.transRight) {
-    const int64_t rows = map.n, rowBytes = map.m * dtypeBytes(d.dtype);
-    const int64_t multiple = biasGrad ? partialRows(rows, map.m) : 64;
-    const bool partialsFit =
-        !biasGrad || (rows + multiple - 1) / multiple * map.m * 4 <=
-                         int64_t(kPartialsBytes);
-    std::set<EpilogueLevel> chunkable;
+    std::vector<EpilogueLevel> chunkable;
     for (EpilogueLevel level : planned)
-      if ((geluAfterBias && level == EpilogueLevel::WithoutGelu) ||
-          (dgelu && level == EpilogueLevel::None))
-        chunkable.insert(level);
-    // (Two sizes may give the same loops.)
-    std::set<std::pair<EpilogueLevel, int64_t>> tried;
-    for (EpilogueLevel level : chunkable)
-      for (int64_t bytes : chunkBytes) {
-        const int64_t r = rowChunk(rows, rowBytes, bytes, multiple);
-        if (r == 0 || !partialsFit || !tried.insert({level, r}).second)
-          continue;
-        GemmPlan c = layouts;
-        c.chunkRows = r;
-        c.loops = int(rows / r);
-        c.rightStride = uint64_t(r * map.k * dtypeBytes(a.dtype));
-        c.outStride = uint64_t(r * rowBytes);
-        if (alignmentOf(c.rightStride) < align[1] ||
-            alignmentOf(c.outStride) < align[2])
-          continue;
-        ltCheck(lt.cublasLtMatrixLayoutCreate(&c.right, ab,
-                                              uint64_t(map.rightRows),
-                                              uint64_t(r), map.rightLd),
-                "cublasLtMatrixLayoutCreate");
-        chunkLayouts.push_back(c.right);
-        ltCheck(lt.cublasLtMatrixLayoutCreate(&c.out, db, uint64_t(map.m),
-                                              uint64_t(r), map.outLd),
-                "cublasLtMatrixLayoutCreate");
-        chunkLayouts.push_back(c.out);
-        // Each loop's kernels after its GEMM on the compute stream, or
-        // beside the next loop's GEMM (memory-bound passes under a
-        // compute-bound GEMM, and in its last wave's idle SMs).
-        for (bool beside : {false, true}) {
-          GemmPlan w = c; // (its own descriptor; the layouts shared)
+      if (((geluAfterBias && level == EpilogueLevel::WithoutGelu) ||
+           (dgelu && level == EpilogueLevel::None)) &&
+          std::find(chunkable.begin(), chunkable.end(), level) ==
+              chunkable.end())
+        chunkable.push_back(level);
+    const std::string refusedBefore = refused; // (no news here either)
+    planRowLoops(
+        l, map, layouts, chunkable, align, label,
+        [&](GemmPlan &p, EpilogueLevel level) {
           EpilogueLevel described = level;
-          if (!describe(w, {level}, described)) {
-            if (w.desc)
-              lt.cublasLtMatmulDescDestroy(w.desc);
-            continue;
-          }
-          if (biasGrad && !partialsScratch)
-            check(cu.cuMemAlloc(&partialsScratch, kPartialsBytes),
-                  "cuMemAlloc (bias-gradient partials)");
-          if (beside && !loopStream) {
-            int greatest = 0, least = 0;
-            check(cu.cuCtxGetStreamPriorityRange(&least, &greatest),
-                  "cuCtxGetStreamPriorityRange");
-            check(cu.cuStreamCreateWithPriority(
-                      &loopStream, CU_STREAM_NON_BLOCKING, greatest),
-                  "cuStreamCreateWithPriority");
-            loopFork = newEvent(false);
-            loopJoin = newEvent(false);
-          }
-          w.passesBeside = beside;
-          planFollowups(l, map, w, label, level);
-          const std::string loops =
-              ", " + std::to_string(w.loops) + " loops of " +
-              std::to_string(r) + " rows" +
-              (beside ? ", passes beside the next GEMM" : "");
-          w.shape += (level == EpilogueLevel::WithoutGelu
-                          ? " BIAS + gptc GELU"
-                          : " + gptc epilogue") +
-                     loops;
-          w.tuneKey += loops;
-          w.way += " + gptc" + loops;
-          others.push_back(std::move(w));
-        }
-      }
+          return describe(p, {level}, described);
+        },
+        others);
+    refused = refusedBefore;
   }
   if (kept != EpilogueLevel::Full) {
     planFollowups(l, map, g, label, kept);
@@ -1407,6 +1356,92 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   if (!others.empty())
     alternatives.emplace(int(gemms.size() - 1), std::move(others));
   return int(gemms.size() - 1);
+}
+
+void CudaBackendImpl::planRowLoops(
+    const Launch &l, const GemmMapping &map, const GemmPlan &layouts,
+    const std::vector<EpilogueLevel> &levels, const uint32_t (&align)[3],
+    const std::string &label,
+    const std::function<bool(GemmPlan &, EpilogueLevel)> &describeAt,
+    std::vector<GemmPlan> &others) {
+  // GPT-2's c_fc output (16,384 rows of 3,072 bf16, 101 MB) is twice an
+  // H100's L2: written whole, it is read back from DRAM by the pass. A
+  // loop of 2,048 rows is 12.6 MB, read from L2; the other operand (c_fc's
+  // or c_proj's weight, 4.7 MB) is read again a loop. The bias gradient's
+  // partials sum the same chunks of rows in the same order as unchunked.
+  const Lt &lt = cublasLt();
+  auto ltCheck = [&](cublasStatus_t s, const char *what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError(label + ": " + what + " failed: " +
+                        lt.cublasLtGetStatusName(s));
+  };
+  const Buffer &a = buffer(l.inputs[0]), &d = buffer(l.outputs[0]);
+  const bool biasGrad = l.kernel == "matmul_gelu_grad" && l.outputs.size() > 1;
+  const int64_t rows = map.n, rowBytes = map.m * dtypeBytes(d.dtype);
+  const int64_t multiple = biasGrad ? partialRows(rows, map.m) : 64;
+  if (biasGrad && (rows + multiple - 1) / multiple * map.m * 4 >
+                      int64_t(kPartialsBytes))
+    return;
+  std::set<int64_t> sizes; // (two byte counts may give the same loops)
+  for (int64_t bytes : chunkBytes)
+    if (int64_t r = rowChunk(rows, rowBytes, bytes, multiple); r > 0)
+      sizes.insert(r);
+  for (EpilogueLevel level : levels)
+    for (int64_t r : sizes) {
+      GemmPlan c = layouts;
+      c.chunkRows = r;
+      c.loops = int(rows / r);
+      c.rightStride = uint64_t(r * map.k * dtypeBytes(a.dtype));
+      c.outStride = uint64_t(r * rowBytes);
+      if (alignmentOf(c.rightStride) < align[1] ||
+          alignmentOf(c.outStride) < align[2])
+        continue;
+      ltCheck(lt.cublasLtMatrixLayoutCreate(&c.right, cudaType(a.dtype),
+                                            uint64_t(map.rightRows),
+                                            uint64_t(r), map.rightLd),
+              "cublasLtMatrixLayoutCreate");
+      chunkLayouts.push_back(c.right);
+      ltCheck(lt.cublasLtMatrixLayoutCreate(&c.out, cudaType(d.dtype),
+                                            uint64_t(map.m), uint64_t(r),
+                                            map.outLd),
+              "cublasLtMatrixLayoutCreate");
+      chunkLayouts.push_back(c.out);
+      // Each loop's kernels after its GEMM on the compute stream, or beside
+      // the next loop's GEMM (memory-bound passes under a compute-bound
+      // GEMM, and in its last wave's idle SMs).
+      for (bool beside : {false, true}) {
+        GemmPlan w = c; // (its own descriptor; the layouts shared)
+        if (!describeAt(w, level)) {
+          if (w.desc)
+            lt.cublasLtMatmulDescDestroy(w.desc);
+          continue;
+        }
+        if (biasGrad && !partialsScratch)
+          check(cu.cuMemAlloc(&partialsScratch, kPartialsBytes),
+                "cuMemAlloc (bias-gradient partials)");
+        if (beside && !loopStream) {
+          int greatest = 0, least = 0;
+          check(cu.cuCtxGetStreamPriorityRange(&least, &greatest),
+                "cuCtxGetStreamPriorityRange");
+          check(cu.cuStreamCreateWithPriority(&loopStream,
+                                              CU_STREAM_NON_BLOCKING, greatest),
+                "cuStreamCreateWithPriority");
+          loopFork = newEvent(false);
+          loopJoin = newEvent(false);
+        }
+        w.passesBeside = beside;
+        planFollowups(l, map, w, label, level);
+        const std::string loops =
+            ", " + std::to_string(w.loops) + " loops of " + std::to_string(r) +
+            " rows" + (beside ? ", passes beside the next GEMM" : "");
+        w.shape += (level == EpilogueLevel::WithoutGelu ? " BIAS + gptc GELU"
+                                                        : " + gptc epilogue") +
+                   loops;
+        w.tuneKey += loops;
+        w.way += " + gptc" + loops;
+        others.push_back(std::move(w));
+      }
+    }
 }
 
 std::string CudaBackendImpl::setEpilogue(const Launch &l,
@@ -1715,8 +1750,8 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
   uint64_t values[8];
   void *params[8];
   for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
-    values[i] = f.args[i] +
-                (i < f.loopStride.size() ? f.loopStride[i] * uint64_t(loop) : 0);
+    const uint64_t stride = i < f.loopStride.size() ? f.loopStride[i] : 0;
+    values[i] = f.args[i] + stride * uint64_t(loop);
     params[i] = &values[i];
   }
   if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1, 1,
