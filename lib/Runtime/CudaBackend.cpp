@@ -188,7 +188,7 @@ std::string envSwitch(const char *name,
 bool envOn(const char *name) { return envSwitch(name, {"0", "1"}) == "1"; }
 
 /// GPTC_GEMM_CHUNK_BYTES=N[,N...]: the bytes of D a loop of a row-chunked
-/// GEMM way may write (tuning times one such way a size); 0: none. Unset
+/// GEMM way may write (tuning times two such ways a size); 0: none. Unset
 /// or empty: 6, 12 and 24 MiB, an eighth, a quarter and half of an H100's
 /// L2 (more loops leave more of a loop's GEMM's last wave to the passes
 /// beside it).
