@@ -753,6 +753,8 @@ private:
   void timeVariants();
   /// Why a variant's results (each output's bytes) are not the launch's
   /// own kernel's, or "" if they agree.
+  /// Each output of `l`, as the last run left it.
+  std::vector<std::vector<uint8_t>> launchResults(const Launch &l);
   std::string resultsDiffer(const Launch &l,
                             const std::vector<std::vector<uint8_t>> &own,
                             const std::vector<std::vector<uint8_t>> &other);
@@ -1761,6 +1763,16 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
                       ": " + cuError(cu, r));
 }
 
+std::vector<std::vector<uint8_t>>
+CudaBackendImpl::launchResults(const Launch &l) {
+  std::vector<std::vector<uint8_t>> out;
+  for (int id : l.outputs) {
+    out.emplace_back(size_t(buffer(id).bytes()));
+    download(id, out.back().data());
+  }
+  return out;
+}
+
 // Within 2% of the largest magnitude of the own kernel's output (bf16
 // results, and float32 sums in another order), and finite where it is.
 std::string
@@ -1807,6 +1819,36 @@ double CudaBackendImpl::msPerRun(CUevent start, CUevent stop, int runs,
   float ms = 0;
   check(cu.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
   return double(ms) / runs;
+}
+
+/// The bytes of a buffer of `n` elements of `t` that candidates are timed
+/// and compared on: finite values of magnitude in [2^-7, 1) and either
+/// sign, bits drawn from a generator seeded by `seed` (the same every run);
+/// integers (token ids) 0, an index every table has.
+std::vector<uint8_t> trialOperands(DType t, int64_t n, uint64_t seed) {
+  std::vector<uint8_t> bytes(size_t(n * dtypeBytes(t)), 0);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next = [&] { // xorshift64*
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return uint32_t((x * 0x2545f4914f6cdd1dull) >> 32);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t r = next(), sign = r >> 31, exponent = r >> 28 & 7;
+    if (t == DType::F32) {
+      // Exponent 120..126 (of bias 127): [2^-7, 1).
+      uint32_t bits = sign << 31 | (120 + exponent % 7) << 23 | (r & 0x7fffff);
+      std::memcpy(&bytes[size_t(i) * 4], &bits, 4);
+    } else if (t == DType::BF16 || t == DType::F16) {
+      const uint16_t bits =
+          t == DType::BF16
+              ? uint16_t(sign << 15 | (120 + exponent % 7) << 7 | (r & 0x7f))
+              : uint16_t(sign << 15 | (8 + exponent % 7) << 10 | (r & 0x3ff));
+      std::memcpy(&bytes[size_t(i) * 2], &bits, 2);
+    }
+  }
+  return bytes;
 }
 
 // GEMM tuning (GPTC_GEMM_TUNE, on by default), at load: every GEMM of the
@@ -1865,6 +1907,11 @@ void CudaBackendImpl::tune() {
   };
   std::map<std::string, Tuned> byKey;
   const size_t ltVersion = cublasLt().cublasLtGetVersion();
+  std::map<int, const Launch *> launchOf; // a launch each GEMM plan runs
+  for (const Function &f : prog->functions)
+    for (size_t i = 0; i < f.launches.size(); ++i)
+      if (int gemm = launches[&f][i].gemm; gemm >= 0)
+        launchOf.emplace(gemm, &f.launches[i]);
   for (size_t i = 0; i < gemms.size(); ++i) {
     GemmPlan &g = gemms[i];
     // The ways to this GEMM's epilogue: its own plan first.
@@ -1890,18 +1937,62 @@ void CudaBackendImpl::tune() {
         GemmChoice c;
         double best = -1;
         std::vector<double> wayMs(ways.size(), -1);
+        std::vector<size_t> wayIndex(ways.size(), 0);
         for (size_t w = 0; w < ways.size(); ++w) {
           size_t index = 0;
           double first = 0, each = 0;
           if (!fastest(*ways[w], index, first, each))
             continue;
           wayMs[w] = each;
+          wayIndex[w] = index;
           if (w == 0)
             c.first = first;
           if (best < 0 || each < best) {
             best = each;
             c.way = w;
             c.index = index;
+          }
+        }
+        // Another way is kept only if it computes what the GEMM's own plan
+        // does, on varied operands (trialOperands; the timing's constant
+        // ones would hide a way that reads the wrong rows): a way wrong on
+        // this GPU must not win by being fast. Else the next fastest.
+        std::vector<std::string> notUsed(ways.size());
+        auto it = launchOf.find(int(i));
+        if (best >= 0 && c.way != 0 && wayMs[0] >= 0 &&
+            it != launchOf.end()) {
+          const Launch &l = *it->second;
+          for (int in : l.inputs)
+            upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(),
+                                     uint64_t(in))
+                           .data());
+          auto runWay = [&](size_t w) {
+            if (runGemm(*ways[w], ways[w]->candidates[wayIndex[w]],
+                        ways[w]->tuneKey) != CUBLAS_STATUS_SUCCESS)
+              return std::vector<std::vector<uint8_t>>();
+            return launchResults(l);
+          };
+          const auto own = runWay(0);
+          std::vector<size_t> byTime;
+          for (size_t w = 0; w < ways.size(); ++w)
+            if (wayMs[w] >= 0)
+              byTime.push_back(w);
+          std::stable_sort(byTime.begin(), byTime.end(),
+                           [&](size_t x, size_t y) {
+                             return wayMs[x] < wayMs[y];
+                           });
+          for (size_t w : byTime) {
+            std::string differs = "it did not run";
+            if (w != 0 && !own.empty())
+              if (const auto mine = runWay(w); !mine.empty())
+                differs = resultsDiffer(l, own, mine);
+            if (w == 0 || differs.empty()) {
+              c.way = w;
+              c.index = wayIndex[w];
+              best = wayMs[w];
+              break;
+            }
+            notUsed[w] = differs;
           }
         }
         if (best >= 0) { // (else nothing ran: the heuristic's first)
@@ -1919,7 +2010,10 @@ void CudaBackendImpl::tune() {
                 std::snprintf(ms, sizeof ms, " %.3f", wayMs[w]);
                 t.timedWays += std::string(w ? "," : "") + " " +
                                ways[w]->way + ms +
-                               (w == c.way ? " (kept)" : "");
+                               (w == c.way ? " (kept)" : "") +
+                               (notUsed[w].empty()
+                                    ? ""
+                                    : " (" + notUsed[w] + ": not used)");
               }
           }
         }
@@ -2049,35 +2143,6 @@ void saveVariantChoice(const std::string &path, const std::string &label,
   keepInCache(path, label + "\n" + times + "\n");
 }
 
-/// The bytes of a buffer of `n` elements of `t` that candidates are timed
-/// and compared on: finite values of magnitude in [2^-7, 1) and either
-/// sign, bits drawn from a generator seeded by `seed` (the same every run);
-/// integers (token ids) 0, an index every table has.
-std::vector<uint8_t> trialOperands(DType t, int64_t n, uint64_t seed) {
-  std::vector<uint8_t> bytes(size_t(n * dtypeBytes(t)), 0);
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-  auto next = [&] { // xorshift64*
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    return uint32_t((x * 0x2545f4914f6cdd1dull) >> 32);
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t r = next(), sign = r >> 31, exponent = r >> 28 & 7;
-    if (t == DType::F32) {
-      // Exponent 120..126 (of bias 127): [2^-7, 1).
-      uint32_t bits = sign << 31 | (120 + exponent % 7) << 23 | (r & 0x7fffff);
-      std::memcpy(&bytes[size_t(i) * 4], &bits, 4);
-    } else if (t == DType::BF16 || t == DType::F16) {
-      const uint16_t bits =
-          t == DType::BF16
-              ? uint16_t(sign << 15 | (120 + exponent % 7) << 7 | (r & 0x7f))
-              : uint16_t(sign << 15 | (8 + exponent % 7) << 10 | (r & 0x3ff));
-      std::memcpy(&bytes[size_t(i) * 2], &bits, 2);
-    }
-  }
-  return bytes;
-}
 
 } // namespace
 
@@ -2134,15 +2199,6 @@ void CudaBackendImpl::timeVariants() {
             (c == 0 && forced == kOwnKernels))
           return int(c);
     return -1;
-  };
-  // A candidate's results: each output's bytes, as the last run left them.
-  auto results = [&](const Launch &l) {
-    std::vector<std::vector<uint8_t>> out;
-    for (int id : l.outputs) {
-      out.emplace_back(size_t(buffer(id).bytes()));
-      download(id, out.back().data());
-    }
-    return out;
   };
   // The inputs a launch writes over (in place: the cross entropy's
   // gradient over the logits), as they were before its first run: each
@@ -2213,7 +2269,7 @@ void CudaBackendImpl::timeVariants() {
           for (const auto &[in, bytes] : clobbered)
             upload(in, bytes.data());
           enqueue(l, trial, false); // warm-up, and the results compared
-          std::vector<std::vector<uint8_t>> mine = results(l);
+          std::vector<std::vector<uint8_t>> mine = launchResults(l);
           const double each = msPerRun(start, stop, kRuns,
                                        [&] { enqueue(l, trial, false); });
           char line[160];

@@ -1511,7 +1511,9 @@ long countOf(const std::vector<std::string> &names, const std::string &name) {
 /// match the CPU backend. Each size is also a way with each loop's pass
 /// beside the next loop's GEMM, on the loop stream: where the fake makes
 /// kernels off the GEMM's stream faster, that way is kept, and it too
-/// gives the CPU backend's results. Where the loops' GEMMs are slower, the
+/// gives the CPU backend's results. Where the loops' GEMMs are faster but
+/// wrong, tuning sees their results differ and keeps a way that agrees.
+/// Where the loops' GEMMs are slower, the
 /// launches keep whole GEMMs. With GPTC_GEMM_CHUNK_BYTES=0 there are no
 /// such ways: the GELU's two ways and the derivative's three remain.
 TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
@@ -1594,6 +1596,33 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
     deferNew(0);
     EXPECT_TRUE(b);
     besideMs(0.0f);
+  }
+  {
+    // The loops' GEMMs faster but wrong (twice the product): their ways
+    // are timed, found to differ from the GEMM's own plan on varied
+    // operands and not used; the fastest way that agrees is kept, and the
+    // results match the CPU backend.
+    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
+    auto wrongColumns = hook<void (*)(long long)>("gptcFakeWrongColumns");
+    columnsMs(256, 0.3f);
+    wrongColumns(64);
+    auto [err, run] = loadAndRun(mlpEpilogues, "time");
+    columnsMs(-1, 0.0f);
+    EXPECT_EQ(run.size(), 2u) << err;
+    EXPECT_NE(err.find("DEFAULT + gptc, 4 loops of 64 rows 0.060 (result 0 "
+                       "off by"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("not used)"), std::string::npos) << err;
+    EXPECT_NE(err.find("(0 of the 2 with other ways to their epilogue took "
+                       "another)"),
+              std::string::npos)
+        << err;
+    Program p;
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
+    ASSERT_TRUE(b);
+    checkWithFallbacks(p, mlpEpilogues(p), *b);
+    wrongColumns(-1);
   }
   {
     ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");

@@ -294,6 +294,10 @@ extern "C" void gptcFakeGemmColumnsMs(long long n, float ms) {
   else
     gemmColumnsMs[n] = ms;
 }
+/// gptcFakeWrongColumns(n): GEMMs of n columns compute twice the product
+/// (a way wrong on some GPU); n < 0: none.
+static int64_t wrongColumns = -1;
+extern "C" void gptcFakeWrongColumns(long long n) { wrongColumns = n; }
 /// gptcFakeBesideMs(ms): timing sees ms more where a kernel ran on another
 /// stream than the last GEMM's since it (a row-chunked way's passes beside
 /// the next GEMM), so that a test can make that way the faster.
@@ -802,6 +806,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
          out = *reinterpret_cast<Layout *>(ld);
   float al = *static_cast<const float *>(alpha),
         be = *static_cast<const float *>(beta);
+  if (int64_t(ld ? reinterpret_cast<Layout *>(ld)->cols : 0) == wrongColumns)
+    al *= 2.0f;
   bool ta = desc.transA == CUBLAS_OP_T, tb = desc.transB == CUBLAS_OP_T;
   int64_t m = int64_t(out.rows), n = int64_t(out.cols),
           k = int64_t(ta ? a.rows : a.cols);

@@ -31,8 +31,9 @@
 //                      derivative's or a bias gradient's epilogue can also
 //                      run in part or whole as gptc's kernels after the
 //                      GEMM (GELU_AUX_BIAS as BIAS and gptc's GELU), time each
-//                      way and keep the fastest (one stderr line gives the
-//                      counts and both totals). The choice is kept in the
+//                      way and keep the fastest whose results agree with
+//                      the GEMM's own plan's on varied operands (one stderr
+//                      line gives the counts and both totals). The choice is kept in the
 //                      kernel cache directory (kernelCacheDir()/gemms, one
 //                      file a GEMM shape on a kind of GPU and cuBLASLt),
 //                      and later runs take it untimed: the same algorithms,
