@@ -147,7 +147,8 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # 32 bytes spilled on sm_90a) and the backward at 4 (128 registers, 40
 # bytes spilled), where fewer instructions may buy occupancy; and the
 # wgmma forward with k's tiles 128-byte swizzled (swizzled_keys.py:
-# "wgmma-sw", the layout wgmma_probe's rs-k-sw128 times alone). The
+# "wgmma-sw", the layout wgmma_probe's rs-k-sw128 times alone), and with
+# v's too ("wgmma-sw2"). The
 # bench compiles sources with the GPU machine's NVRTC and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
@@ -188,6 +189,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-sw", "wgmmaf", "flash_attention_qkv_0", None, "swizzled"),
+        ("forward", "wgmma-sw2", "wgmmaf", "flash_attention_qkv_0", None, "swizzled+v"),
         ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),
         ("forward", "mma-f9f9cef", "split", "flash_attention_qkv_0", None, "f9f9cef"),
         ("forward", "mma-5", "split", "flash_attention_qkv_0", 5, None),
@@ -222,8 +224,8 @@ for role, name, dump, entry, bounds, old in (
             was = re.findall(r"__launch_bounds__\(128, \d+\)", source)
             assert len(was) == 1, f"{entry}: no __launch_bounds__(128, n)"
             source = source.replace(was[0], f"__launch_bounds__(128, {bounds})")
-        if old == "swizzled":
-            source = swizzled_keys(source)
+        if old in ("swizzled", "swizzled+v"):
+            source = swizzled_keys(source, values=old == "swizzled+v")
         elif old:
             source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)

@@ -13,9 +13,11 @@ alone; this makes the whole forward kernel with the swizzled one, so the
 same GPU run says what it is worth there (attention_bench's "wgmma-sw",
 checked against the default forward's out and lse).
 
-  swizzled_keys.py IN.cu OUT.cu
+  swizzled_keys.py [--values] IN.cu OUT.cu
 
-IN is a dumped flash_attention_qkv kernel compiled with
+--values swizzles v's tiles too, read N-major by the output product (at
+D = 64 one swizzle atom spans N; 1,024 bytes a group of 8 keys along K):
+attention_bench's "wgmma-sw2". IN is a dumped flash_attention_qkv kernel compiled with
 --attention-forward=wgmma at D=64 (gptc compile --dump-kernels). v's tiles
 and every other kernel are left as they are. Exits non-zero, naming what it
 did not find, on any other source.
@@ -53,6 +55,12 @@ template <int D> struct SwizzledKeys {
                            1024) |
            (1ull << 62);
   }
+  /// B = rows [16kc, 16kc + 16) as K, the columns as N (N-major: one
+  /// swizzle atom across N at D = 64, 1,024 bytes a group of 8 rows).
+  __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
+    return wgmmaDescriptor(sharedAddress(data) + kc * 2048, 16, 1024) |
+           (1ull << 62);
+  }
 };
 '''
 
@@ -78,7 +86,14 @@ REPLACEMENTS = [
 ]
 
 
-def swizzled_keys(source):
+# --values: v's tiles too (read N-major by the output product).
+VALUES = ("  __shared__ wg::CoreTile<D> sQ, sV[2];\n"
+          "  __shared__ wg::SwizzledKeys<D> sK[2];\n",
+          "  __shared__ wg::CoreTile<D> sQ;\n"
+          "  __shared__ wg::SwizzledKeys<D> sK[2], sV[2];\n")
+
+
+def swizzled_keys(source, values=False):
     # The kernel itself (after the embedded headers) must call the wgmma
     # forward at D=64: not the overlapping one, nor another kernel that
     # embeds attention.cuh.
@@ -100,17 +115,24 @@ def swizzled_keys(source):
         if at < 0:
             raise ValueError(f"no {old.strip()!r} after {after.strip()!r}")
         source = source[:at] + new + source[at + len(old):]
+    if values:
+        if source.count(VALUES[0]) != 1:
+            raise ValueError("no wgmma forward tiles to swizzle v's in")
+        source = source.replace(VALUES[0], VALUES[1])
     return source
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: swizzled_keys.py IN.cu OUT.cu")
+    args = sys.argv[1:]
+    values = args[:1] == ["--values"]
+    args = args[1:] if values else args
+    if len(args) != 2:
+        sys.exit("usage: swizzled_keys.py [--values] IN.cu OUT.cu")
     try:
-        out = swizzled_keys(open(sys.argv[1]).read())
+        out = swizzled_keys(open(args[0]).read(), values)
     except (OSError, ValueError) as e:
-        sys.exit(f"swizzled_keys.py: {sys.argv[1]}: {e}")
-    open(sys.argv[2], "w").write(out)
+        sys.exit(f"swizzled_keys.py: {args[0]}: {e}")
+    open(args[1], "w").write(out)
 
 
 if __name__ == "__main__":
