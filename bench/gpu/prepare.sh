@@ -129,18 +129,10 @@ compile gpt2-medium-bf16 gpt2-medium bf16 "$batch" "$seq"
 compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 
 # The attention kernels alone (attention_bench.cpp): the GPT-2 programs'
-# own cubins, both forwards, the row-dot pre-pass and the backwards (split,
-# atomic, and atomic with 128 keys a block of 8 warps), with
-# each launch's geometry from the manifests; then both backwards at 2
-# blocks an SM rather than 3 (their sources with __launch_bounds__(128, 2)),
-# and both as they were before the pre-pass (the same sources with
-# attention.cuh of ff2b93d, which computed each query tile's Σ dout·out
-# from an out tile in every block), and the atomic one as b678291 had it
-# (kᵀ's fragments held in registers, its query-tile halves a loop); and
-# the default forward, the split and the atomic128 backwards as 085e28f
-# had them, taking their blocks head by head (the grid (blocks a head,
-# heads)) rather than longest first in groups of heads (blockWork); and
-# the default forward and backward as f9f9cef had them, before the
+# own cubins, the forwards, the row-dot pre-pass and the backwards (split,
+# atomic, and atomic with 128 keys a block of 8 warps), with each launch's
+# geometry from the manifests; then the
+# default forward and backward as f9f9cef had them, before the
 # twenty-fifth session's instruction counts (B fragments in register
 # pairs, the scale in the exponential's fma, unrolled tile copies); and,
 # with those counts, the default forward at 5 blocks an SM (96 registers,
@@ -148,15 +140,17 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # bytes spilled), where fewer instructions may buy occupancy; and the
 # wgmma forward with k's tiles 128-byte swizzled (swizzled_keys.py:
 # "wgmma-sw", the layout wgmma_probe's rs-k-sw128 times alone), and with
-# v's too ("wgmma-sw2"). The
-# bench compiles sources with the GPU machine's NVRTC and gptc's options.
+# v's too ("wgmma-sw2"). (The backwards at 2 blocks an SM and the
+# baselines of ff2b93d, b678291 and 085e28f, timed on an H100 in the
+# twenty-fourth session, are no longer built: each source costs the bench
+# an NVRTC compile.) The bench compiles sources
+# with the GPU machine's NVRTC and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-for commit in ff2b93d b678291 085e28f f9f9cef; do
-  git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
-    > "$tmp/attention-$commit.cuh"
-done
+commit=f9f9cef
+git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
+  > "$tmp/attention-$commit.cuh"
 python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" \
   "$root/bench/gpu" <<'PY'
 import json, os, re, shutil, sys
@@ -171,14 +165,7 @@ def baseline(source, entry, commit):
     # The launch gives today's dynamic shared bytes, at least the old ones.
     source = re.sub(r"static_assert\(sizeof\(AtomicBackwardShared<\d+>\) == \d+,"
                     r"[^;]*;", "", source)
-    if commit == "ff2b93d":
-        # The old kernels took out (in1) where the new ones take delta (in4).
-        call = ", in2, in3, in4, out0,"
-        assert source.count(call) == 1, f"{entry}: no {call}"
-        source = source.replace(call, ", in1, in2, in3, out0,")
     return source
-# The baselines older than blockWork: their grids are (blocks a head, heads).
-HEAD_BY_HEAD = ("ff2b93d", "b678291", "085e28f")
 lines = []
 for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
@@ -190,7 +177,6 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-sw", "wgmmaf", "flash_attention_qkv_0", None, "swizzled"),
         ("forward", "wgmma-sw2", "wgmmaf", "flash_attention_qkv_0", None, "swizzled+v"),
-        ("forward", "mma-heads", "split", "flash_attention_qkv_0", None, "085e28f"),
         ("forward", "mma-f9f9cef", "split", "flash_attention_qkv_0", None, "f9f9cef"),
         ("forward", "mma-5", "split", "flash_attention_qkv_0", 5, None),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
@@ -200,14 +186,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
-        ("backward", "split-2", "split", "flash_attention_qkv_grad_0", 2, None),
-        ("backward", "atomic-2", "atomic", "flash_attention_qkv_grad_0", 2, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
-        ("backward", "split-before", "split", "flash_attention_qkv_grad_0", None, "ff2b93d"),
-        ("backward", "atomic-before", "atomic", "flash_attention_qkv_grad_0", None, "ff2b93d"),
-        ("backward", "atomic-ktreg", "atomic", "flash_attention_qkv_grad_0", None, "b678291"),
-        ("backward", "split-heads", "split", "flash_attention_qkv_grad_0", None, "085e28f"),
-        ("backward", "atomic128-heads", "atomic128", "flash_attention_qkv_grad_0", None, "085e28f"),
         ("backward", "split-f9f9cef", "split", "flash_attention_qkv_grad_0", None, "f9f9cef")):
     if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
         continue  # the wgmma kernels: sm_90a only
@@ -230,10 +209,6 @@ for role, name, dump, entry, bounds, old in (
             source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)
     grid = l["grid"]
-    if old in HEAD_BY_HEAD:
-        # Before blockWork: (blocks a head, heads), today's (heads of a
-        # group, blocks a head, groups).
-        grid = [grid[1], grid[0] * grid[2], 1]
     lines.append(f"{role} {name} {file} {entry} {grid[0]} {grid[1]} "
                  f"{grid[2]} {l['block'][0]} {l['dynamic_shared_bytes']}")
 open(f"{att}/kernels.txt", "w").write("\n".join(lines) + "\n")
