@@ -1523,10 +1523,28 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
   const int kBias = CUBLASLT_EPILOGUE_BIAS,
             kDefault = CUBLASLT_EPILOGUE_DEFAULT,
             kGeluAux = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
+  // mlpEpilogues loaded with tuning timed afresh, the fake's GEMMs of
+  // `slowColumns` columns 0.3 ms slower (256: whole, 64: a loop's), then
+  // run: stderr, each GEMM's epilogue, the kernels launched.
+  std::vector<std::string> names;
+  auto timed = [&](long long slowColumns) {
+    columnsMs(slowColumns, 0.3f);
+    names.clear();
+    auto result = loadAndRun(mlpEpilogues, "time", &names);
+    columnsMs(-1, 0.0f);
+    return result;
+  };
+  // The kept choice, loaded again, against the CPU backend.
+  auto checkKept = [&] {
+    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
+    ASSERT_TRUE(b);
+    Program p;
+    checkWithFallbacks(p, mlpEpilogues(p), *b);
+  };
   // Both launches ran in four loops: BIAS and gptc's GELU pass, then a
   // plain GEMM and gptc's column partials, then the partials' one sum.
-  auto expectLoops = [&](const std::vector<int> &run,
-                         const std::vector<std::string> &names) {
+  auto expectLoops = [&](const std::vector<int> &run) {
     EXPECT_EQ(run, (std::vector<int>{kBias, kBias, kBias, kBias, kDefault,
                                      kDefault, kDefault, kDefault}));
     EXPECT_EQ(countOf(names, "gemm_fallback_gelu_bf16"), 4);
@@ -1534,16 +1552,12 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
     EXPECT_EQ(countOf(names, "gemm_fallback_column_sums_bf16"), 1);
   };
   {
-    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
-    columnsMs(256, 0.3f);
-    std::vector<std::string> names;
-    auto [err, run] = loadAndRun(mlpEpilogues, "time", &names);
-    columnsMs(-1, 0.0f);
+    auto [err, run] = timed(256);
     EXPECT_NE(err.find("(2 of the 2 with other ways to their epilogue took "
                        "another)"),
               std::string::npos)
         << err;
-    expectLoops(run, names);
+    expectLoops(run);
     // One line a GEMM gives each way's time; the loops' way was kept.
     EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: matmul_gelu_grad 256x16x8 bf16 "
                        "tB, ms a run: DEFAULT + gptc 0.120, DGELU_BGRAD "
@@ -1561,40 +1575,28 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
     for (int i = count - 9; i < count; ++i)
       after.push_back(gemmsBefore(i) - gemmsBefore(count - 9));
     EXPECT_EQ(after, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 7}));
-    Program p;
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1"); // the kept choice
-    ASSERT_TRUE(b);
     const int from = hook<int (*)()>("gptcFakeGemmCount")();
-    checkWithFallbacks(p, mlpEpilogues(p), *b);
+    checkKept();
     EXPECT_EQ(gemmEpiloguesSince(from).size(), 8u);
   }
   {
     // The passes on the loop stream, each beside the next loop's GEMM:
     // the same GEMMs and kernels, and the CPU backend's results.
-    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
     auto besideMs = hook<void (*)(float)>("gptcFakeBesideMs");
-    columnsMs(256, 0.3f);
     besideMs(-0.01f);
-    std::vector<std::string> names;
-    auto [err, run] = loadAndRun(mlpEpilogues, "time", &names);
-    columnsMs(-1, 0.0f);
+    auto [err, run] = timed(256);
     EXPECT_NE(err.find("DEFAULT + gptc, 4 loops of 64 rows, passes beside the "
                        "next GEMM 0.058 (kept)\n"),
               std::string::npos)
         << err;
-    expectLoops(run, names);
+    expectLoops(run);
     // Every stream late (its work runs only when an event wait or a
     // synchronisation reaches it): still the CPU backend's results, so
     // each pass waits for its loop's GEMM and the launch for every pass.
     auto deferNew = hook<void (*)(int)>("gptcFakeDeferNewStreams");
     deferNew(1); // (the loop stream is made at load)
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
-    if (b) {
-      Program p;
-      checkWithFallbacks(p, mlpEpilogues(p), *b);
-    }
+    checkKept();
     deferNew(0);
-    EXPECT_TRUE(b);
     besideMs(0.0f);
   }
   {
@@ -1602,12 +1604,9 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
     // are timed, found to differ from the GEMM's own plan on varied
     // operands and not used; the fastest way that agrees is kept, and the
     // results match the CPU backend.
-    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
     auto wrongColumns = hook<void (*)(long long)>("gptcFakeWrongColumns");
-    columnsMs(256, 0.3f);
     wrongColumns(64);
-    auto [err, run] = loadAndRun(mlpEpilogues, "time");
-    columnsMs(-1, 0.0f);
+    auto [err, run] = timed(256);
     EXPECT_EQ(run.size(), 2u) << err;
     EXPECT_NE(err.find("DEFAULT + gptc, 4 loops of 64 rows 0.060 (result 0 "
                        "off by"),
@@ -1618,24 +1617,16 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
                        "another)"),
               std::string::npos)
         << err;
-    Program p;
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
-    ASSERT_TRUE(b);
-    checkWithFallbacks(p, mlpEpilogues(p), *b);
+    checkKept();
     wrongColumns(-1);
   }
   {
-    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "2048");
-    columnsMs(64, 0.3f);
-    auto [err, run] = loadAndRun(mlpEpilogues, "time");
-    columnsMs(-1, 0.0f);
+    auto [err, run] = timed(64);
     EXPECT_EQ(run, (std::vector<int>{kGeluAux, kDefault})) << err;
   }
   {
-    ScopedEnv chunks("GPTC_GEMM_CHUNK_BYTES", "0");
-    columnsMs(256, 0.3f);
-    auto [err, run] = loadAndRun(mlpEpilogues, "time");
-    columnsMs(-1, 0.0f);
+    ScopedEnv none("GPTC_GEMM_CHUNK_BYTES", "0");
+    auto [err, run] = timed(256);
     EXPECT_EQ(run.size(), 2u) << err;
   }
 }
