@@ -137,26 +137,22 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # pairs, the scale in the exponential's fma, unrolled tile copies); and,
 # with those counts, the default forward at 5 blocks an SM (96 registers,
 # 32 bytes spilled on sm_90a) and the backward at 4 (128 registers, 40
-# bytes spilled), where fewer instructions may buy occupancy; and the
-# wgmma forward with k's tiles 128-byte swizzled (swizzled_keys.py:
-# "wgmma-sw", the layout wgmma_probe's rs-k-sw128 times alone), and with
-# v's too ("wgmma-sw2"). (The backwards at 2 blocks an SM and the
-# baselines of ff2b93d, b678291 and 085e28f, timed on an H100 in the
-# twenty-fourth session, are no longer built: each source costs the bench
-# an NVRTC compile.) The bench compiles sources
-# with the GPU machine's NVRTC and gptc's options.
+# bytes spilled), where fewer instructions may buy occupancy. (The wgmma
+# forwards' k and v tiles are 128-byte swizzled since the twenty-seventh
+# session, whose bench timed that as "wgmma-sw2". The backwards at 2
+# blocks an SM and the baselines of ff2b93d, b678291 and 085e28f, timed on
+# an H100 in the twenty-fourth session, are no longer built: each source
+# costs the bench an NVRTC compile.) The bench compiles sources with the
+# GPU machine's NVRTC and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
 commit=f9f9cef
 git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
   > "$tmp/attention-$commit.cuh"
-python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" \
-  "$root/bench/gpu" <<'PY'
+python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" <<'PY'
 import json, os, re, shutil, sys
 tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
-sys.path.insert(0, sys.argv[4])
-from swizzled_keys import swizzled_keys
 now = open(cuh).read()
 def baseline(source, entry, commit):
     """source with commit's attention.cuh in place of today's."""
@@ -175,8 +171,6 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "mma-pipe-4", "pipe", "flash_attention_qkv_0", 4, None),
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
-        ("forward", "wgmma-sw", "wgmmaf", "flash_attention_qkv_0", None, "swizzled"),
-        ("forward", "wgmma-sw2", "wgmmaf", "flash_attention_qkv_0", None, "swizzled+v"),
         ("forward", "mma-f9f9cef", "split", "flash_attention_qkv_0", None, "f9f9cef"),
         ("forward", "mma-5", "split", "flash_attention_qkv_0", 5, None),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
@@ -203,9 +197,7 @@ for role, name, dump, entry, bounds, old in (
             was = re.findall(r"__launch_bounds__\(128, \d+\)", source)
             assert len(was) == 1, f"{entry}: no __launch_bounds__(128, n)"
             source = source.replace(was[0], f"__launch_bounds__(128, {bounds})")
-        if old in ("swizzled", "swizzled+v"):
-            source = swizzled_keys(source, values=old == "swizzled+v")
-        elif old:
+        if old:
             source = baseline(source, entry, old)
         open(f"{att}/{file}", "w").write(source)
     grid = l["grid"]

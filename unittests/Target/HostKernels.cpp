@@ -918,10 +918,12 @@ static int wgUncommitted[1024];
 struct WgDescriptor { unsigned long long desc; u32 address; };
 static WgDescriptor wgRecent[1024][16];
 static int wgNext[1024];
-inline unsigned long long wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
+inline unsigned long long wgmmaDescriptor(u32 address, u32 lbo, u32 sbo,
+                                          bool swizzle128 = false) {
   unsigned long long d = (unsigned long long)((address & 0x3ffff) >> 4) |
                          (unsigned long long)(lbo >> 4) << 16 |
-                         (unsigned long long)(sbo >> 4) << 32;
+                         (unsigned long long)(sbo >> 4) << 32 |
+                         (unsigned long long)swizzle128 << 62;
   int me = emu::current;
   wgRecent[me][wgNext[me]++ % 16] = {d, address};
   return d;
@@ -949,6 +951,7 @@ struct WgInFlight {
   bool transB;
   float a[2][16];
   u32 address, lbo, sbo;
+  bool swizzled; // SWIZZLE_128B (layout type 1), else none
   long long group;
   int readOfB; // its race::wgmmaOps id
 };
@@ -990,14 +993,35 @@ EMU_UNCHECKED inline void wgmmaCommit() {
   if (wgUncommitted[me]) ++wgThreads[me].committed;
   wgUncommitted[me] = 0;
 }
+/// Where B's element (n, k) of a wgmma lies, as the device decodes the
+/// descriptor. Without swizzling: 8 x 8 core matrices, (n%8)·16 + (n/8)·SBO
+/// + (k%8)·2 + (k/8)·LBO bytes K-major, (n%8)·2 + (n/8)·SBO + (k%8)·16 +
+/// (k/8)·LBO N-major. SWIZZLE_128B: rows of 128 bytes, (n%8)·128 +
+/// (n/8)·SBO + k·2 K-major, (k%8)·128 + (k/8)·SBO + n·2 N-major (N up to
+/// 64, one atom), then the address's bits 4-6 XORed with its bits 7-9 (the
+/// 16-byte chunk with the row within 8), as the device does it to the
+/// shared address: here to the host address, the __shared__ variables
+/// being host statics aligned as declared.
+inline const char *wgmmaElement(u32 address, u32 lbo, u32 sbo, bool transB,
+                                bool swizzled, int n, int k) {
+  u32 at;
+  if (swizzled)
+    at = transB ? u32((k % 8) * 128 + (k / 8) * sbo + n * 2)
+                : u32((n % 8) * 128 + (n / 8) * sbo + k * 2);
+  else
+    at = transB ? u32((n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo)
+                : u32((n % 8) * 16 + (n / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo);
+  const char *p = sharedPointer(address + at);
+  if (!swizzled)
+    return p;
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<const char *>(bits ^ (((bits >> 7) & 7) << 4));
+}
+
 /// Lands one product in its accumulators' running value.
 EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
   const int lane = emu::current & 31;
   emu::race::landWgmmaOp(op.readOfB);
-  auto offset = [&](int n, int k) {
-    return op.transB ? u32((n % 8) * 2 + (n / 8) * op.sbo + (k % 8) * 16 + (k / 8) * op.lbo)
-                     : u32((n % 8) * 16 + (n / 8) * op.sbo + (k % 8) * 2 + (k / 8) * op.lbo);
-  };
   WgAccumulators *acc = nullptr;
   for (WgAccumulators &x : t.accs)
     if (x.d == op.d) acc = &x;
@@ -1007,7 +1031,9 @@ EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
       float sum = 0.0f;
       for (int k = 0; k < 16; ++k) {
         unsigned short bv;
-        std::memcpy(&bv, sharedPointer(op.address + offset(n, k)), 2);
+        std::memcpy(&bv, wgmmaElement(op.address, op.lbo, op.sbo, op.transB,
+                                      op.swizzled, n, k),
+                    2);
         sum += op.a[e / 2][k] * toFloat(bf16{bv});
       }
       acc->value[4 * j + e] += sum;
@@ -1101,6 +1127,7 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
   op.transB = kTransB;
   op.lbo = u32(desc >> 16 & 0x3fff) << 4;
   op.sbo = u32(desc >> 32 & 0x3fff) << 4;
+  op.swizzled = (desc >> 62) == 1;
   op.address = address;
   op.group = wgThreads[me].committed;
   // The warpgroup's threads are all at this wgmma (the barrier above):
@@ -1112,14 +1139,12 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
     ++wgMade[wg];
   }
   op.readOfB = wgCurrentOp[wg];
-  auto offset = [&](int n, int k) {
-    return kTransB ? u32((n % 8) * 2 + (n / 8) * op.sbo + (k % 8) * 16 + (k / 8) * op.lbo)
-                   : u32((n % 8) * 16 + (n / 8) * op.sbo + (k % 8) * 2 + (k / 8) * op.lbo);
-  };
   if (!known)
     emu::race::misuse("wgmma descriptor not made by wgmmaDescriptor");
-  else if (desc >> 46)
-    emu::race::misuse("wgmma descriptor with a base offset or swizzling");
+  else if ((desc >> 46) & ~(3ull << 16))
+    emu::race::misuse("wgmma descriptor with a base offset");
+  else if ((desc >> 62) > 1)
+    emu::race::misuse("wgmma descriptor with a 64- or 32-byte swizzle");
   if (me == first) {
     for (int t = first; t < first + 128; ++t)
       if (wgB[t] != desc) emu::race::misuse("the warpgroup's B descriptors differ");
@@ -1130,7 +1155,8 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
         emu::race::find(emu::race::shared, sharedPointer(address), lo, hi);
     for (int n = 0; n < 8 * NT; ++n)
       for (int k = 0; k < 16; ++k) {
-        const char *p = sharedPointer(address + offset(n, k));
+        const char *p = wgmmaElement(address, op.lbo, op.sbo, kTransB,
+                                     op.swizzled, n, k);
         if (!r || p < r->begin || p + 2 > r->end) {
           emu::race::misuse("wgmma reads B outside the __shared__ variable it starts in");
           n = 8 * NT;

@@ -1351,6 +1351,54 @@ template <int D> struct CoreTile {
   }
 };
 
+/// A 64 x 64 bf16 tile as CUTLASS and FlashAttention-3 lay one out for
+/// wgmma: rows of 128 bytes (64 elements), the 16-byte chunk q of row r
+/// at chunk q ^ (r % 8) (SWIZZLE_128B), 1,024-byte aligned. On an H200
+/// the wgmma forward with k and v in these took 119.9 µs at GPT-2's sizes,
+/// 213.9 with both in CoreTiles (155.0 with k alone swizzled), though the
+/// tensor cores alone read either layout as fast (docs/benchmarks.md,
+/// twenty-seventh session).
+template <int D> struct SwizzledTile {
+  static_assert(D == 64, "rows of 128 bytes");
+  alignas(1024) unsigned short data[64 * D];
+
+  /// Starts the copies of rows [row0, row0 + 64), `stride` apart from
+  /// `src` on, 16 bytes a thread with cp.async (8 threads a row): in
+  /// flight until the caller commits and waits for them. kThreads is the
+  /// block's size.
+  template <int kThreads, bool kUnrolled = true>
+  __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
+                                            i64 row0) {
+    constexpr int kChunks = 64 * D / 8;
+    static_assert(kChunks % kThreads == 0, "whole rounds");
+    const int r = threadIdx.x / 8, q = threadIdx.x % 8;
+    const u32 to = sharedAddress(data) + r * 128 + ((q ^ (r % 8)) * 16);
+    const bf16 *from = src + (row0 + r) * stride + q * 8;
+    // A thread's rows are kThreads / 8 apart, a multiple of 8: the same
+    // swizzle, addresses a constant apart.
+#pragma unroll
+    for (int i = 0; i < kChunks / kThreads; ++i)
+      copyAsync16(to + i * (kThreads / 8) * 128,
+                  from + i * (kThreads / 8) * stride);
+  }
+  /// B = this tileᵀ (keys along N), columns [16kc, 16kc+16) as K: the
+  /// start 32 bytes a k16 step into the rows, 1,024 bytes a group of 8.
+  __device__ __forceinline__ unsigned long long keysAlongN(int kc) const {
+    return wgmmaDescriptor(sharedAddress(data) + kc * 32, 16, 1024, true);
+  }
+  /// B = this tile (keys along K, N-major), rows [16kc, 16kc+16): one
+  /// swizzle atom spans the 64 columns.
+  __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
+    return wgmmaDescriptor(sharedAddress(data) + kc * 2048, 16, 1024, true);
+  }
+};
+
+/// The wgmma forwards' k and v tiles: swizzled where D is 64, core
+/// matrices where it is 32 (rows of 64 bytes).
+template <int D> struct KeyTileOf { using type = CoreTile<D>; };
+template <> struct KeyTileOf<64> { using type = SwizzledTile<64>; };
+template <int D> using KeyTile = typename KeyTileOf<D>::type;
+
 } // namespace wg
 
 /// attentionForwardMma with both products on warpgroup MMA: the block's 4
@@ -1370,7 +1418,8 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // fragments the same registers at D=64, so from the second key tile on
   // wgmma multiplied k by the last tile's probabilities instead of q (an
   // H100 saw it; NVRTC's SASS shows it).
-  __shared__ wg::CoreTile<D> sQ, sK[2], sV[2];
+  __shared__ wg::CoreTile<D> sQ;
+  __shared__ wg::KeyTile<D> sK[2], sV[2];
   const BlockWork work = blockWork();
   const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;
@@ -1439,7 +1488,8 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
   using namespace mma;
   // q is loaded again for each key tile, as in attentionForwardWgmma.
-  __shared__ wg::CoreTile<D> sQ, sK[2], sV[3];
+  __shared__ wg::CoreTile<D> sQ;
+  __shared__ wg::KeyTile<D> sK[2], sV[3];
   const BlockWork work = blockWork();
   const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;

@@ -292,14 +292,18 @@ template <int N> __device__ __forceinline__ void waitCopies() {
 // (st.shared, cp.async) is seen by wgmma after fenceProxyAsync() and a
 // barrier.
 
-/// The descriptor of a B in shared memory without swizzling: 8 x 8 core
+/// The descriptor of a B in shared memory. Without swizzling: 8 x 8 core
 /// matrices (8 rows of 16 bytes, 128 contiguous bytes); `lbo` bytes from
-/// one core matrix to the next along K, `sbo` along N.
+/// one core matrix to the next along K, `sbo` along N. With swizzle128
+/// (layout type 1, SWIZZLE_128B): rows of 128 bytes, the 16-byte chunk q
+/// of row r at q ^ (r % 8) within each 1,024-byte-aligned group of 8 rows,
+/// `sbo` bytes from one group to the next (wg::SwizzledTile).
 __device__ __forceinline__ unsigned long long
-wgmmaDescriptor(u32 address, u32 lbo, u32 sbo) {
+wgmmaDescriptor(u32 address, u32 lbo, u32 sbo, bool swizzle128 = false) {
   return (unsigned long long)((address & 0x3ffff) >> 4) |
          (unsigned long long)(lbo >> 4) << 16 |
-         (unsigned long long)(sbo >> 4) << 32;
+         (unsigned long long)(sbo >> 4) << 32 |
+         (unsigned long long)swizzle128 << 62;
 }
 __device__ __forceinline__ void wgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
