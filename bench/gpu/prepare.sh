@@ -106,6 +106,12 @@ dump_only fast --attention-forward=mma2 --attention-backward=atomic128
 compile check-gpt2w-bf16-pipe gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma-pipe
 dump_only pipe --attention-forward=mma-pipe
+# The mma.sync forward, the default on every arch but sm_90a (where the
+# default is wgmma since the twenty-seventh session): checked at GPT-2's
+# widths, and its dump gives the attention bench its reference forward.
+compile check-gpt2w-bf16-mma gpt2 bf16 2 192 --n-layer=1 \
+  --vocab-size=1000 --attention-forward=mma
+dump_only mma --attention-forward=mma
 
 # Every attention algorithm the arch has, each launch timed at load and the
 # fastest kept (--attention-forward=auto --attention-backward=auto): checked
@@ -164,15 +170,15 @@ def baseline(source, entry, commit):
     return source
 lines = []
 for role, name, dump, entry, bounds, old in (
-        ("forward", "mma", "split", "flash_attention_qkv_0", None, None),
+        ("forward", "mma", "mma", "flash_attention_qkv_0", None, None),
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
         ("forward", "mma2", "fast", "flash_attention_qkv_0", None, None),
         ("forward", "mma-pipe", "pipe", "flash_attention_qkv_0", None, None),
         ("forward", "mma-pipe-4", "pipe", "flash_attention_qkv_0", 4, None),
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
-        ("forward", "mma-f9f9cef", "split", "flash_attention_qkv_0", None, "f9f9cef"),
-        ("forward", "mma-5", "split", "flash_attention_qkv_0", 5, None),
+        ("forward", "mma-f9f9cef", "mma", "flash_attention_qkv_0", None, "f9f9cef"),
+        ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),

@@ -141,6 +141,7 @@ if want check; then
     check-gpt2w-bf16-wgmmasplit \
     check-gpt2w-bf16-wgmmaovf \
     check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 check-gpt2w-bf16-pipe \
+    check-gpt2w-bf16-mma \
     check-gpt2w-bf16-auto check-gpt2lw-bf16; do
     [[ -x $P/$w ]] || continue
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \

@@ -12,6 +12,8 @@ Inputs, all in the results directory (missing ones show as "-", or as
                                              and --attention-backward=atomic128
   check-gpt2w-bf16-mma2.log                  the same (T=256), --attention-forward=mma2
   check-gpt2w-bf16-pipe.log                  the same, --attention-forward=mma-pipe
+  check-gpt2w-bf16-mma.log                   the same, --attention-forward=mma (the
+                                             default forward but on sm_90a)
   check-gpt2w-bf16-wgmma.log                 the same, --attention-forward=wgmma
   check-gpt2w-bf16-wgmmabwd.log              the same, --attention-backward=wgmma
   check-gpt2w-bf16-wgmmaov.log               the same, --attention-backward=wgmma-overlap
@@ -183,7 +185,8 @@ def main():
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wgmmaov",
                  "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmaovf",
                  "gpt2w-bf16-wide",
-                 "gpt2w-bf16-mma2", "gpt2w-bf16-pipe", "gpt2w-bf16-auto",
+                 "gpt2w-bf16-mma2", "gpt2w-bf16-pipe", "gpt2w-bf16-mma",
+                 "gpt2w-bf16-auto",
                  "gpt2lw-bf16",
                  "gpt2lw-bf16-uncapped"):
         log = (f"check-{prec}.log" if prec.startswith(("gpt2w", "gpt2lw"))

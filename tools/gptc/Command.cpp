@@ -95,7 +95,14 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
            (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
            " (this: " + arch + ")");
   cuda::EmitOptions emit;
-  cuda::selectAttentionAlgorithm(emit, true, attentionForward);
+  // On sm_90a the forward defaults to warpgroup MMA: on an H200 it took
+  // 116.5 µs at GPT-2's sizes against mma.sync's 143.2 (docs/benchmarks.md,
+  // twenty-seventh session).
+  const bool defaultForward = attentionForward.getNumOccurrences() == 0;
+  cuda::selectAttentionAlgorithm(
+      emit, true,
+      defaultForward && arch == "sm_90a" ? std::string("wgmma")
+                                         : std::string(attentionForward));
   cuda::selectAttentionAlgorithm(emit, false, attentionBackward);
   emit.forwardVariants = attentionForward == "auto";
   emit.backwardVariants = attentionBackward == "auto";

@@ -87,15 +87,16 @@ struct KernelOptions {
   llvm::cl::opt<std::string> attentionForward{
       "attention-forward",
       llvm::cl::desc("The bf16 forward attention's tensor cores: mma "
-                     "(mma.sync, 64 queries a block; the default), mma128 "
+                     "(mma.sync, 64 queries a block; the default but on "
+                     "sm_90a), mma128 "
                      "(mma.sync, 128 queries a block of 8 warps, where T is "
                      "a multiple of 128), mma2 (mma.sync, 128 queries a "
                      "block of 4 warps of 32: each k and v fragment serves "
                      "two row tiles; T a multiple of 128), mma-pipe "
                      "(mma.sync with the next key tile's scores under this "
                      "tile's softmax, 3 blocks an SM), wgmma "
-                     "(warpgroup MMA; sm_90a; slower in the last GPU "
-                     "run), wgmma-overlap (wgmma with a key tile's "
+                     "(warpgroup MMA, k and v tiles 128-byte swizzled; "
+                     "sm_90a, and its default), wgmma-overlap (wgmma with a key tile's "
                      "softmax under the last tile's output product; "
                      "sm_90a) or auto (every one of these the target has, "
                      "timed when the program loads; the fastest runs)"),

@@ -36,8 +36,10 @@ struct EmitError : std::runtime_error {
 struct EmitOptions {
   /// The bf16 forward attention on warpgroup MMA where NVRTC compiles for
   /// sm_90a and D is 32 or 64 (attentionForwardTensorCores), else on
-  /// mma.sync everywhere. Off by default: on an H100 at GPT-2's sizes it
-  /// took 246 µs a launch against mma.sync's 163 (docs/benchmarks.md).
+  /// mma.sync everywhere. Off here; gptc's CLI sets it for sm_90a unless
+  /// --attention-forward says otherwise: with its k and v tiles 128-byte
+  /// swizzled it took 116.5 µs a launch on an H200 at GPT-2's sizes against
+  /// mma.sync's 143.2 (docs/benchmarks.md, twenty-seventh session).
   bool wgmmaAttention = false;
   /// With wgmmaAttention: a key tile's softmax runs while the last tile's
   /// output product is in flight (FlashAttention-3's overlap within a
