@@ -289,21 +289,16 @@ def main():
                 summary["gemm_tuning"] = line.strip()
             else:
                 summary.setdefault("gemm_ways", []).append(line.strip())
-    # gptc's GEMM shapes against PyTorch's products of the same layouts.
-    gemms = [l.rstrip() for l in (read(os.path.join(res, "gemms.log")) or "").splitlines()
-             if l.strip() and not l.startswith("==")]
-    if gemms:
-        lines.append("")
-        lines.extend(gemms)
-        summary["gemms"] = gemms
-
-    # The tensor cores alone, by layout (wgmma_probe): the whole table.
-    probe = [l.rstrip() for l in (read(os.path.join(res, "wgmma-probe.log")) or "").splitlines()
-             if l.strip() and not l.startswith("==")]
-    if probe:
-        lines.append("")
-        lines.extend(probe)
-        summary["wgmma_probe"] = probe
+    # Two logs copied whole (but run.sh's "==" lines): gptc's GEMM shapes
+    # against PyTorch's products of the same layouts, and the tensor cores
+    # alone by layout (wgmma_probe).
+    for log, key in (("gemms.log", "gemms"), ("wgmma-probe.log", "wgmma_probe")):
+        kept = [l.rstrip() for l in (read(os.path.join(res, log)) or "").splitlines()
+                if l.strip() and not l.startswith("==")]
+        if kept:
+            lines.append("")
+            lines.extend(kept)
+            summary[key] = kept
 
     # What auto timed at load, and what it ran.
     auto = read(os.path.join(res, "gpt2-bf16-auto.log")) or ""

@@ -1383,6 +1383,25 @@ std::pair<std::string, std::vector<int>> loadAndRunBackward(const char *tune) {
   return loadAndRun(backwardEpilogues, tune);
 }
 
+/// Tuning's stderr line says that `took` of the `of` GEMM shapes with other
+/// ways to their epilogue took another.
+void expectOtherWaysTook(const std::string &err, const std::string &took,
+                         int of) {
+  EXPECT_NE(err.find("(" + took + " of the " + std::to_string(of) +
+                     " with other ways to their epilogue took another)"),
+            std::string::npos)
+      << err;
+}
+
+/// `make`'s function loaded again, taking the kept tuning choice untimed
+/// (GPTC_GEMM_TUNE=1), and checked against the CPU backend.
+void expectKeptChoiceMatchesCpu(Function (*make)(Program &)) {
+  auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
+  ASSERT_TRUE(b);
+  Program p;
+  checkWithFallbacks(p, make(p), *b);
+}
+
 /// Tuning also times the other ways to a GELU derivative's or a bias
 /// gradient's epilogue and keeps the fastest: for a GELU derivative with a
 /// bias gradient, gptc's pass after a plain GEMM (the default way),
@@ -1419,16 +1438,9 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
     // (time: the earlier case's choice is in the cache.)
     auto [err, run] = loadAndRunBackward("time");
     epilogueMs(-1, 0.0f);
-    EXPECT_NE(err.find(std::string("(") + c.took +
-                       " of the 3 with other ways to their epilogue took "
-                       "another)"),
-              std::string::npos)
-        << err;
+    expectOtherWaysTook(err, c.took, 3);
     EXPECT_EQ(run, c.run);
-    Program p;
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
-    ASSERT_TRUE(b);
-    checkWithFallbacks(p, backwardEpilogues(p), *b);
+    expectKeptChoiceMatchesCpu(backwardEpilogues);
   }
 }
 
@@ -1457,18 +1469,11 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterGeluWay) {
     std::vector<std::string> names;
     auto [err, run] = loadAndRun(forwardEpilogues, "time", &names);
     epilogueMs(-1, 0.0f);
-    EXPECT_NE(err.find(std::string("(") + c.took +
-                       " of the 2 with other ways to their epilogue took "
-                       "another)"),
-              std::string::npos)
-        << err;
+    expectOtherWaysTook(err, c.took, 2);
     EXPECT_EQ(run, c.run);
     EXPECT_EQ(contains(names, "gemm_fallback_gelu_f32"), c.gptcGelu);
     EXPECT_EQ(contains(names, "gemm_fallback_gelu_bf16"), c.gptcGelu);
-    Program p;
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1"); // the kept choice
-    ASSERT_TRUE(b);
-    checkWithFallbacks(p, forwardEpilogues(p), *b);
+    expectKeptChoiceMatchesCpu(forwardEpilogues);
   }
 }
 
@@ -1535,13 +1540,6 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
     columnsMs(-1, 0.0f);
     return result;
   };
-  // The kept choice, loaded again, against the CPU backend.
-  auto checkKept = [&] {
-    auto b = fakeBackendWith("GPTC_GEMM_TUNE", "1");
-    ASSERT_TRUE(b);
-    Program p;
-    checkWithFallbacks(p, mlpEpilogues(p), *b);
-  };
   // Both launches ran in four loops: BIAS and gptc's GELU pass, then a
   // plain GEMM and gptc's column partials, then the partials' one sum.
   auto expectLoops = [&](const std::vector<int> &run) {
@@ -1553,10 +1551,7 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
   };
   {
     auto [err, run] = timed(256);
-    EXPECT_NE(err.find("(2 of the 2 with other ways to their epilogue took "
-                       "another)"),
-              std::string::npos)
-        << err;
+    expectOtherWaysTook(err, "2", 2);
     expectLoops(run);
     // One line a GEMM gives each way's time; the loops' way was kept.
     EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: matmul_gelu_grad 256x16x8 bf16 "
@@ -1576,7 +1571,7 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
       after.push_back(gemmsBefore(i) - gemmsBefore(count - 9));
     EXPECT_EQ(after, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 7}));
     const int from = hook<int (*)()>("gptcFakeGemmCount")();
-    checkKept();
+    expectKeptChoiceMatchesCpu(mlpEpilogues);
     EXPECT_EQ(gemmEpiloguesSince(from).size(), 8u);
   }
   {
@@ -1595,7 +1590,7 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
     // each pass waits for its loop's GEMM and the launch for every pass.
     auto deferNew = hook<void (*)(int)>("gptcFakeDeferNewStreams");
     deferNew(1); // (the loop stream is made at load)
-    checkKept();
+    expectKeptChoiceMatchesCpu(mlpEpilogues);
     deferNew(0);
     besideMs(0.0f);
   }
@@ -1613,11 +1608,8 @@ TEST(CudaBackendFake, GemmTuningTimesRowChunkedWays) {
               std::string::npos)
         << err;
     EXPECT_NE(err.find("not used)"), std::string::npos) << err;
-    EXPECT_NE(err.find("(0 of the 2 with other ways to their epilogue took "
-                       "another)"),
-              std::string::npos)
-        << err;
-    checkKept();
+    expectOtherWaysTook(err, "0", 2);
+    expectKeptChoiceMatchesCpu(mlpEpilogues);
     wrongColumns(-1);
   }
   {
