@@ -249,6 +249,12 @@ static uint32_t wgmmaSplitSharedBytes(int64_t D) {
   return uint32_t(6 * 64 * D * 2 + 4 * 64 * 4);
 }
 
+/// alignof of the wgmma backwards' shared memory (wg::OperandTile): 1,024
+/// where D is 64 (swizzled tiles), 128 where it is 32 (core matrices).
+/// wg::dynamicSharedAs starts it at such a boundary, so their launches ask
+/// for this less 16 bytes more than its size.
+static uint32_t wgmmaSharedAlign(int64_t D) { return D == 64 ? 1024 : 128; }
+
 /// The heads a group of a tensor-core attention grid takes together
 /// (blockWork in attention.cuh): the most that divide `heads` and keep what
 /// their blocks share, `bytes` a head, within `budget` bytes of L2
@@ -356,12 +362,16 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     if (wgmmaGrad && (a.D == 32 || a.D == 64))
       pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaBackwardShared<"
           << a.D << ">) == " << wgmmaBackwardSharedBytes(a.D)
+          << " && alignof(WgmmaBackwardShared<" << a.D
+          << ">) == " << wgmmaSharedAlign(a.D)
           << ", \"the wgmma backward's dynamic shared memory\");\n#endif\n";
     pre << "\n";
   }
   if (wgmmaSplitD)
     pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaSplitShared<" << a.D
         << ">) == " << wgmmaSplitSharedBytes(a.D)
+        << " && alignof(WgmmaSplitShared<" << a.D
+        << ">) == " << wgmmaSharedAlign(a.D)
         << ", \"the launch's dynamic shared memory\");\n#endif\n\n";
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
      << tmpl
@@ -403,10 +413,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // The runtime may compile the source for a target without wgmma: the
   // launch has room for either kernel.
   if (wgmmaGrad && (a.D == 32 || a.D == 64))
-    l.sharedBytes = std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D));
+    l.sharedBytes = std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D) +
+                                                wgmmaSharedAlign(a.D) - 16);
   // (the split kernel's shared memory is static: it leaves this unused)
   if (wgmmaSplitD)
-    l.sharedBytes = wgmmaSplitSharedBytes(a.D);
+    l.sharedBytes = wgmmaSplitSharedBytes(a.D) + wgmmaSharedAlign(a.D) - 16;
 }
 
 void Emitter::emitFlashAttention(bool grad) {

@@ -1381,10 +1381,21 @@ template <int D> struct SwizzledTile {
       copyAsync16(to + i * (kThreads / 8) * 128,
                   from + i * (kThreads / 8) * stride);
   }
-  /// B = this tileᵀ (keys along N), columns [16kc, 16kc+16) as K: the
+  /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
+  /// c0), as CoreTile::block: a matrix's 8 rows hold its columns in 8
+  /// different chunks, so its reads meet no bank twice.
+  __device__ __forceinline__ u32 block(int r0, int c0) const {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    const int r = r0 + 8 * (m % 2) + lane % 8, c = c0 + 8 * (m / 2);
+    return sharedAddress(data) + r * 128 + ((c / 8) ^ (r % 8)) * 16;
+  }
+  /// B = this tileᵀ (keys along N), columns [16kc, 16kc+16) as K and rows
+  /// from n0 (a multiple of 8, so the swizzle is unchanged) on as N: the
   /// start 32 bytes a k16 step into the rows, 1,024 bytes a group of 8.
-  __device__ __forceinline__ unsigned long long keysAlongN(int kc) const {
-    return wgmmaDescriptor(sharedAddress(data) + kc * 32, 16, 1024, true);
+  __device__ __forceinline__ unsigned long long keysAlongN(int kc,
+                                                           int n0 = 0) const {
+    return wgmmaDescriptor(sharedAddress(data) + n0 * 128 + kc * 32, 16, 1024,
+                           true);
   }
   /// B = this tile (keys along K, N-major), rows [16kc, 16kc+16): one
   /// swizzle atom spans the 64 columns.
@@ -1393,11 +1404,24 @@ template <int D> struct SwizzledTile {
   }
 };
 
-/// The wgmma forwards' k and v tiles: swizzled where D is 64, core
-/// matrices where it is 32 (rows of 64 bytes).
-template <int D> struct KeyTileOf { using type = CoreTile<D>; };
-template <> struct KeyTileOf<64> { using type = SwizzledTile<64>; };
-template <int D> using KeyTile = typename KeyTileOf<D>::type;
+/// The tiles the wgmma kernels read as B (the forwards' k and v, every
+/// operand tile of the backwards): swizzled where D is 64, core matrices
+/// where it is 32 (rows of 64 bytes).
+template <int D> struct OperandTileOf { using type = CoreTile<D>; };
+template <> struct OperandTileOf<64> { using type = SwizzledTile<64>; };
+template <int D> using OperandTile = typename OperandTileOf<D>::type;
+
+/// The block's dynamic shared memory as a T, from its first alignof(T)
+/// boundary on: it is only 16-byte aligned, and a swizzled tile's pattern
+/// follows the address bits. Its launches ask for alignof(T) - 16 bytes
+/// more than sizeof(T) (EmitTemplates.cpp).
+template <class T> __device__ __forceinline__ T &dynamicSharedAs() {
+  extern __shared__ uint4 gptcDynamicShared[];
+  const unsigned long long at =
+      reinterpret_cast<unsigned long long>(gptcDynamicShared);
+  return *reinterpret_cast<T *>((at + alignof(T) - 1) &
+                                ~(unsigned long long)(alignof(T) - 1));
+}
 
 } // namespace wg
 
@@ -1419,7 +1443,7 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // wgmma multiplied k by the last tile's probabilities instead of q (an
   // H100 saw it; NVRTC's SASS shows it).
   __shared__ wg::CoreTile<D> sQ;
-  __shared__ wg::KeyTile<D> sK[2], sV[2];
+  __shared__ wg::OperandTile<D> sK[2], sV[2];
   const BlockWork work = blockWork();
   const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;
@@ -1489,7 +1513,7 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   using namespace mma;
   // q is loaded again for each key tile, as in attentionForwardWgmma.
   __shared__ wg::CoreTile<D> sQ;
-  __shared__ wg::KeyTile<D> sK[2], sV[3];
+  __shared__ wg::OperandTile<D> sK[2], sV[3];
   const BlockWork work = blockWork();
   const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;
@@ -1600,8 +1624,8 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
 template <int D, bool kOverlap, class WithDs>
 __device__ __forceinline__ void
 wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
-                     const wg::CoreTile<D> &sK, const wg::CoreTile<D> &sV,
-                     const wg::CoreTile<D> &sQ, const wg::CoreTile<D> &sDout,
+                     const wg::OperandTile<D> &sK, const wg::OperandTile<D> &sV,
+                     const wg::OperandTile<D> &sQ, const wg::OperandTile<D> &sDout,
                      const float *tileLse, const float *tileDot,
                      float scaleLog2, bool diagonal, int half,
                      WithDs &&withDs) {
@@ -1673,12 +1697,13 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
   wgmmaCommit();
 }
 
-/// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64):
-/// the query tiles it walks (q, dout and their row terms) double-buffered,
-/// the block's k and v, all as wgmma reads them, and the tile's dSᵀ (rows
-/// keys) for the dq product's A fragments, which ldmatrix.trans reads.
+/// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64,
+/// and 1 KB to align it: wg::dynamicSharedAs): the query tiles it walks
+/// (q, dout and their row terms) double-buffered, the block's k and v, all
+/// as wgmma reads them, and the tile's dSᵀ (rows keys) for the dq
+/// product's A fragments, which ldmatrix.trans reads.
 template <int D> struct WgmmaBackwardShared {
-  wg::CoreTile<D> q[2], dout[2], k, v;
+  wg::OperandTile<D> q[2], dout[2], k, v;
   mma::Tile<64> ds;
   alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
 };
@@ -1706,9 +1731,7 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
                                        float *dqSum, unsigned *arrivals) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
   using namespace mma;
-  extern __shared__ uint4 gptcDynamicShared[];
-  WgmmaBackwardShared<D> &sm =
-      *reinterpret_cast<WgmmaBackwardShared<D> *>(gptcDynamicShared);
+  WgmmaBackwardShared<D> &sm = wg::dynamicSharedAs<WgmmaBackwardShared<D>>();
   __shared__ u32 lastFor[T / 64]; // this block writes query tile t's dq
   const BlockWork work = blockWork();
   const i64 h = work.head;
@@ -1744,7 +1767,7 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
                                       lse, delta, i0 + 64);
       commitCopies();
     }
-    const wg::CoreTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
+    const wg::OperandTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     const bool diagonal = kCausal && i0 == j0;
     // dSᵀ's rows of this thread, for the dq product.
@@ -1815,12 +1838,12 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 }
 
 /// The shared memory of attentionBackwardWgmmaSplit, dynamic (49 KB at
-/// D = 64): the two tiles a block keeps (a dq block's q and dout, a dk/dv
+/// D = 64, and 1 KB to align it): the two tiles a block keeps (a dq block's q and dout, a dk/dv
 /// block's k and v), the two it walks, double-buffered (k and v; q and
 /// dout), all as wgmma reads them, and the row terms (a dq block's own in
 /// [0], a dk/dv block's walked query tiles').
 template <int D> struct WgmmaSplitShared {
-  wg::CoreTile<D> kept[2], walked[2][2];
+  wg::OperandTile<D> kept[2], walked[2][2];
   alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
 };
 
@@ -1841,7 +1864,7 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
-  const wg::CoreTile<D> &sQ = sm.kept[0], &sDout = sm.kept[1];
+  const wg::OperandTile<D> &sQ = sm.kept[0], &sDout = sm.kept[1];
   // This tile's q, dout and row terms, and the first key tile: one group.
   loadQueryTileAsync<LQ, LO, 128>(sm.kept[0], sm.kept[1], sm.lse[0], sm.dot[0],
                                   q, dout, lse, delta, i0);
@@ -1864,7 +1887,7 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
       sm.walked[buf ^ 1][1].template loadAsync<128>(v, kK, j0 + 64);
       commitCopies();
     }
-    const wg::CoreTile<D> &sK = sm.walked[buf][0], &sV = sm.walked[buf][1];
+    const wg::OperandTile<D> &sK = sm.walked[buf][0], &sV = sm.walked[buf][1];
     // What a score in log2 units is offset by, and the rows' delta.
     const float lseLo = -log2e() * sm.lse[0][rLo],
                 lseHi = -log2e() * sm.lse[0][rHi];
@@ -1948,7 +1971,7 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const int warp = threadIdx.x / 32;
   constexpr i64 kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
-  const wg::CoreTile<D> &sK = sm.kept[0], &sV = sm.kept[1];
+  const wg::OperandTile<D> &sK = sm.kept[0], &sV = sm.kept[1];
   const int first = kCausal ? j0 : 0;
   // This tile's k and v, and the first query tile: one group.
   sm.kept[0].template loadAsync<128>(k, kK, j0);
@@ -1970,7 +1993,7 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
           sm.dot[buf ^ 1], q, dout, lse, delta, i0 + 64);
       commitCopies();
     }
-    const wg::CoreTile<D> &sQ = sm.walked[buf][0], &sDout = sm.walked[buf][1];
+    const wg::OperandTile<D> &sQ = sm.walked[buf][0], &sDout = sm.walked[buf][1];
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     const bool diagonal = kCausal && i0 == j0;
 #pragma unroll
@@ -2000,9 +2023,7 @@ __device__ void attentionBackwardWgmmaSplit(const bf16 *q, const bf16 *k,
                                             const float *delta, TDQ *dq,
                                             TDK *dk, TDV *dv, float scale) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
-  extern __shared__ uint4 gptcDynamicShared[];
-  WgmmaSplitShared<D> &sm =
-      *reinterpret_cast<WgmmaSplitShared<D> *>(gptcDynamicShared);
+  WgmmaSplitShared<D> &sm = wg::dynamicSharedAs<WgmmaSplitShared<D>>();
   constexpr int kQueryBlocks = T / 64;
   // As attentionBackwardMma: where T == S a head's ranks alternate, dq of
   // query tile T/64 - 1 - r/2 (even r), dk/dv of key tile r/2 (odd r).
