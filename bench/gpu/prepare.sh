@@ -106,9 +106,10 @@ dump_only fast --attention-forward=mma2 --attention-backward=atomic128
 compile check-gpt2w-bf16-pipe gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma-pipe
 dump_only pipe --attention-forward=mma-pipe
-# The mma.sync forward, the default on every arch but sm_90a (where the
-# default is wgmma since the twenty-seventh session): checked at GPT-2's
-# widths, and its dump gives the attention bench its reference forward.
+# The mma.sync forward, the default on every arch but sm_90a (where every
+# forward is timed at load, and the deterministic backwards, since the
+# twenty-eighth session): checked at GPT-2's widths, and its dump gives the
+# attention bench its reference forward.
 compile check-gpt2w-bf16-mma gpt2 bf16 2 192 --n-layer=1 \
   --vocab-size=1000 --attention-forward=mma
 dump_only mma --attention-forward=mma

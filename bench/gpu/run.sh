@@ -223,13 +223,15 @@ if want ncu; then
       --section ComputeWorkloadAnalysis --section InstructionStats
       --section SchedulerStats --section SourceCounters)
     # --kernel-id context:stream:name:invocation, the first of each name.
-    GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
+    # (On sm_90a the default program times its attention algorithms at
+    # load; GPTC_VARIANT keeps its own kernels, mma and split, the _0s.)
+    GPTC_VARIANT=mma,split GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
       --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|gemm_fallback_gelu_bf16|multi_tensor_reduce_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The warpgroup-MMA forward and backward (the auto program's fourth
-    # kernels of each direction), slower than mma.sync in every run so far
-    # for no known reason: where their warps stall.
+    # kernels of each direction), their tiles 128-byte swizzled: where
+    # their warps stall.
     [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && GPTC_VARIANT=wgmma,wgmma \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^flash_attention_qkv(_grad)?_3$':1 \

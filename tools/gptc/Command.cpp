@@ -76,13 +76,14 @@ void KernelOptions::check() const {
   for (bool forward : {true, false}) {
     const auto &flag = forward ? attentionForward : attentionBackward;
     cuda::EmitOptions scratch;
-    if (flag == "auto" || cuda::selectAttentionAlgorithm(scratch, forward, flag))
+    if (flag == "auto" || (!forward && flag == "deterministic") ||
+        cuda::selectAttentionAlgorithm(scratch, forward, flag))
       continue;
     std::string known;
     for (const std::string &label : cuda::attentionAlgorithmLabels(forward))
       known += label + ", ";
     fail("unknown --" + flag.ArgStr.str() + " '" + flag + "' (" + known +
-         "auto)");
+         (forward ? "auto)" : "auto, deterministic)"));
   }
 }
 
@@ -95,17 +96,27 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
            (archFromFlag ? "--gpu-arch=sm_90a" : "an sm_90a GPU") +
            " (this: " + arch + ")");
   cuda::EmitOptions emit;
-  // On sm_90a the forward defaults to warpgroup MMA: on an H200 it took
-  // 116.5 µs at GPT-2's sizes against mma.sync's 143.2 (docs/benchmarks.md,
-  // twenty-seventh session).
-  const bool defaultForward = attentionForward.getNumOccurrences() == 0;
-  cuda::selectAttentionAlgorithm(
-      emit, true,
-      defaultForward && arch == "sm_90a" ? std::string("wgmma")
-                                         : std::string(attentionForward));
-  cuda::selectAttentionAlgorithm(emit, false, attentionBackward);
-  emit.forwardVariants = attentionForward == "auto";
-  emit.backwardVariants = attentionBackward == "auto";
+  // On sm_90a the algorithms are timed at load by default, the fastest
+  // kept: every forward (auto), and the backwards that keep the same bits
+  // run to run (deterministic: split and wgmma-split). Which wins there
+  // has changed with each kernel's layout (the wgmma forward went from
+  // 213.9 µs to 116.5 on an H200, ahead of mma.sync's 143.2:
+  // docs/benchmarks.md, twenty-seventh session), and the program should
+  // not wait for a default to be re-picked by hand.
+  const bool hopper = arch == "sm_90a";
+  const std::string forward =
+      attentionForward.getNumOccurrences() == 0 && hopper
+          ? std::string("auto")
+          : std::string(attentionForward);
+  const std::string backward =
+      attentionBackward.getNumOccurrences() == 0 && hopper
+          ? std::string("deterministic")
+          : std::string(attentionBackward);
+  cuda::selectAttentionAlgorithm(emit, true, forward);
+  cuda::selectAttentionAlgorithm(emit, false, backward);
+  emit.forwardVariants = forward == "auto";
+  emit.backwardVariants = backward == "auto" || backward == "deterministic";
+  emit.deterministicVariants = backward == "deterministic";
   return emit;
 }
 

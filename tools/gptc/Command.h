@@ -88,7 +88,7 @@ struct KernelOptions {
       "attention-forward",
       llvm::cl::desc("The bf16 forward attention's tensor cores: mma "
                      "(mma.sync, 64 queries a block; the default but on "
-                     "sm_90a), mma128 "
+                     "sm_90a, whose default is auto), mma128 "
                      "(mma.sync, 128 queries a block of 8 warps, where T is "
                      "a multiple of 128), mma2 (mma.sync, 128 queries a "
                      "block of 4 warps of 32: each k and v fragment serves "
@@ -96,7 +96,7 @@ struct KernelOptions {
                      "(mma.sync with the next key tile's scores under this "
                      "tile's softmax, 3 blocks an SM), wgmma "
                      "(warpgroup MMA, k and v tiles 128-byte swizzled; "
-                     "sm_90a, and its default), wgmma-overlap (wgmma with a key tile's "
+                     "sm_90a), wgmma-overlap (wgmma with a key tile's "
                      "softmax under the last tile's output product; "
                      "sm_90a) or auto (every one of these the target has, "
                      "timed when the program loads; the fastest runs)"),
@@ -105,7 +105,8 @@ struct KernelOptions {
       "attention-backward",
       llvm::cl::desc("The bf16 backward attention's dq: split (T/64 more "
                      "blocks recompute the probabilities for it, "
-                     "deterministic; the default), atomic (summed in "
+                     "deterministic; the default but on sm_90a), atomic "
+                     "(summed in "
                      "float32 with atomics, FlashAttention-2's way; five "
                      "products a tile pair rather than seven), atomic128 "
                      "(the same with 128 keys a block of 8 warps, where T "
@@ -114,10 +115,12 @@ struct KernelOptions {
                      "(wgmma with half a query tile's dv and dk products "
                      "in flight through the next half's, at 2 blocks an "
                      "SM; sm_90a), wgmma-split (split with every product "
-                     "on warpgroup MMA, deterministic; sm_90a) or auto "
+                     "on warpgroup MMA, deterministic; sm_90a), auto "
                      "(every one "
                      "of these the target has, timed when the program "
-                     "loads; the fastest runs)"),
+                     "loads; the fastest runs) or deterministic (auto "
+                     "among split and wgmma-split, which give the same "
+                     "bits run to run; sm_90a's default)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};
 
   /// Exits with one error line on an unknown value.

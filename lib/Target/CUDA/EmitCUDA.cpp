@@ -248,6 +248,9 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
   for (const std::string &label : attentionAlgorithmLabels(forward)) {
     if (attentionAlgorithmNeedsSm90a(label) && arch != "sm_90a")
       continue;
+    if (opts.deterministicVariants &&
+        !attentionAlgorithmIsDeterministic(forward, label))
+      continue;
     EmitOptions o = opts;
     selectAttentionAlgorithm(o, forward, label);
     all.push_back({label, o});
@@ -269,6 +272,10 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
 
 bool attentionAlgorithmNeedsSm90a(const std::string &label) {
   return label.rfind("wgmma", 0) == 0;
+}
+
+bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label) {
+  return forward || label == "split" || label == "wgmma-split";
 }
 
 bool selectAttentionAlgorithm(EmitOptions &o, bool forward,

@@ -106,6 +106,10 @@ struct EmitOptions {
   /// flags above then do not apply to that direction.
   bool forwardVariants = false;
   bool backwardVariants = false;
+  /// With backwardVariants: only the backward algorithms that give the
+  /// same bits run to run (split and wgmma-split: no float atomics) --
+  /// --attention-backward=deterministic, sm_90a's default.
+  bool deterministicVariants = false;
   /// The L2 bytes a group of heads of a tensor-core attention grid may
   /// share between its blocks (blockWork in attention.cuh): the groups are
   /// of the most heads that divide B·H and fit. An H100 has 50 MiB of L2,
@@ -130,6 +134,11 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward);
 
 /// Whether `label`'s algorithm is warpgroup MMA, which only sm_90a has.
 bool attentionAlgorithmNeedsSm90a(const std::string &label);
+
+/// Whether `label`'s algorithm gives the same bits run to run: every
+/// forward, and the backwards without dq's float32 atomics (split,
+/// wgmma-split).
+bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
 
 /// Sets opts to emit `label`'s algorithm in that direction (clearing the
 /// other algorithms' options); false for a label it does not know.
