@@ -1609,7 +1609,8 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
 
 /// Half `half` (32 queries) of query tile sQ, sDout (its row terms tileLse
 /// and tileDot) for a wgmma backward block's 64 keys, warp w's 16w.. (their
-/// tiles sK and sV), as keyRowsOnQueries does it on mma.sync:
+/// k and v rows as A fragments, ka and va), as keyRowsOnQueries does it on
+/// mma.sync:
 ///   Sᵀ = k·qᵀ and dPᵀ = v·doutᵀ (two commit groups of one batch: P is
 ///   computed while dPᵀ's products run), P and dS in registers (rows keys,
 ///   columns queries 32 half + 8nt + 2tq (+ 1) of the tile), dS handed to
@@ -1617,14 +1618,15 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
 ///   dv += Pᵀ·dout and dk += dSᵀ·q (Pᵀ and dSᵀ as A fragments straight from
 ///   the accumulators, dout and q read along K), one more group, in flight
 ///   on return.
-/// k's and v's A fragments are loaded again for each half (held across the
-/// loop, they are what ptxas gave the forward's q: see
-/// attentionForwardWgmma). The first half's dv and dk land under the second
-/// half's fragment loads, or (kOverlap) with its Sᵀ.
+/// The caller loads ka and va once a block and holds them (wgmmaHoldRows):
+/// loaded again for each half, as they were, they cost 16 ldmatrix.x4 a
+/// warp and 32 KB of shared-memory reads a query tile, as much as the
+/// tile's wgmma read as B. The first half's dv and dk land before the
+/// second half's batch, or (kOverlap) with its Sᵀ.
 template <int D, bool kOverlap, class WithDs>
 __device__ __forceinline__ void
 wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
-                     const wg::OperandTile<D> &sK, const wg::OperandTile<D> &sV,
+                     u32 (&ka)[D / 16][4], u32 (&va)[D / 16][4],
                      const wg::OperandTile<D> &sQ, const wg::OperandTile<D> &sDout,
                      const float *tileLse, const float *tileDot,
                      float scaleLog2, bool diagonal, int half,
@@ -1632,14 +1634,8 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
   using namespace mma;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int tq = threadIdx.x % 4;
-  u32 ka[D / 16][4], va[D / 16][4];
-#pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc) {
-    loadMatrices(ka[kc], sK.block(warp * 16, kc * 16));
-    loadMatrices(va[kc], sV.block(warp * 16, kc * 16));
-  }
-  if (half == 1 && !kOverlap) { // the first half's dv and dk, under those
-    wgmmaWait<0>();                // loads
+  if (half == 1 && !kOverlap) { // the first half's dv and dk
+    wgmmaWait<0>();
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
   }
@@ -1695,6 +1691,25 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
   for (int kc = 0; kc < 2; ++kc)
     wgmmaBf16<true>(accK, dsa[kc], sQ.keysAlongK(2 * half + kc));
   wgmmaCommit();
+}
+
+/// Loads the A fragments of this warp's 16 rows (16 warp..) of two tiles,
+/// which a wgmma backward block holds through its loop: k and v in a key
+/// tile's block, q and dout in a query tile's. Held, they leave ptxas's
+/// registers alone (the SASS of GPT-2's wgmma-split: no instruction of the
+/// loop writes them, 162 registers at 3 blocks an SM, no spill), unlike
+/// the wgmma forward's q, whose registers ptxas once gave the
+/// probabilities' fragments.
+template <int D>
+__device__ __forceinline__ void
+wgmmaHoldRows(u32 (&a)[D / 16][4], u32 (&b)[D / 16][4],
+              const wg::OperandTile<D> &sA, const wg::OperandTile<D> &sB) {
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    loadMatrices(a[kc], sA.block(warp * 16, kc * 16));
+    loadMatrices(b[kc], sB.block(warp * 16, kc * 16));
+  }
 }
 
 /// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64,
@@ -1753,6 +1768,11 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
+  // k's and v's A fragments: with kOverlap (2 blocks an SM) held from the
+  // first tile on; at 3 blocks an SM loaded again each half, for held,
+  // they took 168 registers, spilled 24 bytes and ptxas serialized every
+  // wgmma (C7512).
+  u32 ka[D / 16][4], va[D / 16][4];
   // Two barriers a tile. The first makes the tile's copies whole (and
   // visible to wgmma), and frees dSᵀ and the last tile's buffers: every
   // thread has waited for the last tile's products, which read them, so
@@ -1761,6 +1781,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
+    if (kOverlap && i0 == first) // k and v came with the first tile's group
+      wgmmaHoldRows<D>(ka, va, sm.k, sm.v);
     if (i0 + 64 < T) {
       loadQueryTileAsync<LQ, LO, 128>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
                                       sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
@@ -1774,9 +1796,11 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     unsigned short *lo = sm.ds.data + (warp * 16 + g) * Tile<64>::kStride;
     unsigned short *hi = lo + 8 * Tile<64>::kStride;
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
+    for (int half = 0; half < 2; ++half) {
+      if (!kOverlap) // (the first half's dv and dk in flight under these)
+        wgmmaHoldRows<D>(ka, va, sm.k, sm.v);
       wgmmaKeysOnQueryHalf<D, kOverlap>(
-          accK, accV, sm.k, sm.v, sQ, sDout, tileLse, tileDot, scaleLog2,
+          accK, accV, ka, va, sQ, sDout, tileLse, tileDot, scaleLog2,
           diagonal, half, [&](const float (&ds)[4][4]) {
             // dSᵀ to shared memory as bf16.
 #pragma unroll
@@ -1786,6 +1810,7 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
               *reinterpret_cast<u32 *>(hi + c) = packBf16(ds[nt][2], ds[nt][3]);
             }
           });
+    }
     // (the second half's dv and dk land with dq's product)
     __syncthreads(); // dSᵀ is whole
     // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,
@@ -1852,7 +1877,8 @@ template <int D> struct WgmmaSplitShared {
 /// tiles (the causal ones up to the diagonal). Rows queries (warp w's
 /// 16w..), a key tile in halves of 32 keys: S = q·kᵀ and dP = dout·vᵀ
 /// (two groups: P is computed while dP's products run), then dq += dS·k
-/// with dS's A fragments straight from the accumulators. The first half's
+/// with dS's A fragments straight from the accumulators; q's and dout's A
+/// fragments are held through the loop (wgmmaHoldRows). The first half's
 /// dq product lands with the second half's S.
 template <int D, int S, bool kCausal, class LQ, class LK, class LO,
           typename TDQ>
@@ -1874,6 +1900,7 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
   float dqAcc[D / 8][4];
   zero(dqAcc);
+  u32 qa[D / 16][4], da[D / 16][4]; // held from the first key tile on
   const int keyEnd = kCausal ? i0 + 64 : S;
   // One barrier a key tile: it makes the tile's copies whole (and visible
   // to wgmma), and frees the last tile's buffers, whose products every
@@ -1882,6 +1909,8 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
+    if (j0 == 0) // q and dout came with the first key tile's group
+      wgmmaHoldRows<D>(qa, da, sQ, sDout);
     if (j0 + 64 < keyEnd) {
       sm.walked[buf ^ 1][0].template loadAsync<128>(k, kK, j0 + 64);
       sm.walked[buf ^ 1][1].template loadAsync<128>(v, kK, j0 + 64);
@@ -1894,14 +1923,6 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     const float dotLo = sm.dot[0][rLo], dotHi = sm.dot[0][rHi];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // q's and dout's A fragments, loaded again for each half (held, they
-      // are what ptxas gave the forward's q: see attentionForwardWgmma).
-      u32 qa[D / 16][4], da[D / 16][4];
-#pragma unroll
-      for (int kc = 0; kc < D / 16; ++kc) {
-        loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
-        loadMatrices(da[kc], sDout.block(warp * 16, kc * 16));
-      }
       // Rows queries (16 warp + g, + 8), columns keys 32 half + 8nt + 2tq
       // (+ 1) of the tile.
       float s[4][4], dp[4][4];
@@ -1956,9 +1977,9 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
 /// query tiles (the causal ones from the diagonal on), as
 /// attentionBackwardWgmma does without its dq share: rows keys (warp w's
 /// 16w..), a query tile in halves of 32 (wgmmaKeysOnQueryHalf: Sᵀ and dPᵀ
-/// then dv and dk). The first half's dv and dk land under the second
-/// half's fragment loads, the second half's before the next tile's
-/// barrier. (Left in flight through the second half's Sᵀ and dPᵀ, as
+/// then dv and dk, k's and v's fragments held). The first half's dv and
+/// dk land before the second half's batch, the second half's before the
+/// next tile's barrier. (Left in flight through the second half's Sᵀ and dPᵀ, as
 /// wgmma-overlap does, they want 158 registers, and ptxas then serializes
 /// every wgmma of the kernel: C7512.)
 template <int D, int T, bool kCausal, class LQ, class LK, class LO,
@@ -1982,11 +2003,14 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
+  u32 ka[D / 16][4], va[D / 16][4]; // held from the first tile on
   // One barrier a query tile, as in wgmmaQueryTileDq.
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     waitCopies<0>();
     fenceProxyAsync();
     __syncthreads();
+    if (i0 == first) // k and v came with the first tile's group
+      wgmmaHoldRows<D>(ka, va, sK, sV);
     if (i0 + 64 < T) {
       loadQueryTileAsync<LQ, LO, 128>(
           sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1], sm.lse[buf ^ 1],
@@ -1998,7 +2022,7 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     const bool diagonal = kCausal && i0 == j0;
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      wgmmaKeysOnQueryHalf<D, false>(accK, accV, sK, sV, sQ, sDout, tileLse,
+      wgmmaKeysOnQueryHalf<D, false>(accK, accV, ka, va, sQ, sDout, tileLse,
                                      tileDot, scaleLog2, diagonal, half,
                                      [](const float (&)[4][4]) {});
     wgmmaWait<0>(); // the second half's dv and dk, before the barrier
