@@ -138,25 +138,27 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # The attention kernels alone (attention_bench.cpp): the GPT-2 programs'
 # own cubins, the forwards, the row-dot pre-pass and the backwards (split,
 # atomic, and atomic with 128 keys a block of 8 warps), with each launch's
-# geometry from the manifests; then the
-# default forward and backward as f9f9cef had them, before the
-# twenty-fifth session's instruction counts (B fragments in register
-# pairs, the scale in the exponential's fma, unrolled tile copies); and,
-# with those counts, the default forward at 5 blocks an SM (96 registers,
-# 32 bytes spilled on sm_90a) and the backward at 4 (128 registers, 40
-# bytes spilled), where fewer instructions may buy occupancy. (The wgmma
-# forwards' k and v tiles are 128-byte swizzled since the twenty-seventh
-# session, whose bench timed that as "wgmma-sw2". The backwards at 2
-# blocks an SM and the baselines of ff2b93d, b678291 and 085e28f, timed on
-# an H100 in the twenty-fourth session, are no longer built: each source
-# costs the bench an NVRTC compile.) The bench compiles sources with the
-# GPU machine's NVRTC and gptc's options.
+# geometry from the manifests; the default forward at 5 blocks an SM (96
+# registers, 32 bytes spilled on sm_90a) and the backward at 4 (128
+# registers, 40 bytes spilled), where fewer instructions may buy
+# occupancy; and the wgmma-split backward as 174e829 had it (8 x 8 core
+# matrix tiles, A fragments loaded each half) and as 5d8ac01 had it (tiles
+# 128-byte swizzled, fragments still loaded each half): what each of the
+# twenty-eighth session's two changes is worth. (The wgmma forwards' k and
+# v tiles are 128-byte swizzled since the twenty-seventh session, whose
+# bench timed that as "wgmma-sw2". The backwards at 2 blocks an SM, the
+# baselines of ff2b93d, b678291 and 085e28f, timed on an H100 in the
+# twenty-fourth session, and f9f9cef's, timed on an H200 in the
+# twenty-seventh, are no longer built: each source costs the bench an
+# NVRTC compile.) The bench compiles sources with the GPU machine's NVRTC
+# and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-commit=f9f9cef
-git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
-  > "$tmp/attention-$commit.cuh"
+for commit in 174e829 5d8ac01; do
+  git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
+    > "$tmp/attention-$commit.cuh"
+done
 python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" <<'PY'
 import json, os, re, shutil, sys
 tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -165,9 +167,9 @@ def baseline(source, entry, commit):
     """source with commit's attention.cuh in place of today's."""
     assert source.count(now) == 1, f"{entry}: attention.cuh not embedded"
     source = source.replace(now, open(f"{tmp}/attention-{commit}.cuh").read())
-    # The launch gives today's dynamic shared bytes, at least the old ones.
-    source = re.sub(r"static_assert\(sizeof\(AtomicBackwardShared<\d+>\) == \d+,"
-                    r"[^;]*;", "", source)
+    # The launch gives today's dynamic shared bytes, at least the old ones
+    # (and today's alignment, which the old structs may not have).
+    source = re.sub(r"static_assert\(sizeof\(\w+Shared<\d+>\)[^;]*;", "", source)
     return source
 lines = []
 for role, name, dump, entry, bounds, old in (
@@ -178,7 +180,6 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "mma-pipe-4", "pipe", "flash_attention_qkv_0", 4, None),
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
-        ("forward", "mma-f9f9cef", "mma", "flash_attention_qkv_0", None, "f9f9cef"),
         ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
@@ -188,7 +189,8 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
-        ("backward", "split-f9f9cef", "split", "flash_attention_qkv_grad_0", None, "f9f9cef")):
+        ("backward", "wgmma-split-174e829", "wgmmasplit", "flash_attention_qkv_grad_0", None, "174e829"),
+        ("backward", "wgmma-split-5d8ac01", "wgmmasplit", "flash_attention_qkv_grad_0", None, "5d8ac01")):
     if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
         continue  # the wgmma kernels: sm_90a only
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
