@@ -1437,11 +1437,14 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
                                       float scale) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
   using namespace mma;
-  // q keeps its own tile, and its A fragments are loaded again for each key
-  // tile: held across the loop, ptxas 13.0 gave the probabilities' A
-  // fragments the same registers at D=64, so from the second key tile on
-  // wgmma multiplied k by the last tile's probabilities instead of q (an
-  // H100 saw it; NVRTC's SASS shows it).
+  // q keeps its own tile, and its A fragments are loaded on the first key
+  // tile and held, zeroed before the loop. Loaded once before the loop
+  // and held, ptxas 13.0 gave the probabilities' A fragments the same
+  // registers at D=64, so from the second key tile on wgmma multiplied k
+  // by the last tile's probabilities instead of q (an H100 saw it, 78e8693;
+  // they were then loaded again each tile: 4 ldmatrix.x4 a warp and 8 KB
+  // of shared-memory reads a tile). Defined on every path, as here, the
+  // SASS keeps them (wgmmaHoldRows).
   __shared__ wg::CoreTile<D> sQ;
   __shared__ wg::OperandTile<D> sK[2], sV[2];
   const BlockWork work = blockWork();
@@ -1460,14 +1463,16 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
   loadKeyTileAsync<LK, 128>(sK[0], sV[0], k, v, h, 0);
+  u32 qa[D / 16][4] = {};
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
     prefetchNextKeyTile<LK, 128>(sK, sV, k, v, h, j0, keyEnd, buf);
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
     __syncthreads();   // and every other thread's
-    u32 qa[D / 16][4];
+    if (j0 == 0) {
 #pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc)
-      loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
+      for (int kc = 0; kc < D / 16; ++kc)
+        loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
+    }
     float s[8][4];
     zero(s);
     wgmmaFence(s, qa);
@@ -1511,7 +1516,8 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
                                              float *lse, float scale) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
   using namespace mma;
-  // q is loaded again for each key tile, as in attentionForwardWgmma.
+  // q's A fragments are loaded with the first tile and held (the loop's
+  // SASS keeps their registers: see attentionForwardWgmma).
   __shared__ wg::CoreTile<D> sQ;
   __shared__ wg::OperandTile<D> sK[2], sV[3];
   const BlockWork work = blockWork();
@@ -1574,7 +1580,6 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   int vLast = 0; // the last tile's V buffer
   for (int j0 = 64, kb = 1, vb = 1; j0 < keyEnd; j0 += 64) {
     nextTile(j0, kb, vb);
-    loadQ();
     zero(s);
     wgmmaFence(s, qa, acc, pa);
     scores(s, kb);
@@ -1695,11 +1700,16 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
 
 /// Loads the A fragments of this warp's 16 rows (16 warp..) of two tiles,
 /// which a wgmma backward block holds through its loop: k and v in a key
-/// tile's block, q and dout in a query tile's. Held, they leave ptxas's
-/// registers alone (the SASS of GPT-2's wgmma-split: no instruction of the
-/// loop writes them, 162 registers at 3 blocks an SM, no spill), unlike
-/// the wgmma forward's q, whose registers ptxas once gave the
-/// probabilities' fragments.
+/// tile's block, q and dout in a query tile's, loaded on the loop's first
+/// tile, after its barrier. ptxas 13.0 once gave the probabilities' A
+/// fragments the registers of the wgmma forward's held q (78e8693), so
+/// each held array is zeroed before the loop (defined on every path; the
+/// forward's q held without that came out mixed up again in an
+/// experiment, with it not), and the SASS of each kernel that holds A
+/// fragments was read (nvdisasm, docs/cuda-kernels.md): no instruction in
+/// the loop writes their registers but the first tile's LDSMs. A mix-up
+/// the SASS did not show would still fail the GPU job's --check-kernels
+/// runs and, for a variant, the comparison at load.
 template <int D>
 __device__ __forceinline__ void
 wgmmaHoldRows(u32 (&a)[D / 16][4], u32 (&b)[D / 16][4],
@@ -1771,8 +1781,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   // k's and v's A fragments: with kOverlap (2 blocks an SM) held from the
   // first tile on; at 3 blocks an SM loaded again each half, for held,
   // they took 168 registers, spilled 24 bytes and ptxas serialized every
-  // wgmma (C7512).
-  u32 ka[D / 16][4], va[D / 16][4];
+  // wgmma (C7512). Zeroed first: see wgmmaHoldRows.
+  u32 ka[D / 16][4] = {}, va[D / 16][4] = {};
   // Two barriers a tile. The first makes the tile's copies whole (and
   // visible to wgmma), and frees dSᵀ and the last tile's buffers: every
   // thread has waited for the last tile's products, which read them, so
@@ -1900,7 +1910,8 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
   float dqAcc[D / 8][4];
   zero(dqAcc);
-  u32 qa[D / 16][4], da[D / 16][4]; // held from the first key tile on
+  // Held from the first key tile on (zeroed first: see wgmmaHoldRows).
+  u32 qa[D / 16][4] = {}, da[D / 16][4] = {};
   const int keyEnd = kCausal ? i0 + 64 : S;
   // One barrier a key tile: it makes the tile's copies whole (and visible
   // to wgmma), and frees the last tile's buffers, whose products every
@@ -2003,7 +2014,8 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
-  u32 ka[D / 16][4], va[D / 16][4]; // held from the first tile on
+  // Held from the first tile on (zeroed first: see wgmmaHoldRows).
+  u32 ka[D / 16][4] = {}, va[D / 16][4] = {};
   // One barrier a query tile, as in wgmmaQueryTileDq.
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     waitCopies<0>();
