@@ -141,10 +141,11 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # geometry from the manifests; the default forward at 5 blocks an SM (96
 # registers, 32 bytes spilled on sm_90a) and the backward at 4 (128
 # registers, 40 bytes spilled), where fewer instructions may buy
-# occupancy; and the wgmma-split backward as 174e829 had it (8 x 8 core
-# matrix tiles, A fragments loaded each half) and as 5d8ac01 had it (tiles
-# 128-byte swizzled, fragments still loaded each half): what each of the
-# twenty-eighth session's two changes is worth. (The wgmma forwards' k and
+# occupancy; the wgmma forward as 4dc0bdd had it (q's A fragments loaded
+# again each key tile, not held); and the wgmma-split backward as 174e829
+# had it (8 x 8 core matrix tiles, A fragments loaded each half) and as
+# 5d8ac01 had it (tiles 128-byte swizzled, fragments still loaded each
+# half): what each of the twenty-eighth session's changes is worth. (The wgmma forwards' k and
 # v tiles are 128-byte swizzled since the twenty-seventh session, whose
 # bench timed that as "wgmma-sw2". The backwards at 2 blocks an SM, the
 # baselines of ff2b93d, b678291 and 085e28f, timed on an H100 in the
@@ -155,7 +156,7 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-for commit in 174e829 5d8ac01; do
+for commit in 174e829 5d8ac01 4dc0bdd; do
   git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
     > "$tmp/attention-$commit.cuh"
 done
@@ -181,6 +182,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
+        ("forward", "wgmma-4dc0bdd", "wgmmaf", "flash_attention_qkv_0", None, "4dc0bdd"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
