@@ -229,12 +229,15 @@ if want ncu; then
       --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|gemm_fallback_gelu_bf16|multi_tensor_reduce_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
-    # The warpgroup-MMA forward and backward (the auto program's fourth
-    # kernels of each direction), their tiles 128-byte swizzled: where
-    # their warps stall.
-    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && GPTC_VARIANT=wgmma,wgmma \
+    # The warpgroup-MMA forward with its softmax under the output product
+    # and the deterministic wgmma backward (the auto program's fifth
+    # forward and sixth backward kernels: the ones sm_90a's default may
+    # pick), tiles 128-byte swizzled, A fragments held: which pipe, or
+    # which stall, bounds them.
+    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
+      GPTC_VARIANT=wgmma-overlap,wgmma-split \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_3$':1 \
+        --kernel-id ::regex:'^flash_attention_qkv(_4|_grad_5)$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
     # The candidates for the defaults: the mma2 forward and the atomic128

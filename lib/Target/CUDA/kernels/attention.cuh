@@ -1632,7 +1632,8 @@ template <int D, bool kOverlap, class WithDs>
 __device__ __forceinline__ void
 wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
                      u32 (&ka)[D / 16][4], u32 (&va)[D / 16][4],
-                     const wg::OperandTile<D> &sQ, const wg::OperandTile<D> &sDout,
+                     const wg::OperandTile<D> &sQ,
+                     const wg::OperandTile<D> &sDout,
                      const float *tileLse, const float *tileDot,
                      float scaleLog2, bool diagonal, int half,
                      WithDs &&withDs) {
@@ -1873,10 +1874,11 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 }
 
 /// The shared memory of attentionBackwardWgmmaSplit, dynamic (49 KB at
-/// D = 64, and 1 KB to align it): the two tiles a block keeps (a dq block's q and dout, a dk/dv
-/// block's k and v), the two it walks, double-buffered (k and v; q and
-/// dout), all as wgmma reads them, and the row terms (a dq block's own in
-/// [0], a dk/dv block's walked query tiles').
+/// D = 64, and 1 KB to align it): the two tiles a block keeps (a dq
+/// block's q and dout, a dk/dv block's k and v), the two it walks,
+/// double-buffered (k and v; q and dout), all as wgmma reads them, and the
+/// row terms (a dq block's own in [0], a dk/dv block's walked query
+/// tiles').
 template <int D> struct WgmmaSplitShared {
   wg::OperandTile<D> kept[2], walked[2][2];
   alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
