@@ -70,6 +70,10 @@ if [[ $arch == sm_90a ]]; then
   # tiles, so that one of its three V buffers is refilled.
   compile check-gpt2w-bf16-wgmmaovf gpt2 bf16 2 256 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma-overlap
+  # Two warpgroups a block, sharing each key tile (T=256: two blocks of
+  # 128 queries, the first warpgroup sitting out its block's last tile).
+  compile check-gpt2w-bf16-wgmma128 gpt2 bf16 2 256 --n-layer=1 \
+    --vocab-size=1000 --attention-forward=wgmma128
   # The split backward on wgmma (deterministic, no atomics).
   compile check-gpt2w-bf16-wgmmasplit gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-split
@@ -78,6 +82,7 @@ if [[ $arch == sm_90a ]]; then
   dump_only wgmmaov --attention-backward=wgmma-overlap
   dump_only wgmmaf --attention-forward=wgmma
   dump_only wgmmaovf --attention-forward=wgmma-overlap
+  dump_only wgmma128 --attention-forward=wgmma128
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
@@ -181,6 +186,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "mma-pipe-4", "pipe", "flash_attention_qkv_0", 4, None),
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
+        ("forward", "wgmma128", "wgmma128", "flash_attention_qkv_0", None, None),
         ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
         ("forward", "wgmma-4dc0bdd", "wgmmaf", "flash_attention_qkv_0", None, "4dc0bdd"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),

@@ -98,7 +98,9 @@ struct KernelOptions {
                      "(warpgroup MMA, k and v tiles 128-byte swizzled; "
                      "sm_90a), wgmma-overlap (wgmma with a key tile's "
                      "softmax under the last tile's output product; "
-                     "sm_90a) or auto (every one of these the target has, "
+                     "sm_90a), wgmma128 (two warpgroups, 128 queries a "
+                     "block, sharing each key tile; sm_90a, T a multiple "
+                     "of 128) or auto (every one of these the target has, "
                      "timed when the program loads; the fastest runs)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> attentionBackward{

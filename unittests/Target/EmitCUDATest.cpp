@@ -210,11 +210,13 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
 TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   auto withFlag = [](const std::string &label) {
     cuda::EmitOptions o;
-    o.wideAttentionForward = label == "mma128";
+    o.wideAttentionForward =
+        label == "mma128" || label == "wgmma128-forward";
     o.rowPairAttentionForward = label == "mma2";
     o.pipelinedAttentionForward = label == "mma-pipe";
-    o.wgmmaAttention =
-        label == "wgmma-forward" || label == "wgmma-overlap-forward";
+    o.wgmmaAttention = label == "wgmma-forward" ||
+                       label == "wgmma-overlap-forward" ||
+                       label == "wgmma128-forward";
     o.overlapWgmmaForward = label == "wgmma-overlap-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
@@ -254,6 +256,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
         expected.insert(expected.end(), {"wgmma", "wgmma-overlap"});
       if (forward) // (last: the kernels' numbers in scripts stay)
         expected.push_back("mma-pipe");
+      if (hopper && forward)
+        expected.push_back("wgmma128");
       if (hopper && backward)
         expected.push_back("wgmma-split");
       EXPECT_EQ(labels, expected);
@@ -286,9 +290,35 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   for (const rt::Launch &l : p.functions[0].launches)
     EXPECT_EQ(l.variants.size(),
               l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
-                  ? 5u
+                  ? 6u
                   : 0u)
         << l.kernel;
+  // --attention-backward=deterministic (sm_90a's default): the backwards
+  // without float atomics alone, split and wgmma-split; on sm_80, split
+  // alone, so no variants.
+  cuda::EmitOptions deterministic;
+  deterministic.backwardVariants = deterministic.deterministicVariants = true;
+  for (const std::string arch : {"sm_90a", "sm_80"}) {
+    rt::Program d = gpt2Launches(DType::BF16);
+    cuda::emitCUDA(d, arch, deterministic);
+    for (const rt::Launch &l : d.functions[0].launches) {
+      if (l.kernel != "flash_attention_grad" &&
+          l.kernel != "flash_attention_qkv_grad") {
+        EXPECT_TRUE(l.variants.empty()) << l.kernel;
+        continue;
+      }
+      std::vector<std::string> labels;
+      for (const rt::LaunchVariant &v : rt::launchCandidates(l))
+        labels.push_back(v.label);
+      if (arch == "sm_80") { // one algorithm: no variants, no label
+        EXPECT_TRUE(l.variants.empty());
+        EXPECT_EQ(l.variant, "");
+        continue;
+      }
+      const std::vector<std::string> expected = {"split", "wgmma-split"};
+      EXPECT_EQ(labels, expected);
+    }
+  }
   rt::Program f32 = gpt2Launches(DType::F32);
   cuda::emitCUDA(f32, "sm_90a", autoBoth);
   for (const rt::Launch &l : f32.functions[0].launches) {

@@ -180,7 +180,9 @@ struct Granule {
   int writer = -1, writeEpoch = -1, visibleFrom = 0, readEpoch = -1;
   int readerWarp = -1;
   int writeSeq = 0; // the writer's writes by then, for fence.proxy.async
-  int wgmmaOp = -1; // the last wgmma that reads it as B (wgmmaOps)
+  // The last wgmma of each warpgroup that reads it as B (wgmmaOps): a
+  // block has at most 2 that issue wgmma.
+  int wgmmaOp[2] = {-1, -1};
   bool pending = false; // a cp.async its writer has not waited for
   bool manyWarps = false;
 };
@@ -188,9 +190,9 @@ struct Granule {
 /// reads B at some time between the instruction and the wait_group that
 /// retires it, and one warp's wait need not mean another's has returned:
 /// B may be written again only in a barrier interval after every thread
-/// of the warpgroup landed it. (Kept per granule as its last reader: a
-/// warpgroup's products land in order. The wgmma kernels are one
-/// warpgroup a block.)
+/// of the warpgroup landed it. (Kept per granule as each warpgroup's last
+/// reader: a warpgroup's products land in order. The wgmma kernels are one
+/// or two warpgroups a block.)
 struct WgmmaOp {
   int unlanded;    // threads of the warpgroup yet to land it
   int landedEpoch; // the last barrier interval one of them did
@@ -475,8 +477,11 @@ EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
                                 bool async) {
   const int warp = current / 32;
   const long long ops = threads[current].warpOps;
-  if (g.wgmmaOp >= 0 && (wgmmaOps[g.wgmmaOp].unlanded > 0 ||
-                         wgmmaOps[g.wgmmaOp].landedEpoch >= epoch))
+  bool unlanded = false;
+  for (int op : g.wgmmaOp)
+    unlanded |= op >= 0 && (wgmmaOps[op].unlanded > 0 ||
+                            wgmmaOps[op].landedEpoch >= epoch);
+  if (unlanded)
     report("writes, with no barrier since every thread of its warpgroup "
            "waited for it, what a wgmma reads as B:", p, r, g);
   else if (g.readEpoch == epoch && (g.manyWarps || g.readerWarp != warp))
@@ -1133,6 +1138,9 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
   // The warpgroup's threads are all at this wgmma (the barrier above):
   // the first of them here makes its record.
   const int wg = me / 128;
+  if (wg >= 2)
+    emu::race::misuse("wgmma in a block's third warpgroup: the race "
+                      "checker follows two");
   if (wgIssued[me]++ == wgMade[wg]) {
     emu::race::Busy guard;
     wgCurrentOp[wg] = emu::race::newWgmmaOp();
@@ -1166,7 +1174,7 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
         emu::race::Busy guard;
         const emu::race::Region *in = nullptr;
         if (emu::race::Granule *g = emu::race::find(p, &in))
-          g->wgmmaOp = op.readOfB;
+          g->wgmmaOp[wg % 2] = op.readOfB;
       }
   }
   if (!known) op.nt = 0; // nothing to land

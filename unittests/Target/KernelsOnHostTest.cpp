@@ -1506,10 +1506,16 @@ TEST(TemplateKernelsOnHost, EveryPipelinedForwardBarrierIsNeeded) {
 
 namespace {
 /// The forwards with 128 queries a block: --attention-forward=mma128 (8
-/// warps of 16 rows) and mma2 (4 warps of 32, two row tiles a warp).
-enum class WideForward { Warps8, RowPairs };
+/// warps of 16 rows), mma2 (4 warps of 32, two row tiles a warp) and
+/// wgmma128 (two warpgroups sharing each key tile; sm_90a).
+enum class WideForward { Warps8, RowPairs, Warpgroups2 };
 const char *wideName(WideForward w) {
-  return w == WideForward::Warps8 ? "mma128" : "mma2";
+  return w == WideForward::Warps8     ? "mma128"
+         : w == WideForward::RowPairs ? "mma2"
+                                      : "wgmma128";
+}
+HostTarget wideTarget(WideForward w) {
+  return w == WideForward::Warpgroups2 ? HostTarget::Sm90a : HostTarget::Sm80;
 }
 
 /// The packed forward attention with 128 queries a block: B = 1, T = 256
@@ -1524,18 +1530,19 @@ rt::Program &wideForward(Builder &b, WideForward w, int64_t H, int64_t D,
   fa.ints = {{"causal", causal}, {"num_heads", H}};
   fa.floats["scale"] = 0.125;
   cuda::EmitOptions opts;
-  opts.wideAttentionForward = w == WideForward::Warps8;
-  opts.rowPairAttentionForward = w == WideForward::RowPairs;
-  return emitForHost(b.p, HostTarget::Sm80, opts);
+  EXPECT_TRUE(cuda::selectAttentionAlgorithm(opts, true, wideName(w)));
+  return emitForHost(b.p, wideTarget(w), opts);
 }
 } // namespace
 
 // 128 queries a block against the CPU executor, at D = 64 and 32, causal
 // (where the block's first half of rows skips its last key tile, wholly in
 // their future, and the second half takes its diagonal in the second tile)
-// and not. With two row tiles a warp, each k and v fragment serves both.
+// and not. With two row tiles a warp, each k and v fragment serves both;
+// with two warpgroups, each its 64 queries' products.
 TEST(TemplateKernelsOnHost, WideForwardAttentionMatchesTheCpuExecutor) {
-  for (WideForward w : {WideForward::Warps8, WideForward::RowPairs})
+  for (WideForward w : {WideForward::Warps8, WideForward::RowPairs,
+                        WideForward::Warpgroups2})
     for (int64_t D : {64, 32})
       for (bool causal : {true, false}) {
         SCOPED_TRACE(std::string(wideName(w)) + ", D = " + std::to_string(D) +
@@ -1544,16 +1551,17 @@ TEST(TemplateKernelsOnHost, WideForwardAttentionMatchesTheCpuExecutor) {
         Builder b;
         rt::Program &p = wideForward(b, w, H, D, causal);
         ASSERT_EQ(p.kernels.size(), 1u);
-        EXPECT_NE(p.kernels[0].source.find(w == WideForward::Warps8
-                                               ? ", 8>(in0, in0 + "
-                                               : ", 4, 2>(in0, in0 + "),
+        EXPECT_NE(p.kernels[0].source.find(
+                      w == WideForward::Warps8     ? ", 8>(in0, in0 + "
+                      : w == WideForward::RowPairs ? ", 4, 2>(in0, in0 + "
+                                                   : ", false, 2>(in0, in0 + "),
                   std::string::npos);
         const rt::Launch &l = p.functions[0].launches[0];
         EXPECT_EQ(l.grid[0], uint32_t(H)); // one group of H heads
         EXPECT_EQ(l.grid[1], 2u);
         EXPECT_EQ(l.grid[2], 1u);
-        EXPECT_EQ(l.block[0], w == WideForward::Warps8 ? 256u : 128u);
-        HostKernels kernels(p);
+        EXPECT_EQ(l.block[0], w == WideForward::RowPairs ? 128u : 256u);
+        HostKernels kernels(p, wideTarget(w));
         ASSERT_TRUE(kernels.ok()) << kernels.error;
         std::vector<exec::HostTensor> data =
             runOnRandomData(p, kernels, 400);
@@ -1566,15 +1574,21 @@ TEST(TemplateKernelsOnHost, WideForwardAttentionMatchesTheCpuExecutor) {
 
 // Their four barriers: q and the first key tile landed, q (staged in the
 // two tiles the second key tile reuses) read, and the double buffer's two.
+// wgmma128's two, as the wgmma forward's: tiles landed before either
+// warpgroup's wgmma reads them, read by both before they are refilled.
 TEST(TemplateKernelsOnHost, EveryWideForwardBarrierIsNeeded) {
-  for (WideForward w : {WideForward::Warps8, WideForward::RowPairs}) {
+  for (WideForward w : {WideForward::Warps8, WideForward::RowPairs,
+                        WideForward::Warpgroups2}) {
     SCOPED_TRACE(wideName(w));
     Builder b;
     rt::Program &p = wideForward(b, w, 1, 64, true);
-    EXPECT_EQ(expectEachNeeded(p, 0, "attentionForwardMma",
+    const bool wgmma = w == WideForward::Warpgroups2;
+    EXPECT_EQ(expectEachNeeded(p, 0,
+                               wgmma ? "attentionForwardWgmma"
+                                     : "attentionForwardMma",
                                "__syncthreads();", "shared-memory race",
-                               HostTarget::Sm80),
-              4);
+                               wideTarget(w)),
+              wgmma ? 2 : 4);
   }
 }
 

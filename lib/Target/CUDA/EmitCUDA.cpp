@@ -264,7 +264,8 @@ using namespace detail;
 
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
   static const std::vector<std::string> forwards = {
-      "mma", "mma128", "mma2", "wgmma", "wgmma-overlap", "mma-pipe"};
+      "mma",           "mma128",   "mma2",    "wgmma",
+      "wgmma-overlap", "mma-pipe", "wgmma128"};
   static const std::vector<std::string> backwards = {
       "split", "atomic", "atomic128", "wgmma", "wgmma-overlap", "wgmma-split"};
   return forward ? forwards : backwards;
@@ -284,10 +285,11 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
   if (std::find(labels.begin(), labels.end(), label) == labels.end())
     return false;
   if (forward) {
-    o.wideAttentionForward = label == "mma128";
+    o.wideAttentionForward = label == "mma128" || label == "wgmma128";
     o.rowPairAttentionForward = label == "mma2";
     o.pipelinedAttentionForward = label == "mma-pipe";
-    o.wgmmaAttention = label == "wgmma" || label == "wgmma-overlap";
+    o.wgmmaAttention =
+        label == "wgmma" || label == "wgmma-overlap" || label == "wgmma128";
     o.overlapWgmmaForward = label == "wgmma-overlap";
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";

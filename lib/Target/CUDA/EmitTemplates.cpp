@@ -326,19 +326,26 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const bool rows128 = !grad && mma && !opts.wgmmaAttention && a.T % 128 == 0;
   const bool rowPairs = rows128 && opts.rowPairAttentionForward;
   const bool wide = rows128 && !rowPairs && opts.wideAttentionForward;
+  // --attention-forward=wgmma128: two warpgroups, 128 queries a block,
+  // share each key tile's copies, at 2 blocks an SM (mma128 where the
+  // target has no wgmma).
+  const bool wgmmaWide = !grad && mma && opts.wgmmaAttention &&
+                         !opts.overlapWgmmaForward &&
+                         opts.wideAttentionForward && a.T % 128 == 0;
   // --attention-forward=mma-pipe: the next tile's scores under this one's
   // softmax, 32 registers more: 3 blocks an SM (168 registers).
   const bool pipelined = !grad && mma && !opts.wgmmaAttention && !wide &&
                          !rowPairs && opts.pipelinedAttentionForward;
   // Two key tiles a block: 91 KB of shared memory, so at most 2 blocks an
   // SM, and 128 registers a thread spill: 1 block, 8 warps.
-  const int threads = !mma ? 64 : wide || keyTiles == 2 ? 256 : 128;
-  const int blocksPerSM = !mma                ? 0
-                          : keyTiles == 2     ? 1
-                          : overlap           ? 2
-                          : grad || pipelined ? 3
-                          : wide || rowPairs  ? 2
-                                              : 4;
+  const int threads =
+      !mma ? 64 : wide || wgmmaWide || keyTiles == 2 ? 256 : 128;
+  const int blocksPerSM = !mma                            ? 0
+                          : keyTiles == 2                 ? 1
+                          : overlap                       ? 2
+                          : grad || pipelined             ? 3
+                          : wide || rowPairs || wgmmaWide ? 2
+                                                          : 4;
   begin(entry, threads, blocksPerSM);
   // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
@@ -377,6 +384,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
      << tmpl
      << (wide            ? ", 8"
          : rowPairs      ? ", 4, 2"
+         : wgmmaWide     ? ", false, 2"
          : keyTiles == 2 ? ", 2"
          : overlap || overlapForward ? ", true"
                          : "")
@@ -386,7 +394,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   l.block[0] = uint32_t(threads);
   const int64_t ranks = atomic ? a.S / (64 * keyTiles)
                         : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
-                               : ceilDiv(a.T, wide || rowPairs ? 128 : 64);
+                               : ceilDiv(a.T, wide || rowPairs || wgmmaWide
+                                                  ? 128
+                                                  : 64);
   if (mma) {
     // (heads of a group, ranks, groups), blockWork's order. A head's
     // blocks share k and v (forward); q, k, v, dout and the row terms

@@ -51,7 +51,9 @@ struct EmitOptions {
   /// where T is a multiple of 128 (attentionForwardMma<..., 8>): each key
   /// tile copied once for 128 queries rather than 64. Off by default: on
   /// an H100 it took 159.8 µs a launch against mma's 163.1, too little to
-  /// move the defaults in the session that measured it.
+  /// move the defaults in the session that measured it. With
+  /// wgmmaAttention (and not overlapWgmmaForward): two warpgroups a block,
+  /// 128 queries, sharing each key tile (--attention-forward=wgmma128).
   bool wideAttentionForward = false;
   /// The mma.sync forward attention with 4 warps of 32 query rows (two
   /// row tiles a warp), 128 queries a block, where T is a multiple of 128
@@ -98,7 +100,8 @@ struct EmitOptions {
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
-  /// mma2, wgmma and wgmma-overlap on sm_90a, mma-pipe; atomic, atomic128, and
+  /// mma2, wgmma and wgmma-overlap on sm_90a, mma-pipe, wgmma128 on
+  /// sm_90a; atomic, atomic128, and
   /// wgmma, wgmma-overlap and wgmma-split on sm_90a) as
   /// rt::Launch::variants, which the
   /// runtime times at load. Algorithms that give a launch the same source (mma128 where T is not
@@ -125,8 +128,8 @@ struct EmitOptions {
 
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
-/// (those two sm_90a), mma-pipe (last, so that the others keep their
-/// kernels' numbers); backward split, atomic, atomic128, wgmma,
+/// (those two sm_90a), mma-pipe, wgmma128 (sm_90a; the later ones last,
+/// so that the others keep their kernels' numbers); backward split, atomic, atomic128, wgmma,
 /// wgmma-overlap, wgmma-split (the last three sm_90a). --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.

@@ -1425,18 +1425,26 @@ template <class T> __device__ __forceinline__ T &dynamicSharedAs() {
 
 } // namespace wg
 
-/// attentionForwardMma with both products on warpgroup MMA: the block's 4
-/// warps are one warpgroup, and each product is one batch of D/16 (scores)
-/// or 4 (output) wgmma instructions on the 64 rows, B read from shared
-/// memory directly (no ldmatrix). q, the probabilities and the softmax stay
-/// as in attentionForwardMma, in the same fragment layout. D is 32 or 64.
+/// attentionForwardMma with both products on warpgroup MMA: each 4 warps
+/// are one warpgroup, of 64 queries, and each product is one batch of D/16
+/// (scores) or 4 (output) wgmma instructions on the 64 rows, B read from
+/// shared memory directly (no ldmatrix). q, the probabilities and the
+/// softmax stay as in attentionForwardMma, in the same fragment layout. D
+/// is 32 or 64. kGroups warpgroups a block (--attention-forward=wgmma128:
+/// 2, 128 queries) share each key tile's copies: a tile comes from L2 once
+/// for 128 queries rather than 64. At GPT-2's sizes the one-warpgroup
+/// kernel's copies move 428 MB from L2 a launch, 3.7 TB/s at its 116.5 µs
+/// on an H200.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TO>
+          int kGroups = 1, typename TO>
 __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
                                       const bf16 *v, TO *out, float *lse,
                                       float scale) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  static_assert(kGroups == 1 || kGroups == 2, "64 or 128 queries a block");
+  static_assert(T % (64 * kGroups) == 0, "whole blocks of queries");
   using namespace mma;
+  constexpr int kThreads = 128 * kGroups;
   // q keeps its own tile, and its A fragments are loaded on the first key
   // tile and held, zeroed before the loop. Loaded once before the loop
   // and held, ptxas 13.0 gave the probabilities' A fragments the same
@@ -1445,56 +1453,65 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // they were then loaded again each tile: 4 ldmatrix.x4 a warp and 8 KB
   // of shared-memory reads a tile). Defined on every path, as here, the
   // SASS keeps them (wgmmaHoldRows).
-  __shared__ wg::CoreTile<D> sQ;
+  __shared__ wg::CoreTile<D> sQ[kGroups];
   __shared__ wg::OperandTile<D> sK[2], sV[2];
   const BlockWork work = blockWork();
   const i64 h = work.head;
   constexpr i64 kQ = LQ::kRowStride;
-  const int i0 = (T / 64 - 1 - work.rank) * 64, warp = threadIdx.x / 32;
-  const int g = threadIdx.x % 32 / 4;
+  // The block's queries from blockRow0 on, this warpgroup's from i0.
+  const int blockRow0 = (T / (64 * kGroups) - 1 - work.rank) * 64 * kGroups;
+  const int group = threadIdx.x / 128, i0 = blockRow0 + 64 * group;
+  const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
 
   // q joins the first key tile's group (committed by loadKeyTileAsync) and
   // is read after the loop's first wait and barrier.
-  sQ.template loadAsync<128>(q + LQ::head(h), kQ, i0);
+#pragma unroll
+  for (int t = 0; t < kGroups; ++t)
+    sQ[t].template loadAsync<kThreads>(q + LQ::head(h), kQ, blockRow0 + 64 * t);
 
   float acc[D / 8][4];
   zero(acc);
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
-  const int keyEnd = kCausal ? i0 + 64 : S;
-  loadKeyTileAsync<LK, 128>(sK[0], sV[0], k, v, h, 0);
+  // The block walks the key tiles its last warpgroup needs; with the
+  // causal mask the others sit out the tiles wholly in their future.
+  const int keyEnd = kCausal ? blockRow0 + 64 * kGroups : S;
+  loadKeyTileAsync<LK, kThreads>(sK[0], sV[0], k, v, h, 0);
   u32 qa[D / 16][4] = {};
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    prefetchNextKeyTile<LK, 128>(sK, sV, k, v, h, j0, keyEnd, buf);
+    prefetchNextKeyTile<LK, kThreads>(sK, sV, k, v, h, j0, keyEnd, buf);
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
     __syncthreads();   // and every other thread's
-    if (j0 == 0) {
+    // (uniform in each warpgroup, and the barriers stay outside)
+    if (kGroups == 1 || !kCausal || j0 <= i0) {
+      if (j0 == 0) {
+#pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc)
+          loadMatrices(qa[kc], sQ[group].block(warp * 16, kc * 16));
+      }
+      float s[8][4];
+      zero(s);
+      wgmmaFence(s, qa);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
-    }
-    float s[8][4];
-    zero(s);
-    wgmmaFence(s, qa);
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc)
-      wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc));
-    wgmmaCommit();
-    wgmmaWait<0>();
-    wgmmaFenceOperands(s);
+        wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc));
+      wgmmaCommit();
+      wgmmaWait<0>();
+      wgmmaFenceOperands(s);
 
-    rows.tile<D>(s, acc, scaleLog2, kCausal && j0 == i0, warp * 16 + g);
-    u32 pa[4][4]; // the probabilities as A fragments, keys as K
+      rows.tile<D>(s, acc, scaleLog2, kCausal && j0 == i0, warp * 16 + g);
+      u32 pa[4][4]; // the probabilities as A fragments, keys as K
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-      accToA(pa[kc], s, kc);
-    wgmmaFence(acc, pa);
+      for (int kc = 0; kc < 4; ++kc)
+        accToA(pa[kc], s, kc);
+      wgmmaFence(acc, pa);
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-      wgmmaBf16<true>(acc, pa[kc], sV[buf].keysAlongK(kc));
-    wgmmaCommit();
-    wgmmaWait<0>();
-    wgmmaFenceOperands(acc);
+      for (int kc = 0; kc < 4; ++kc)
+        wgmmaBf16<true>(acc, pa[kc], sV[buf].keysAlongK(kc));
+      wgmmaCommit();
+      wgmmaWait<0>();
+      wgmmaFenceOperands(acc);
+    }
     __syncthreads(); // done with this buffer before it is refilled
   }
   rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
@@ -2084,11 +2101,12 @@ __device__ void attentionBackwardWgmmaSplit(const bf16 *q, const bf16 *k,
 #endif // GPTC_WGMMA
 
 /// The tensor-core forward the target has, emitted for
-/// --attention-forward=wgmma (and wgmma-overlap, kOverlap): warpgroup MMA
-/// on sm_90a for D of 32 or 64, else mma.sync (same results up to float32
-/// summation order).
+/// --attention-forward=wgmma (and wgmma-overlap, kOverlap; wgmma128,
+/// kGroups 2): warpgroup MMA on sm_90a for D of 32 or 64, else mma.sync
+/// (with 4 kGroups warps a block; same results up to float32 summation
+/// order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          bool kOverlap = false, typename TO>
+          bool kOverlap = false, int kGroups = 1, typename TO>
 __device__ __forceinline__ void
 attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
                             TO *out, float *lse, float scale) {
@@ -2097,12 +2115,12 @@ attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
     attentionForwardWgmmaOverlap<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out,
                                                                lse, scale);
   else if constexpr (D == 32 || D == 64)
-    attentionForwardWgmma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
-                                                        scale);
+    attentionForwardWgmma<D, T, S, kCausal, LQ, LK, LO, kGroups>(
+        q, k, v, out, lse, scale);
   else
 #endif
-    attentionForwardMma<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out, lse,
-                                                      scale);
+    attentionForwardMma<D, T, S, kCausal, LQ, LK, LO, 4 * kGroups>(
+        q, k, v, out, lse, scale);
 }
 
 /// The deterministic backward the target has, emitted for
