@@ -2180,7 +2180,8 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
   for (Way way : {Way{HostTarget::Sm80, "mma"}, Way{HostTarget::Sm80, "mma128"},
                   Way{HostTarget::Sm80, "mma2"}, Way{HostTarget::Sm80, "mma-pipe"},
                   Way{HostTarget::Sm90a, "wgmma"},
-                  Way{HostTarget::Sm90a, "wgmma-overlap"}}) {
+                  Way{HostTarget::Sm90a, "wgmma-overlap"},
+                  Way{HostTarget::Sm90a, "wgmma128"}}) {
     SCOPED_TRACE(way.forward);
     rt::Program p = b.p;
     cuda::EmitOptions opts;
