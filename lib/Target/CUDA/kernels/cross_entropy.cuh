@@ -11,11 +11,11 @@
 // crossEntropyWithGrad also writes dlogits = (softmax - onehot) · dloss / N
 // from a second read of the row; padded columns and ignored rows get 0. With
 // kStash (2-byte logits, the row in V·2 bytes of dynamic shared memory: GPT-
-// 2's 100,608) the first pass keeps every chunk it loads there and the second
-// reads them back, rather than hoping that the row is still in L2 after the
-// other blocks' rows went through (two blocks an SM on 132 SMs hold 26 MiB
-// of rows). Both passes give a thread the same chunks, so a thread reads
-// back only what it wrote: no barrier. dlogits may be the logits' own buffer (the lowering
+// 2's 100,608) the whole row is copied there at once with cp.async, and both
+// passes read it from there, rather than the second hoping that the row is
+// still in L2 after the other blocks' rows went through (two blocks an SM
+// on 132 SMs hold 26 MiB of rows). Both passes give a thread the chunks it
+// copied, so a thread reads back only what it wrote: no barrier. dlogits may be the logits' own buffer (the lowering
 // writes it in place when nothing reads the logits afterwards): every read
 // of the row happens before the barriers that end blockMaxSum, except the
 // second pass's, where each thread reads the very chunks it then
@@ -73,20 +73,6 @@ loadRound(const T *row, int first, float (&x)[kCrossEntropyUnroll][kVec]) {
   }
 }
 
-/// Keeps the round's loaded chunks (below kChunks) at stash + chunk · kVec:
-/// 8 floats that came from 2-byte values, written back to them exactly.
-template <int kChunks, int kVec, typename T>
-__device__ __forceinline__ void
-stashRound(T *stash, int first, const float (&x)[kCrossEntropyUnroll][kVec]) {
-  static_assert(kVec == 8, "16-byte chunks");
-#pragma unroll
-  for (int u = 0; u < kCrossEntropyUnroll; ++u) {
-    int chunk = first + u * blockDim.x;
-    if (chunk < kChunks)
-      store8(stash + chunk * kVec, x[u]);
-  }
-}
-
 /// One past the last element of the round that starts at chunk `first`.
 template <int kVec> __device__ __forceinline__ int roundEnd(int first) {
   return (first + (kCrossEntropyUnroll - 1) * int(blockDim.x) + 1) * kVec;
@@ -134,19 +120,29 @@ loadedMaxSum(const float (&x)[kCrossEntropyUnroll][kVec], int first) {
 /// the row is read in chunks of kVec (kVec divides the row's length). Each
 /// round's loaded elements are combined once (two exps per
 /// kUnroll · kVec elements). kStashChunks > 0: the first kStashChunks
-/// chunks (the whole row, padding included) are read and kept in `stash`.
+/// chunks (the whole row, padding included) are copied into `stash` with
+/// cp.async, every chunk of a thread at once, and read from there: the
+/// whole row in flight, one DRAM round trip a row, where rounds of kUnroll
+/// loads a thread took three at GPT-2's 50,304 (12 or 13 chunks a thread
+/// of 512), the block idle between them. Each thread reads back only the
+/// chunks it copied: no barrier.
 template <int kN, int kVec, int kStashChunks = 0, typename T>
 __device__ MaxSum blockMaxSum(const T *row, T *stash = nullptr) {
   __shared__ MaxSum warps[32];
   constexpr int kChunks =
       kStashChunks > 0 ? kStashChunks : (kN + kVec - 1) / kVec;
+  if constexpr (kStashChunks > 0) {
+    static_assert(kVec * sizeof(T) == 16, "16-byte chunks");
+    for (int chunk = threadIdx.x; chunk < kChunks; chunk += blockDim.x)
+      copyAsync16(sharedAddress(stash + chunk * kVec), row + i64(chunk) * kVec);
+    commitCopies();
+    waitCopies<0>();
+  }
   MaxSum ms{-__int_as_float(0x7f800000), 0.0f};
   for (int first = threadIdx.x; first < kChunks;
        first += kCrossEntropyUnroll * blockDim.x) {
     float x[kCrossEntropyUnroll][kVec];
-    loadRound<kChunks>(row, first, x);
-    if constexpr (kStashChunks > 0)
-      stashRound<kChunks, kVec>(stash, first, x);
+    loadRound<kChunks>(kStashChunks > 0 ? stash : row, first, x);
     bool whole = roundEnd<kVec>(first) <= kN;
     ms = combine(ms, whole ? loadedMaxSum<kN, kVec, false>(x, first)
                            : loadedMaxSum<kN, kVec, true>(x, first));
