@@ -751,10 +751,10 @@ private:
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
-  /// Why a variant's results (each output's bytes) are not the launch's
-  /// own kernel's, or "" if they agree.
   /// Each output of `l`, as the last run left it.
   std::vector<std::vector<uint8_t>> launchResults(const Launch &l);
+  /// Why a variant's results (each output's bytes) are not the launch's
+  /// own kernel's, or "" if they agree.
   std::string resultsDiffer(const Launch &l,
                             const std::vector<std::vector<uint8_t>> &own,
                             const std::vector<std::vector<uint8_t>> &other);
@@ -2142,7 +2142,6 @@ void saveVariantChoice(const std::string &path, const std::string &label,
                        const std::string &times) {
   keepInCache(path, label + "\n" + times + "\n");
 }
-
 
 } // namespace
 

@@ -1425,6 +1425,27 @@ template <class T> __device__ __forceinline__ T &dynamicSharedAs() {
 
 } // namespace wg
 
+/// Loads the A fragments of this warp's 16 rows (16 warp.. of its
+/// warpgroup) of tile `t`, columns 16kc.. as fragment kc, which a wgmma
+/// kernel holds through its loop: a forward's q, a backward key tile
+/// block's k and v, a query tile block's q and dout; loaded on the loop's
+/// first tile, after its barrier. ptxas 13.0 once gave the probabilities'
+/// A fragments the registers of the wgmma forward's held q (78e8693), so
+/// each held array is zeroed before the loop (defined on every path; the
+/// forward's q held without that came out mixed up again in an
+/// experiment, with it not), and test/cuda/held_fragments.py reads the
+/// SASS of each kernel that holds A fragments: no instruction in the loop
+/// may write their registers but the first tile's LDSMs. A mix-up it did
+/// not see would still fail the GPU job's --check-kernels runs and, for a
+/// variant, the comparison at load.
+template <int N, class Tile>
+__device__ __forceinline__ void wgmmaHoldRows(u32 (&a)[N][4], const Tile &t) {
+  const int warp = threadIdx.x / 32 % 4;
+#pragma unroll
+  for (int kc = 0; kc < N; ++kc)
+    loadMatrices(a[kc], t.block(warp * 16, kc * 16));
+}
+
 /// attentionForwardMma with both products on warpgroup MMA: each 4 warps
 /// are one warpgroup, of 64 queries, and each product is one batch of D/16
 /// (scores) or 4 (output) wgmma instructions on the 64 rows, B read from
@@ -1484,11 +1505,8 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
     __syncthreads();   // and every other thread's
     // (uniform in each warpgroup, and the barriers stay outside)
     if (kGroups == 1 || !kCausal || j0 <= i0) {
-      if (j0 == 0) {
-#pragma unroll
-        for (int kc = 0; kc < D / 16; ++kc)
-          loadMatrices(qa[kc], sQ[group].block(warp * 16, kc * 16));
-      }
+      if (j0 == 0)
+        wgmmaHoldRows(qa, sQ[group]);
       float s[8][4];
       zero(s);
       wgmmaFence(s, qa);
@@ -1562,14 +1580,10 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
       loadKeyTileAsync<LK, 128>(sK[kb ^ 1], sV[vb == 2 ? 0 : vb + 1], k, v, h,
                                 j0 + 64);
   };
-  // q's A fragments, and the scores of the key tile in sK[kb] started, as
-  // the first of this batch's commit groups.
+  // q's A fragments (loaded with the first tile, held), and the scores of
+  // the key tile in sK[kb] started, as the first of this batch's commit
+  // groups.
   u32 qa[D / 16][4];
-  auto loadQ = [&] {
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc)
-      loadMatrices(qa[kc], sQ.block(warp * 16, kc * 16));
-  };
   auto scores = [&](float (&s)[8][4], int kb) {
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
@@ -1581,7 +1595,7 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   // makes ptxas add a warpgroup.arrive (C7519).
   float s[8][4];
   nextTile(0, 0, 0);
-  loadQ();
+  wgmmaHoldRows(qa, sQ);
   zero(s);
   wgmmaFence(s, qa);
   scores(s, 0);
@@ -1716,30 +1730,6 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
   wgmmaCommit();
 }
 
-/// Loads the A fragments of this warp's 16 rows (16 warp..) of two tiles,
-/// which a wgmma backward block holds through its loop: k and v in a key
-/// tile's block, q and dout in a query tile's, loaded on the loop's first
-/// tile, after its barrier. ptxas 13.0 once gave the probabilities' A
-/// fragments the registers of the wgmma forward's held q (78e8693), so
-/// each held array is zeroed before the loop (defined on every path; the
-/// forward's q held without that came out mixed up again in an
-/// experiment, with it not), and the SASS of each kernel that holds A
-/// fragments was read (nvdisasm, docs/cuda-kernels.md): no instruction in
-/// the loop writes their registers but the first tile's LDSMs. A mix-up
-/// the SASS did not show would still fail the GPU job's --check-kernels
-/// runs and, for a variant, the comparison at load.
-template <int D>
-__device__ __forceinline__ void
-wgmmaHoldRows(u32 (&a)[D / 16][4], u32 (&b)[D / 16][4],
-              const wg::OperandTile<D> &sA, const wg::OperandTile<D> &sB) {
-  const int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int kc = 0; kc < D / 16; ++kc) {
-    loadMatrices(a[kc], sA.block(warp * 16, kc * 16));
-    loadMatrices(b[kc], sB.block(warp * 16, kc * 16));
-  }
-}
-
 /// The shared memory of attentionBackwardWgmma, dynamic (58 KB at D = 64,
 /// and 1 KB to align it: wg::dynamicSharedAs): the query tiles it walks
 /// (q, dout and their row terms) double-buffered, the block's k and v, all
@@ -1809,8 +1799,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
-    if (kOverlap && i0 == first) // k and v came with the first tile's group
-      wgmmaHoldRows<D>(ka, va, sm.k, sm.v);
+    if (kOverlap && i0 == first) { // k and v came with the first tile's group
+      wgmmaHoldRows(ka, sm.k);
+      wgmmaHoldRows(va, sm.v);
+    }
     if (i0 + 64 < T) {
       loadQueryTileAsync<LQ, LO, 128>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
                                       sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
@@ -1825,8 +1817,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     unsigned short *hi = lo + 8 * Tile<64>::kStride;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      if (!kOverlap) // (the first half's dv and dk in flight under these)
-        wgmmaHoldRows<D>(ka, va, sm.k, sm.v);
+      if (!kOverlap) { // (the first half's dv and dk in flight under these)
+        wgmmaHoldRows(ka, sm.k);
+        wgmmaHoldRows(va, sm.v);
+      }
       wgmmaKeysOnQueryHalf<D, kOverlap>(
           accK, accV, ka, va, sQ, sDout, tileLse, tileDot, scaleLog2,
           diagonal, half, [&](const float (&ds)[4][4]) {
@@ -1939,8 +1933,10 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
-    if (j0 == 0) // q and dout came with the first key tile's group
-      wgmmaHoldRows<D>(qa, da, sQ, sDout);
+    if (j0 == 0) { // q and dout came with the first key tile's group
+      wgmmaHoldRows(qa, sQ);
+      wgmmaHoldRows(da, sDout);
+    }
     if (j0 + 64 < keyEnd) {
       sm.walked[buf ^ 1][0].template loadAsync<128>(k, kK, j0 + 64);
       sm.walked[buf ^ 1][1].template loadAsync<128>(v, kK, j0 + 64);
@@ -2040,8 +2036,10 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     waitCopies<0>();
     fenceProxyAsync();
     __syncthreads();
-    if (i0 == first) // k and v came with the first tile's group
-      wgmmaHoldRows<D>(ka, va, sK, sV);
+    if (i0 == first) { // k and v came with the first tile's group
+      wgmmaHoldRows(ka, sK);
+      wgmmaHoldRows(va, sV);
+    }
     if (i0 + 64 < T) {
       loadQueryTileAsync<LQ, LO, 128>(
           sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1], sm.lse[buf ^ 1],

@@ -15,11 +15,11 @@
 // passes read it from there, rather than the second hoping that the row is
 // still in L2 after the other blocks' rows went through (two blocks an SM
 // on 132 SMs hold 26 MiB of rows). Both passes give a thread the chunks it
-// copied, so a thread reads back only what it wrote: no barrier. dlogits may be the logits' own buffer (the lowering
-// writes it in place when nothing reads the logits afterwards): every read
-// of the row happens before the barriers that end blockMaxSum, except the
-// second pass's, where each thread reads the very chunks it then
-// overwrites.
+// copied, so a thread reads back only what it wrote: no barrier. dlogits
+// may be the logits' own buffer (the lowering writes it in place when
+// nothing reads the logits afterwards): every read of the row happens
+// before the barriers that end blockMaxSum, except the second pass's,
+// where each thread reads the very chunks it then overwrites.
 //
 // The row is read in chunks of kVec consecutive elements (8 when V is a
 // multiple of 8: one 16-byte load of bf16, two of float32), each thread
