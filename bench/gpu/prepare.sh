@@ -77,8 +77,13 @@ if [[ $arch == sm_90a ]]; then
   # The split backward on wgmma (deterministic, no atomics).
   compile check-gpt2w-bf16-wgmmasplit gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-split
+  # wgmma-split's dk/dv blocks storing dS for dq blocks of one product a
+  # tile pair (deterministic; its dq blocks wait for the dk/dv blocks).
+  compile check-gpt2w-bf16-wgmmads gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-backward=wgmma-ds
   dump_only wgmmabwd --attention-backward=wgmma
   dump_only wgmmasplit --attention-backward=wgmma-split
+  dump_only wgmmads --attention-backward=wgmma-ds
   dump_only wgmmaov --attention-backward=wgmma-overlap
   dump_only wgmmaf --attention-forward=wgmma
   dump_only wgmmaovf --attention-forward=wgmma-overlap
@@ -196,6 +201,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "wgmma-ds", "wgmmads", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
         ("backward", "wgmma-split-174e829", "wgmmasplit", "flash_attention_qkv_grad_0", None, "174e829"),
         ("backward", "wgmma-split-5d8ac01", "wgmmasplit", "flash_attention_qkv_grad_0", None, "5d8ac01")):

@@ -223,7 +223,9 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.wgmmaAttentionBackward =
         label == "wgmma-backward" || label == "wgmma-overlap-backward";
     o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
-    o.splitWgmmaBackward = label == "wgmma-split-backward";
+    o.splitWgmmaBackward =
+        label == "wgmma-split-backward" || label == "wgmma-ds-backward";
+    o.storedDsWgmmaBackward = label == "wgmma-ds-backward";
     return o;
   };
   cuda::EmitOptions autoBoth;
@@ -259,7 +261,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (hopper && forward)
         expected.push_back("wgmma128");
       if (hopper && backward)
-        expected.push_back("wgmma-split");
+        expected.insert(expected.end(), {"wgmma-split", "wgmma-ds"});
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {
@@ -294,7 +296,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
                   : 0u)
         << l.kernel;
   // --attention-backward=deterministic (sm_90a's default): the backwards
-  // without float atomics alone, split and wgmma-split; on sm_80, split
+  // without float atomics alone, split and wgmma-split (wgmma-ds, also
+  // deterministic, is not among them: its scratch); on sm_80, split
   // alone, so no variants.
   cuda::EmitOptions deterministic;
   deterministic.backwardVariants = deterministic.deterministicVariants = true;

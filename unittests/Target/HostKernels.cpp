@@ -1438,6 +1438,7 @@ const char *backwardName(AttentionBackward backward) {
   case AttentionBackward::Wgmma: return "wgmma";
   case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
   case AttentionBackward::WgmmaSplit: return "wgmma-split";
+  case AttentionBackward::WgmmaDs: return "wgmma-ds";
   }
   return "?";
 }

@@ -71,15 +71,16 @@ private:
 };
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
-/// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap or
-/// wgmma-split choose it.
+/// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap,
+/// wgmma-split or wgmma-ds choose it.
 enum class AttentionBackward {
   Split,
   Atomic,
   Atomic128,
   Wgmma,
   WgmmaOverlap,
-  WgmmaSplit
+  WgmmaSplit,
+  WgmmaDs
 };
 
 /// Its --attention-backward label.

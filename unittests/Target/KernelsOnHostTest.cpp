@@ -69,7 +69,8 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 /// the line that starts with two spaces.)
 std::string attentionImpl(const std::string &source) {
   for (const char *impl :
-       {"TensorCores", "SplitTensorCores", "Mma", "Atomic", "Simple"})
+       {"TensorCores", "SplitTensorCores", "StoredDsTensorCores", "Mma",
+        "Atomic", "Simple"})
     for (const char *dir : {"Forward", "Backward"})
       if (source.find(std::string("\n  attention") + dir + impl + "<") !=
           std::string::npos)
@@ -954,6 +955,7 @@ const char *backwardImpl(AttentionBackward backward) {
                  backward == AttentionBackward::WgmmaOverlap
              ? "TensorCores"
          : backward == AttentionBackward::WgmmaSplit ? "SplitTensorCores"
+         : backward == AttentionBackward::WgmmaDs    ? "StoredDsTensorCores"
                                                      : "Atomic";
 }
 
@@ -1022,11 +1024,13 @@ TEST(TemplateKernelsOnHost, Atomic128AttentionBackwardMatchesTheCpuExecutor) {
 }
 // Every product of the backward a wgmma on sm_90a; the same source built
 // for sm_80 runs the atomic mma.sync kernel in the same launch (the split
-// one for wgmma-split).
+// one for wgmma-split and wgmma-ds). Run twice (checkTensorCoreAttention):
+// wgmma-ds's dq blocks read the dSᵀ the dk/dv blocks of the same launch
+// stored, each launch's own.
 TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
-        AttentionBackward::WgmmaSplit}) {
+        AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaDs}) {
     checkTensorCoreAttention(HostTarget::Sm90a, backward);
     checkTensorCoreAttention(HostTarget::Sm80, backward);
   }
@@ -1107,14 +1111,17 @@ void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
 // without the causal mask: T = 128, S = 192 (the forward too is wgmma's). The atomic kinds' 3 key
 // blocks each add to both query tiles; wgmma-split's grid has the 2 dq
 // blocks first, each walking 3 key tiles (a refilled buffer), then the 3
-// dk/dv blocks, each walking both query tiles.
+// dk/dv blocks, each walking both query tiles; wgmma-ds's the 3 dk/dv
+// blocks first, each storing 2 tiles of dSᵀ, then the 2 dq blocks, each
+// summing 3 of those.
 TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
   const DType f32 = DType::F32, bf = DType::BF16;
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
-        AttentionBackward::WgmmaSplit}) {
+        AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaDs}) {
     SCOPED_TRACE(backwardName(backward));
-    const bool split = backward == AttentionBackward::WgmmaSplit;
+    const bool split = backward == AttentionBackward::WgmmaSplit ||
+                       backward == AttentionBackward::WgmmaDs;
     Builder b;
     Shape qs = {1, 2, 128, 64}, ks = {1, 2, 192, 64};
     int q = b.buf(bf, qs), k = b.buf(bf, ks), v = b.buf(bf, ks),
@@ -1278,8 +1285,13 @@ void checkPackedAttention(
                                          k.name.find("grad") != std::string::npos)
         << k.name;
     ASSERT_EQ(attentionImpl(k.source) != "Simple", tensorCores) << k.name;
+    // (wgmma-ds stores dS at D of 32 and 64; at 16 it is wgmma-split.)
     if (atomic && k.name.find("grad") != std::string::npos)
-      ASSERT_EQ(attentionImpl(k.source), backwardImpl(backward)) << k.name;
+      ASSERT_EQ(attentionImpl(k.source),
+                backward == AttentionBackward::WgmmaDs && tensorD == 16
+                    ? backwardImpl(AttentionBackward::WgmmaSplit)
+                    : backwardImpl(backward))
+          << k.name;
   }
 
   std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 300);
@@ -1891,6 +1903,37 @@ TEST(TemplateKernelsOnHost, EveryWgmmaSplitBackwardBarrierFenceAndWaitIsNeeded) 
   runOnRandomData(p, kernels, 7);
 }
 
+// The stored-dS backward's dq block (--attention-backward=wgmma-ds): its
+// loop's barrier and fence.proxy.async, its batch's wgmma.fence and its
+// wait. (Its wait for the dk/dv blocks'
+// counts, and their fence before counting, order blocks, which the
+// emulation runs one after another: the GPU's --check-kernels runs and
+// the comparison at load see those.) The dk/dv block is wgmma-split's,
+// tested above.
+TEST(TemplateKernelsOnHost, EveryStoredDsDqBarrierFenceAndWaitIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a,
+                                           AttentionBackward::WgmmaDs);
+  ASSERT_EQ(p.kernels.size(), 3u);
+  const size_t k = kernelCalling(p, "attentionBackwardStoredDsTensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  const HostTarget sm90a = HostTarget::Sm90a;
+  const std::string fn = "wgmmaQueryTileDqFromDs";
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                             "shared-memory race", sm90a),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(dqAcc, dsa);",
+                             "no wgmma.fence since the last wait", sm90a),
+            1);
+  EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 1);
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
 namespace {
 
 /// Removes each `__syncthreads();` of `functions` in `p`'s only kernel, one
@@ -2274,12 +2317,12 @@ TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) 
                          AttentionBackward::Atomic);
 }
 // The wgmma backwards at D = 64 and 32 (n32 for dk, dv and dq); at 16 the
-// atomic kernel (the split one for wgmma-split).
+// atomic kernel (the split one for wgmma-split and wgmma-ds).
 TEST(TemplateKernelsOnHost, PackedWgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (int64_t D : {64, 32, 16})
     for (AttentionBackward backward :
          {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
-          AttentionBackward::WgmmaSplit})
+          AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaDs})
       checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, D,
                            backward);
 }

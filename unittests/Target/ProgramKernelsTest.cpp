@@ -193,18 +193,18 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 }
 
 // --attention-forward=auto --attention-backward=auto on sm_90a: the program
-// carries every attention algorithm (mma128, mma2, wgmma, wgmma-overlap and
-// mma-pipe beside mma; atomic, atomic128, wgmma, wgmma-overlap and
-// wgmma-split beside split), and each variant, put in its launch's place
-// with its grid and shared memory, matches the CPU backend as the launch's
-// own kernel does (the tests above): five programs, each with a forward
-// and a backward variant.
+// carries every attention algorithm (mma128, mma2, wgmma, wgmma-overlap,
+// mma-pipe and wgmma128 beside mma; atomic, atomic128, wgmma,
+// wgmma-overlap, wgmma-split and wgmma-ds beside split), and each variant,
+// put in its launch's place with its grid and shared memory, matches the
+// CPU backend as the launch's own kernel does (the tests above): six
+// programs, each with a forward and a backward variant.
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
   rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
   cuda::EmitOptions opts;
   opts.forwardVariants = opts.backwardVariants = true;
   emitForHost(p, HostTarget::Sm90a, opts);
-  for (size_t v = 0; v < 5; ++v) {
+  for (size_t v = 0; v < 6; ++v) {
     rt::Program q = p;
     std::set<std::string> labels;
     for (rt::Function &f : q.functions)

@@ -249,7 +249,7 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
     if (attentionAlgorithmNeedsSm90a(label) && arch != "sm_90a")
       continue;
     if (opts.deterministicVariants &&
-        !attentionAlgorithmIsDeterministic(forward, label))
+        !attentionAlgorithmIsDeterministicCandidate(forward, label))
       continue;
     EmitOptions o = opts;
     selectAttentionAlgorithm(o, forward, label);
@@ -267,7 +267,8 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
       "mma",           "mma128",   "mma2",    "wgmma",
       "wgmma-overlap", "mma-pipe", "wgmma128"};
   static const std::vector<std::string> backwards = {
-      "split", "atomic", "atomic128", "wgmma", "wgmma-overlap", "wgmma-split"};
+      "split",         "atomic",      "atomic128", "wgmma",
+      "wgmma-overlap", "wgmma-split", "wgmma-ds"};
   return forward ? forwards : backwards;
 }
 
@@ -276,7 +277,14 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label) {
 }
 
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label) {
-  return forward || label == "split" || label == "wgmma-split";
+  return forward || label == "split" || label == "wgmma-split" ||
+         label == "wgmma-ds";
+}
+
+bool attentionAlgorithmIsDeterministicCandidate(bool forward,
+                                                const std::string &label) {
+  return attentionAlgorithmIsDeterministic(forward, label) &&
+         label != "wgmma-ds";
 }
 
 bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
@@ -296,7 +304,8 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
     o.wideAttentionBackward = label == "atomic128";
     o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap";
     o.overlapWgmmaBackward = label == "wgmma-overlap";
-    o.splitWgmmaBackward = label == "wgmma-split";
+    o.splitWgmmaBackward = label == "wgmma-split" || label == "wgmma-ds";
+    o.storedDsWgmmaBackward = label == "wgmma-ds";
   }
   return true;
 }

@@ -249,6 +249,12 @@ static uint32_t wgmmaSplitSharedBytes(int64_t D) {
   return uint32_t(6 * 64 * D * 2 + 4 * 64 * 4);
 }
 
+/// sizeof(WgmmaStoredDsShared<D>) (attention.cuh): two 64 x D bf16 tiles
+/// of k and two 64 x 72 of dSᵀ.
+static uint32_t wgmmaStoredDsSharedBytes(int64_t D) {
+  return uint32_t(2 * 64 * D * 2 + 2 * 64 * 72 * 2);
+}
+
 /// alignof of the wgmma backwards' shared memory (wg::OperandTile): 1,024
 /// where D is 64 (swizzled tiles), 128 where it is 32 (core matrices).
 /// wg::dynamicSharedAs starts it at such a boundary, so their launches ask
@@ -295,6 +301,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // (attentionBackwardSplitTensorCores), else the split kernel itself.
   const bool wgmmaSplit = grad && mma && !atomic && opts.splitWgmmaBackward;
   const bool wgmmaSplitD = wgmmaSplit && (a.D == 32 || a.D == 64);
+  // --attention-backward=wgmma-ds: wgmma-split's dk/dv blocks store dSᵀ
+  // for dq blocks that then need one product a tile pair rather than
+  // three (attentionBackwardStoredDsTensorCores).
+  const bool storedDs = wgmmaSplitD && opts.storedDsWgmmaBackward;
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
   // needs 170 registers at D=64, so 2 blocks an SM.
   const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
@@ -351,6 +361,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // target NVRTC compiles for (the runtime may compile the same source for
   // another); without, mma.sync.
   const char *impl = !mma                  ? "Simple"
+                     : storedDs            ? "StoredDsTensorCores"
                      : wgmmaSplit          ? "SplitTensorCores"
                      : grad                ? "Mma"
                      : opts.wgmmaAttention ? "TensorCores"
@@ -379,7 +390,25 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
         << ">) == " << wgmmaSplitSharedBytes(a.D)
         << " && alignof(WgmmaSplitShared<" << a.D
         << ">) == " << wgmmaSharedAlign(a.D)
-        << ", \"the launch's dynamic shared memory\");\n#endif\n\n";
+        << ", \"the launch's dynamic shared memory\");\n"
+        << (storedDs ? "static_assert(sizeof(WgmmaStoredDsShared<" +
+                           std::to_string(a.D) + ">) == " +
+                           std::to_string(wgmmaStoredDsSharedBytes(a.D)) +
+                           " && alignof(WgmmaStoredDsShared<" +
+                           std::to_string(a.D) + ">) == " +
+                           std::to_string(wgmmaSharedAlign(a.D)) +
+                           ", \"the dq blocks' dynamic shared memory\");\n"
+                     : std::string())
+        << "#endif\n\n";
+  if (storedDs) {
+    // Each tile pair's dSᵀ (64 x 64 bf16, as pairs) and each query tile's
+    // count of dk/dv blocks done with it, left zero by every launch.
+    const int64_t qt = a.T / 64, kt = a.S / 64;
+    const int64_t tiles = causal ? qt * (qt + 1) / 2 : qt * kt;
+    deviceScratch("unsigned", "gptcDsT", a.heads * tiles * 2048);
+    deviceScratch("unsigned", "gptcDsReady", a.heads * qt);
+    pre << "\n";
+  }
   os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
      << tmpl
      << (wide            ? ", 8"
@@ -390,7 +419,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                          : "")
      << ">("
      << a.args << ", " << scale
-     << (atomic ? ", gptcDqSum, gptcArrivals" : "") << ");\n}\n";
+     << (atomic     ? ", gptcDqSum, gptcArrivals"
+         : storedDs ? ", gptcDsT, gptcDsReady"
+                    : "")
+     << ");\n}\n";
   l.block[0] = uint32_t(threads);
   const int64_t ranks = atomic ? a.S / (64 * keyTiles)
                         : grad ? ceilDiv(a.T, 64) + ceilDiv(a.S, 64)
@@ -427,7 +459,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                                                 wgmmaSharedAlign(a.D) - 16);
   // (the split kernel's shared memory is static: it leaves this unused)
   if (wgmmaSplitD)
-    l.sharedBytes = wgmmaSplitSharedBytes(a.D) + wgmmaSharedAlign(a.D) - 16;
+    l.sharedBytes =
+        std::max(wgmmaSplitSharedBytes(a.D),
+                 storedDs ? wgmmaStoredDsSharedBytes(a.D) : 0u) +
+        wgmmaSharedAlign(a.D) - 16;
 }
 
 void Emitter::emitFlashAttention(bool grad) {

@@ -97,6 +97,12 @@ struct EmitOptions {
   /// (attentionBackwardSplitTensorCores), else the split mma.sync kernel.
   /// --attention-backward=wgmma-split. Off by default: slower on an H100.
   bool splitWgmmaBackward = false;
+  /// With splitWgmmaBackward (D of 32 or 64): its dk/dv blocks also store
+  /// each tile pair's dSᵀ in module scratch (bf16: B·H·T²/2 · 2 bytes,
+  /// causal) and its dq blocks sum dS·k from those, one product a tile
+  /// pair rather than three (attentionBackwardStoredDsTensorCores):
+  /// deterministic. --attention-backward=wgmma-ds.
+  bool storedDsWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
@@ -110,7 +116,8 @@ struct EmitOptions {
   bool forwardVariants = false;
   bool backwardVariants = false;
   /// With backwardVariants: only the backward algorithms that give the
-  /// same bits run to run (split and wgmma-split: no float atomics) --
+  /// same bits run to run (split and wgmma-split: no float atomics;
+  /// attentionAlgorithmIsDeterministicCandidate) --
   /// --attention-backward=deterministic, sm_90a's default.
   bool deterministicVariants = false;
   /// The L2 bytes a group of heads of a tensor-core attention grid may
@@ -140,8 +147,17 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label);
 
 /// Whether `label`'s algorithm gives the same bits run to run: every
 /// forward, and the backwards without dq's float32 atomics (split,
-/// wgmma-split).
+/// wgmma-split, wgmma-ds).
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
+
+/// Whether `label` is among EmitOptions::deterministicVariants' candidates
+/// (--attention-backward=deterministic, sm_90a's default): the
+/// deterministic algorithms but wgmma-ds, whose stored dS (module scratch:
+/// 214 MB for GPT-2 124M at B=16, T=1024) a program would carry whichever
+/// kernel ran, and which no GPU has yet timed faster than wgmma-split
+/// (docs/benchmarks.md, twenty-ninth session).
+bool attentionAlgorithmIsDeterministicCandidate(bool forward,
+                                                const std::string &label);
 
 /// Sets opts to emit `label`'s algorithm in that direction (clearing the
 /// other algorithms' options); false for a label it does not know.
