@@ -385,21 +385,21 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
           << ", \"the wgmma backward's dynamic shared memory\");\n#endif\n";
     pre << "\n";
   }
-  if (wgmmaSplitD)
-    pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaSplitShared<" << a.D
-        << ">) == " << wgmmaSplitSharedBytes(a.D)
-        << " && alignof(WgmmaSplitShared<" << a.D
-        << ">) == " << wgmmaSharedAlign(a.D)
-        << ", \"the launch's dynamic shared memory\");\n"
-        << (storedDs ? "static_assert(sizeof(WgmmaStoredDsShared<" +
-                           std::to_string(a.D) + ">) == " +
-                           std::to_string(wgmmaStoredDsSharedBytes(a.D)) +
-                           " && alignof(WgmmaStoredDsShared<" +
-                           std::to_string(a.D) + ">) == " +
-                           std::to_string(wgmmaSharedAlign(a.D)) +
-                           ", \"the dq blocks' dynamic shared memory\");\n"
-                     : std::string())
-        << "#endif\n\n";
+  if (wgmmaSplitD) {
+    // The structs the kernel lays its dynamic shared memory out as.
+    auto sharedIs = [&](const char *type, uint32_t bytes, const char *what) {
+      pre << "static_assert(sizeof(" << type << "<" << a.D << ">) == " << bytes
+          << " && alignof(" << type << "<" << a.D
+          << ">) == " << wgmmaSharedAlign(a.D) << ", \"" << what << "\");\n";
+    };
+    pre << "#if GPTC_WGMMA\n";
+    sharedIs("WgmmaSplitShared", wgmmaSplitSharedBytes(a.D),
+             "the launch's dynamic shared memory");
+    if (storedDs)
+      sharedIs("WgmmaStoredDsShared", wgmmaStoredDsSharedBytes(a.D),
+               "the dq blocks' dynamic shared memory");
+    pre << "#endif\n\n";
+  }
   if (storedDs) {
     // Each tile pair's dSᵀ (64 x 64 bf16, as pairs) and each query tile's
     // count of dk/dv blocks done with it, left zero by every launch.

@@ -2044,7 +2044,8 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   // waited for the longest dk/dv block to end: 448 µs a launch on an H200
   // at GPT-2's shapes, against wgmma-split's 320).
   constexpr int kStep = kStoreDs ? -64 : 64;
-  const int begin = kStoreDs ? T - 64 : first, end = kStoreDs ? first - 64 : T;
+  const int begin = kStoreDs ? T - 64 : first;
+  const int end = kStoreDs ? first - 64 : T;
   // This tile's k and v, and the first query tile: one group.
   sm.kept[0].template loadAsync<128>(k, kK, j0);
   sm.kept[1].template loadAsync<128>(v, kK, j0);
@@ -2078,7 +2079,8 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     // pairs: rows 16 warp + g and + 8, 32 pairs a row.
     [[maybe_unused]] u32 *lo = nullptr;
     if constexpr (kStoreDs)
-      lo = dsT + tileOf(i0 / 64) * 2048 + (warp * 16 + threadIdx.x % 32 / 4) * 32;
+      lo = dsT + tileOf(i0 / 64) * 2048 +
+           (warp * 16 + threadIdx.x % 32 / 4) * 32;
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       wgmmaKeysOnQueryHalf<D, false>(
