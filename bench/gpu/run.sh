@@ -52,6 +52,15 @@ bundle=$root/bench/gpu/out
 res=${OUT:-$root/bench/gpu/results}
 logs=$res/logs
 mkdir -p "$logs"
+# A second run.sh in the same device call (two subsets in the order the
+# call wants them) keeps the first one's logs, so the summary covers
+# both: its archive is unpacked here, and packed again with these at the
+# end. (Without this, the twenty-ninth session's second call of two lost
+# the first's timings.)
+if [[ -f $res/logs.tar.gz ]]; then
+  tar -C "$res" -xzf "$res/logs.tar.gz" 2>/dev/null ||
+    echo "could not unpack the earlier $res/logs.tar.gz; its logs are lost" >&2
+fi
 start=$SECONDS
 budget=${BENCH_BUDGET_S:-560} # leave the device tool time to copy results
 
