@@ -48,7 +48,7 @@
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-bundle=$root/bench/gpu/out
+bundle=${BENCH_BUNDLE:-$root/bench/gpu/out} # (tests name another)
 res=${OUT:-$root/bench/gpu/results}
 logs=$res/logs
 mkdir -p "$logs"
