@@ -1639,9 +1639,12 @@ void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
     uint64_t pre = level == EpilogueLevel::None ? address(l.inputs[2]) : 0;
     if (l.outputs.size() > 1)
       columnSums(l.outputs[0], l.outputs[1], pre);
-    else if (pre)
-      add(GemmFallback::GeluGrad, d.dtype, gridFor(rows * cols), 1,
-          {address(l.outputs[0]), pre, uint64_t(rows * cols)}, twoPointers);
+    else if (pre) // a block takes 4 chunks of 8·256 elements, as Gelu's
+      add(GemmFallback::GeluGrad, d.dtype,
+          uint32_t(std::clamp<int64_t>(ceilDiv(rows * cols, 4 * 8 * 256), 1,
+                                       1 << 20)),
+          1, {address(l.outputs[0]), pre, uint64_t(rows * cols)},
+          twoPointers);
   } else {
     columnSums(l.inputs[1], l.outputs[1], 0);
   }

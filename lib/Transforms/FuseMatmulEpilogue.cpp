@@ -497,21 +497,24 @@ struct GPTFuseMatmulEpiloguePass
   void runOnOperation() override {
     getOperation().walk([](func::FuncOp func) {
       // The forward first: its aux pre-activation is what the backward's
-      // gelu_grad reads; then GELU's derivative, which takes its bias
-      // gradient's sum from the float32 values; then the remaining bias
-      // gradients into their weight-gradient GEMMs.
+      // gelu_grad reads; then the bias gradients into their weight-gradient
+      // GEMMs, c_fc's included; then GELU's derivative, which takes a bias
+      // gradient's sum only where no weight-gradient GEMM reads it (c_fc's
+      // bias gradient in DGELU_BGRAD cost a column-sum pass over the
+      // derivative after cuBLASLt's DGELU, where BGRADA costs its GEMM a
+      // few per cent: docs/pipeline.md).
       SmallVector<MatmulOp> matmuls;
       func.walk([&](MatmulOp mm) { matmuls.push_back(mm); });
       for (MatmulOp mm : matmuls)
         fuseOne(mm);
-      SmallVector<GeluGradOp> geluGrads;
-      func.walk([&](GeluGradOp gg) { geluGrads.push_back(gg); });
-      for (GeluGradOp gg : geluGrads)
-        fuseGeluGrad(gg);
       SmallVector<ReduceSumOp> sums;
       func.walk([&](ReduceSumOp rs) { sums.push_back(rs); });
       for (ReduceSumOp rs : sums)
         fuseBiasGrad(rs);
+      SmallVector<GeluGradOp> geluGrads;
+      func.walk([&](GeluGradOp gg) { geluGrads.push_back(gg); });
+      for (GeluGradOp gg : geluGrads)
+        fuseGeluGrad(gg);
       // The weight gradients left without a bias: float32 as well.
       matmuls.clear();
       func.walk([&](MatmulOp mm) { matmuls.push_back(mm); });

@@ -231,6 +231,56 @@ func.func @gelu_grad_bias(%dy: tensor<2x8x16xbf16>, %w: tensor<32x16xbf16>, %pre
 
 // -----
 
+// As above, with c_fc's weight-gradient GEMM reading the derivative's bf16
+// copy: the bias gradient goes to that GEMM (BGRADA, summing the bf16
+// copy it reads) and the derivative's GEMM is DGELU alone, writing the
+// bf16 copy both GEMMs read.
+// CHECK-LABEL: func.func @gelu_grad_bias_to_weight_grad
+// CHECK-SAME: (%[[DY:[^:]+]]: tensor<2x8x16xbf16>, %[[W:[^:]+]]: tensor<32x16xbf16>, %[[PRE:[^:]+]]: tensor<2x8x32xbf16>, %[[X:[^:]+]]: tensor<16x8xbf16>)
+// CHECK-NEXT: %[[DP:.+]] = gpt.matmul_gelu_grad %[[DY]], %[[W]], %[[PRE]] {transpose_b} : tensor<2x8x16xbf16>, tensor<32x16xbf16>, tensor<2x8x32xbf16> -> tensor<2x8x32xbf16>{{$}}
+// CHECK-NEXT: %[[DP2:.+]] = gpt.reshape %[[DP]] : tensor<2x8x32xbf16> -> tensor<16x32xbf16>
+// CHECK-NEXT: %[[DW:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_bias_grad %[[X]], %[[DP2]] {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xf32>, tensor<32xf32>
+// CHECK-NEXT: return %[[DP]], %[[DW]], %[[DB]]
+func.func @gelu_grad_bias_to_weight_grad(%dy: tensor<2x8x16xbf16>, %w: tensor<32x16xbf16>, %prel: tensor<2x8x32xbf16>, %x: tensor<16x8xbf16>) -> (tensor<2x8x32xbf16>, tensor<8x32xf32>, tensor<32xf32>) {
+  %pre = gpt.cast %prel : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  %mm = gpt.matmul %dy, %w {transpose_b} : tensor<2x8x16xbf16>, tensor<32x16xbf16> -> tensor<2x8x32xbf16>
+  %dh = gpt.cast %mm : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  %dp = gpt.gelu_grad %pre, %dh : tensor<2x8x32xf32>
+  %db = gpt.reduce_sum %dp : tensor<2x8x32xf32> -> tensor<32xf32>
+  %l = gpt.cast %dp : tensor<2x8x32xf32> -> tensor<2x8x32xbf16>
+  %l2 = gpt.reshape %l : tensor<2x8x32xbf16> -> tensor<16x32xbf16>
+  %dwl = gpt.matmul %x, %l2 {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+  %dw = gpt.cast %dwl : tensor<8x32xbf16> -> tensor<8x32xf32>
+  return %l, %dw, %db : tensor<2x8x32xbf16>, tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
+// The same, but the bias gradient is read before the weight-gradient GEMM
+// (which would compute it): the derivative's GEMM sums it instead
+// (DGELU_BGRAD), and the weight gradient stays a plain GEMM.
+// CHECK-LABEL: func.func @gelu_grad_bias_read_early
+// CHECK: %[[DP:[^ ,]+]], %[[DB:[^ ]+]] = gpt.matmul_gelu_grad {{.+}} -> tensor<2x8x32xbf16>, tensor<32xbf16>
+// CHECK: gpt.cast %[[DB]] : tensor<32xbf16> -> tensor<32xf32>
+// CHECK: gpt.matmul %{{.+}}, %{{.+}} {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xf32>
+// CHECK-NOT: gpt.matmul_bias_grad
+func.func @gelu_grad_bias_read_early(%dy: tensor<2x8x16xbf16>, %w: tensor<32x16xbf16>, %prel: tensor<2x8x32xbf16>, %x: tensor<16x8xbf16>) -> (tensor<2x8x32xbf16>, tensor<8x32xf32>, tensor<32xf32>) {
+  %pre = gpt.cast %prel : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  %mm = gpt.matmul %dy, %w {transpose_b} : tensor<2x8x16xbf16>, tensor<32x16xbf16> -> tensor<2x8x32xbf16>
+  %dh = gpt.cast %mm : tensor<2x8x32xbf16> -> tensor<2x8x32xf32>
+  %dp = gpt.gelu_grad %pre, %dh : tensor<2x8x32xf32>
+  // expected-remark @+1 {{did not fuse into the matmul epilogue: the bias gradient is read before the weight-gradient GEMM that would compute it}}
+  %db = gpt.reduce_sum %dp : tensor<2x8x32xf32> -> tensor<32xf32>
+  %db2 = gpt.mul %db, %db : tensor<32xf32>, tensor<32xf32> -> tensor<32xf32>
+  %l = gpt.cast %dp : tensor<2x8x32xf32> -> tensor<2x8x32xbf16>
+  %l2 = gpt.reshape %l : tensor<2x8x32xbf16> -> tensor<16x32xbf16>
+  %dwl = gpt.matmul %x, %l2 {transpose_a} : tensor<16x8xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+  %dw = gpt.cast %dwl : tensor<8x32xbf16> -> tensor<8x32xf32>
+  return %l, %dw, %db2 : tensor<2x8x32xbf16>, tensor<8x32xf32>, tensor<32xf32>
+}
+
+// -----
+
 // fp32 without a bias gradient: DGELU alone, one result.
 // CHECK-LABEL: func.func @gelu_grad_only
 // CHECK-NEXT: %[[DP:.+]] = gpt.matmul_gelu_grad %{{.+}}, %{{.+}}, %{{.+}} : tensor<16x16xf32>, tensor<16x32xf32>, tensor<16x32xf32> -> tensor<16x32xf32>{{$}}

@@ -2394,6 +2394,10 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   b.launch("matmul_gelu_grad", {dy, wt, pre}, {dp, db}).ints["transpose_b"] = 1;
   int dw = b.buf(f32, {k, cols}), db2 = b.buf(f32, {cols});
   b.launch("matmul_bias_grad", {x, dp}, {dw, db2}).ints["transpose_a"] = 1;
+  // GELU's derivative without its bias gradient (c_fc's, since that is
+  // its weight-gradient GEMM's): gptc's bf16 pass after a plain GEMM.
+  int dpAlone = b.buf(bf16, {rows, cols});
+  b.launch("matmul_gelu_grad", {dy, wt, pre}, {dpAlone}).ints["transpose_b"] = 1;
   // The float32 forms, whose bits show every operation and constant.
   int biasF = b.buf(f32, {cols}), hF = b.buf(f32, {rows, cols}),
       preF = b.buf(f32, {rows, cols}), dpF = b.buf(f32, {rows, cols});
@@ -2407,7 +2411,8 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
     names.push_back(dk.name);
   EXPECT_EQ(names, (std::vector<std::string>{
                        "gemm_fallback_bias_f32", "gemm_fallback_bias_bf16",
-                       "gemm_fallback_gelu_grad_f32", "gemm_fallback_gelu_f32",
+                       "gemm_fallback_gelu_grad_f32",
+                       "gemm_fallback_gelu_grad_bf16", "gemm_fallback_gelu_f32",
                        "gemm_fallback_gelu_bf16",
                        "gemm_fallback_column_partials_bf16",
                        "gemm_fallback_column_sums_f32",
@@ -2527,6 +2532,12 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
       exec::matmulGeluGrad(d2, identity, preValues, false, false, true);
   expectWithinOneUlp(bf16Bits(dgelu[0]), d2Bits, "gelu'(pre) * d");
   expectNear(dgelu[1], sums, 1e-5f, "column sums of gelu'(pre) * d");
+  // The derivative alone, 16-byte accesses (8,000 elements: every chunk
+  // whole), two blocks of a grid-stride loop: the column pass's bits.
+  std::vector<uint16_t> alone = bf16Bits(d2);
+  kernels.call("gemm_fallback_gelu_grad_bf16",
+               {address(alone), address(preBits), uint64_t(rows * cols)}, 2);
+  EXPECT_EQ(alone, d2Bits) << "gelu'(pre) * d alone";
 
   // The same in float32.
   exec::HostTensor dF = randomFloats({rows, cols}, 4), biasValues = randomFloats({cols}, 5);

@@ -58,13 +58,6 @@ __device__ void gemmFallbackBias(T *d, const T *bias, T *pre, i64 rows,
   }
 }
 
-/// d = gelu'(pre) * d in place over n elements.
-template <typename T>
-__device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
-  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += i64(gridDim.x) * blockDim.x)
-    d[i] = fromFloat<T>(fallbackGeluGrad(toFloat(pre[i]), toFloat(d[i])));
-}
 
 /// The 8 elements at p, one 16-byte access where `vector`; else one at a
 /// time, those past the first `n` read as 0.
@@ -123,6 +116,43 @@ __device__ void gemmFallbackGelu(T *out, const T *pre, i64 n) {
       for (int e = 0; e < 8; ++e)
         x[c][e] = fallbackGelu(x[c][e]);
       storeUpTo8(out + at, n - at, aligned && at + 8 <= n, x[c]);
+    }
+  }
+}
+
+/// d = gelu'(pre) * d in place over n elements: the second half of DGELU
+/// after a plain GEMM (c_fc's backward, since its bias gradient is its
+/// weight-gradient GEMM's), 6 bytes an element of bf16. As gemmFallbackGelu
+/// takes them: 8 adjacent elements a thread (16-byte accesses), kChunks
+/// chunks 8·256 elements apart, every load before any use.
+template <typename T>
+__device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
+  constexpr int kChunks = 4;
+  const bool aligned = (reinterpret_cast<unsigned long long>(d) |
+                        reinterpret_cast<unsigned long long>(pre)) %
+                           16 ==
+                       0;
+  const i64 span = i64(blockDim.x) * 8;
+  for (i64 base = i64(blockIdx.x) * span * kChunks + 8 * threadIdx.x;
+       base < n; base += i64(gridDim.x) * span * kChunks) {
+    float x[kChunks][8], g[kChunks][8];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const i64 at = base + c * span;
+      if (at < n) {
+        loadUpTo8(pre + at, n - at, aligned && at + 8 <= n, x[c]);
+        loadUpTo8(d + at, n - at, aligned && at + 8 <= n, g[c]);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const i64 at = base + c * span;
+      if (at >= n)
+        continue;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        g[c][e] = fallbackGeluGrad(x[c][e], g[c][e]);
+      storeUpTo8(d + at, n - at, aligned && at + 8 <= n, g[c]);
     }
   }
 }
