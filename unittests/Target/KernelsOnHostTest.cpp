@@ -308,9 +308,11 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
     decay.ints["num_tensors"] = 2;
     decay.floatLists["per_tensor"] = {0.1f, 0.0f};
     decay.body = decayLike();
-    // 1: Σ (x · s)² over 3000, n1 and 20000 elements: 3 + 1 + 20 chunks
-    // of 1024, two blocks (16 chunks a block, the second cut short).
-    int x2 = b.buf(f32, {200, 100}), sum = b.buf(f32, {});
+    // 1: Σ (x · s)² over 3000, n1 and 28148 elements: 3 + 1 + 28 chunks
+    // of 1024, two blocks of 16 chunks: the first over the three tensors,
+    // the second all the third's, its last chunk partial (with n1 = 36 it
+    // loads its 16 chunks before adding any).
+    int x2 = b.buf(f32, {4, 7037}), sum = b.buf(f32, {});
     auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
     reduce.ints["num_tensors"] = 3;
     reduce.body = scaledSquare();
@@ -346,7 +348,7 @@ TEST(MultiTensorKernelsOnHost, MatchTheCpuExecutor) {
     double want = exec::sumScalarProgram(
         scaledSquare(),
         {{&data[x0], &data[s]}, {&data[x1], &data[s]}, {&data[x2], &data[s]}},
-        {{3000}, {n1}, {200, 100}});
+        {{3000}, {n1}, {4, 7037}});
     EXPECT_NEAR(data[sum].f32[0], want, 1e-6 * want);
     // The scratch counter was reset: a second launch gives the same bits.
     float first = data[sum].f32[0];
@@ -2074,8 +2076,8 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
     SCOPED_TRACE("multi_tensor_reduce: a tree of doubles, twice in the last "
                  "block");
     Builder b;
-    int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {37}),
-        x2 = b.buf(f32, {200, 100}), s = b.buf(f32, {}), sum = b.buf(f32, {});
+    int x0 = b.buf(f32, {3000}), x1 = b.buf(f32, {36}),
+        x2 = b.buf(f32, {4, 7037}), s = b.buf(f32, {}), sum = b.buf(f32, {});
     auto &reduce = b.launch("multi_tensor_reduce", {x0, x1, x2, s}, {sum});
     reduce.ints["num_tensors"] = 3;
     reduce.body = scaledSquare();

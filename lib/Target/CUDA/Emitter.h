@@ -197,6 +197,16 @@ private:
                   const std::vector<std::pair<std::string, std::string>> &outs,
                   const std::string &chunk = "i64(blockIdx.x)",
                   const std::string &ind = "");
+  /// multiTensorHead's tables alone (kFirstBlock, kNumel, kPerTensor):
+  /// the number of chunks.
+  int64_t multiTensorTables(const MultiTensorLayout &m,
+                            const std::vector<int64_t> &numels);
+  /// multiTensorHead's code alone: `t`, the pointers `aJ` (and `outs`),
+  /// the per-tensor constants and scalars `rJ`, `n` and `base`.
+  void multiTensorPick(
+      const MultiTensorLayout &m,
+      const std::vector<std::pair<std::string, std::string>> &outs,
+      const std::string &chunk, const std::string &ind);
   /// Whether every tensor's length is a multiple of 4: a thread then takes
   /// 4 consecutive elements with vector accesses.
   static bool multiTensorVectorizes(const std::vector<int64_t> &numels);
