@@ -218,8 +218,10 @@ if want tiny; then
 fi
 
 # Nsight Compute on one launch of each kernel the last changes aimed at
-# (ncu.log in the archive): where the attention backward's warps stall,
-# its occupancy, and what the DGELU pass and the forward reach.
+# (ncu.log in the archive): the bandwidth-bound kernels of the step's
+# "other" and optimizer time (the layernorms and their gradient, the loss,
+# the embedding gradient, the row dot, the gradient norm, GELU's
+# derivative after a plain GEMM), then the attention kernels below.
 if want ncu; then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [[ -n $ncu_bin ]]; then
@@ -233,9 +235,9 @@ if want ncu; then
       --section SchedulerStats --section SourceCounters)
     # --kernel-id context:stream:name:invocation, the first of each name.
     # (On sm_90a the default program times its attention algorithms at
-    # load; GPTC_VARIANT keeps its own kernels, mma and split, the _0s.)
-    GPTC_VARIANT=mma,split GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^(flash_attention_qkv(_grad)?_0|gemm_fallback_column_partials_bf16|gemm_fallback_gelu_bf16|multi_tensor_reduce_0)$':1 \
+    # load; GPTC_VARIANT=own runs its own kernels untimed.)
+    GPTC_VARIANT=own GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
+      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_1|attention_row_dot_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The warpgroup-MMA forward with its softmax under the output product
@@ -249,12 +251,13 @@ if want ncu; then
         --kernel-id ::regex:'^flash_attention_qkv(_4|_grad_5)$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
-    # The candidates for the defaults: the mma2 forward and the atomic128
-    # backward.
-    # (In the auto program they are the third of each direction's kernels.)
-    [[ -f $P/gpt2-bf16-auto ]] && GPTC_VARIANT=mma2,atomic128 \
-      GPTC_CUDA_GRAPH=0 step 90 ncu-wide "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^flash_attention_qkv(_grad)?_2$':1 \
+    # The atomic wgmma backward (the auto program's fourth backward
+    # kernel): five products a tile pair against wgmma-split's seven, yet
+    # 379 µs against 315 on the H200: which stall, or the atomics.
+    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
+      GPTC_VARIANT=wgmma-overlap,wgmma \
+      GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma-atomic "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv_grad_3$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
   else
