@@ -255,7 +255,7 @@ if want ncu; then
     # kernel): five products a tile pair against wgmma-split's seven, yet
     # 379 µs against 315 on the H200: which stall, or the atomics.
     [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
-      GPTC_VARIANT=wgmma-overlap,wgmma \
+      GPTC_VARIANT=wgmma \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma-atomic "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^flash_attention_qkv_grad_3$':1 \
         "${ncu_sections[@]}" \

@@ -153,6 +153,13 @@ void compileAll(DType act, const std::string &arch) {
   }
   for (const cuda::KernelResources &r : rs) {
     EXPECT_GT(r.registers, 0) << r.name;
+    // The layernorms' denser twins trade registers for a block an SM and
+    // may spill: the runtime times them against their own kernels.
+    if (r.name.size() > 7 && r.name.rfind("_denser") == r.name.size() - 7) {
+      EXPECT_EQ(r.launches, 0) << r.name;
+      EXPECT_GT(r.variantLaunches, 0) << r.name;
+      continue;
+    }
     // The tensor-core attention backward runs 3 blocks an SM and the
     // layernorm gradients 2, each at a small spill (Emitter.h,
     // EmitTemplates.cpp); nothing else spills.

@@ -376,6 +376,57 @@ void emitCUDA(rt::Program &p, const std::string &arch,
   addGemmFallbackKernels(p);
 }
 
+bool isLayernormKernel(const std::string &kind) {
+  return kind == "layernorm" || kind == "fused_layernorm" ||
+         kind == "layernorm_grad" || kind == "fused_layernorm_grad";
+}
+
+size_t addDenserVariants(rt::Program &p, const std::string &arch,
+                         const std::vector<int> &blocks,
+                         const EmitOptions &opts) {
+  const size_t before = p.kernels.size();
+  if (blocks.size() != before)
+    throw EmitError("internal error: denser blocks of " +
+                    std::to_string(blocks.size()) + " kernels for " +
+                    std::to_string(before));
+  (void)arch; // (the layernorms have one algorithm on every arch)
+  std::map<std::string, int> bySource; // the new kernels'
+  for (rt::Function &f : p.functions)
+    for (Launch &l : f.launches) {
+      const int own = l.deviceKernel;
+      if (own < 0 || !isLayernormKernel(l.kernel) || blocks[size_t(own)] <= 0)
+        continue;
+      EmitOptions denser = opts;
+      denser.layernormBlocks = blocks[size_t(own)];
+      Launch copy = l;
+      Emitter emitter(p, copy, denser);
+      std::string src = emitter.run(kPlaceholder);
+      const rt::DeviceKernel &ownKernel = p.kernels[size_t(own)];
+      if (sourceKey(src) == renamed(sourceKey(ownKernel.source),
+                                    ownKernel.name, kPlaceholder))
+        continue;
+      if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
+          !std::equal(copy.block, copy.block + 3, l.block) ||
+          copy.sharedBytes != l.sharedBytes)
+        throw EmitError("internal error: " + l.kernel +
+                        " launches differently at more blocks an SM");
+      auto [it, added] =
+          bySource.try_emplace(sourceKey(src), int(p.kernels.size()));
+      if (added)
+        p.kernels.push_back(namedKernel(ownKernel.name + "_" + kDenserLabel,
+                                        src, emitter.scratchBytes));
+      p.kernels[size_t(it->second)].fuses.push_back(
+          "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+      if (l.variant.empty())
+        l.variant = "own";
+      rt::LaunchVariant v = rt::ownVariant(l);
+      v.label = kDenserLabel;
+      v.deviceKernel = it->second;
+      l.variants.push_back(v);
+    }
+  return p.kernels.size() - before;
+}
+
 size_t addUncappedVariants(rt::Program &p, const std::string &arch,
                            const std::vector<bool> &spilled,
                            const EmitOptions &opts) {

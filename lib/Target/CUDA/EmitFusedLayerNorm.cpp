@@ -54,7 +54,7 @@ void Emitter::emitFusedLayernorm() {
     os << "    storeW<" << width << ">(out" << r << " + i, y" << r << ");\n";
   os << "  }\n};\n\n";
 
-  begin(entry, 256);
+  begin(entry, 256, opts.layernormBlocks);
   os << "  layernormPrologueForward<" << C << ", " << i64Literal(rows)
      << ">(Prologue{";
   for (size_t a = 0; a < nIn; ++a)
@@ -104,7 +104,7 @@ void Emitter::emitFusedLayernormGrad() {
        << ");\n";
   os << "  }\n};\n\n";
 
-  begin(entry, layernormGradLaunch(rows, C), kLayernormGradMinBlocks);
+  begin(entry, layernormGradLaunch(rows, C), layernormGradBlocks());
   os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows) << ", "
      << kLayernormGradGroup << ">(in0, in1, in2, Epilogue{";
   for (size_t a = 0; a < nIn; ++a)

@@ -57,7 +57,7 @@ void Emitter::emitLayernorm() {
   expectArity(3, 1);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
-  begin(entry, 256);
+  begin(entry, 256, opts.layernormBlocks);
   os << "  layernormForward<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, out0, " << floatLiteral(floatAttr("epsilon", 1e-5))
      << ");\n}\n";
@@ -95,7 +95,7 @@ void Emitter::emitLayernormGrad() {
   expectArity(3, 3);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
-  begin(entry, layernormGradLaunch(rows, C), kLayernormGradMinBlocks);
+  begin(entry, layernormGradLaunch(rows, C), layernormGradBlocks());
   os << "  layernormBackward<" << C << ", " << i64Literal(rows) << ", "
      << kLayernormGradGroup << ">(in0, in1, in2, out0, out1, out2, "
      << floatLiteral(floatAttr("epsilon", 1e-5))

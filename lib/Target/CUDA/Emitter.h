@@ -132,6 +132,12 @@ private:
   /// memory) for `rows` rows of C and declares the scratch of their
   /// dgamma/dbeta partials and arrival counters; the block's threads.
   int layernormGradLaunch(int64_t rows, int64_t C);
+  /// The blocks an SM a layernorm gradient declares: kLayernormGradMinBlocks,
+  /// or a denser twin's (EmitOptions::layernormBlocks).
+  int layernormGradBlocks() const {
+    return opts.layernormBlocks > 0 ? opts.layernormBlocks
+                                    : int(kLayernormGradMinBlocks);
+  }
   const Buffer &in(size_t i) const { return p.buffers[l.inputs.at(i)]; }
   const Buffer &out(size_t i) const { return p.buffers[l.outputs.at(i)]; }
   const char *tin(size_t i) const { return ctype(in(i).dtype); }

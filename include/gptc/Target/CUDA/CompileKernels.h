@@ -58,6 +58,10 @@ struct CompileKernelsOptions {
   /// A kernel ptxas spilled under its blocks an SM's register cap gets its
   /// uncapped twin as a variant (addUncappedVariants), compiled too.
   bool uncappedVariants = true;
+  /// A layernorm kernel whose registers leave room for fewer blocks an SM
+  /// than its shared memory and threads would gets a twin at one block
+  /// more as a variant (addDenserVariants), compiled too.
+  bool denserVariants = true;
 };
 
 /// Emits p's kernels for `arch` (rt::isSupportedArch, else EmitError with

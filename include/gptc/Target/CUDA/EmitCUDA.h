@@ -131,6 +131,11 @@ struct EmitOptions {
   /// up to 255 registers. addUncappedVariants sets it for the twin of a
   /// kernel that spilled under its cap.
   bool capRegisters = true;
+  /// > 0: the layernorm kernels (forward and gradient, fused or not)
+  /// declare this many blocks an SM instead of their own number (none for
+  /// the forwards, kLayernormGradMinBlocks for the gradients).
+  /// addDenserVariants sets it for a twin.
+  int layernormBlocks = 0;
 };
 
 /// The bf16 attention algorithms of one direction by their flag values,
@@ -192,6 +197,28 @@ inline constexpr const char *kCappedLabel = "capped";
 size_t addUncappedVariants(rt::Program &p, const std::string &arch,
                            const std::vector<bool> &spilled,
                            const EmitOptions &opts = {});
+
+/// The label of the variant addDenserVariants adds.
+inline constexpr const char *kDenserLabel = "denser";
+
+/// Whether a launch of `kind` is one of the layernorm kernels (a row a
+/// warp, bound by DRAM latency at their occupancy): addDenserVariants'.
+bool isLayernormKernel(const std::string &kind);
+
+/// For every layernorm launch (isLayernormKernel) whose own kernel k has
+/// blocks[k] > 0: the same kernel declaring blocks[k] blocks an SM
+/// (EmitOptions::layernormBlocks: a register cap) as a variant labelled
+/// "denser", with the same grid, block and shared memory, so the same
+/// arithmetic. The caller sets blocks[k] to one more than the registers
+/// let fit where shared memory and threads would allow it: whether the
+/// warps gained are worth the registers lost (spills, fewer loads in
+/// flight a warp) only a GPU can say, so the runtime times them at load.
+/// New kernels are appended, named after the own kernel
+/// ("fused_layernorm_grad_1_denser"), one per source; returns how many.
+/// `arch` and `opts` must be what emitCUDA had.
+size_t addDenserVariants(rt::Program &p, const std::string &arch,
+                         const std::vector<int> &blocks,
+                         const EmitOptions &opts = {});
 
 /// The source of one launch's kernel with entry point `name` (tests, dumps).
 /// Sets grid/block of `launch`.
