@@ -244,16 +244,20 @@ if want ncu; then
     # and the deterministic wgmma backward (the auto program's fifth
     # forward and sixth backward kernels: the ones sm_90a's default may
     # pick), tiles 128-byte swizzled, A fragments held: which pipe, or
-    # which stall, bounds them.
+    # which stall, bounds them. (GPTC_VARIANT takes each launch's first
+    # listed label it has: wgmma-split first, which the forward lacks, or
+    # the backward runs wgmma-overlap and its kernel is not profiled, as
+    # in the thirtieth session.)
     [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
-      GPTC_VARIANT=wgmma-overlap,wgmma-split \
+      GPTC_VARIANT=wgmma-split,wgmma-overlap \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^flash_attention_qkv(_4|_grad_5)$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
     # The atomic wgmma backward (the auto program's fourth backward
     # kernel): five products a tile pair against wgmma-split's seven, yet
-    # 379 µs against 315 on the H200: which stall, or the atomics.
+    # 379 µs against 315 on the H200: which stall, or the atomics. (wgmma
+    # alone: with wgmma-overlap first the backward took that one too.)
     [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
       GPTC_VARIANT=wgmma \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma-atomic "$ncu_bin" --target-processes all \
