@@ -611,10 +611,13 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   flg.floats["epsilon"] = 1e-5;
   flg.body = gradBody;
   // reduce_sum: to a bias, over a middle dimension, to a scalar in several
-  // slices (the last-block path), and over the innermost dimension.
-  int big = b.buf(f32, {64, 100});
+  // slices (the last-block path), over the innermost dimension, and many
+  // results of few terms (a result a thread: the position embedding's
+  // gradient over the batch).
+  int big = b.buf(f32, {64, 100}), many = b.buf(f32, {3, 256, 257});
   std::vector<std::pair<int, Shape>> sums = {
-      {x, {40}}, {x, {2, 1, 40}}, {big, {}}, {big, {64, 1}}};
+      {x, {40}}, {x, {2, 1, 40}}, {big, {}}, {big, {64, 1}},
+      {many, {256, 257}}};
   std::vector<int> sumOut;
   for (auto &[in, shape] : sums) {
     sumOut.push_back(b.buf(f32, shape));

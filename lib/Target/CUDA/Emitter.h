@@ -108,6 +108,10 @@ constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2,
                   kLayernormGradGroup = 16,
                   kLayernormGradSharedBytes = 96 * 1024;
 
+/// reduce_sum gives each thread a whole result where results have at most
+/// this many terms (and there are many: EmitTemplates.cpp).
+constexpr int64_t kReduceFewTerms = 32;
+
 /// The elements a lane of the layernorm kernels takes at once
 /// (RowLayout<C>::kW in layernorm.cuh).
 inline int layernormChunk(int64_t C) { return C % 4 == 0 ? 4 : 1; }

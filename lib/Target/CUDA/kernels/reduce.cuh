@@ -4,7 +4,8 @@
 // (generated per launch) is the input offset of the r-th term of result k.
 // A block is kKT x (256 / kKT) threads: kKT consecutive results (kKT = 32
 // when the innermost input dimension is kept, so warps read contiguously;
-// 1 otherwise) times a strip of terms. blockIdx.y splits the terms into
+// 256, a result a thread, when there are many results of few terms; 1
+// otherwise) times a strip of terms. blockIdx.y splits the terms into
 // kSplits slices; with several slices each block writes a partial and the
 // last block of a column adds them in slice order. Every sum is float32 in
 // a fixed order: deterministic.
@@ -20,9 +21,11 @@ __device__ void reduceSum(const TI *in, TO *out, float *partials,
   const int kt = threadIdx.x % kKT, rt = threadIdx.x / kKT;
   const i64 k = i64(blockIdx.x) * kKT + kt;
   float s = 0.0f;
-  if (k < K)
+  if (k < K) {
+#pragma unroll 8
     for (i64 r = i64(blockIdx.y) * kRT + rt; r < R; r += i64(kRT) * kSplits)
       s += toFloat(in[Index::offset(k, r)]);
+  }
   tile[threadIdx.x] = s;
   __syncthreads();
   for (int half = kRT / 2; half > 0; half /= 2) {
