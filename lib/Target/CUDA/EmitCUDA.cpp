@@ -381,14 +381,63 @@ bool isLayernormKernel(const std::string &kind) {
          kind == "layernorm_grad" || kind == "fused_layernorm_grad";
 }
 
+namespace {
+
+/// Adds to l a twin of its own kernel emitted with `options` (which only
+/// change its launch bounds), as a variant labelled `label`; the own
+/// kernel is labelled `ownLabel` where it had none. The twin's kernel is
+/// appended (named own + "_" + label), or shared with an earlier launch's
+/// of the same source (`bySource`). Nothing where the source comes out the
+/// same as the own kernel's. `change` says what differs, for the error if
+/// the launch's geometry moved.
+void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
+             const char *label, const char *ownLabel, const char *change,
+             std::map<std::string, int> &bySource) {
+  const int own = l.deviceKernel;
+  Launch copy = l;
+  Emitter emitter(p, copy, options);
+  std::string src = emitter.run(kPlaceholder);
+  const rt::DeviceKernel &ownKernel = p.kernels[size_t(own)];
+  if (sourceKey(src) ==
+      renamed(sourceKey(ownKernel.source), ownKernel.name, kPlaceholder))
+    return;
+  if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
+      !std::equal(copy.block, copy.block + 3, l.block) ||
+      copy.sharedBytes != l.sharedBytes)
+    throw EmitError("internal error: " + l.kernel + " launches differently " +
+                    change);
+  auto [it, added] =
+      bySource.try_emplace(sourceKey(src), int(p.kernels.size()));
+  if (added)
+    p.kernels.push_back(namedKernel(ownKernel.name + "_" + label, src,
+                                    emitter.scratchBytes));
+  p.kernels[size_t(it->second)].fuses.push_back(
+      "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+  if (l.variant.empty())
+    l.variant = ownLabel;
+  rt::LaunchVariant v = rt::ownVariant(l);
+  v.label = label;
+  v.deviceKernel = it->second;
+  l.variants.push_back(v);
+}
+
+/// Checks that `perKernel` has one entry a kernel of p.
+template <typename T>
+void expectPerKernel(const rt::Program &p, const std::vector<T> &perKernel,
+                     const char *what) {
+  if (perKernel.size() != p.kernels.size())
+    throw EmitError("internal error: " + std::string(what) + " of " +
+                    std::to_string(perKernel.size()) + " kernels for " +
+                    std::to_string(p.kernels.size()));
+}
+
+} // namespace
+
 size_t addDenserVariants(rt::Program &p, const std::string &arch,
                          const std::vector<int> &blocks,
                          const EmitOptions &opts) {
+  expectPerKernel(p, blocks, "denser blocks");
   const size_t before = p.kernels.size();
-  if (blocks.size() != before)
-    throw EmitError("internal error: denser blocks of " +
-                    std::to_string(blocks.size()) + " kernels for " +
-                    std::to_string(before));
   (void)arch; // (the layernorms have one algorithm on every arch)
   std::map<std::string, int> bySource; // the new kernels'
   for (rt::Function &f : p.functions)
@@ -398,31 +447,8 @@ size_t addDenserVariants(rt::Program &p, const std::string &arch,
         continue;
       EmitOptions denser = opts;
       denser.layernormBlocks = blocks[size_t(own)];
-      Launch copy = l;
-      Emitter emitter(p, copy, denser);
-      std::string src = emitter.run(kPlaceholder);
-      const rt::DeviceKernel &ownKernel = p.kernels[size_t(own)];
-      if (sourceKey(src) == renamed(sourceKey(ownKernel.source),
-                                    ownKernel.name, kPlaceholder))
-        continue;
-      if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
-          !std::equal(copy.block, copy.block + 3, l.block) ||
-          copy.sharedBytes != l.sharedBytes)
-        throw EmitError("internal error: " + l.kernel +
-                        " launches differently at more blocks an SM");
-      auto [it, added] =
-          bySource.try_emplace(sourceKey(src), int(p.kernels.size()));
-      if (added)
-        p.kernels.push_back(namedKernel(ownKernel.name + "_" + kDenserLabel,
-                                        src, emitter.scratchBytes));
-      p.kernels[size_t(it->second)].fuses.push_back(
-          "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
-      if (l.variant.empty())
-        l.variant = "own";
-      rt::LaunchVariant v = rt::ownVariant(l);
-      v.label = kDenserLabel;
-      v.deviceKernel = it->second;
-      l.variants.push_back(v);
+      addTwin(p, l, denser, kDenserLabel, "own", "at more blocks an SM",
+              bySource);
     }
   return p.kernels.size() - before;
 }
@@ -430,11 +456,8 @@ size_t addDenserVariants(rt::Program &p, const std::string &arch,
 size_t addUncappedVariants(rt::Program &p, const std::string &arch,
                            const std::vector<bool> &spilled,
                            const EmitOptions &opts) {
+  expectPerKernel(p, spilled, "spills");
   const size_t before = p.kernels.size();
-  if (spilled.size() != before)
-    throw EmitError("internal error: spills of " +
-                    std::to_string(spilled.size()) + " kernels for " +
-                    std::to_string(before));
   std::map<std::string, int> bySource; // the new kernels'
   for (rt::Function &f : p.functions)
     for (Launch &l : f.launches) {
@@ -447,32 +470,9 @@ size_t addUncappedVariants(rt::Program &p, const std::string &arch,
           attentionAlgorithms(l.kernel, arch, opts);
       EmitOptions uncapped = algorithms.empty() ? opts : algorithms[0].second;
       uncapped.capRegisters = false;
-      Launch copy = l;
-      Emitter emitter(p, copy, uncapped);
-      std::string src = emitter.run(kPlaceholder);
-      // Without a cap to drop, the source is the own kernel's.
-      const rt::DeviceKernel &ownKernel = p.kernels[size_t(own)];
-      if (sourceKey(src) == renamed(sourceKey(ownKernel.source),
-                                    ownKernel.name, kPlaceholder))
-        continue;
-      if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
-          !std::equal(copy.block, copy.block + 3, l.block) ||
-          copy.sharedBytes != l.sharedBytes)
-        throw EmitError("internal error: " + l.kernel +
-                        " launches differently without its register cap");
-      auto [it, added] =
-          bySource.try_emplace(sourceKey(src), int(p.kernels.size()));
-      if (added)
-        p.kernels.push_back(namedKernel(ownKernel.name + "_" + kUncappedLabel,
-                                        src, emitter.scratchBytes));
-      p.kernels[size_t(it->second)].fuses.push_back(
-          "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
-      if (l.variant.empty())
-        l.variant = kCappedLabel;
-      rt::LaunchVariant v = rt::ownVariant(l);
-      v.label = kUncappedLabel;
-      v.deviceKernel = it->second;
-      l.variants.push_back(v);
+      // (Without a cap to drop, the source is the own kernel's: no twin.)
+      addTwin(p, l, uncapped, kUncappedLabel, kCappedLabel,
+              "without its register cap", bySource);
     }
   return p.kernels.size() - before;
 }

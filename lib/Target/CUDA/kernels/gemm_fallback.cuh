@@ -83,65 +83,31 @@ __device__ __forceinline__ void storeUpTo8(T *p, i64 n, bool vector,
     p[e] = fromFloat<T>(x[e]);
 }
 
-/// out = GELU(pre) over n elements (out may be pre: in place). The second
-/// half of GELU_AUX_BIAS done as cuBLASLt's plain BIAS epilogue, which
-/// writes pre, and this pass: on an H100, GPT-2's c_fc GEMM took 163 µs
-/// with GELU_AUX_BIAS against PyTorch's 83 with BIAS, and this pass moves
-/// 4 bytes an element. Thread t of a block takes 8 adjacent elements (one
-/// 16-byte access of bf16) in each of kChunks chunks 8·256 elements
-/// apart, all loaded before any is used.
-template <typename T>
-__device__ void gemmFallbackGelu(T *out, const T *pre, i64 n) {
+/// out[i] = f(a[i], b[i]) over n elements, b null (f's second argument 0)
+/// or out itself (in place), as the passes after a GEMM need them: thread
+/// t of a block takes 8 adjacent elements (one 16-byte access of bf16) in
+/// each of kChunks chunks 8·256 elements apart, all loaded before any is
+/// used, so that the pass is bound by its bytes.
+template <typename T, class F>
+__device__ __forceinline__ void chunkedPass(T *out, const T *a, const T *b,
+                                            i64 n, const F &f) {
   constexpr int kChunks = 4;
   const bool aligned = (reinterpret_cast<unsigned long long>(out) |
-                        reinterpret_cast<unsigned long long>(pre)) %
+                        reinterpret_cast<unsigned long long>(a) |
+                        reinterpret_cast<unsigned long long>(b)) %
                            16 ==
                        0;
   const i64 span = i64(blockDim.x) * 8; // one chunk of the block
   for (i64 base = i64(blockIdx.x) * span * kChunks + 8 * threadIdx.x;
        base < n; base += i64(gridDim.x) * span * kChunks) {
-    float x[kChunks][8];
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const i64 at = base + c * span;
-      if (at < n)
-        loadUpTo8(pre + at, n - at, aligned && at + 8 <= n, x[c]);
-    }
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const i64 at = base + c * span;
-      if (at >= n)
-        continue;
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[c][e] = fallbackGelu(x[c][e]);
-      storeUpTo8(out + at, n - at, aligned && at + 8 <= n, x[c]);
-    }
-  }
-}
-
-/// d = gelu'(pre) * d in place over n elements: the second half of DGELU
-/// after a plain GEMM (c_fc's backward, since its bias gradient is its
-/// weight-gradient GEMM's), 6 bytes an element of bf16. As gemmFallbackGelu
-/// takes them: 8 adjacent elements a thread (16-byte accesses), kChunks
-/// chunks 8·256 elements apart, every load before any use.
-template <typename T>
-__device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
-  constexpr int kChunks = 4;
-  const bool aligned = (reinterpret_cast<unsigned long long>(d) |
-                        reinterpret_cast<unsigned long long>(pre)) %
-                           16 ==
-                       0;
-  const i64 span = i64(blockDim.x) * 8;
-  for (i64 base = i64(blockIdx.x) * span * kChunks + 8 * threadIdx.x;
-       base < n; base += i64(gridDim.x) * span * kChunks) {
-    float x[kChunks][8], g[kChunks][8];
+    float x[kChunks][8], y[kChunks][8] = {};
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const i64 at = base + c * span;
       if (at < n) {
-        loadUpTo8(pre + at, n - at, aligned && at + 8 <= n, x[c]);
-        loadUpTo8(d + at, n - at, aligned && at + 8 <= n, g[c]);
+        loadUpTo8(a + at, n - at, aligned && at + 8 <= n, x[c]);
+        if (b)
+          loadUpTo8(b + at, n - at, aligned && at + 8 <= n, y[c]);
       }
     }
 #pragma unroll
@@ -151,10 +117,30 @@ __device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
         continue;
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        g[c][e] = fallbackGeluGrad(x[c][e], g[c][e]);
-      storeUpTo8(d + at, n - at, aligned && at + 8 <= n, g[c]);
+        x[c][e] = f(x[c][e], y[c][e]);
+      storeUpTo8(out + at, n - at, aligned && at + 8 <= n, x[c]);
     }
   }
+}
+
+/// out = GELU(pre) over n elements (out may be pre: in place). The second
+/// half of GELU_AUX_BIAS done as cuBLASLt's plain BIAS epilogue, which
+/// writes pre, and this pass: on an H100, GPT-2's c_fc GEMM took 163 µs
+/// with GELU_AUX_BIAS against PyTorch's 83 with BIAS, and this pass moves
+/// 4 bytes an element.
+template <typename T>
+__device__ void gemmFallbackGelu(T *out, const T *pre, i64 n) {
+  chunkedPass(out, pre, static_cast<const T *>(nullptr), n,
+              [](float x, float) { return fallbackGelu(x); });
+}
+
+/// d = gelu'(pre) * d in place over n elements: the second half of DGELU
+/// after a plain GEMM (c_fc's backward, since its bias gradient is its
+/// weight-gradient GEMM's), 6 bytes an element of bf16.
+template <typename T>
+__device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
+  chunkedPass(d, pre, d, n,
+              [](float x, float g) { return fallbackGeluGrad(x, g); });
 }
 
 /// The first half of column sums over x [rows, cols], and with `pre` (may
