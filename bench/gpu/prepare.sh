@@ -74,6 +74,10 @@ if [[ $arch == sm_90a ]]; then
   # 128 queries, the first warpgroup sitting out its block's last tile).
   compile check-gpt2w-bf16-wgmma128 gpt2 bf16 2 256 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma128
+  # The keys 128 at a time under one softmax (T=384: three steps; causal
+  # blocks ending on a step of one tile and of two).
+  compile check-gpt2w-bf16-wgmmak128 gpt2 bf16 2 384 --n-layer=1 \
+    --vocab-size=1000 --attention-forward=wgmma-k128
   # The split backward on wgmma (deterministic, no atomics).
   compile check-gpt2w-bf16-wgmmasplit gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-split
@@ -88,6 +92,7 @@ if [[ $arch == sm_90a ]]; then
   dump_only wgmmaf --attention-forward=wgmma
   dump_only wgmmaovf --attention-forward=wgmma-overlap
   dump_only wgmma128 --attention-forward=wgmma128
+  dump_only wgmmak128 --attention-forward=wgmma-k128
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
@@ -192,6 +197,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma", "wgmmaf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma128", "wgmma128", "flash_attention_qkv_0", None, None),
+        ("forward", "wgmma-k128", "wgmmak128", "flash_attention_qkv_0", None, None),
         ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
         ("forward", "wgmma-4dc0bdd", "wgmmaf", "flash_attention_qkv_0", None, "4dc0bdd"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),

@@ -21,6 +21,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-wgmmads.log               the same, --attention-backward=wgmma-ds
   check-gpt2w-bf16-wgmmaovf.log              the same (T=256), --attention-forward=wgmma-overlap
   check-gpt2w-bf16-wgmma128.log              the same (T=256), --attention-forward=wgmma128
+  check-gpt2w-bf16-wgmmak128.log             the same (T=384), --attention-forward=wgmma-k128
   check-gpt2w-bf16-auto.log                  the same (T=256), both directions auto
   check-gpt2lw-bf16{,-uncapped}.log          the same at C=1280 (GPT-2 large's
                                              width), as timed and with
@@ -187,7 +188,7 @@ def main():
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wgmmaov",
                  "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmads",
                  "gpt2w-bf16-wgmmaovf",
-                 "gpt2w-bf16-wgmma128",
+                 "gpt2w-bf16-wgmma128", "gpt2w-bf16-wgmmak128",
                  "gpt2w-bf16-wide",
                  "gpt2w-bf16-mma2", "gpt2w-bf16-pipe", "gpt2w-bf16-mma",
                  "gpt2w-bf16-auto",

@@ -100,7 +100,9 @@ struct KernelOptions {
                      "softmax under the last tile's output product; "
                      "sm_90a), wgmma128 (two warpgroups, 128 queries a "
                      "block, sharing each key tile; sm_90a, T a multiple "
-                     "of 128) or auto (every one of these the target has, "
+                     "of 128), wgmma-k128 (wgmma taking the keys 128 at a "
+                     "time under one softmax; sm_90a, T a multiple of 128) "
+                     "or auto (every one of these the target has, "
                      "timed when the program loads; the fastest runs)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> attentionBackward{

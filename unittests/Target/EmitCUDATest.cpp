@@ -223,8 +223,10 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.pipelinedAttentionForward = label == "mma-pipe";
     o.wgmmaAttention = label == "wgmma-forward" ||
                        label == "wgmma-overlap-forward" ||
-                       label == "wgmma128-forward";
+                       label == "wgmma128-forward" ||
+                       label == "wgmma-k128-forward";
     o.overlapWgmmaForward = label == "wgmma-overlap-forward";
+    o.keys128AttentionForward = label == "wgmma-k128-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
     o.wgmmaAttentionBackward =
@@ -266,7 +268,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (forward) // (last: the kernels' numbers in scripts stay)
         expected.push_back("mma-pipe");
       if (hopper && forward)
-        expected.push_back("wgmma128");
+        expected.insert(expected.end(), {"wgmma128", "wgmma-k128"});
       if (hopper && backward)
         expected.insert(expected.end(), {"wgmma-split", "wgmma-ds"});
       EXPECT_EQ(labels, expected);
@@ -299,7 +301,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   for (const rt::Launch &l : p.functions[0].launches)
     EXPECT_EQ(l.variants.size(),
               l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
-                  ? 6u
+                  ? 7u
                   : 0u)
         << l.kernel;
   // --attention-backward=deterministic (sm_90a's default): the backwards

@@ -69,8 +69,8 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 /// the line that starts with two spaces.)
 std::string attentionImpl(const std::string &source) {
   for (const char *impl :
-       {"TensorCores", "SplitTensorCores", "StoredDsTensorCores", "Mma",
-        "Atomic", "Simple"})
+       {"TensorCores", "SplitTensorCores", "StoredDsTensorCores",
+        "Keys128TensorCores", "Mma", "Atomic", "Simple"})
     for (const char *dir : {"Forward", "Backward"})
       if (source.find(std::string("\n  attention") + dir + impl + "<") !=
           std::string::npos)
@@ -1347,8 +1347,11 @@ rt::Program &packedAttentionForRaces(
     const char *forward = nullptr) {
   const bool threeBuffers =
       forward && std::string(forward) == "wgmma-overlap";
+  // (wgmma-k128: three steps of 128 keys, so that a buffer is refilled.)
+  const bool keys128 = forward && std::string(forward) == "wgmma-k128";
   const int64_t B = 1, H = 1, D = 64,
-                T = backward == AttentionBackward::Atomic128 || threeBuffers
+                T = keys128 ? 384
+                    : backward == AttentionBackward::Atomic128 || threeBuffers
                         ? 256
                         : 192,
                 C = H * D;
@@ -1714,6 +1717,85 @@ TEST(TemplateKernelsOnHost, EveryWgmmaOverlapForwardBarrierFenceAndWaitIsNeeded)
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   runOnRandomData(p, kernels, 7);
+}
+
+// The same for --attention-forward=wgmma-k128: a step's two barriers
+// (its copies landed before wgmma reads them; the buffer read before it
+// is refilled), its fence.proxy.async, each batch's wgmma.fence naming its
+// operands (the scores' two tiles are one array), and its two waits.
+TEST(TemplateKernelsOnHost, EveryWgmmaKeys128ForwardBarrierFenceAndWaitIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(
+      b, HostTarget::Sm90a, AttentionBackward::Split, "wgmma-k128");
+  ASSERT_EQ(p.kernels.size(), 3u);
+  const size_t k = kernelWithImpl(p, "Keys128TensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  const HostTarget sm90a = HostTarget::Sm90a;
+  const char *fn = "attentionForwardWgmmaKeys128";
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                             "shared-memory race", sm90a),
+            2);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1);
+  for (const char *fence :
+       {"wgmmaFence(s0, qa, s1, qa);", "wgmmaFence(acc, pa);"})
+    EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
+                               "no wgmma.fence since the last wait", sm90a),
+              1)
+        << fence;
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(acc, pa);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(s0, pa);"),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(s0, qa, s1, qa);",
+                             "operands its wgmma.fence did not name", sm90a,
+                             "wgmmaFence(s0, qa);"),
+            1);
+  EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 2);
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
+// --attention-forward=wgmma-k128 against the CPU executor, at D = 64 and
+// 32, causal and not, T = 384 (six query blocks, three steps of 128
+// keys): causal blocks end on a step of one tile (the diagonal; the second
+// half's products skipped, its scores -inf) or of two (the diagonal
+// second). One block of 64 queries and 4 warps, as the wgmma forward's,
+// with 73 KB of dynamic shared memory at D = 64 (36 at 32).
+TEST(TemplateKernelsOnHost, WgmmaKeys128ForwardMatchesTheCpuExecutor) {
+  for (int64_t D : {64, 32})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE("D = " + std::to_string(D) + (causal ? ", causal" : ""));
+      const int64_t H = 2, T = 384, C = H * D;
+      Builder b;
+      int qkv = b.buf(DType::BF16, {1, T, 3 * C});
+      int o = b.buf(DType::BF16, {1, T, C}),
+          lse = b.buf(DType::F32, {1, H, T});
+      auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
+      fa.ints = {{"causal", causal}, {"num_heads", H}};
+      fa.floats["scale"] = 0.125;
+      cuda::EmitOptions opts;
+      ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, "wgmma-k128"));
+      rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, opts);
+      ASSERT_EQ(p.kernels.size(), 1u);
+      EXPECT_NE(p.kernels[0].source.find(
+                    "  attentionForwardKeys128TensorCores<"),
+                std::string::npos);
+      const rt::Launch &l = p.functions[0].launches[0];
+      EXPECT_EQ(l.grid[1], uint32_t(T / 64));
+      EXPECT_EQ(l.block[0], 128u);
+      EXPECT_EQ(l.sharedBytes,
+                uint32_t(9 * 64 * D * 2 + (D == 64 ? 1024 : 128) - 16));
+      HostKernels kernels(p, HostTarget::Sm90a);
+      ASSERT_TRUE(kernels.ok()) << kernels.error;
+      std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 401);
+      std::vector<exec::HostTensor> fw =
+          exec::flashAttentionQKV(data[0], H, 0.125f, causal);
+      expectNear(fw[0], data[1].f32, 1e-2f, "flash_attention_qkv out");
+      expectNear(fw[1], data[2].f32, 1e-5f, "flash_attention_qkv lse");
+    }
 }
 
 // And for the wgmma backward: the loop's two barriers (the tile's copies
@@ -2229,7 +2311,8 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
                   Way{HostTarget::Sm80, "mma2"}, Way{HostTarget::Sm80, "mma-pipe"},
                   Way{HostTarget::Sm90a, "wgmma"},
                   Way{HostTarget::Sm90a, "wgmma-overlap"},
-                  Way{HostTarget::Sm90a, "wgmma128"}}) {
+                  Way{HostTarget::Sm90a, "wgmma128"},
+                  Way{HostTarget::Sm90a, "wgmma-k128"}}) {
     SCOPED_TRACE(way.forward);
     rt::Program p = b.p;
     cuda::EmitOptions opts;

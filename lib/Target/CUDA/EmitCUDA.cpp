@@ -265,7 +265,7 @@ using namespace detail;
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
   static const std::vector<std::string> forwards = {
       "mma",           "mma128",   "mma2",    "wgmma",
-      "wgmma-overlap", "mma-pipe", "wgmma128"};
+      "wgmma-overlap", "mma-pipe", "wgmma128", "wgmma-k128"};
   static const std::vector<std::string> backwards = {
       "split",         "atomic",      "atomic128", "wgmma",
       "wgmma-overlap", "wgmma-split", "wgmma-ds"};
@@ -296,9 +296,10 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
     o.wideAttentionForward = label == "mma128" || label == "wgmma128";
     o.rowPairAttentionForward = label == "mma2";
     o.pipelinedAttentionForward = label == "mma-pipe";
-    o.wgmmaAttention =
-        label == "wgmma" || label == "wgmma-overlap" || label == "wgmma128";
+    o.wgmmaAttention = label == "wgmma" || label == "wgmma-overlap" ||
+                       label == "wgmma128" || label == "wgmma-k128";
     o.overlapWgmmaForward = label == "wgmma-overlap";
+    o.keys128AttentionForward = label == "wgmma-k128";
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";

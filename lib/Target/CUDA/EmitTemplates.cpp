@@ -269,6 +269,14 @@ static uint32_t wgmmaStoredDsSharedBytes(int64_t D) {
 /// for this less 16 bytes more than its size.
 static uint32_t wgmmaSharedAlign(int64_t D) { return D == 64 ? 1024 : 128; }
 
+/// sizeof(WgmmaKeys128Shared<D>): q's core-matrix tile and 8 operand tiles
+/// (two buffers of two 64-key tiles of k and of v), each 64·D bf16; at
+/// D = 64 the operand tiles are 1,024-byte aligned (swizzled), and q's 8 KB
+/// keeps them so.
+static uint32_t wgmmaKeys128SharedBytes(int64_t D) {
+  return uint32_t(9 * 64 * D * 2);
+}
+
 /// The heads a group of a tensor-core attention grid takes together
 /// (blockWork in attention.cuh): the most that divide `heads` and keep what
 /// their blocks share, `bytes` a head, within `budget` bytes of L2
@@ -350,6 +358,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const bool wgmmaWide = !grad && mma && opts.wgmmaAttention &&
                          !opts.overlapWgmmaForward &&
                          opts.wideAttentionForward && a.T % 128 == 0;
+  // --attention-forward=wgmma-k128: 128 keys a step, two 64-key tiles of
+  // k and v double-buffered in dynamic shared memory, at 3 blocks an SM.
+  const bool keys128 = !grad && mma && opts.wgmmaAttention &&
+                       !opts.overlapWgmmaForward && !wgmmaWide &&
+                       opts.keys128AttentionForward && a.S % 128 == 0;
   // --attention-forward=mma-pipe: the next tile's scores under this one's
   // softmax, 32 registers more: 3 blocks an SM (168 registers).
   const bool pipelined = !grad && mma && !opts.wgmmaAttention && !wide &&
@@ -361,7 +374,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const int blocksPerSM = !mma                            ? 0
                           : keyTiles == 2                 ? 1
                           : overlap                       ? 2
-                          : grad || pipelined             ? 3
+                          : grad || pipelined || keys128  ? 3
                           : wide || rowPairs || wgmmaWide ? 2
                                                           : 4;
   begin(entry, threads, blocksPerSM);
@@ -372,6 +385,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                      : storedDs            ? "StoredDsTensorCores"
                      : wgmmaSplit          ? "SplitTensorCores"
                      : grad                ? "Mma"
+                     : keys128             ? "Keys128TensorCores"
                      : opts.wgmmaAttention ? "TensorCores"
                      : pipelined           ? "MmaPipelined"
                                            : "Mma";
@@ -393,6 +407,12 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
           << ", \"the wgmma backward's dynamic shared memory\");\n#endif\n";
     pre << "\n";
   }
+  if (keys128 && (a.D == 32 || a.D == 64))
+    pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaKeys128Shared<" << a.D
+        << ">) == " << wgmmaKeys128SharedBytes(a.D)
+        << " && alignof(WgmmaKeys128Shared<" << a.D
+        << ">) == " << wgmmaSharedAlign(a.D)
+        << ", \"the launch's dynamic shared memory\");\n#endif\n\n";
   if (wgmmaSplitD) {
     // The structs the kernel lays its dynamic shared memory out as.
     auto sharedIs = [&](const char *type, uint32_t bytes, const char *what) {
@@ -465,6 +485,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   if (wgmmaGrad && (a.D == 32 || a.D == 64))
     l.sharedBytes = std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D) +
                                                 wgmmaSharedAlign(a.D) - 16);
+  // (The mma.sync forward the source falls back to off sm_90a has static
+  // shared memory: it leaves this unused.)
+  if (keys128 && (a.D == 32 || a.D == 64))
+    l.sharedBytes = wgmmaKeys128SharedBytes(a.D) + wgmmaSharedAlign(a.D) - 16;
   // (the split kernel's shared memory is static: it leaves this unused)
   if (wgmmaSplitD)
     l.sharedBytes =

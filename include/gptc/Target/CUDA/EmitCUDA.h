@@ -68,6 +68,13 @@ struct EmitOptions {
   /// softmax overlap within a warp, at 3 blocks an SM. The same bits as
   /// the default. Off by default: untimed on a GPU so far.
   bool pipelinedAttentionForward = false;
+  /// With wgmmaAttention (and neither overlapWgmmaForward nor
+  /// wideAttentionForward): the keys 128 at a time, two 64-key tiles a
+  /// step under one softmax (attentionForwardWgmmaKeys128), at 3 blocks an
+  /// SM, where S is a multiple of 128 (--attention-forward=wgmma-k128).
+  /// Off by default: untimed on a GPU so far; sm_90a's default (auto) times
+  /// it at load with the others.
+  bool keys128AttentionForward = false;
   /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
   /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
   /// atomics (five products a tile pair, against seven; dq's sums then
@@ -140,7 +147,7 @@ struct EmitOptions {
 
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
-/// (those two sm_90a), mma-pipe, wgmma128 (sm_90a; the later ones last,
+/// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128 (sm_90a; the later ones last,
 /// so that the others keep their kernels' numbers); backward split, atomic, atomic128, wgmma,
 /// wgmma-overlap, wgmma-split (the last three sm_90a). --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits

@@ -503,7 +503,10 @@ struct OnlineSoftmax {
   /// and the rows' sums are updated; corrLo and corrHi are what acc must
   /// then be multiplied by (rescale), 1 where the maxima stayed. Returns
   /// whether they moved (the same for the whole warp).
-  __device__ __forceinline__ bool probabilities(float (&s)[8][4],
+  /// (N n-tiles of 8 keys: 8, a 64-key tile; 16, the two of
+  /// attentionForwardWgmmaKeys128, diagonal masked by the caller.)
+  template <int N>
+  __device__ __forceinline__ bool probabilities(float (&s)[N][4],
                                                 float scaleLog2, bool diagonal,
                                                 int row, float &corrLo,
                                                 float &corrHi) {
@@ -512,10 +515,10 @@ struct OnlineSoftmax {
     // term is one fma into the exponential (FlashAttention-2's), not a
     // multiply a score and then a subtraction.
     if (diagonal)
-      maskFuture<false>(s, row, GPTC_NEG_INF);
+      maskFuture<false, N>(s, row, GPTC_NEG_INF);
     float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < N; ++nt) {
       tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
       tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
     }
@@ -538,7 +541,7 @@ struct OnlineSoftmax {
     }
     float sumLo = 0.0f, sumHi = 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int nt = 0; nt < N; ++nt) {
       s[nt][0] = fastExp2(fmaf(s[nt][0], scaleLog2, -mLo));
       s[nt][1] = fastExp2(fmaf(s[nt][1], scaleLog2, -mLo));
       s[nt][2] = fastExp2(fmaf(s[nt][2], scaleLog2, -mHi));
@@ -1535,6 +1538,121 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
 }
 
+/// attentionForwardWgmmaKeys128's shared memory (dynamic: 73 KB at D =
+/// 64, and 1 KB to align it): q, and two buffers of a 128-key step's k and
+/// v, each as two 64-key tiles.
+template <int D> struct WgmmaKeys128Shared {
+  wg::CoreTile<D> q;
+  wg::OperandTile<D> k[2][2], v[2][2];
+};
+
+/// attentionForwardWgmma taking the keys 128 at a time
+/// (--attention-forward=wgmma-k128, S a multiple of 128), as cuDNN's
+/// forward tiles them (64 x 128 x 64 on an H200): each step's scores are
+/// two 64-key batches committed together, one softmax over the 128 (one
+/// max and sum reduction, one rescale of acc), and the output product one
+/// batch of 8: half the waits, barriers and softmax rounds a key of the
+/// 64-key kernel, for 32 more registers of scores (3 blocks an SM, where
+/// the 64-key kernel runs 4). A causal block's last step may hold only
+/// its diagonal tile: the second tile's scores are then -inf (its products
+/// still run: 8 of a block's wgmma, once). Not the wgmma forward's bits
+/// (the maxima move per 128 keys), the same function of the scores.
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ void attentionForwardWgmmaKeys128(const bf16 *q, const bf16 *k,
+                                             const bf16 *v, TO *out,
+                                             float *lse, float scale) {
+  static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  static_assert(S % 128 == 0 && T % 64 == 0, "whole steps of keys");
+  using namespace mma;
+  WgmmaKeys128Shared<D> &sm = wg::dynamicSharedAs<WgmmaKeys128Shared<D>>();
+  const BlockWork work = blockWork();
+  const i64 h = work.head;
+  constexpr i64 kQ = LQ::kRowStride;
+  const int i0 = (T / 64 - 1 - work.rank) * 64;
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+  const int keyEnd = kCausal ? i0 + 64 : S;
+  // Step j0's copies, both tiles (S is a multiple of 128, so the second
+  // exists even past a causal block's keyEnd): one group.
+  auto loadStep = [&](int j0, int buf) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      sm.k[buf][half].template loadAsync<128>(k + LK::head(h), LK::kRowStride,
+                                              j0 + 64 * half);
+      sm.v[buf][half].template loadAsync<128>(v + LK::head(h), LK::kRowStride,
+                                              j0 + 64 * half);
+    }
+    commitCopies();
+  };
+  // q joins the first step's group.
+  sm.q.template loadAsync<128>(q + LQ::head(h), kQ, i0);
+  loadStep(0, 0);
+  float acc[D / 8][4];
+  zero(acc);
+  OnlineSoftmax rows;
+  const float scaleLog2 = scale * log2e();
+  u32 qa[D / 16][4] = {}; // held from the first step on (wgmmaHoldRows)
+  for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 128, buf ^= 1) {
+    if (j0 + 128 < keyEnd) {
+      loadStep(j0 + 128, buf ^ 1);
+      waitCopies<1>(); // this step's copies, not the next one's
+    } else {
+      waitCopies<0>();
+    }
+    fenceProxyAsync(); // this thread's copies, to wgmma's reads
+    __syncthreads();   // and every other thread's
+    if (j0 == 0)
+      wgmmaHoldRows(qa, sm.q);
+    // (Both products always: a product under a branch made ptxas inject a
+    // warpgroup.arrive, C7519. Where the second tile lies wholly past a
+    // causal block's keys, its scores become -inf below and its
+    // probabilities 0, times real, finite v.)
+    const bool both = j0 + 64 < keyEnd; // (uniform in the block)
+    float s[16][4]; // keys j0 + 8nt.. : the first tile's, then the second's
+    float(&s0)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s[0]);
+    float(&s1)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s[8]);
+    zero(s);
+    wgmmaFence(s0, qa, s1, qa);
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      wgmmaBf16<false>(s0, qa[kc], sm.k[buf][0].keysAlongN(kc));
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+      wgmmaBf16<false>(s1, qa[kc], sm.k[buf][1].keysAlongN(kc));
+    wgmmaCommit();
+    wgmmaWait<0>();
+    wgmmaFenceOperands(s);
+    // The diagonal: the first tile (then there is no second) or the second.
+    const int row = warp * 16 + g;
+    if (kCausal && !both) {
+      maskFuture<false>(s0, row, GPTC_NEG_INF);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+        s1[nt][0] = s1[nt][1] = s1[nt][2] = s1[nt][3] = GPTC_NEG_INF;
+    } else if (kCausal && j0 + 64 == i0) {
+      maskFuture<false>(s1, row, GPTC_NEG_INF);
+    }
+    float corrLo, corrHi;
+    if (rows.probabilities(s, scaleLog2, false, row, corrLo, corrHi))
+      rows.rescale<D>(acc, corrLo, corrHi);
+    u32 pa[8][4]; // the probabilities as A fragments, keys as K
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+      accToA(pa[kc], s0, kc);
+      accToA(pa[4 + kc], s1, kc);
+    }
+    wgmmaFence(acc, pa);
+#pragma unroll
+    for (int kc = 0; kc < 8; ++kc)
+      wgmmaBf16<true>(acc, pa[kc], sm.v[buf][kc / 4].keysAlongK(kc % 4));
+    wgmmaCommit();
+    wgmmaWait<0>();
+    wgmmaFenceOperands(acc);
+    __syncthreads(); // done with this buffer before it is refilled
+  }
+  rows.finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
+}
+
 /// attentionForwardWgmma with FlashAttention-3's overlap within a
 /// warpgroup (--attention-forward=wgmma-overlap): key tile t's scores are
 /// one commit group and tile t - 1's output product (acc += P·V) the next,
@@ -2287,6 +2405,25 @@ attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
 #endif
     attentionForwardMma<D, T, S, kCausal, LQ, LK, LO, 4 * kGroups>(
         q, k, v, out, lse, scale);
+}
+
+/// The forward emitted for --attention-forward=wgmma-k128: 128 keys a step
+/// on sm_90a for D of 32 or 64, else the mma.sync forward (4 warps, 64
+/// queries a block: the same grid).
+template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
+          typename TO>
+__device__ __forceinline__ void
+attentionForwardKeys128TensorCores(const bf16 *q, const bf16 *k,
+                                   const bf16 *v, TO *out, float *lse,
+                                   float scale) {
+#if GPTC_WGMMA
+  if constexpr ((D == 32 || D == 64) && S % 128 == 0)
+    attentionForwardWgmmaKeys128<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out,
+                                                               lse, scale);
+  else
+#endif
+    attentionForwardMma<D, T, S, kCausal, LQ, LK, LO, 4>(q, k, v, out, lse,
+                                                         scale);
 }
 
 /// The deterministic backward the target has, emitted for
