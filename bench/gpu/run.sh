@@ -24,10 +24,11 @@
 # GEMMs on a second stream); each GEMM shape of gptc's profile timed in
 # PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
 # steps of gpt2-tiny on cuda and on cpu with the same seed and data,
-# losses compared; Nsight Compute on one launch each of the default
-# attention kernels, the GELU and DGELU passes and the gradient norm, then
-# of the warpgroup-MMA forward and backward, then of the mma2 forward and
-# the atomic128 backward; GPT-2 124M with --attention-forward=auto
+# losses compared; Nsight Compute on one launch each of the layernorms
+# and their gradient, the loss, the embedding gradient, the row dot, the
+# GELU-derivative pass and the gradient norm, then of the wgmma-overlap
+# forward and wgmma-split backward, then of the atomic wgmma backward;
+# GPT-2 124M with --attention-forward=auto
 # --attention-backward=auto (every attention algorithm timed at load, the
 # fastest run), and that program with GPTC_VARIANT naming one algorithm a
 # direction (wide: mma2,atomic128; wgmma; atomic); --check-kernels of
