@@ -1634,48 +1634,65 @@ TEST(TemplateKernelsOnHost, EveryAtomicAttentionBarrierIsNeeded) {
   }
 }
 
+/// What a wgmma forward (function `fn` of kernel k) needs, each taken out
+/// in turn and reported by the emulation: `barriers` __syncthreads, one
+/// fence.proxy.async, each of `fences` (the batches' wgmma.fence), each
+/// fence of `narrowed` replaced by its narrower second (naming fewer
+/// operands than its batch writes), and `waits` wgmma waits; with all of
+/// them, no report.
+struct WgmmaForwardSync {
+  const char *fn;
+  int barriers;
+  std::vector<const char *> fences;
+  std::vector<std::pair<const char *, const char *>> narrowed;
+  int waits;
+};
+void expectEveryWgmmaForwardSyncNeeded(rt::Program &p, size_t k,
+                                       const WgmmaForwardSync &sync) {
+  const HostTarget sm90a = HostTarget::Sm90a;
+  EXPECT_EQ(expectEachNeeded(p, k, sync.fn, "__syncthreads();",
+                             "shared-memory race", sm90a),
+            sync.barriers);
+  EXPECT_EQ(expectEachNeeded(p, k, sync.fn, "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1);
+  for (const char *fence : sync.fences)
+    EXPECT_EQ(expectEachNeeded(p, k, sync.fn, fence,
+                               "no wgmma.fence since the last wait", sm90a),
+              1)
+        << fence;
+  for (auto [fence, narrower] : sync.narrowed)
+    EXPECT_EQ(expectEachNeeded(p, k, sync.fn, fence,
+                               "operands its wgmma.fence did not name", sm90a,
+                               narrower),
+              1)
+        << fence;
+  EXPECT_EQ(expectEachWaitNeeded(p, k, sync.fn, sm90a), sync.waits);
+  HostKernels kernels(p, sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
 // The same for the wgmma forward, and its two fences: without a thread's
 // fence.proxy.async its copies are not ordered before wgmma's reads of
 // them; without a wgmma.fence a batch starts on accumulators the threads
 // just wrote, and a fence must name the batch's own operands (what it
 // orders are their writes; test/cuda/wgmma-fences.test checks the PTX).
+// The loop's two barriers: tiles landed before wgmma reads them, read
+// before they are refilled (q's tile is written once, before the first).
+// Each wait lands what is read next (the scores, then the output).
 TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a);
   ASSERT_EQ(p.kernels.size(), 3u);
   const size_t k = kernelWithImpl(p, "TensorCores");
   ASSERT_LT(k, p.kernels.size());
-  const HostTarget sm90a = HostTarget::Sm90a;
-  // The loop's two: tiles landed before wgmma reads them, read before they
-  // are refilled (q's tile is written once, before the first).
-  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma", "__syncthreads();",
-                             "shared-memory race", sm90a),
-            2);
-  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma",
-                             "fenceProxyAsync();",
-                             "with no fence.proxy.async", sm90a),
-            1);
-  for (const char *fence : {"wgmmaFence(s, qa);", "wgmmaFence(acc, pa);"})
-    EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma", fence,
-                               "no wgmma.fence since the last wait", sm90a),
-              1)
-        << fence;
-  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma",
-                             "wgmmaFence(acc, pa);",
-                             "operands its wgmma.fence did not name", sm90a,
-                             "wgmmaFence(s, pa);"),
-            1);
-  EXPECT_EQ(expectEachNeeded(p, k, "attentionForwardWgmma",
-                             "wgmmaFence(s, qa);",
-                             "operands its wgmma.fence did not name", sm90a,
-                             "wgmmaFence(acc, qa);"),
-            1);
-  // Each wait lands what is read next (the scores, then the output).
-  EXPECT_EQ(expectEachWaitNeeded(p, k, "attentionForwardWgmma", sm90a), 2);
-  // And with all of them: no report.
-  HostKernels kernels(p, sm90a);
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  runOnRandomData(p, kernels, 7);
+  expectEveryWgmmaForwardSyncNeeded(
+      p, k,
+      {"attentionForwardWgmma", 2, {"wgmmaFence(s, qa);", "wgmmaFence(acc, pa);"},
+       {{"wgmmaFence(acc, pa);", "wgmmaFence(s, pa);"},
+        {"wgmmaFence(s, qa);", "wgmmaFence(acc, qa);"}},
+       2});
 }
 
 // The same for --attention-forward=wgmma-overlap: its one barrier a tile
@@ -1694,35 +1711,19 @@ TEST(TemplateKernelsOnHost, EveryWgmmaOverlapForwardBarrierFenceAndWaitIsNeeded)
   ASSERT_LT(k, p.kernels.size());
   ASSERT_NE(p.kernels[k].source.find(", true>("), std::string::npos)
       << "the overlap forward's instantiation";
-  const HostTarget sm90a = HostTarget::Sm90a;
-  const char *fn = "attentionForwardWgmmaOverlap";
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
-                             "shared-memory race", sm90a),
-            1);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
-                             "with no fence.proxy.async", sm90a),
-            1);
-  for (const char *fence :
+  expectEveryWgmmaForwardSyncNeeded(
+      p, k,
+      {"attentionForwardWgmmaOverlap", 1,
        {"wgmmaFence(s, qa);", "wgmmaFence(s, qa, acc, pa);",
-        "wgmmaFence(acc, pa);"})
-    EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
-                               "no wgmma.fence since the last wait", sm90a),
-              1)
-        << fence;
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(s, qa, acc, pa);",
-                             "operands its wgmma.fence did not name", sm90a,
-                             "wgmmaFence(s, qa);"),
-            1);
-  EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 4);
-  HostKernels kernels(p, sm90a);
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  runOnRandomData(p, kernels, 7);
+        "wgmmaFence(acc, pa);"},
+       {{"wgmmaFence(s, qa, acc, pa);", "wgmmaFence(s, qa);"}},
+       4});
 }
 
 // The same for --attention-forward=wgmma-k128: a step's two barriers
 // (its copies landed before wgmma reads them; the buffer read before it
 // is refilled), its fence.proxy.async, each batch's wgmma.fence naming its
-// operands (the scores' two tiles are one array), and its two waits.
+// operands (the scores' two tiles), and its two waits.
 TEST(TemplateKernelsOnHost, EveryWgmmaKeys128ForwardBarrierFenceAndWaitIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(
@@ -1730,38 +1731,19 @@ TEST(TemplateKernelsOnHost, EveryWgmmaKeys128ForwardBarrierFenceAndWaitIsNeeded)
   ASSERT_EQ(p.kernels.size(), 3u);
   const size_t k = kernelWithImpl(p, "Keys128TensorCores");
   ASSERT_LT(k, p.kernels.size());
-  const HostTarget sm90a = HostTarget::Sm90a;
-  const char *fn = "attentionForwardWgmmaKeys128";
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
-                             "shared-memory race", sm90a),
-            2);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
-                             "with no fence.proxy.async", sm90a),
-            1);
-  for (const char *fence :
-       {"wgmmaFence(s0, qa, s1, qa);", "wgmmaFence(acc, pa);"})
-    EXPECT_EQ(expectEachNeeded(p, k, fn, fence,
-                               "no wgmma.fence since the last wait", sm90a),
-              1)
-        << fence;
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(acc, pa);",
-                             "operands its wgmma.fence did not name", sm90a,
-                             "wgmmaFence(s0, pa);"),
-            1);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(s0, qa, s1, qa);",
-                             "operands its wgmma.fence did not name", sm90a,
-                             "wgmmaFence(s0, qa);"),
-            1);
-  EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 2);
-  HostKernels kernels(p, sm90a);
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  runOnRandomData(p, kernels, 7);
+  expectEveryWgmmaForwardSyncNeeded(
+      p, k,
+      {"attentionForwardWgmmaKeys128", 2,
+       {"wgmmaFence(s0, qa, s1, qa);", "wgmmaFence(acc, pa);"},
+       {{"wgmmaFence(acc, pa);", "wgmmaFence(s0, pa);"},
+        {"wgmmaFence(s0, qa, s1, qa);", "wgmmaFence(s0, qa);"}},
+       2});
 }
 
 // --attention-forward=wgmma-k128 against the CPU executor, at D = 64 and
 // 32, causal and not, T = 384 (six query blocks, three steps of 128
 // keys): causal blocks end on a step of one tile (the diagonal; the second
-// half's products skipped, its scores -inf) or of two (the diagonal
+// tile's products still run, its scores -inf) or of two (the diagonal
 // second). One block of 64 queries and 4 warps, as the wgmma forward's,
 // with 73 KB of dynamic shared memory at D = 64 (36 at 32).
 TEST(TemplateKernelsOnHost, WgmmaKeys128ForwardMatchesTheCpuExecutor) {
