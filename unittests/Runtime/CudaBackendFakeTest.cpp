@@ -1195,6 +1195,41 @@ TEST(CudaBackendFake, RefusedEpiloguesRunAsFallbackKernels) {
   EXPECT_FALSE(contains(names, "gemm_fallback_gelu_grad_bf16"));
 }
 
+/// A bias gradient's column sums at GPT-2's 16,384 rows (BGRADA refused):
+/// chunks of 128 rows for 768 columns, 512 for 2,304 (partialRows: the
+/// fewest blocks of 256 columns, at most 512), each chunk's partials summed
+/// into the CPU backend's bias gradient.
+TEST(CudaBackendFake, ColumnSumChunksFillTheDeviceOnce) {
+  REQUIRE_FAKE(b);
+  Refusing refusing({CUBLASLT_EPILOGUE_BGRADA});
+  for (int64_t cols : {768, 2304}) {
+    SCOPED_TRACE(std::to_string(cols) + " columns");
+    b.reset(); // one program per backend
+    b = fakeBackend();
+    ASSERT_TRUE(b);
+    Program p;
+    p.meta["precision"] = "bf16";
+    p.buffers = {buffer("x", DType::BF16, {16384, 8}, Role::Param),
+                 buffer("g", DType::BF16, {16384, cols}, Role::Param),
+                 buffer("dw", DType::F32, {8, cols}, Role::Output),
+                 buffer("db", DType::F32, {cols}, Role::Output)};
+    Function f;
+    f.name = "grads";
+    Launch weightGrad = launch("matmul_bias_grad", {0, 1}, {2, 3});
+    weightGrad.ints["transpose_a"] = 1;
+    f.launches = {weightGrad};
+    const int from = hook<int (*)()>("gptcFakeLaunchCount")();
+    std::vector<std::string> names = checkWithFallbacks(p, f, *b);
+    auto at = std::find(names.begin(), names.end(),
+                        "gemm_fallback_column_partials_bf16");
+    ASSERT_NE(at, names.end());
+    const int i = from + int(at - names.begin());
+    auto arg = hook<uint64_t (*)(int, int)>("gptcFakeLaunchArg");
+    EXPECT_EQ(arg(i, 3), 16384u); // rows
+    EXPECT_EQ(arg(i, 5), cols == 768 ? 128u : 512u); // rows a chunk
+  }
+}
+
 /// Only the GELU epilogues refused: those GEMMs keep cuBLASLt's BIAS, which
 /// writes the pre-activation (into the result where none is kept), and
 /// gptc's GELU pass runs after it; the results match the CPU backend. The

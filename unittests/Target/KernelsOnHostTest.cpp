@@ -2571,9 +2571,10 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   }
 
   // Column sums of bf16 x [rows, n], with GELU's derivative at `pre` (if
-  // any) applied in place first: partials of 4 chunks of 64 rows into
+  // any) applied in place first: partials of chunks of 64 rows (4 chunks,
+  // the last of 8 rows: a warp's 8 rows in flight once, then one) into
   // `partial`, then their float32 sums.
-  const int64_t perChunk = 64, chunks = 4;
+  int64_t perChunk = 64, chunks = 4;
   auto columnSums = [&](std::vector<uint16_t> &x,
                         const std::vector<uint16_t> *pre, int64_t n,
                         std::vector<float> &partial) {
@@ -2638,6 +2639,12 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   expectNear(want, sums, 1e-5f, "column sums");
   expectNear(want, fromBf16Bits(sumBits, {cols}).f32, 1.0f / 128,
              "column sums in bf16");
+  // Chunks of 128 rows (partialRows' size for 768 columns): a warp's rows
+  // in two rounds of 8 in flight, the second chunk's second round short.
+  perChunk = 128, chunks = 2;
+  sums = columnSums(d2Bits, nullptr, cols, partial);
+  expectNear(want, sums, 1e-5f, "column sums, chunks of 128 rows");
+  perChunk = 64, chunks = 4;
 
   // A row length that is no multiple of 8 takes the element-at-a-time
   // path (and the last lane's columns run past the end): the same values.

@@ -48,6 +48,13 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
   return {};
 }
 
+/// 256 threads; the column partials at least 4 blocks an SM (64
+/// registers), so that one wave of them (partialRows) has its rows in
+/// flight on every SM.
+std::string launchBounds(GemmFallback kind) {
+  return kind == GemmFallback::ColumnPartials ? "256, 4" : "256";
+}
+
 } // namespace
 
 void addGemmFallbackKernels(rt::Program &p) {
@@ -89,7 +96,8 @@ void addGemmFallbackKernels(rt::Program &p) {
                std::string(embedded("types.cuh")) + "\n" +
                embedded("gemm_fallback.cuh") +
                "\n//===--- generated ---===//\n\n"
-               "extern \"C\" __global__ void __launch_bounds__(256)\n" +
+               "extern \"C\" __global__ void __launch_bounds__(" +
+               launchBounds(kind) + ")\n" +
                k.name + "(" + params + ") {\n  " + call + ";\n}\n";
     p.kernels.push_back(std::move(k));
   }

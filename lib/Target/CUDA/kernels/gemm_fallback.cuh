@@ -143,6 +143,72 @@ __device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
               [](float x, float g) { return fallbackGeluGrad(x, g); });
 }
 
+/// Eight elements' bytes as loaded (one 16-byte access of bf16 or f16, two
+/// of f32), turned into floats only where they are added: 8 rows of bf16
+/// in flight take 32 registers rather than 64.
+template <typename T> struct Raw8 { uint4 w[sizeof(T) / 2]; };
+template <typename T>
+__device__ __forceinline__ void loadRaw8(const T *p, Raw8<T> &r) {
+#pragma unroll
+  for (int i = 0; i < int(sizeof(T) / 2); ++i)
+    r.w[i] = reinterpret_cast<const uint4 *>(p)[i];
+}
+__device__ __forceinline__ void unpack8(const Raw8<float> &r, float (&x)[8]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    x[4 * i] = __uint_as_float(r.w[i].x), x[4 * i + 1] = __uint_as_float(r.w[i].y);
+    x[4 * i + 2] = __uint_as_float(r.w[i].z), x[4 * i + 3] = __uint_as_float(r.w[i].w);
+  }
+}
+template <typename T>
+__device__ __forceinline__ void unpack8(const Raw8<T> &r, float (&x)[8]) {
+  const u32 w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    T lo, hi;
+    lo.bits = w[i] & 0xffffu, hi.bits = w[i] >> 16;
+    x[2 * i] = toFloat(lo), x[2 * i + 1] = toFloat(hi);
+  }
+}
+
+/// One lane's rows of a column chunk, 16-byte accesses: rows r, r + 8, ...
+/// below `end` of x (and pre), pointers at the lane's 8 columns, kRows rows
+/// loaded before any is added. With kPre, x = gelu'(pre) * x in place
+/// first. s gets each row's values in row order, whatever kRows is.
+template <int kRows, bool kPre, typename T>
+__device__ __forceinline__ void columnRowsInFlight(T *x, const T *pre, i64 r,
+                                                   i64 end, i64 cols,
+                                                   float (&s)[8]) {
+  for (; r < end; r += 8 * kRows) {
+    Raw8<T> v[kRows], p[kRows];
+#pragma unroll
+    for (int b = 0; b < kRows; ++b)
+      if (r + 8 * b < end) {
+        loadRaw8(x + (r + 8 * b) * cols, v[b]);
+        if (kPre)
+          loadRaw8(pre + (r + 8 * b) * cols, p[b]);
+      }
+#pragma unroll
+    for (int b = 0; b < kRows; ++b) {
+      if (r + 8 * b >= end)
+        break;
+      float f[8];
+      unpack8(v[b], f);
+      if (kPre) {
+        float q[8];
+        unpack8(p[b], q);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          f[e] = fallbackGeluGrad(q[e], f[e]);
+        store8(x + (r + 8 * b) * cols, f);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        s[e] = __fadd_rn(s[e], f[e]);
+    }
+  }
+}
+
 /// The first half of column sums over x [rows, cols], and with `pre` (may
 /// be null) GELU's derivative before them: x = gelu'(pre) * x in place,
 /// the sums over those values before their rounding to T (as the fused
@@ -150,13 +216,16 @@ __device__ void gemmFallbackGeluGrad(T *d, const T *pre, i64 n) {
 /// 256 threads sums columns [256 bx, 256 bx + 256) over rows [by *
 /// rowsPerChunk, ...) into partial[by * cols + c]: a lane takes 8
 /// adjacent columns (one 16-byte load of bf16 when cols is a multiple of
-/// 8), each of the 8 warps every 8th row, kRows of its rows in flight at
-/// once; then the 8 warps' sums are added in order: deterministic.
+/// 8), each of the 8 warps every 8th row, 8 of its rows in flight at once
+/// (2 with pre: twice the bytes a row, and the derivative's registers; at
+/// 3 the 64 registers of 4 blocks an SM spill); then the 8 warps' sums are
+/// added in order: deterministic, and the same sums either way.
+/// (partialRows sizes the chunks so that the grid fills the device about
+/// once and the partials are few.)
 template <typename T>
 __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
                                            i64 rows, i64 cols,
                                            i64 rowsPerChunk) {
-  constexpr int kRows = 4;
   __shared__ float sums[8][256];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const i64 c0 = i64(blockIdx.x) * 256 + 8 * lane;
@@ -170,34 +239,28 @@ __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
                               16 ==
                           0;
   float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  for (i64 r0 = begin + warp; r0 < end && c0 < cols; r0 += 8 * kRows) {
-    float v[kRows][8], p[kRows][8];
-    // Every load of the kRows rows before any use. Columns past the end
-    // read as 0 (and GELU's derivative keeps them 0): their sums are not
-    // written.
-#pragma unroll
-    for (int b = 0; b < kRows; ++b) {
-      const i64 at = (r0 + 8 * b) * cols + c0;
-      if (r0 + 8 * b >= end)
-        continue;
-      loadUpTo8(x + at, cols - c0, vector, v[b]);
-      if (pre)
-        loadUpTo8(pre + at, cols - c0, vector, p[b]);
-    }
-#pragma unroll
-    for (int b = 0; b < kRows; ++b) {
-      const i64 at = (r0 + 8 * b) * cols + c0;
-      if (r0 + 8 * b >= end)
-        continue;
+  if (c0 < cols && vector) {
+    if (pre)
+      columnRowsInFlight<2, true>(x + c0, pre + c0, begin + warp, end, cols, s);
+    else
+      columnRowsInFlight<8, false>(x + c0, pre, begin + warp, end, cols, s);
+  } else if (c0 < cols) {
+    // Columns past the end read as 0 (and GELU's derivative keeps them
+    // 0): their sums are not written.
+    for (i64 r = begin + warp; r < end; r += 8) {
+      const i64 at = r * cols + c0;
+      float v[8], p[8];
+      loadUpTo8(x + at, cols - c0, false, v);
       if (pre) {
+        loadUpTo8(pre + at, cols - c0, false, p);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          v[b][e] = fallbackGeluGrad(p[b][e], v[b][e]);
-        storeUpTo8(x + at, cols - c0, vector, v[b]);
+          v[e] = fallbackGeluGrad(p[e], v[e]);
+        storeUpTo8(x + at, cols - c0, false, v);
       }
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        s[e] = __fadd_rn(s[e], v[b][e]);
+        s[e] = __fadd_rn(s[e], v[e]);
     }
   }
   for (int e = 0; e < 8; ++e)
@@ -214,7 +277,7 @@ __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
 
 /// The second half: out[c] = the sum of the chunks' partials of column c.
 /// Block bx of 256 threads takes columns [32 bx, 32 bx + 32), a lane one
-/// column: warp w adds chunks w, w + 8, ... in order (4 loads in flight),
+/// column: warp w adds chunks w, w + 8, ... in order (8 loads in flight),
 /// then warp 0 adds the 8 warps' sums in warp order: deterministic, and
 /// with 8 warps a column rather than one thread.
 template <typename O>
@@ -226,13 +289,13 @@ __device__ void gemmFallbackColumnSums(const float *partial, O *out,
   float s = 0.0f;
   if (c < cols) {
     i64 k = warp;
-    for (; k + 24 < chunks; k += 32) {
-      float p[4];
+    for (; k + 56 < chunks; k += 64) {
+      float p[8];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 8; ++j)
         p[j] = partial[(k + 8 * j) * cols + c];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 8; ++j)
         s = __fadd_rn(s, p[j]);
     }
     for (; k < chunks; k += 8)
