@@ -242,6 +242,14 @@ if want ncu; then
       --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_1|attention_row_dot_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
+    # The loss gradient's max-first form (the "maxfirst" variant: half the
+    # instructions an element of the online form's, which ncu found using
+    # 70% of its issue slots): GPTC_VARIANT takes it for the loss and
+    # every other launch's own kernel.
+    GPTC_VARIANT=maxfirst,own GPTC_CUDA_GRAPH=0 step 60 ncu-loss "$ncu_bin" --target-processes all \
+      --kernel-id ::regex:'^cross_entropy_with_grad_0_maxfirst$':1 \
+      "${ncu_sections[@]}" \
+      "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The warpgroup-MMA forward with its softmax under the output product
     # and the deterministic wgmma backward (the auto program's fifth
     # forward and sixth backward kernels: the ones sm_90a's default may

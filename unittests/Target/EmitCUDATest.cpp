@@ -208,12 +208,27 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
             std::string::npos);
 }
 
+namespace {
+/// A launch with no variant but, for the bf16 loss gradient, its
+/// max-first form (emitCUDA's twin: the own kernel labelled "online").
+void expectOnlyLossGradientVariant(const rt::Launch &l) {
+  if (l.kernel != "cross_entropy_with_grad") {
+    EXPECT_TRUE(l.variants.empty());
+    EXPECT_EQ(l.variant, "");
+    return;
+  }
+  ASSERT_EQ(l.variants.size(), 1u);
+  EXPECT_EQ(l.variant, cuda::kOnlineLabel);
+  EXPECT_EQ(l.variants[0].label, cuda::kMaxFirstLabel);
+}
+} // namespace
+
 /// --attention-forward=auto and --attention-backward=auto: each bf16
 /// attention launch keeps the default algorithm as its own kernel and gets
 /// every other one the arch has as a variant, each exactly the kernel (and
-/// launch shape) its own flag gives. Nothing else gets variants, and an
-/// algorithm that gives a launch the same kernel (float32 attention) is
-/// not one.
+/// launch shape) its own flag gives. Nothing else gets variants (but the
+/// bf16 loss gradient its max-first form), and an algorithm that gives a
+/// launch the same kernel (float32 attention) is not one.
 TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   auto withFlag = [](const std::string &label) {
     cuda::EmitOptions o;
@@ -252,8 +267,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       const bool backward = l.kernel == "flash_attention_grad" ||
                             l.kernel == "flash_attention_qkv_grad";
       if (!forward && !backward) {
-        EXPECT_TRUE(l.variants.empty());
-        EXPECT_EQ(l.variant, "");
+        expectOnlyLossGradientVariant(l);
         continue;
       }
       ++attention;
@@ -302,7 +316,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     EXPECT_EQ(l.variants.size(),
               l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
                   ? 7u
-                  : 0u)
+              : l.kernel == "cross_entropy_with_grad" ? 1u
+                                                      : 0u)
         << l.kernel;
   // --attention-backward=deterministic (sm_90a's default): the backwards
   // without float atomics alone, split and wgmma-split (wgmma-ds, also
@@ -316,7 +331,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     for (const rt::Launch &l : d.functions[0].launches) {
       if (l.kernel != "flash_attention_grad" &&
           l.kernel != "flash_attention_qkv_grad") {
-        EXPECT_TRUE(l.variants.empty()) << l.kernel;
+        SCOPED_TRACE(l.kernel);
+        expectOnlyLossGradientVariant(l);
         continue;
       }
       std::vector<std::string> labels;
@@ -386,7 +402,10 @@ TEST(EmitCUDA, ASpilledKernelGetsItsUncappedTwinAsAVariant) {
       const bool algorithms = autoBackward &&
                               (l.kernel == "flash_attention_grad" ||
                                l.kernel == "flash_attention_qkv_grad");
-      EXPECT_EQ(l.variant, algorithms ? "split" : cuda::kCappedLabel);
+      EXPECT_EQ(l.variant, algorithms ? "split"
+                           : l.kernel == "cross_entropy_with_grad"
+                               ? cuda::kOnlineLabel
+                               : cuda::kCappedLabel);
       cuda::EmitOptions uncapped;
       uncapped.capRegisters = false;
       rt::Launch alone = l;
@@ -428,7 +447,7 @@ TEST(EmitCUDA, ASpilledKernelGetsItsUncappedTwinAsAVariant) {
                                       std::vector<bool>(kernels, false)),
             0u);
   for (const rt::Launch &l : p.functions[0].launches)
-    EXPECT_TRUE(l.variants.empty());
+    expectOnlyLossGradientVariant(l);
 }
 
 namespace {

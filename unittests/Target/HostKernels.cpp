@@ -769,6 +769,29 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline u32 packBf16(float lo, float hi) {
   return u32(fromFloat<bf16>(lo).bits) | u32(fromFloat<bf16>(hi).bits) << 16;
 }
+/// max.bf16x2: per half, a NaN loses to a number (both NaN: the canonical
+/// NaN); the larger's bits otherwise.
+inline u32 maxBf16x2(u32 a, u32 b) {
+  u32 r = 0;
+  for (int h = 0; h < 2; ++h) {
+    const u32 x = (a >> (16 * h)) & 0xffffu, y = (b >> (16 * h)) & 0xffffu;
+    const float fx = __uint_as_float(x << 16), fy = __uint_as_float(y << 16);
+    const u32 m = std::isnan(fx) && std::isnan(fy) ? 0x7fffu
+                  : std::isnan(fx)                 ? y
+                  : std::isnan(fy)                 ? x
+                  : fx >= fy                       ? x
+                                                   : y;
+    r |= m << (16 * h);
+  }
+  return r;
+}
+inline void unpackBf16x8(uint4 w, float (&x)[8]) {
+  const u32 v[4] = {w.x, w.y, w.z, w.w};
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(v[i] << 16);
+    x[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+  }
+}
 // Shared memory: 32-bit offsets from a symbol of this library.
 static char sharedBase[16];
 inline u32 sharedAddress(const void *p) {

@@ -766,52 +766,89 @@ std::vector<exec::HostTensor> runOnRandomData(
 }
 } // namespace
 
-// The bf16 loss gradient keeps each row in shared memory between its two
+// The bf16 loss gradient keeps each row in shared memory between its
 // passes (kStash: V·2 bytes of dynamic shared memory), and writes dlogits
 // into a buffer of its own or over the logits (the lowering's in-place
 // case): against the CPU executor on the same bf16-rounded logits, over a
-// padded vocabulary (64 columns, 45 classes) whose last chunks only the
-// stash's first pass reads.
+// padded vocabulary: 64 columns, 45 classes (5 chunks of classes, one of 5
+// classes and 3 padding columns, two of padding: one warp's chunks), and
+// 1024 columns, 1000 classes (a chunk a thread of 128: the row's max and
+// sum are the block's). Both forms: the online one (its own kernel) and the
+// max-first one (the "maxfirst" variant emitCUDA adds): into a buffer of
+// its own with dloss 1.5, and in place with dloss -0.75 (the max-first
+// form's negated exponentials) and the rows whose target is 3 ignored.
 TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
-  for (bool inPlace : {false, true}) {
-    SCOPED_TRACE(inPlace ? "in place" : "own buffer");
-    const DType f32 = DType::F32, bf = DType::BF16;
-    Builder b;
-    int logits = b.buf(bf, {3, 7, 64}), targets = b.buf(DType::I32, {3, 7});
-    int dloss = b.buf(f32, {}), loss = b.buf(f32, {});
-    int dlogits = inPlace ? logits : b.buf(bf, {3, 7, 64});
-    b.launch("cross_entropy_with_grad", {logits, targets, dloss},
-             {loss, dlogits})
-        .ints = {{"num_classes", 45}};
-    rt::Program &p = emitForHost(b.p);
-    EXPECT_NE(p.kernels[0].source.find(", 8, true>(in0, in1, in2"),
+  for (auto [V, classes] : {std::pair<int64_t, int32_t>{64, 45}, {1024, 1000}})
+    for (bool maxFirst : {false, true})
+      for (auto [inPlace, dlossValue] :
+           {std::pair<bool, float>{false, 1.5f}, {true, -0.75f}}) {
+        SCOPED_TRACE(std::to_string(V) + " columns, " +
+                     (maxFirst ? "max-first" : "online") +
+                     (inPlace ? ", in place" : ", own buffer") + ", dloss " +
+                     std::to_string(dlossValue));
+        const DType f32 = DType::F32, bf = DType::BF16;
+        const bool ignore = dlossValue < 0;
+        Builder b;
+        int logits = b.buf(bf, {3, 7, V}), targets = b.buf(DType::I32, {3, 7});
+        int dloss = b.buf(f32, {}), loss = b.buf(f32, {});
+        int dlogits = inPlace ? logits : b.buf(bf, {3, 7, V});
+        auto &l = b.launch("cross_entropy_with_grad", {logits, targets, dloss},
+                           {loss, dlogits});
+        l.ints = {{"num_classes", classes}};
+        if (ignore)
+          l.ints["ignore_index"] = 3;
+        cuda::EmitOptions opts;
+        opts.maxFirstCrossEntropy = maxFirst;
+        rt::Program &p = emitForHost(b.p, HostTarget::Sm80, opts);
+        EXPECT_NE(p.kernels[0].source.find(maxFirst ? ", true, true>(in0, in1"
+                                                    : ", true>(in0, in1, in2"),
+                  std::string::npos);
+        // The online form's launch has the max-first one as a variant.
+        const rt::Launch &launch = p.functions[0].launches[0];
+        ASSERT_EQ(launch.variants.size(), maxFirst ? 0u : 1u);
+        if (!maxFirst) {
+          EXPECT_EQ(launch.variant, cuda::kOnlineLabel);
+          EXPECT_EQ(launch.variants[0].label, cuda::kMaxFirstLabel);
+          EXPECT_NE(
+              p.kernels[size_t(launch.variants[0].deviceKernel)].source.find(
+                  ", true, true>(in0, in1"),
               std::string::npos);
-    EXPECT_EQ(p.functions[0].launches[0].sharedBytes, 64u * 2);
-    HostKernels kernels(p);
-    ASSERT_TRUE(kernels.ok()) << kernels.error;
-    // The logits as runOnRandomData made them (in place, the run
-    // overwrites them).
-    std::vector<exec::HostTensor> out = runOnRandomData(p, kernels, 11, 45);
-    exec::HostTensor x = randomFloats({3, 7, 64}, 11 + uint32_t(logits));
-    for (float &v : x.f32)
-      v = exec::roundToBF16(v);
-    expectNear(exec::crossEntropy(x, out[targets], 45, -1), out[loss].f32,
-               1e-5f, "loss");
-    exec::HostTensor want =
-        exec::crossEntropyGrad(x, out[targets], out[dloss], 45, -1);
-    expectNear(want, out[dlogits].f32, 1e-3f, "dlogits");
-  }
+        }
+        EXPECT_EQ(launch.sharedBytes, uint32_t(V * 2));
+        HostKernels kernels(p);
+        ASSERT_TRUE(kernels.ok()) << kernels.error;
+        // The logits as runOnRandomData makes them (in place, the run
+        // overwrites them), spread to [-8, 8].
+        auto reshape = [&](int id, std::vector<float> &v) {
+          if (id == dloss)
+            v[0] = dlossValue;
+          if (id == logits)
+            for (float &x : v)
+              x *= 8.0f;
+        };
+        std::vector<exec::HostTensor> out =
+            runOnRandomData(p, kernels, 11, classes, reshape);
+        exec::HostTensor x = randomFloats({3, 7, V}, 11 + uint32_t(logits));
+        for (float &v : x.f32)
+          v = exec::roundToBF16(v * 8.0f);
+        const int32_t ignored = ignore ? 3 : -1;
+        expectNear(exec::crossEntropy(x, out[targets], classes, ignored),
+                   out[loss].f32, 1e-5f, "loss");
+        exec::HostTensor want = exec::crossEntropyGrad(
+            x, out[targets], out[dloss], classes, ignored);
+        expectNear(want, out[dlogits].f32, 1e-3f, "dlogits");
+      }
 }
 
 // embedding_grad's id scan (4 ids a thread, 512 a round, 3 rounds ahead)
 // over a table of 100 rows: ceil(100 / 32) = 4 groups of 25 rows (group g
 // owns rows g, g + 4, ...) by slices of 256 columns, so every round holds
-// ids of several blocks and most hold many of each. A third of the ids are one frequent id (as GPT-2's newline
-// is), so a round brings it more hits than the 16 whose loads go in flight
-// together. Rows of 1000 columns (four slices, the last 232 wide, pairs
-// loaded as one access) and of 301 (the last slice 45 wide, its last
-// thread's pair half past the row: one element at a time). Each table
-// element is summed in float32 in position order, so the result is that
+// ids of several blocks and most hold many of each. A third of the ids are one
+// frequent id (as GPT-2's newline is), so a round brings it more hits than the
+// 16 whose loads go in flight together. Rows of 1000 columns (four slices, the
+// last 232 wide, pairs loaded as one access) and of 301 (the last slice 45
+// wide, its last thread's pair half past the row: one element at a time). Each
+// table element is summed in float32 in position order, so the result is that
 // sum's bits: the reference below, not the executor's double sum (which it
 // is near). Positions: 1200 (16-byte id loads; rounds of 512, 512, 176),
 // 1203 (one id at a time, the last round partial), and 1200 ids that start
@@ -2064,6 +2101,7 @@ const std::map<std::string, std::string> kSpared = {
     // block, which no kernel makes (one row a block).
     {"blockSum #0", "no second call in a block"},
     {"blockMaxSum #0", "no second call in a block"},
+    {"blockMax #0", "no call in the block before it"},
 };
 
 std::map<std::string, std::string> spared(std::vector<std::string> names) {
@@ -2112,6 +2150,26 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
         {"blockMaxSum", "blockSum", "finishLoss", "lastBlockToArrive"},
         spared({"blockMaxSum #0", "blockSum #0", "lastBlockToArrive #0"}),
         runRandom(45));
+  }
+  {
+    SCOPED_TRACE("cross_entropy_with_grad, bf16 max-first: the stashed "
+                 "row's max, then its sum, over the block (blockMax's first "
+                 "barrier is the scratch's first use; blockSum's first is "
+                 "needed here, after blockMax's reads), then the counted "
+                 "rows (the mean's barriers are checked above)");
+    Builder b;
+    const DType bf = DType::BF16;
+    int logits = b.buf(bf, {1, 3, 512}), targets = b.buf(i32, {1, 3});
+    int dloss = b.buf(f32, {}), loss = b.buf(f32, {}),
+        dlogits = b.buf(bf, {1, 3, 512});
+    b.launch("cross_entropy_with_grad", {logits, targets, dloss},
+             {loss, dlogits})
+        .ints = {{"num_classes", 500}, {"ignore_index", -1}};
+    cuda::EmitOptions opts;
+    opts.maxFirstCrossEntropy = true;
+    expectEveryBarrierNeeded(
+        emitForHost(b.p, HostTarget::Sm80, opts),
+        {"blockMax", "blockSum"}, spared({"blockMax #0"}), runRandom(500));
   }
   {
     SCOPED_TRACE("embedding_grad: hits compacted in shared memory, each "
@@ -2473,6 +2531,10 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
       preF = b.buf(f32, {rows, cols}), dpF = b.buf(f32, {rows, cols});
   b.launch("matmul_epilogue", {x, w, biasF}, {hF, preF}).ints["gelu"] = 1;
   b.launch("matmul_gelu_grad", {dy, wt, preF}, {dpF}).ints["transpose_b"] = 1;
+  // A float32 bias gradient: float32 column partials.
+  int xF = b.buf(f32, {rows, k}), dwF = b.buf(f32, {k, cols}),
+      dbF = b.buf(f32, {cols});
+  b.launch("matmul_bias_grad", {xF, dpF}, {dwF, dbF}).ints["transpose_a"] = 1;
   rt::Program &p = b.p;
   HostKernels kernels(emitForHost(p));
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -2484,6 +2546,7 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
                        "gemm_fallback_gelu_grad_f32",
                        "gemm_fallback_gelu_grad_bf16", "gemm_fallback_gelu_f32",
                        "gemm_fallback_gelu_bf16",
+                       "gemm_fallback_column_partials_f32",
                        "gemm_fallback_column_partials_bf16",
                        "gemm_fallback_column_sums_f32",
                        "gemm_fallback_column_sums_bf16"}));
@@ -2673,4 +2736,18 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
                2);
   expectNear(exec::reduceSum(parts, {odd}), manySums, 1e-5f,
              "column sums of 70 chunks");
+
+  // Float32 column partials (4 rows a lane in flight), chunks of 64 rows:
+  // the column sums of dF.
+  std::vector<float> partialF(size_t(chunks * cols), -1.0f), sumsF(cols);
+  kernels.call("gemm_fallback_column_partials_f32",
+               {address(dF.f32), 0, address(partialF), uint64_t(rows),
+                uint64_t(cols), uint64_t(perChunk)},
+               1, uint32_t(chunks));
+  kernels.call("gemm_fallback_column_sums_f32",
+               {address(partialF), address(sumsF), uint64_t(chunks),
+                uint64_t(cols)},
+               uint32_t((cols + 31) / 32));
+  expectNear(exec::reduceSum(dF, {cols}), sumsF, 1e-5f,
+             "column sums in float32");
 }

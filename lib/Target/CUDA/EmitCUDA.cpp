@@ -318,6 +318,12 @@ std::string emitLaunch(const rt::Program &p, Launch &launch,
   return Emitter(p, launch, opts).run(name);
 }
 
+namespace {
+void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
+             const char *label, const char *ownLabel, const char *change,
+             std::map<std::string, int> &bySource);
+} // namespace
+
 void emitCUDA(rt::Program &p, const std::string &arch,
               const EmitOptions &opts) {
   if (!rt::isSupportedArch(arch))
@@ -374,6 +380,18 @@ void emitCUDA(rt::Program &p, const std::string &arch,
       if (l.variants.empty())
         l.variant.clear();
     }
+  // The loss gradient's max-first form, timed at load against the online
+  // one (which launches have it: those whose source it changes).
+  if (!opts.maxFirstCrossEntropy) {
+    EmitOptions maxFirst = opts;
+    maxFirst.maxFirstCrossEntropy = true;
+    std::map<std::string, int> twins;
+    for (rt::Function &f : p.functions)
+      for (Launch &l : f.launches)
+        if (l.kernel == "cross_entropy_with_grad" && l.deviceKernel >= 0)
+          addTwin(p, l, maxFirst, kMaxFirstLabel, kOnlineLabel,
+                  "in its max-first form", twins);
+  }
   addGemmFallbackKernels(p);
 }
 

@@ -198,8 +198,13 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   // (kStash): V·2 bytes, at most 112 KiB so that two blocks fit an H100 SM.
   const bool stash = withGrad && vec == 8 && V * 2 <= 112 * 1024 &&
                      (in(0).dtype == DType::BF16 || in(0).dtype == DType::F16);
+  // The max-first form (EmitOptions::maxFirstCrossEntropy): bf16 only.
+  const bool maxFirst = stash && opts.maxFirstCrossEntropy &&
+                        in(0).dtype == DType::BF16 &&
+                        out(1).dtype == DType::BF16;
   if (withGrad)
     os << "  crossEntropyWithGrad<" << consts << (stash ? ", true" : "")
+       << (maxFirst ? ", true" : "")
        << ">(in0, in1, in2, out0, out1, gptcLosses, &gptcCounter);\n}\n";
   else
     os << "  crossEntropy<" << consts

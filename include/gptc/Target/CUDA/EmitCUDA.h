@@ -143,6 +143,14 @@ struct EmitOptions {
   /// the forwards, kLayernormGradMinBlocks for the gradients).
   /// addDenserVariants sets it for a twin.
   int layernormBlocks = 0;
+  /// The bf16 loss gradient (cross_entropy_with_grad with its row in
+  /// shared memory) in three passes, one job an element each: the max,
+  /// the sum of exp, the gradient with 1/sum and the scale in the
+  /// exponent (kernels/cross_entropy.cuh, kMaxFirst). emitCUDA gives every
+  /// such launch this form as a variant labelled kMaxFirstLabel, its own
+  /// kernel (the online form) labelled kOnlineLabel; set here, it is the
+  /// own kernel.
+  bool maxFirstCrossEntropy = false;
 };
 
 /// The bf16 attention algorithms of one direction by their flag values,
@@ -204,6 +212,10 @@ inline constexpr const char *kCappedLabel = "capped";
 size_t addUncappedVariants(rt::Program &p, const std::string &arch,
                            const std::vector<bool> &spilled,
                            const EmitOptions &opts = {});
+
+/// The labels of the loss gradient's two forms (maxFirstCrossEntropy).
+inline constexpr const char *kMaxFirstLabel = "maxfirst";
+inline constexpr const char *kOnlineLabel = "online";
 
 /// The label of the variant addDenserVariants adds.
 inline constexpr const char *kDenserLabel = "denser";

@@ -37,6 +37,20 @@ __device__ __forceinline__ float blockSum(float x, float *scratch) {
   return total;
 }
 
+/// The max of `x` over the block, the same in every thread; as blockSum.
+__device__ __forceinline__ float blockMax(float x, float *scratch) {
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  x = warpMax(x);
+  __syncthreads(); // scratch may still be read from a previous call
+  if (lane == 0)
+    scratch[warp] = x;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < int(blockDim.x / 32); ++w)
+    m = fmaxf(m, scratch[w]);
+  return m;
+}
+
 /// Whether this block is the last of `blocks` to arrive at `counter` (the
 /// grid-wide reductions finish in that block). Resets the counter for the
 /// next launch. Callers write their partial results before calling.

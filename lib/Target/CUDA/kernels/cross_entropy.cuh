@@ -28,6 +28,19 @@
 // per thread, as a plain loop compiles (the online update depends on the
 // previous element), keeps about a quarter of an H100's DRAM busy.
 //
+// With kMaxFirst (bf16 logits, the row stashed) the passes over the stash
+// are three, each with one job an element: the row's max (two elements an
+// instruction, max.bf16x2 on the packed pairs), then the sum of exp against
+// it (one fma, one ex2, one add), then the gradient, whose 1/sum and scale
+// sit in the exponent's offset, so that an element costs one fma and one
+// ex2 before its rounding; the target's element gets its -scale in a branch
+// only its chunk takes. The online form (one pass for the max and sum,
+// rescaled each round, and a gradient pass that multiplies by 1/sum and
+// the scale and tests each column against the target) compiles to about
+// 2.4 times the instructions an element; ncu found it using 70% of its
+// issue slots on an H200 (docs/benchmarks.md, thirtieth session). Both are
+// compiled; the runtime times them at load (the "maxfirst" variant).
+//
 // Each element's exponential is one fma and one ex2.approx (fastExp2, in
 // log2 units): expf's dozen instructions, twice per element (the sum, then
 // the gradient), would make the kernel issue-bound near its bandwidth. It
@@ -271,8 +284,102 @@ __device__ void rowGradient(const TL *x, TG *g, MaxSum ms, int target,
   }
 }
 
+/// kMaxFirst's first two passes: the row copied into `stash` (every chunk
+/// of a thread at once, as blockMaxSum's), then the max of its classes over
+/// the block, then their sum of exp against it. A thread reads back only
+/// the chunks it copied. Chunks [0, kFull) hold classes only; chunk kFull,
+/// if kClasses is no multiple of 8, some.
+template <int V, int kClasses>
+__device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
+  constexpr int kChunks = V / 8, kFull = kClasses / 8;
+  constexpr bool kPartial = kClasses % 8 != 0;
+  __shared__ float scratch[32];
+  for (int chunk = threadIdx.x; chunk < kChunks; chunk += blockDim.x)
+    copyAsync16(sharedAddress(stash + chunk * 8), row + i64(chunk) * 8);
+  commitCopies();
+  waitCopies<0>();
+  const uint4 *chunks = reinterpret_cast<const uint4 *>(stash);
+  const bool partialHere = kPartial && threadIdx.x == kFull % blockDim.x;
+  u32 pairs = 0xff80ff80u; // two -inf
+#pragma unroll 4
+  for (int chunk = threadIdx.x; chunk < kFull; chunk += blockDim.x) {
+    const uint4 w = chunks[chunk];
+    pairs = maxBf16x2(pairs, maxBf16x2(maxBf16x2(w.x, w.y), maxBf16x2(w.z, w.w)));
+  }
+  float m = fmaxf(__uint_as_float(pairs << 16),
+                  __uint_as_float(pairs & 0xffff0000u));
+  if (partialHere) {
+    float x[8];
+    unpackBf16x8(chunks[kFull], x);
+#pragma unroll
+    for (int e = 0; e < kClasses % 8; ++e)
+      m = fmaxf(m, x[e]);
+  }
+  m = blockMax(m, scratch);
+  const float offset = -m * log2e();
+  float sum = 0.0f;
+#pragma unroll 4
+  for (int chunk = threadIdx.x; chunk < kFull; chunk += blockDim.x) {
+    float x[8];
+    unpackBf16x8(chunks[chunk], x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = fastExp2(fmaf(x[e], log2e(), offset));
+    sum += ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+  }
+  if (partialHere) {
+    float x[8];
+    unpackBf16x8(chunks[kFull], x);
+#pragma unroll
+    for (int e = 0; e < kClasses % 8; ++e)
+      sum += fastExp2(fmaf(x[e], log2e(), offset));
+  }
+  return {m, blockSum(sum, scratch)};
+}
+
+/// kMaxFirst's gradient pass over the stashed row (the chunks this thread
+/// copied): exp2(x·log2e + bias), bias = -max·log2e + log2(|scale| / sum),
+/// is |scale|·softmax; negated where the scale is (kNegate), 0 past the
+/// classes. The chunks of classes only go first, with no test an element;
+/// then the row's last chunks, tested; then the thread that wrote the
+/// target's chunk writes the target's element again, less the scale (the
+/// same operations on the same stashed value, then the subtraction).
+template <int V, int kClasses, bool kNegate, typename TG>
+__device__ __forceinline__ void stashedGradient(const bf16 *stash, TG *g,
+                                                float bias, int target,
+                                                float scale) {
+  constexpr int kChunks = V / 8, kFull = kClasses / 8;
+  const uint4 *chunks = reinterpret_cast<const uint4 *>(stash);
+  auto scaledSoftmax = [&](float x) {
+    const float p = fastExp2(fmaf(x, log2e(), bias));
+    return kNegate ? -p : p;
+  };
+  int chunk = threadIdx.x;
+#pragma unroll 4
+  for (; chunk < kFull; chunk += blockDim.x) {
+    float x[8];
+    unpackBf16x8(chunks[chunk], x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = scaledSoftmax(x[e]);
+    store8(g + chunk * 8, x);
+  }
+  for (; chunk < kChunks; chunk += blockDim.x) { // the padding's columns
+    float x[8];
+    unpackBf16x8(chunks[chunk], x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = chunk * 8 + e < kClasses ? scaledSoftmax(x[e]) : 0.0f;
+    store8(g + chunk * 8, x);
+  }
+  if (target >= 0 && target < kClasses &&
+      target / 8 % int(blockDim.x) == int(threadIdx.x))
+    g[target] = fromFloat<TG>(scaledSoftmax(toFloat(stash[target])) - scale);
+}
+
 template <int V, int kClasses, i64 kRows, i64 kIgnore, bool kHasIgnore,
-          int kVec, bool kStash = false, typename TL, typename TG>
+          int kVec, bool kStash = false, bool kMaxFirst = false, typename TL,
+          typename TG>
 __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
                                      const float *dloss, float *loss,
                                      TG *dlogits, double *losses,
@@ -297,9 +404,25 @@ __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
       targetLogit = valid ? toFloat(x[target]) : 0.0f;
     extern __shared__ uint4 gptcDynamicShared[];
     TL *stash = kStash ? reinterpret_cast<TL *>(gptcDynamicShared) : nullptr;
-    MaxSum ms = blockMaxSum<kClasses, kVec, kStash ? V / kVec : 0>(x, stash);
+    MaxSum ms;
+    if constexpr (kMaxFirst) {
+      static_assert(kStash && kVec == 8 && sizeof(TL) == 2, "bf16, stashed");
+      ms = stashedMaxThenSum<V, kClasses>(x, stash);
+    } else {
+      ms = blockMaxSum<kClasses, kVec, kStash ? V / kVec : 0>(x, stash);
+    }
     const float scale = *dloss / countedRows<kRows, kIgnore, kHasIgnore>(targets);
-    rowGradient<V, kClasses, kVec>(kStash ? stash : x, g, ms, target, scale);
+    if constexpr (kMaxFirst) {
+      // (log2 of each apart: scale / sum may leave float32's range.)
+      const float bias =
+          -ms.max * log2e() + (log2f(fabsf(scale)) - log2f(ms.sum));
+      if (scale < 0.0f) // the same for the whole block
+        stashedGradient<V, kClasses, true>(stash, g, bias, target, scale);
+      else
+        stashedGradient<V, kClasses, false>(stash, g, bias, target, scale);
+    } else {
+      rowGradient<V, kClasses, kVec>(kStash ? stash : x, g, ms, target, scale);
+    }
     term = valid ? double(logf(ms.sum)) + ms.max - targetLogit
                  : __longlong_as_double(0x7ff8000000000000ll);
   }

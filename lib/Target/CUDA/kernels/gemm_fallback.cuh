@@ -217,9 +217,10 @@ __device__ __forceinline__ void columnRowsInFlight(T *x, const T *pre, i64 r,
 /// rowsPerChunk, ...) into partial[by * cols + c]: a lane takes 8
 /// adjacent columns (one 16-byte load of bf16 when cols is a multiple of
 /// 8), each of the 8 warps every 8th row, 8 of its rows in flight at once
-/// (2 with pre: twice the bytes a row, and the derivative's registers; at
-/// 3 the 64 registers of 4 blocks an SM spill); then the 8 warps' sums are
-/// added in order: deterministic, and the same sums either way.
+/// (4 of float32; a quarter of that with pre: twice the bytes a row, and
+/// the derivative's registers: at 3 rows of bf16 the 64 registers of 4
+/// blocks an SM spill); then the 8 warps' sums are added in order:
+/// deterministic, and the same sums either way.
 /// (partialRows sizes the chunks so that the grid fills the device about
 /// once and the partials are few.)
 template <typename T>
@@ -239,11 +240,15 @@ __device__ void gemmFallbackColumnPartials(T *x, const T *pre, float *partial,
                               16 ==
                           0;
   float s[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  // 128 bytes of a lane's rows in flight (8 rows of bf16, 4 of float32).
+  constexpr int kRows = 128 / (8 * int(sizeof(T)));
   if (c0 < cols && vector) {
     if (pre)
-      columnRowsInFlight<2, true>(x + c0, pre + c0, begin + warp, end, cols, s);
+      columnRowsInFlight<kRows / 4, true>(x + c0, pre + c0, begin + warp, end,
+                                          cols, s);
     else
-      columnRowsInFlight<8, false>(x + c0, pre, begin + warp, end, cols, s);
+      columnRowsInFlight<kRows, false>(x + c0, pre, begin + warp, end, cols,
+                                       s);
   } else if (c0 < cols) {
     // Columns past the end read as 0 (and GELU's derivative keeps them
     // 0): their sums are not written.

@@ -64,6 +64,23 @@ __device__ __forceinline__ u32 packBf16(float lo, float hi) {
   return r;
 }
 
+/// The larger of each pair of bf16 in a and b, two elements an instruction
+/// (max.bf16x2, sm_80+); a NaN loses to a number, as in fmaxf.
+__device__ __forceinline__ u32 maxBf16x2(u32 a, u32 b) {
+  u32 r;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+/// The 8 bf16 of a 16-byte chunk as floats, in memory order.
+__device__ __forceinline__ void unpackBf16x8(uint4 w, float (&x)[8]) {
+  const u32 v[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(v[i] << 16);
+    x[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+  }
+}
+
 /// 16- and 8-byte global stores in PTX, for store4: written as a C++ float4
 /// or uint2 assignment, the compiler may split them into 4-byte stores (it
 /// does where the pointer comes out of the multi-tensor kernels' switch):
