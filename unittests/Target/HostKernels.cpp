@@ -748,6 +748,9 @@ inline void storeShared4(float *p, const float (&x)[4]) {
   globalAligned16(p, "shared");
   for (int i = 0; i < 4; ++i) p[i] = x[i];
 }
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return unsigned((unsigned long long)a * b >> 32);
+}
 inline float fastExp2(float x) { return std::exp2(x); }
 inline float fastRcp(float x) { return 1.0f / x; }
 inline void loadIds4(const int *p, int (&x)[4]) {

@@ -856,18 +856,22 @@ TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
 // with the tied table's float32 addend.
 TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
   const DType f32 = DType::F32, i32 = DType::I32;
-  const int64_t V = 100;
   struct Case {
     int64_t positions;
     int skew; ///< ids start this many int32 past a 16-byte boundary
     bool addend;
     int64_t C;
+    int64_t V = 100;
   };
+  // (The last: 5,000 rows in 157 groups, whose owners the scan finds by
+  // ownsRow's multiply-high.)
   for (Case c : {Case{1200, 0, false, 1000}, Case{1203, 0, false, 1000},
-                 Case{1200, 1, true, 1000}, Case{1203, 0, true, 301}}) {
-    const int64_t C = c.C;
+                 Case{1200, 1, true, 1000}, Case{1203, 0, true, 301},
+                 Case{1200, 0, true, 64, 5000}}) {
+    const int64_t C = c.C, V = c.V;
     SCOPED_TRACE("positions " + std::to_string(c.positions) + ", skew " +
-                 std::to_string(c.skew) + ", C " + std::to_string(C));
+                 std::to_string(c.skew) + ", C " + std::to_string(C) +
+                 ", V " + std::to_string(V));
     Builder b;
     int ids = b.buf(i32, {c.positions}), dy = b.buf(f32, {c.positions, C});
     int add = b.buf(f32, {V, C}), out = b.buf(f32, {V, C});

@@ -68,6 +68,26 @@ __device__ __forceinline__ void loadPair(const TD *dy, int at, int c,
   }
 }
 
+/// Whether `id` is a row of `group` (of kGroups, rows strided over them):
+/// 0 <= id < kV and id % kGroups == group, without a branch. Below 2^16
+/// ids and groups (and above 1 group, whose ceiling is 2^32), id / kGroups
+/// is the high word of id · ceil(2^32 / kGroups) (the product's error, id ·
+/// (that ceiling - 2^32 / kGroups), is under 2^16 <= 2^32 / kGroups): two
+/// instructions for the remainder, where the compiler's `%` took about
+/// seventeen an id, most of the scan's.
+template <int kV, int kGroups>
+__device__ __forceinline__ bool ownsRow(int id, int group) {
+  if constexpr (kV <= 65536 && kGroups > 1 && kGroups < 65536) {
+    constexpr unsigned kMagic =
+        unsigned((0x100000000ull + unsigned(kGroups) - 1) / unsigned(kGroups));
+    // (An id outside [0, kV) gives some remainder; the first test fails.)
+    const unsigned u = unsigned(id), q = __umulhi(u, kMagic);
+    return (u < unsigned(kV)) & (int(u - q * unsigned(kGroups)) == group);
+  } else {
+    return (unsigned(id) < unsigned(kV)) & (id % kGroups == group);
+  }
+}
+
 /// blockDim.x == kEmbeddingGradThreads; grid ceil(kV / kRowsPerBlock) ·
 /// ceil(C / kEmbeddingGradSlice), slices fastest, so that a row group's
 /// slices run side by side. kPositions · C < 2^31 (the emitter checks).
@@ -113,7 +133,7 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
     bool any = false;
     for (int k = 0; k < kPerThread; ++k) {
       id[k] = ahead[0][k];
-      mine[k] = id[k] >= 0 && id[k] < kV && id[k] % kGroups == group;
+      mine[k] = ownsRow<kV, kGroups>(id[k], group);
       any |= mine[k];
     }
 #pragma unroll
