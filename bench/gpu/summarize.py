@@ -294,6 +294,12 @@ def main():
                 summary["gemm_tuning"] = line.strip()
             else:
                 summary.setdefault("gemm_ways", []).append(line.strip())
+    # What the default program timed at load (its attention algorithms,
+    # the layernorms' twins, the loss gradient's two forms) and ran.
+    for line in tuned.splitlines():
+        if "kernel variants timed at load" in line:
+            lines.append(line.strip())
+            summary.setdefault("default_variants", []).append(line.strip())
     # Two logs copied whole (but run.sh's "==" lines): gptc's GEMM shapes
     # against PyTorch's products of the same layouts, and the tensor cores
     # alone by layout (wgmma_probe).
