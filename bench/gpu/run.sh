@@ -158,6 +158,10 @@ if want check; then
     step 100 $w "${lib[@]}" "$P/$w" --device=cuda --check-kernels \
       --check-dump="$logs/dump-${w#check-}"
   done
+  # The loss gradient's max-first form, whichever the timing chose.
+  GPTC_VARIANT=maxfirst,own \
+    step 100 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
+      --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
   # The layernorm gradients' uncapped twins, whichever the timing chose.
   [[ -x $P/check-gpt2lw-bf16 ]] && GPTC_VARIANT=uncapped \
     step 100 check-gpt2lw-bf16-uncapped "${lib[@]}" "$P/check-gpt2lw-bf16" \
@@ -171,6 +175,9 @@ if want quickcheck; then
     --check-kernels --check-dump="$logs/dump-tiny-bf16"
   step 60 check-gpt2w-bf16 "${lib[@]}" "$P/check-gpt2w-bf16" --device=cuda \
     --check-kernels --check-dump="$logs/dump-gpt2w-bf16"
+  GPTC_VARIANT=maxfirst,own \
+    step 60 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
+      --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
 fi
 
 # The attention kernels alone, GPT-2's cubins on random data: each forward

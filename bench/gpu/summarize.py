@@ -23,6 +23,9 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-wgmma128.log              the same (T=256), --attention-forward=wgmma128
   check-gpt2w-bf16-wgmmak128.log             the same (T=384), --attention-forward=wgmma-k128
   check-gpt2w-bf16-auto.log                  the same (T=256), both directions auto
+  check-gpt2w-bf16-maxfirst.log              check-gpt2w-bf16's program with
+                                             GPTC_VARIANT=maxfirst,own (the
+                                             loss gradient's max-first form)
   check-gpt2lw-bf16{,-uncapped}.log          the same at C=1280 (GPT-2 large's
                                              width), as timed and with
                                              GPTC_VARIANT=uncapped
@@ -191,7 +194,7 @@ def main():
                  "gpt2w-bf16-wgmma128", "gpt2w-bf16-wgmmak128",
                  "gpt2w-bf16-wide",
                  "gpt2w-bf16-mma2", "gpt2w-bf16-pipe", "gpt2w-bf16-mma",
-                 "gpt2w-bf16-auto",
+                 "gpt2w-bf16-auto", "gpt2w-bf16-maxfirst",
                  "gpt2lw-bf16",
                  "gpt2lw-bf16-uncapped"):
         log = (f"check-{prec}.log" if prec.startswith(("gpt2w", "gpt2lw"))
