@@ -22,15 +22,20 @@ __device__ __forceinline__ float warpMax(float x) {
   return x;
 }
 
+/// Each warp's `x` (lane 0's) into scratch[warp], between two barriers:
+/// the first because scratch may still be read from a previous call, the
+/// second so that every thread then reads every warp's.
+__device__ __forceinline__ void warpsToScratch(float x, float *scratch) {
+  __syncthreads();
+  if (threadIdx.x % 32 == 0)
+    scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+}
+
 /// The sum of `x` over the block, the same in every thread, in a fixed
 /// order (deterministic). `scratch` holds 32 floats; blockDim.x % 32 == 0.
 __device__ __forceinline__ float blockSum(float x, float *scratch) {
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  x = warpSum(x);
-  __syncthreads(); // scratch may still be read from a previous call
-  if (lane == 0)
-    scratch[warp] = x;
-  __syncthreads();
+  warpsToScratch(warpSum(x), scratch);
   float total = 0.0f;
   for (int w = 0; w < int(blockDim.x / 32); ++w)
     total += scratch[w];
@@ -39,12 +44,7 @@ __device__ __forceinline__ float blockSum(float x, float *scratch) {
 
 /// The max of `x` over the block, the same in every thread; as blockSum.
 __device__ __forceinline__ float blockMax(float x, float *scratch) {
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  x = warpMax(x);
-  __syncthreads(); // scratch may still be read from a previous call
-  if (lane == 0)
-    scratch[warp] = x;
-  __syncthreads();
+  warpsToScratch(warpMax(x), scratch);
   float m = scratch[0];
   for (int w = 1; w < int(blockDim.x / 32); ++w)
     m = fmaxf(m, scratch[w]);

@@ -33,13 +33,14 @@
 // instruction, max.bf16x2 on the packed pairs), then the sum of exp against
 // it (one fma, one ex2, one add), then the gradient, whose 1/sum and scale
 // sit in the exponent's offset, so that an element costs one fma and one
-// ex2 before its rounding; the target's element gets its -scale in a branch
-// only its chunk takes. The online form (one pass for the max and sum,
-// rescaled each round, and a gradient pass that multiplies by 1/sum and
-// the scale and tests each column against the target) compiles to about
-// 2.4 times the instructions an element; ncu found it using 70% of its
-// issue slots on an H200 (docs/benchmarks.md, thirtieth session). Both are
-// compiled; the runtime times them at load (the "maxfirst" variant).
+// ex2 before its rounding; the target's element is written again, less
+// the scale, by the thread that wrote its chunk. The online form (one pass
+// for the max and sum, rescaled each round, and a gradient pass that
+// multiplies by 1/sum and the scale and tests each column against the
+// target) compiles to about 1.7 times the instructions an element; ncu
+// found it using 70% of its issue slots on an H200 (docs/benchmarks.md,
+// thirtieth session). Both are compiled; the runtime times them at load
+// (the "maxfirst" variant).
 //
 // Each element's exponential is one fma and one ex2.approx (fastExp2, in
 // log2 units): expf's dozen instructions, twice per element (the sum, then
@@ -304,10 +305,11 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
 #pragma unroll 4
   for (int chunk = threadIdx.x; chunk < kFull; chunk += blockDim.x) {
     const uint4 w = chunks[chunk];
-    pairs = maxBf16x2(pairs, maxBf16x2(maxBf16x2(w.x, w.y), maxBf16x2(w.z, w.w)));
+    pairs =
+        maxBf16x2(pairs, maxBf16x2(maxBf16x2(w.x, w.y), maxBf16x2(w.z, w.w)));
   }
-  float m = fmaxf(__uint_as_float(pairs << 16),
-                  __uint_as_float(pairs & 0xffff0000u));
+  float m =
+      fmaxf(__uint_as_float(pairs << 16), __uint_as_float(pairs & 0xffff0000u));
   if (partialHere) {
     float x[8];
     unpackBf16x8(chunks[kFull], x);

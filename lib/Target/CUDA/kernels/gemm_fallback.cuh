@@ -156,8 +156,10 @@ __device__ __forceinline__ void loadRaw8(const T *p, Raw8<T> &r) {
 __device__ __forceinline__ void unpack8(const Raw8<float> &r, float (&x)[8]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    x[4 * i] = __uint_as_float(r.w[i].x), x[4 * i + 1] = __uint_as_float(r.w[i].y);
-    x[4 * i + 2] = __uint_as_float(r.w[i].z), x[4 * i + 3] = __uint_as_float(r.w[i].w);
+    x[4 * i] = __uint_as_float(r.w[i].x);
+    x[4 * i + 1] = __uint_as_float(r.w[i].y);
+    x[4 * i + 2] = __uint_as_float(r.w[i].z);
+    x[4 * i + 3] = __uint_as_float(r.w[i].w);
   }
 }
 template <typename T>
