@@ -788,11 +788,11 @@ inline u32 maxBf16x2(u32 a, u32 b) {
   }
   return r;
 }
-inline void unpackBf16x8(uint4 w, float (&x)[8]) {
+template <typename T> inline void unpack8(uint4 w, float (&x)[8]) {
   const u32 v[4] = {w.x, w.y, w.z, w.w};
   for (int i = 0; i < 4; ++i) {
-    x[2 * i] = __uint_as_float(v[i] << 16);
-    x[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+    x[2 * i] = toFloat(T{(unsigned short)(v[i] & 0xffffu)});
+    x[2 * i + 1] = toFloat(T{(unsigned short)(v[i] >> 16)});
   }
 }
 // Shared memory: 32-bit offsets from a symbol of this library.

@@ -312,7 +312,7 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
       fmaxf(__uint_as_float(pairs << 16), __uint_as_float(pairs & 0xffff0000u));
   if (partialHere) {
     float x[8];
-    unpackBf16x8(chunks[kFull], x);
+    unpack8<bf16>(chunks[kFull], x);
 #pragma unroll
     for (int e = 0; e < kClasses % 8; ++e)
       m = fmaxf(m, x[e]);
@@ -323,7 +323,7 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
 #pragma unroll 4
   for (int chunk = threadIdx.x; chunk < kFull; chunk += blockDim.x) {
     float x[8];
-    unpackBf16x8(chunks[chunk], x);
+    unpack8<bf16>(chunks[chunk], x);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       x[e] = fastExp2(fmaf(x[e], log2e(), offset));
@@ -331,7 +331,7 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
   }
   if (partialHere) {
     float x[8];
-    unpackBf16x8(chunks[kFull], x);
+    unpack8<bf16>(chunks[kFull], x);
 #pragma unroll
     for (int e = 0; e < kClasses % 8; ++e)
       sum += fastExp2(fmaf(x[e], log2e(), offset));
@@ -360,7 +360,7 @@ __device__ __forceinline__ void stashedGradient(const bf16 *stash, TG *g,
 #pragma unroll 4
   for (; chunk < kFull; chunk += blockDim.x) {
     float x[8];
-    unpackBf16x8(chunks[chunk], x);
+    unpack8<bf16>(chunks[chunk], x);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       x[e] = scaledSoftmax(x[e]);
@@ -368,7 +368,7 @@ __device__ __forceinline__ void stashedGradient(const bf16 *stash, TG *g,
   }
   for (; chunk < kChunks; chunk += blockDim.x) { // the padding's columns
     float x[8];
-    unpackBf16x8(chunks[chunk], x);
+    unpack8<bf16>(chunks[chunk], x);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       x[e] = chunk * 8 + e < kClasses ? scaledSoftmax(x[e]) : 0.0f;

@@ -164,13 +164,7 @@ __device__ __forceinline__ void unpack8(const Raw8<float> &r, float (&x)[8]) {
 }
 template <typename T>
 __device__ __forceinline__ void unpack8(const Raw8<T> &r, float (&x)[8]) {
-  const u32 w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    T lo, hi;
-    lo.bits = w[i] & 0xffffu, hi.bits = w[i] >> 16;
-    x[2 * i] = toFloat(lo), x[2 * i + 1] = toFloat(hi);
-  }
+  unpack8<T>(r.w[0], x);
 }
 
 /// One lane's rows of a column chunk, 16-byte accesses: rows r, r + 8, ...

@@ -71,16 +71,6 @@ __device__ __forceinline__ u32 maxBf16x2(u32 a, u32 b) {
   asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
-/// The 8 bf16 of a 16-byte chunk as floats, in memory order.
-__device__ __forceinline__ void unpackBf16x8(uint4 w, float (&x)[8]) {
-  const u32 v[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = __uint_as_float(v[i] << 16);
-    x[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
-  }
-}
-
 /// 16- and 8-byte global stores in PTX, for store4: written as a C++ float4
 /// or uint2 assignment, the compiler may split them into 4-byte stores (it
 /// does where the pointer comes out of the multi-tensor kernels' switch):
@@ -220,15 +210,21 @@ __device__ __forceinline__ void load8(const float *p, float (&x)[8]) {
   x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
   x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
 }
+/// The 8 elements of a 16-byte chunk of T (bf16, f16) as floats, in memory
+/// order: what load8 loads, or bytes a kernel kept as loaded.
 template <typename T>
-__device__ __forceinline__ void load8(const T *p, float (&x)[8]) {
-  uint4 v = *reinterpret_cast<const uint4 *>(p);
+__device__ __forceinline__ void unpack8(uint4 v, float (&x)[8]) {
   const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
   for (int i = 0; i < 4; ++i) {
     T lo, hi;
     lo.bits = w[i] & 0xffffu, hi.bits = w[i] >> 16;
     x[2 * i] = toFloat(lo), x[2 * i + 1] = toFloat(hi);
   }
+}
+template <typename T>
+__device__ __forceinline__ void load8(const T *p, float (&x)[8]) {
+  unpack8<T>(*reinterpret_cast<const uint4 *>(p), x);
 }
 __device__ __forceinline__ void store8(float *p, const float (&x)[8]) {
   reinterpret_cast<float4 *>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
