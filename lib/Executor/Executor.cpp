@@ -70,8 +70,11 @@ std::vector<HostTensor> evaluate(Operation *op,
       .Case([&](gpt::FusedElementwiseOp f) { return fusedElementwise(f, in); })
       .Case([&](gpt::FusedLayerNormGradOp f) {
         std::vector<const HostTensor *> inputs(in.begin() + 3, in.end());
+        std::vector<std::vector<int64_t>> shapes;
+        for (Value v : f.getValues())
+          shapes.push_back(shapeOf(v));
         return fusedLayernormGrad(compileBody(f.getBody().front()), *in[0],
-                                  *in[1], *in[2], inputs,
+                                  *in[1], *in[2], inputs, shapes,
                                   f.getEpsilon().convertToFloat());
       })
       .Case([&](gpt::FusedLayerNormOp f) {

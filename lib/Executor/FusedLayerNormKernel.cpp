@@ -45,12 +45,24 @@ std::vector<HostTensor>
 fusedLayernormGrad(const ScalarProgram &body, const HostTensor &x,
                    const HostTensor &gamma, const HostTensor &dy,
                    const std::vector<const HostTensor *> &inputs,
+                   const std::vector<std::vector<int64_t>> &valueShapes,
                    float epsilon) {
   if (body.results.empty() || int(inputs.size()) + 1 != body.numArgs)
     throw KernelError("fused_layernorm_grad: a body of " +
                       std::to_string(body.numArgs) +
                       " arguments does not fit dx and " +
                       std::to_string(inputs.size()) + " inputs");
+  if (valueShapes.size() != body.results.size())
+    throw KernelError("fused_layernorm_grad: " +
+                      std::to_string(valueShapes.size()) +
+                      " value shapes for a body of " +
+                      std::to_string(body.results.size()) + " results");
+  const std::vector<int64_t> columns{x.shape.empty() ? 1 : x.shape.back()};
+  for (const std::vector<int64_t> &shape : valueShapes)
+    if (shape != x.shape && shape != columns)
+      throw KernelError("fused_layernorm_grad: a value of shape " +
+                        shapeString(shape) + " is neither x's " +
+                        shapeString(x.shape) + " nor its column sums'");
   std::vector<HostTensor> grads = layernormGrad(x, gamma, dy, epsilon);
   std::vector<const HostTensor *> args{&grads[0]};
   args.insert(args.end(), inputs.begin(), inputs.end());
@@ -63,6 +75,9 @@ fusedLayernormGrad(const ScalarProgram &body, const HostTensor &x,
   for (size_t r = 2; r < results.size(); ++r)
     outs.push_back(results[r].data());
   runScalarProgram(body, {args}, {outs}, {x.shape});
+  for (size_t r = 0; r < valueShapes.size(); ++r)
+    if (valueShapes[r] != x.shape)
+      results[2 + r] = reduceSum(results[2 + r], columns);
   return results;
 }
 

@@ -352,11 +352,14 @@ const std::unordered_map<std::string, Kernel> &kernels() {
                                   out.at(0)->shape, real(l, "epsilon", 1e-5f));
     };
     k["fused_layernorm_grad"] = [](const Launch &l, const Inputs &in,
-                                   const Outputs &) {
-      if (in.size() < 3)
+                                   const Outputs &out) {
+      if (in.size() < 3 || out.size() < 2)
         throw exec::KernelError("fused_layernorm_grad: no x, gamma and dy");
+      std::vector<std::vector<int64_t>> shapes;
+      for (size_t r = 2; r < out.size(); ++r)
+        shapes.push_back(out[r]->shape);
       return exec::fusedLayernormGrad(l.body, *in[0], *in[1], *in[2],
-                                      Inputs(in.begin() + 3, in.end()),
+                                      Inputs(in.begin() + 3, in.end()), shapes,
                                       real(l, "epsilon", 1e-5f));
     };
     k["layernorm_grad"] = [](const Launch &l, const Inputs &in,

@@ -686,19 +686,25 @@ struct GPTFuseElementwisePass
     : gptc::impl::GPTFuseElementwiseBase<GPTFuseElementwisePass> {
   using GPTFuseElementwiseBase::GPTFuseElementwiseBase;
   void runOnOperation() override {
+    gptc::GPTFuseElementwiseOptions options;
+    options.layernormPrologue = layernormPrologue;
+    options.foldCasts = foldCasts;
+    options.embeddingGradAddend = embeddingGradAddend;
+    options.layernormBiasGrads = layernormBiasGrads;
+    options.parameterCasts = parameterCasts;
     for (auto func : getOperation().getOps<func::FuncOp>())
-      gptc::fuseElementwise(func, layernormPrologue, foldCasts,
-                            parameterCasts, embeddingGradAddend);
+      gptc::fuseElementwise(func, options);
   }
 };
 
 } // namespace
 
-void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
-                           bool foldCasts, bool parameterCasts,
-                           bool embeddingGradAddends) {
+void gptc::fuseElementwise(func::FuncOp func,
+                           const GPTFuseElementwiseOptions &options) {
   if (func.getBody().empty())
     return;
+  const bool foldCasts = options.foldCasts;
+  const bool layernormPrologue = options.layernormPrologue;
   if (foldCasts) {
     foldCastPairs(func);
     foldCastsIntoLayoutOps(func);
@@ -706,7 +712,7 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
   fuseCrossEntropyWithGrad(func);
   if (foldCasts)
     foldCastsIntoLoss(func);
-  if (embeddingGradAddends)
+  if (options.embeddingGradAddend)
     fuseEmbeddingGradAddends(func);
   formMultiTensorReduce(func);
   fuseChains(func);
@@ -720,8 +726,10 @@ void gptc::fuseElementwise(func::FuncOp func, bool layernormPrologue,
     foldCastsIntoLayerNormGrads(func);
     foldCastsIntoLayerNormGradValues(func);
   }
+  if (options.layernormBiasGrads)
+    fuseBiasGradsIntoLayerNormGrads(func);
   mergeMultiTensor(func);
-  if (parameterCasts) {
+  if (options.parameterCasts) {
     mergeParameterCasts(func);
     mergeGradientCasts(func);
   }

@@ -681,7 +681,8 @@ TEST(TemplateKernelsOnHost, MatchTheCpuExecutor) {
   expectNear(fw[0], data[fln].f32, tol, "fused_layernorm");
   expectSame(fw[1], data[fsum].f32, "fused_layernorm sum");
   std::vector<exec::HostTensor> lnb = exec::fusedLayernormGrad(
-      gradBody, data[x], data[gamma], data[dy], {&data[addend]}, 1e-5f);
+      gradBody, data[x], data[gamma], data[dy], {&data[addend]},
+      {{2, 5, 40}, {2, 5, 40}}, 1e-5f);
   expectNear(lnb[0], data[fdg].f32, tol, "fused_layernorm_grad dgamma");
   expectNear(lnb[1], data[fdb].f32, tol, "fused_layernorm_grad dbeta");
   expectNear(lnb[2], data[fres].f32, tol, "fused_layernorm_grad dx + r");
@@ -924,7 +925,8 @@ TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
 // block, then the groups' by the last group. dy is bf16, as in GPT-2; the
 // prologue adds a bf16 operand broadcast over the batch and scales by one
 // constant along the row ([3, 100, 1]); the epilogue adds the float32
-// residual gradient and writes it as float32 and bf16.
+// residual gradient and writes it as float32 and bf16, and sums it over
+// the rows (an output projection's bias gradient: a third column sum).
 TEST(TemplateKernelsOnHost, LayernormKernelsInEveryRowLayout) {
   const DType f32 = DType::F32, bf16 = DType::BF16;
   for (int64_t C : {36, 132, 37}) {
@@ -951,16 +953,17 @@ TEST(TemplateKernelsOnHost, LayernormKernelsInEveryRowLayout) {
     auto &fl = b.launch("fused_layernorm", {x, a, sc, gamma, beta}, {fln, fsum});
     fl.floats["epsilon"] = 1e-5;
     fl.body = pro;
-    // dx + r, as float32 and as bf16.
+    // dx + r, as float32, as bf16 and summed over the rows.
     int r = b.buf(f32, shape), fdg = b.buf(f32, {C}), fdb = b.buf(f32, {C}),
-        fres = b.buf(f32, shape), fres16 = b.buf(bf16, shape);
+        fres = b.buf(f32, shape), fres16 = b.buf(bf16, shape),
+        fbias = b.buf(f32, {C});
     exec::ScalarProgram epi;
     epi.numArgs = 2;
     epi.code.push_back({exec::Opcode::Add, 2, 1, 0, 0});
     epi.numRegisters = 3;
-    epi.results = {2, 2};
+    epi.results = {2, 2, 2};
     auto &flg = b.launch("fused_layernorm_grad", {x, gamma, dy, r},
-                         {fdg, fdb, fres, fres16});
+                         {fdg, fdb, fres, fres16, fbias});
     flg.floats["epsilon"] = 1e-5;
     flg.body = epi;
     HostKernels kernels(emitForHost(b.p));
@@ -979,12 +982,15 @@ TEST(TemplateKernelsOnHost, LayernormKernelsInEveryRowLayout) {
       v = exec::roundToBF16(v);
     expectSame(fw[1], data[fsum].f32, "fused_layernorm's bf16 sum");
     std::vector<exec::HostTensor> lnb = exec::fusedLayernormGrad(
-        epi, data[x], data[gamma], data[dy], {&data[r]}, 1e-5f);
+        epi, data[x], data[gamma], data[dy], {&data[r]}, {shape, shape, {C}},
+        1e-5f);
     expectNear(lnb[0], data[fdg].f32, 1e-4f, "fused_layernorm_grad dgamma");
     expectNear(lnb[1], data[fdb].f32, 1e-4f, "fused_layernorm_grad dbeta");
     expectNear(lnb[2], data[fres].f32, tol, "fused_layernorm_grad dx + r");
     expectNear(lnb[3], data[fres16].f32, 8e-3f,
                "fused_layernorm_grad dx + r as bf16");
+    expectNear(lnb[4], data[fbias].f32, 1e-4f,
+               "fused_layernorm_grad's column sums of dx + r");
   }
 }
 

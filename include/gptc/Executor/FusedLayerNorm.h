@@ -29,11 +29,14 @@ std::vector<HostTensor> fusedLayernorm(const ScalarProgram &body,
 
 /// gpt.fused_layernorm_grad: layernormGrad()'s dx (float32) fed to `body`
 /// as its first argument, then `inputs` (each of x's shape or broadcasting
-/// to it). Returns dgamma, dbeta, then the body's results (float32).
+/// to it). Returns dgamma, dbeta, then the body's results (float32), each
+/// of `valueShapes` (one a result): x's shape, or [C] for the column sums
+/// of that result over the rows (reduceSum's, in double).
 std::vector<HostTensor>
 fusedLayernormGrad(const ScalarProgram &body, const HostTensor &x,
                    const HostTensor &gamma, const HostTensor &dy,
                    const std::vector<const HostTensor *> &inputs,
+                   const std::vector<std::vector<int64_t>> &valueShapes,
                    float epsilon);
 
 } // namespace gptc::exec

@@ -28,10 +28,9 @@ void populateFuseAttentionPatterns(mlir::RewritePatternSet &patterns,
 /// prologues into gpt.fused_layernorm; first (unless !foldCasts) casts into
 /// the layout ops next to them; last (unless !parameterCasts) the
 /// parameters' casts, and the returned gradients' widening casts, into one
-/// multi-tensor op each.
-void fuseElementwise(mlir::func::FuncOp func, bool layernormPrologue = true,
-                     bool foldCasts = true, bool parameterCasts = true,
-                     bool embeddingGradAddends = true);
+/// multi-tensor op each. The options are the pass's (Passes.td).
+void fuseElementwise(mlir::func::FuncOp func,
+                     const GPTFuseElementwiseOptions &options = {});
 
 /// The bf16 or f16 value that the float32 `v` widens (`v` is a gpt.cast of
 /// it), or null: a value a kernel can read narrow and widen as it loads,
@@ -99,6 +98,12 @@ void foldReducePrologues(mlir::func::FuncOp func);
 /// gpt.layernorm_grad whose dx only a gpt.fused_elementwise reads one
 /// gpt.fused_layernorm_grad (FuseLayerNormPrologue.cpp).
 void fuseLayerNormPrologues(mlir::func::FuncOp func);
+
+/// After the layernorm gradients' casts are folded: a
+/// gpt.matmul_bias_grad whose right operand is (reshaped) a value a
+/// gpt.fused_layernorm_grad writes becomes a gpt.matmul, its bias gradient
+/// that op's column sums of the value (FuseLayerNormBiasGrad.cpp).
+void fuseBiasGradsIntoLayerNormGrads(mlir::func::FuncOp func);
 
 /// True for a copy gpt-recompute made of a forward op for the backward
 /// (located in `fused<"recompute">`, Recompute.cpp).

@@ -406,6 +406,14 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
            "gradients) becomes that embedding_grad with the other operand "
            "as its addend: the sum is no kernel of its own "
            "(lib/Transforms/FuseEmbeddingGrad.cpp)">,
+    Option<"layernormBiasGrads", "layernorm-bias-grads", "bool",
+           /*default=*/"true",
+           "After the casts are folded, a gpt.matmul_bias_grad whose right "
+           "operand a gpt.fused_layernorm_grad writes (GPT-2's output "
+           "projections: their output gradient is the residual gradient) "
+           "becomes a plain gpt.matmul, the bias gradient that op's column "
+           "sums of the value it yields: no GEMM epilogue pass over dy "
+           "(lib/Transforms/FuseLayerNormBiasGrad.cpp)">,
     Option<"parameterCasts", "parameter-casts", "bool", /*default=*/"true",
            "Last, the parameters' low-precision copies (one gpt.cast of a "
            "gpt.param argument each) become one gpt.multi_tensor_elementwise "

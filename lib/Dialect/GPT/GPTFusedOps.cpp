@@ -236,10 +236,22 @@ LogicalResult FusedLayerNormGradOp::verify() {
                            << shape.back() << "]";
   if (getValues().empty())
     return emitOpError("must have at least one value");
-  for (Value r : getValues())
-    if (tensorOf(r).getShape() != shape)
-      return emitOpError() << "values must have the shape of x "
-                           << shapeStr(shape);
+  // A value of x's shape is written; one of [C] (x having more than one
+  // row) is the column sums of what the body yields for it.
+  bool written = false;
+  for (Value r : getValues()) {
+    ArrayRef<int64_t> got = tensorOf(r).getShape();
+    bool sums = got != shape && got == ArrayRef<int64_t>{shape.back()};
+    if (got != shape && !sums)
+      return emitOpError() << "values must have the shape of x, "
+                           << shapeStr(shape) << ", or of its column sums, "
+                           << shape.back() << "; found " << shapeStr(got);
+    if (sums && !tensorOf(r).getElementType().isF32())
+      return emitOpError("column sums must be float32");
+    written |= !sums;
+  }
+  if (!written)
+    return emitOpError("must write at least one value of the shape of x");
   for (Value v : getInputs())
     if (!broadcastsTo(tensorOf(v).getShape(), shape))
       return emitOpError() << "input of shape "

@@ -8,7 +8,10 @@
 // layernormPrologueForward (layernorm.cuh) calls it per chunk of a row
 // held in registers, then normalises the row as layernormForward does.
 // gpt.fused_layernorm_grad's body becomes struct Epilogue, called per
-// chunk of dx.
+// chunk of dx; the values it sums over the rows (a [C] result: an output
+// projection's bias gradient) it adds into the kernel's column sums beside
+// dgamma's and dbeta's, and writes when layernormBackwardWith has summed
+// them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -78,33 +81,68 @@ void Emitter::emitFusedLayernormGrad() {
   if (shape.empty())
     unsupported("no rows to normalise");
   int64_t C = shape.back(), rows = numel(shape) / C;
-  for (size_t r = 2; r < l.outputs.size(); ++r)
-    if (out(r).shape != shape)
-      unsupported("values differ in shape from x");
+  // Each value is written (x's shape) or summed over the rows ([C]); the
+  // summed ones take the kernel's column sums 2, 3, ... in order.
+  std::vector<int> sumIndex(l.outputs.size(), -1);
+  int columnSums = 0;
+  for (size_t r = 2; r < l.outputs.size(); ++r) {
+    if (out(r).shape == shape)
+      continue;
+    if (out(r).shape != Shape{C} || out(r).dtype != rt::DType::F32)
+      unsupported("a value is neither of x's shape nor its float32 column "
+                  "sums");
+    sumIndex[r] = columnSums++;
+  }
+  if (columnSums == int(l.outputs.size()) - 2)
+    unsupported("no value of x's shape is written");
   headers.insert("layernorm.cuh");
   const int width = layernormChunk(C);
 
   os << "// The fused body at the " << width
      << " elements of dx from flat index i (register\n"
-     << "// r0 is given[e]): writes its values.\nstruct Epilogue {\n";
+     << "// r0 is given[e]): writes its values"
+     << (columnSums ? ", adds the summed ones to\n// sums (the warp's, at the "
+                      "chunk's column)"
+                    : "")
+     << ".\nstruct Epilogue {\n"
+     << "  static constexpr int kColumnSums = " << columnSums << ";\n";
   for (size_t a = 0; a < nIn; ++a)
     os << "  const " << tin(3 + a) << " *in" << 3 + a << ";\n";
   for (size_t r = 2; r < l.outputs.size(); ++r)
     os << "  " << tout(r) << " *out" << r << ";\n";
   os << "  __device__ __forceinline__ void operator()(i64 i, const float "
         "(&given)["
-     << width << "]) const {\n";
+     << width << "], float *sums) const {\n";
   std::vector<int> args(nIn + 1, -1);
   for (size_t a = 0; a < nIn; ++a)
     args[a + 1] = int(3 + a);
   chunkBody(body, shape, args, width,
             std::vector<std::string>(body.results.size()), "    ");
+  for (size_t r = 2; r < l.outputs.size(); ++r) {
+    if (sumIndex[r] < 0) {
+      os << "    storeW<" << width << ">(out" << r << " + i, y" << r - 2
+         << ");\n";
+      continue;
+    }
+    std::string at = "sums + " + std::to_string(sumIndex[r] * C);
+    os << "    {\n      float s[" << width << "];\n      loadSharedW<" << width
+       << ">(" << at << ", s);\n      for (int e = 0; e < " << width
+       << "; ++e)\n        s[e] += y" << r - 2 << "[e];\n      storeSharedW<"
+       << width << ">(" << at << ", s);\n    }\n";
+  }
+  os << "  }\n";
+  // Column sum i of the epilogue's (sum i / C, column i % C), summed.
+  os << "  template <int kW>\n  __device__ __forceinline__ void "
+        "storeColumnSums(int i, const float (&s)[kW]) const {\n";
   for (size_t r = 2; r < l.outputs.size(); ++r)
-    os << "    storeW<" << width << ">(out" << r << " + i, y" << r - 2
-       << ");\n";
+    if (sumIndex[r] >= 0)
+      os << "    if (i >= " << sumIndex[r] * C << " && i < "
+         << (sumIndex[r] + 1) * C << ")\n      storeW<kW>(out" << r << " + (i - "
+         << sumIndex[r] * C << "), s);\n";
   os << "  }\n};\n\n";
 
-  begin(entry, layernormGradLaunch(rows, C), layernormGradBlocks());
+  begin(entry, layernormGradLaunch(rows, C, 2 + columnSums),
+        layernormGradBlocks());
   os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows) << ", "
      << kLayernormGradGroup << ">(in0, in1, in2, Epilogue{";
   for (size_t a = 0; a < nIn; ++a)

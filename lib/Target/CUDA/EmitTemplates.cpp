@@ -65,29 +65,33 @@ void Emitter::emitLayernorm() {
   l.grid[0] = toGrid(ceilDiv(rows, 8));
 }
 
-int Emitter::layernormGradLaunch(int64_t rows, int64_t C) {
-  // Each warp's dgamma/dbeta sums in shared memory: 8 warps a block while
-  // two blocks fit in an H100's SM (C up to 1536), fewer for wider rows.
+int Emitter::layernormGradLaunch(int64_t rows, int64_t C, int64_t sums) {
+  // Each warp's dgamma/dbeta (and epilogue) sums in shared memory: 8 warps
+  // a block while two blocks fit in an H100's SM (C up to 1536 with two
+  // sums, 1024 with three), as many as fit for wider rows (GPT-2 large's
+  // 1280 with a bias gradient: 6).
+  const int64_t warpBytes = 4 * sums * C;
   int64_t warps = 8;
-  while (warps > 1 && warps * 8 * C > kLayernormGradSharedBytes)
-    warps /= 2;
-  if (8 * C > kLayernormGradSharedBytes)
-    unsupported("rows of " + std::to_string(C) +
-                " elements: one warp's dgamma/dbeta sums take " +
-                std::to_string(8 * C) + " bytes of shared memory, over " +
+  while (warps > 1 && warps * warpBytes > kLayernormGradSharedBytes)
+    --warps;
+  if (warpBytes > kLayernormGradSharedBytes)
+    unsupported("rows of " + std::to_string(C) + " elements: one warp's " +
+                std::to_string(sums) + " column sums take " +
+                std::to_string(warpBytes) + " bytes of shared memory, over " +
                 std::to_string(kLayernormGradSharedBytes));
   int64_t blocks = std::min<int64_t>(ceilDiv(rows, warps), kLayernormGradBlocks);
   int64_t groups = ceilDiv(blocks, kLayernormGradGroup);
-  pre << "// dgamma/dbeta partials: a block's, then a group's of "
-      << kLayernormGradGroup << " blocks; the\n"
-      << "// groups' arrival counters and the last group's.\n";
-  deviceScratch("float", "gptcPartials", blocks * 2 * C);
-  deviceScratch("float", "gptcGroupPartials", groups * 2 * C);
+  pre << "// Column-sum partials (dgamma, dbeta"
+      << (sums > 2 ? ", the epilogue's" : "") << "): a block's, then a\n"
+      << "// group's of " << kLayernormGradGroup
+      << " blocks; the groups' arrival counters and the last group's.\n";
+  deviceScratch("float", "gptcPartials", blocks * sums * C);
+  deviceScratch("float", "gptcGroupPartials", groups * sums * C);
   deviceScratch("unsigned", "gptcCounters", groups + 1);
   pre << "\n";
   l.block[0] = uint32_t(32 * warps);
   l.grid[0] = toGrid(blocks);
-  l.sharedBytes = uint32_t(warps * 8 * C);
+  l.sharedBytes = uint32_t(warps * warpBytes);
   return int(32 * warps);
 }
 
@@ -95,7 +99,7 @@ void Emitter::emitLayernormGrad() {
   expectArity(3, 3);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
-  begin(entry, layernormGradLaunch(rows, C), layernormGradBlocks());
+  begin(entry, layernormGradLaunch(rows, C, 2), layernormGradBlocks());
   os << "  layernormBackward<" << C << ", " << i64Literal(rows) << ", "
      << kLayernormGradGroup << ">(in0, in1, in2, out0, out1, out2, "
      << floatLiteral(floatAttr("epsilon", 1e-5))

@@ -102,8 +102,8 @@ struct MultiTensorLayout; // EmitMultiTensor.cpp
 /// of its group of kLayernormGradGroup blocks, then the groups' (each block
 /// summing all 256 partials was a large part of the kernel: 512 blocks
 /// were slower than 256 on an H100). Each warp's sums take 8·C bytes of
-/// shared memory; a block takes at most kLayernormGradSharedBytes, so that
-/// two fit in an H100's SM.
+/// shared memory (12·C with an epilogue's bias gradient); a block takes at
+/// most kLayernormGradSharedBytes, so that two fit in an H100's SM.
 constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2,
                   kLayernormGradGroup = 16,
                   kLayernormGradSharedBytes = 96 * 1024;
@@ -134,8 +134,9 @@ private:
                      int64_t count);
   /// Sets the layernorm gradients' launch (grid, block, dynamic shared
   /// memory) for `rows` rows of C and declares the scratch of their
-  /// dgamma/dbeta partials and arrival counters; the block's threads.
-  int layernormGradLaunch(int64_t rows, int64_t C);
+  /// partials of `sums` column sums (dgamma, dbeta, an epilogue's) and
+  /// arrival counters; the block's threads.
+  int layernormGradLaunch(int64_t rows, int64_t C, int64_t sums);
   /// The blocks an SM a layernorm gradient declares: kLayernormGradMinBlocks,
   /// or a denser twin's (EmitOptions::layernormBlocks).
   int layernormGradBlocks() const {

@@ -729,6 +729,42 @@ func.func @layernorm_grad_bf16_yield(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy
 
 // -----
 
+// A value is x's shape (written) or [C] (its column sums), nothing else.
+func.func @layernorm_grad_row_sums(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{values must have the shape of x, 2x8, or of its column sums, 8; found 2}}
+  %dg, %db, %v:2 = gpt.fused_layernorm_grad %x, %g, %dy : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32> epilogue() -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xf32>, tensor<2xf32> {
+  ^bb0(%dx: f32):
+    gpt.yield %dx, %dx : f32, f32
+  }
+  return
+}
+
+// -----
+
+// Column sums are float32, as the kernel adds them.
+func.func @layernorm_grad_bf16_sums(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{column sums must be float32}}
+  %dg, %db, %v:2 = gpt.fused_layernorm_grad %x, %g, %dy : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32> epilogue() -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xf32>, tensor<8xbf16> {
+  ^bb0(%dx: f32):
+    gpt.yield %dx, %dx : f32, f32
+  }
+  return
+}
+
+// -----
+
+// Something of x's shape is written: the kernel hands its rows on.
+func.func @layernorm_grad_only_sums(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{must write at least one value of the shape of x}}
+  %dg, %db, %v = gpt.fused_layernorm_grad %x, %g, %dy : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32> epilogue() -> tensor<8xf32>, tensor<8xf32>, tensor<8xf32> {
+  ^bb0(%dx: f32):
+    gpt.yield %dx : f32
+  }
+  return
+}
+
+// -----
+
 // One kernel stores result r of every tensor: one element type.
 func.func @multi_tensor_mixed_result_types(%a: tensor<4xf32>, %b: tensor<8xf32>) {
   // expected-error @+1 {{result #1 differs in element type from tensor 0's}}

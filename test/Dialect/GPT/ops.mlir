@@ -202,6 +202,19 @@ func.func @layernorm_grad_values(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: te
   return
 }
 
+// A [C] value is the column sums of what the body yields for it (an output
+// projection's bias gradient), not written.
+// CHECK-LABEL: func.func @layernorm_grad_column_sums
+// CHECK: gpt.fused_layernorm_grad {{.+}} -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xbf16>, tensor<8xf32> {
+func.func @layernorm_grad_column_sums(%x: tensor<2x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x8xbf16>, %r: tensor<2x8xf32>) {
+  %dg, %db, %v:2 = gpt.fused_layernorm_grad %x, %g, %dy : tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xbf16> epilogue(%r : tensor<2x8xf32>) -> tensor<8xf32>, tensor<8xf32>, tensor<2x8xbf16>, tensor<8xf32> {
+  ^bb0(%dx: f32, %a: f32):
+    %s = arith.addf %a, %dx : f32
+    gpt.yield %s, %s : f32, f32
+  }
+  return
+}
+
 // A fused elementwise op's bf16 result may be yielded as float32: it is
 // rounded when written (a narrowing cast folded into the group).
 // CHECK-LABEL: func.func @elementwise_narrow_result

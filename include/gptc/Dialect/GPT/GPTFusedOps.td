@@ -338,6 +338,15 @@ def GPT_FusedLayerNormGradOp : GPT_Op<"fused_layernorm_grad",
     gradient's add (dres + dx of each block's layernorm), so the sum is
     written once instead of dx being written and read back.
 
+    A value of shape `[C]` (x's last dimension) where x has more than one
+    row is not written but summed: its yielded float32 scalar added over
+    the rows, in float32 (the executor in double, as gpt.reduce_sum). In
+    GPT-2 that is the bias gradient of the output projection whose output
+    gradient this op writes (gpt-fuse-elementwise takes it from the
+    weight-gradient GEMM's BGRADA epilogue): the column sums come from the
+    rows while they are in registers, and sum the float32 gradient, not
+    its bf16 copy.
+
     ```mlir
     %dg, %db, %dres = gpt.fused_layernorm_grad %x, %gamma, %dy
         : tensor<4x64x128xf32>, tensor<128xf32>, tensor<4x64x128xf32>
@@ -346,6 +355,20 @@ def GPT_FusedLayerNormGradOp : GPT_Op<"fused_layernorm_grad",
     ^bb0(%dx: f32, %a: f32):
       %s = arith.addf %a, %dx : f32
       gpt.yield %s : f32
+    }
+    ```
+
+    With the residual gradient's bf16 copy and its column sums:
+
+    ```mlir
+    %dg, %db, %dres, %dres16, %dbias = gpt.fused_layernorm_grad %x, %gamma, %dy
+        : tensor<4x64x128xf32>, tensor<128xf32>, tensor<4x64x128xbf16>
+        epilogue(%r : tensor<4x64x128xf32>)
+        -> tensor<128xf32>, tensor<128xf32>, tensor<4x64x128xf32>,
+           tensor<4x64x128xbf16>, tensor<128xf32> {
+    ^bb0(%dx: f32, %a: f32):
+      %s = arith.addf %a, %dx : f32
+      gpt.yield %s, %s, %s : f32, f32, f32
     }
     ```
   }];

@@ -14,7 +14,9 @@
 // warp order, the last block of each group of kGroup blocks adds the
 // group's in block order, and the last group the groups' in group order.
 // The result does not depend on scheduling (no float atomics), and no
-// block reads more than kGroup or gridDim.x / kGroup partials.
+// block reads more than kGroup or gridDim.x / kGroup partials. A fused
+// gradient's epilogue may add column sums of its own (an output
+// projection's bias gradient) to the same rounds, after dbeta's.
 //
 //===----------------------------------------------------------------------===//
 
@@ -133,21 +135,29 @@ __device__ void layernormPrologueForward(const Prologue &prologue,
   normaliseRow<C>(v, gamma, beta, out + row * C, eps);
 }
 
-/// Stores dx's chunk at flat index i: layernorm_grad's plain dx.
+/// Stores dx's chunk at flat index i: layernorm_grad's plain dx. An
+/// epilogue (struct Epilogue) has the same members; kColumnSums > 0 of it
+/// add values into the warp's column sums, `sums` at the chunk's column
+/// (sum k at sums + k·C), which storeColumnSums writes once summed.
 template <typename T> struct StoreDx {
+  static constexpr int kColumnSums = 0;
   T *dx;
   template <int kW>
-  __device__ __forceinline__ void operator()(i64 i, const float (&v)[kW]) const {
+  __device__ __forceinline__ void operator()(i64 i, const float (&v)[kW],
+                                             float *) const {
     storeW<kW>(dx + i, v);
   }
+  template <int kW>
+  __device__ __forceinline__ void storeColumnSums(int, const float (&)[kW]) const {}
 };
 
 /// With xhat = (x - mean)·rstd and d = dy·gamma:
 ///   dx = rstd · (d - mean(d) - xhat · mean(d·xhat)),
 ///   dgamma = Σ_rows dy·xhat, dbeta = Σ_rows dy.
-/// Dynamic shared memory: blockDim.x / 32 · 2C floats. `partials` holds
-/// gridDim.x · 2C floats, `groupPartials` ceil(gridDim.x / kGroup) · 2C,
-/// `counters` ceil(gridDim.x / kGroup) + 1 zeroed unsigneds.
+/// Dynamic shared memory: blockDim.x / 32 · S·C floats, S = 2 + the
+/// epilogue's column sums. `partials` holds gridDim.x · S·C floats,
+/// `groupPartials` ceil(gridDim.x / kGroup) · S·C, `counters`
+/// ceil(gridDim.x / kGroup) + 1 zeroed unsigneds.
 template <int C, i64 kRows, int kGroup, typename TX, typename TG, typename TD,
           typename TDX, typename TDG, typename TDB>
 __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
@@ -155,9 +165,10 @@ __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
                                   float *partials, float *groupPartials,
                                   unsigned *counters);
 
-/// layernormBackward with dx handed to `store(i, chunk)` rather than
+/// layernormBackward with dx handed to `store(i, chunk, sums)` rather than
 /// written: gpt.fused_layernorm_grad's generated epilogue (struct Epilogue)
-/// computes its body from it and writes the body's values.
+/// computes its body from it, writes the body's values and adds the ones
+/// it sums into `sums`.
 template <int C, i64 kRows, int kGroup, typename Store, typename TX,
           typename TG, typename TD, typename TDG, typename TDB>
 __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
@@ -167,19 +178,22 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
                                       unsigned *counters) {
   using L = RowLayout<C>;
   constexpr int kW = L::kW;
+  constexpr int kSums = 2 + Store::kColumnSums; // rows of C sums
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int warps = blockDim.x / 32;
-  // The warp's dgamma sums at [0, C), its dbeta sums at [C, 2C), in the
-  // row layout: each lane adds only its own columns, so no barrier is
-  // needed until every row is done, and no register holds them.
+  // The warp's dgamma sums at [0, C), its dbeta sums at [C, 2C), the
+  // epilogue's after them, in the row layout: each lane adds only its own
+  // columns, so no barrier is needed until every row is done, and no
+  // register holds them.
   extern __shared__ float warpSums[];
-  float *sums = warpSums + warp * 2 * C;
+  float *sums = warpSums + warp * kSums * C;
 #pragma unroll
   for (int j = 0; j < L::kChunks; ++j) {
     int c = L::column(j, lane);
     if (c < C)
-      for (int e = 0; e < kW; ++e)
-        sums[c + e] = sums[C + c + e] = 0.0f;
+      for (int k = 0; k < kSums; ++k)
+        for (int e = 0; e < kW; ++e)
+          sums[k * C + c + e] = 0.0f;
   }
 
   // Only xhat stays in registers; dy and gamma are read twice, the second
@@ -224,18 +238,18 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
       loadW<kW>(gamma + c, gm);
       for (int e = 0; e < kW; ++e)
         out[e] = rstd * (g[e] * gm[e] - meanD - v[j][e] * meanDX);
-      store(row * C + c, out);
+      store(row * C + c, out, sums + 2 * C + c);
     }
   }
 
   // The block's partial: its warps' sums added in warp order.
   __syncthreads();
-  float *mine = partials + i64(blockIdx.x) * 2 * C;
-  for (int i = threadIdx.x * kW; i < 2 * C; i += blockDim.x * kW) {
+  float *mine = partials + i64(blockIdx.x) * kSums * C;
+  for (int i = threadIdx.x * kW; i < kSums * C; i += blockDim.x * kW) {
     float s[kW], t[kW];
     loadSharedW<kW>(warpSums + i, s);
     for (int w = 1; w < warps; ++w) {
-      loadSharedW<kW>(warpSums + w * 2 * C + i, t);
+      loadSharedW<kW>(warpSums + w * kSums * C + i, t);
       for (int e = 0; e < kW; ++e)
         s[e] += t[e];
     }
@@ -248,20 +262,22 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
   const unsigned inGroup = min(unsigned(kGroup), gridDim.x - first);
   if (!lastBlockToArrive(counters + group, inGroup))
     return;
-  float *groupSum = groupPartials + i64(group) * 2 * C;
-  sumPartialsInOrder<kW>(partials + i64(first) * 2 * C, inGroup, 2 * C,
+  float *groupSum = groupPartials + i64(group) * kSums * C;
+  sumPartialsInOrder<kW>(partials + i64(first) * kSums * C, inGroup, kSums * C,
                          [&](int i, const float (&s)[kW]) {
                            storeW<kW>(groupSum + i, s);
                          });
   if (!lastBlockToArrive(counters + groups, groups))
     return;
-  // C is a multiple of kW: a chunk is all dgamma or all dbeta.
-  sumPartialsInOrder<kW>(groupPartials, groups, 2 * C,
+  // C is a multiple of kW: a chunk is all in one row of sums.
+  sumPartialsInOrder<kW>(groupPartials, groups, kSums * C,
                          [&](int i, const float (&s)[kW]) {
                            if (i < C)
                              storeW<kW>(dgamma + i, s);
-                           else
+                           else if (i < 2 * C)
                              storeW<kW>(dbeta + (i - C), s);
+                           else
+                             store.storeColumnSums(i - 2 * C, s);
                          });
 }
 

@@ -1,0 +1,136 @@
+//===- FuseLayerNormBiasGrad.cpp - bias gradients from layernorm grads ----===//
+//
+// Part of gpt-fuse-elementwise, after the layernorm gradients have taken
+// their epilogues and casts. In GPT-2 an output projection (attention's
+// c_proj, the MLP's c_proj) adds into the residual stream, so its output
+// gradient is the residual gradient, which the next layernorm's gradient
+// writes (its epilogue adds dx to the residual gradient it reads):
+//
+//   %dg, %db, %dres, %dres16 = gpt.fused_layernorm_grad ... {
+//     ...  gpt.yield %s, %s : f32, f32 }
+//   %b = gpt.reshape %dres16 -> [M, C]
+//   %dw, %dbias = gpt.matmul_bias_grad %h, %b {transpose_a}
+//
+// becomes
+//
+//   %dg, %db, %dres, %dres16, %dbias = gpt.fused_layernorm_grad ... {
+//     ...  gpt.yield %s, %s, %s : f32, f32, f32 }
+//   %dw = gpt.matmul %h, %b {transpose_a}
+//
+// The column sums are taken while the kernel has each row in registers (a
+// third sum beside dgamma's and dbeta's), where the GEMM's BGRADA epilogue
+// cost a pass over dy inside the weight-gradient GEMM. They sum the
+// float32 value the body yields, which the bf16 copy the GEMM reads is
+// rounded from: the unfused graph's sum (gpt.reduce_sum of the float32
+// gradient), one rounding fewer than matmul_bias_grad's.
+//
+//===----------------------------------------------------------------------===//
+
+#include "gptc/Transforms/Passes.h"
+
+#include "gptc/Dialect/GPT/GPTOps.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace gptc::gpt;
+
+namespace {
+
+RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// A plain gpt.layernorm_grad as a fused one whose body yields dx (under
+/// fp32, ln_f's: its dx is read by the lm head's GEMMs and the last
+/// block's projection).
+FusedLayerNormGradOp asFused(LayerNormGradOp g) {
+  OpBuilder b(g);
+  Value dx = g.getDx();
+  auto fused = b.create<FusedLayerNormGradOp>(
+      g.getLoc(),
+      TypeRange{g.getDgamma().getType(), g.getDbeta().getType(), dx.getType()},
+      g.getX(), g.getGamma(), g.getDy(), ValueRange{}, g.getEpsilonAttr());
+  Block *body =
+      b.createBlock(&fused.getBody(), {}, {b.getF32Type()}, {g.getLoc()});
+  b.setInsertionPointToEnd(body);
+  b.create<YieldOp>(g.getLoc(), body->getArgument(0));
+  g.getDgamma().replaceAllUsesWith(fused.getDgamma());
+  g.getDbeta().replaceAllUsesWith(fused.getDbeta());
+  dx.replaceAllUsesWith(fused.getValues()[0]);
+  g->erase();
+  return fused;
+}
+
+/// The fused layernorm gradient value that `v` is, through reshapes that
+/// keep the last dimension (so column sums stay column sums); its result
+/// number among the op's values, or null. A plain layernorm gradient's dx
+/// becomes a fused one's value first.
+std::pair<FusedLayerNormGradOp, unsigned> writtenBy(Value v) {
+  const int64_t columns = tensorOf(v).getShape().back();
+  while (auto reshape = v.getDefiningOp<ReshapeOp>()) {
+    v = reshape.getX();
+    if (tensorOf(v).getRank() == 0 || tensorOf(v).getShape().back() != columns)
+      return {};
+  }
+  if (auto plain = v.getDefiningOp<LayerNormGradOp>()) {
+    if (v != plain.getDx())
+      return {};
+    return {asFused(plain), 0};
+  }
+  auto grad = v.getDefiningOp<FusedLayerNormGradOp>();
+  if (!grad)
+    return {};
+  unsigned result = cast<OpResult>(v).getResultNumber();
+  if (result < 2 || tensorOf(v).getShape() != tensorOf(grad.getX()).getShape())
+    return {}; // dgamma, dbeta, or already a column sum
+  return {grad, result - 2};
+}
+
+void fuseOne(MatmulBiasGradOp mbg) {
+  auto [grad, value] = writtenBy(mbg.getB());
+  if (!grad)
+    return;
+  Value biasGrad = mbg.getBiasGrad();
+  if (!tensorOf(biasGrad).getElementType().isF32()) {
+    mbg->emitRemark() << "did not take the bias gradient from the "
+                         "'gpt.fused_layernorm_grad' that writes its right "
+                         "operand: the bias gradient is "
+                      << tensorOf(biasGrad).getElementType()
+                      << ", the layernorm gradient sums in float32";
+    return;
+  }
+  // One more value: the column sums of what the body yields for `value`.
+  OpBuilder b(grad);
+  SmallVector<Type> types(grad->getResultTypes());
+  types.push_back(biasGrad.getType());
+  auto wider = b.create<FusedLayerNormGradOp>(
+      b.getFusedLoc({grad.getLoc(), mbg.getLoc()}), types, grad->getOperands(),
+      grad->getAttrs());
+  wider.getBody().takeBody(grad.getBody());
+  auto yield = cast<YieldOp>(wider.getBody().front().getTerminator());
+  yield->insertOperands(yield->getNumOperands(), yield.getValues()[value]);
+  for (unsigned r = 0; r < grad->getNumResults(); ++r)
+    grad->getResult(r).replaceAllUsesWith(wider->getResult(r));
+  grad->erase();
+
+  b.setInsertionPoint(mbg);
+  SmallVector<NamedAttribute> attrs;
+  if (mbg.getTransposeA())
+    attrs.push_back(b.getNamedAttr("transpose_a", b.getUnitAttr()));
+  auto weightGrad = b.create<MatmulOp>(
+      mbg.getLoc(), TypeRange{mbg.getResult().getType()},
+      ValueRange{mbg.getA(), mbg.getB()}, attrs);
+  mbg.getResult().replaceAllUsesWith(weightGrad.getResult());
+  biasGrad.replaceAllUsesWith(wider->getResults().back());
+  mbg->erase();
+}
+
+} // namespace
+
+void gptc::fuseBiasGradsIntoLayerNormGrads(func::FuncOp func) {
+  SmallVector<MatmulBiasGradOp> grads;
+  func.walk([&](MatmulBiasGradOp g) { grads.push_back(g); });
+  for (MatmulBiasGradOp g : grads)
+    fuseOne(g);
+}
