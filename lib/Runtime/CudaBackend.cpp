@@ -1286,9 +1286,16 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   // and gptc's column sums after it; or a plain GEMM and gptc's pass. And
   // to GELU's: cuBLASLt's GELU(_AUX)_BIAS, or its BIAS and gptc's GELU
   // pass. The fastest is kept.
-  const bool gradWays = l.outputs.size() > 1 &&
-                        (dgelu || l.kernel == "matmul_bias_grad") &&
-                        hasColumnSums(summed);
+  // GELU's derivative without a bias gradient (GPT-2's c_fc, whose weight
+  // gradient sums it) may also run as a plain GEMM and gptc's pass.
+  const bool dgeluAlone =
+      dgelu && l.outputs.size() == 1 &&
+      hasKernel(gemmFallbackKernel(GemmFallback::GeluGrad,
+                                   buffer(l.outputs[0]).dtype));
+  const bool gradWays = (l.outputs.size() > 1 &&
+                         (dgelu || l.kernel == "matmul_bias_grad") &&
+                         hasColumnSums(summed)) ||
+                        dgeluAlone;
   const bool otherWays =
       tuneGemms && !forceGemmFallback && (gradWays || geluAfterBias);
   const GemmPlan layouts = g; // shared with g, destroyed with g's
@@ -1304,7 +1311,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
     if (geluAfterBias) {
       ways.push_back(EpilogueLevel::WithoutGelu);
     } else {
-      if (dgelu)
+      if (dgelu && l.outputs.size() > 1)
         ways.push_back(EpilogueLevel::WithoutBiasGrad);
       ways.push_back(EpilogueLevel::None);
     }

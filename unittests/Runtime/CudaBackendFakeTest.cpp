@@ -1441,11 +1441,13 @@ void expectKeptChoiceMatchesCpu(Function (*make)(Program &)) {
 /// gradient's epilogue and keeps the fastest: for a GELU derivative with a
 /// bias gradient, gptc's pass after a plain GEMM (the default way),
 /// cuBLASLt's DGELU_BGRAD, or cuBLASLt's DGELU and gptc's column sums; for
-/// a weight gradient, cuBLASLt's BGRADA (the default) or a plain GEMM and
-/// gptc's column sums. Three shapes have other ways (the GELU gradients
-/// with f32 and with bf16 results are two). The fake makes one way faster
-/// at a time; each run after load takes the chosen ways, and the results
-/// match the CPU backend whatever was chosen.
+/// a GELU derivative without one, cuBLASLt's DGELU (the default) or a
+/// plain GEMM and gptc's pass; for a weight gradient, cuBLASLt's BGRADA
+/// (the default) or a plain GEMM and gptc's column sums. All four shapes
+/// have other ways (the GELU gradients with f32 and with bf16 bias
+/// gradients are two). The fake makes one way faster or slower at a time;
+/// each run after load takes the chosen ways, and the results match the
+/// CPU backend whatever was chosen.
 TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
   REQUIRE_FAKE(plain);
   plain.reset();
@@ -1457,7 +1459,7 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
   struct Case {
     const char *faster;
     std::vector<std::pair<int, float>> ms; // extra ms an epilogue takes
-    const char *took;                      // "(N of the 3 ... took another)"
+    const char *took;                      // "(N of the 4 ... took another)"
     std::vector<int> run;                  // each GEMM's epilogue in the run
   };
   for (const Case &c :
@@ -1466,14 +1468,16 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
         Case{"the default ways", {{kDgeluBgrad, 0.3f}, {kBgradA, -0.3f}}, "0",
              {kDefault, kDgelu, kDefault, kBgradA}},
         Case{"DGELU", {{kDgelu, -0.3f}}, "2",
-             {kDgelu, kDgelu, kDgelu, kBgradA}}}) {
+             {kDgelu, kDgelu, kDgelu, kBgradA}},
+        Case{"gptc's GELU derivative", {{kDgelu, 0.3f}}, "1",
+             {kDefault, kDefault, kDefault, kBgradA}}}) {
     SCOPED_TRACE(std::string(c.faster) + " faster");
     for (auto [epilogue, ms] : c.ms)
       epilogueMs(epilogue, ms);
     // (time: the earlier case's choice is in the cache.)
     auto [err, run] = loadAndRunBackward("time");
     epilogueMs(-1, 0.0f);
-    expectOtherWaysTook(err, c.took, 3);
+    expectOtherWaysTook(err, c.took, 4);
     EXPECT_EQ(run, c.run);
     expectKeptChoiceMatchesCpu(backwardEpilogues);
   }
