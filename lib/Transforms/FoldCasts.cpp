@@ -229,20 +229,7 @@ static void layerNormGradsAsFused(func::FuncOp func) {
     }
     if (!narrowed || !read)
       continue;
-    OpBuilder b(g);
-    auto fused = b.create<FusedLayerNormGradOp>(
-        g.getLoc(),
-        TypeRange{g.getDgamma().getType(), g.getDbeta().getType(),
-                  dx.getType()},
-        g.getX(), g.getGamma(), g.getDy(), ValueRange{}, g.getEpsilonAttr());
-    Block *body = b.createBlock(&fused.getBody(), {}, {b.getF32Type()},
-                                {g.getLoc()});
-    b.setInsertionPointToEnd(body);
-    b.create<YieldOp>(g.getLoc(), body->getArgument(0));
-    g.getDgamma().replaceAllUsesWith(fused.getDgamma());
-    g.getDbeta().replaceAllUsesWith(fused.getDbeta());
-    dx.replaceAllUsesWith(fused.getValues()[0]);
-    g->erase();
+    gptc::asFusedLayerNormGrad(g);
   }
 }
 
@@ -267,23 +254,13 @@ void gptc::foldCastsIntoLayerNormGradValues(func::FuncOp func) {
         }
       if (casts.empty())
         continue;
-      OpBuilder b(g);
-      SmallVector<Type> types(g->getResultTypes());
-      types.push_back(cast<RankedTensorType>(v.getType()).clone(to));
-      auto wider = b.create<FusedLayerNormGradOp>(g.getLoc(), types,
-                                                  g->getOperands(),
-                                                  g->getAttrs());
-      wider.getBody().takeBody(g.getBody());
-      auto yield = cast<YieldOp>(wider.getBody().front().getTerminator());
-      yield->insertOperands(yield->getNumOperands(), yield.getValues()[i]);
-      for (unsigned r = 0; r < g->getNumResults(); ++r)
-        g->getResult(r).replaceAllUsesWith(wider->getResult(r));
+      Location loc = g.getLoc();
+      g = gptc::addLayerNormGradValue(
+          g, i, cast<RankedTensorType>(v.getType()).clone(to), loc);
       for (CastOp c : casts) {
-        c.getResult().replaceAllUsesWith(wider->getResults().back());
+        c.getResult().replaceAllUsesWith(g->getResults().back());
         c->erase();
       }
-      g->erase();
-      g = wider;
     }
   }
 }

@@ -41,80 +41,55 @@ RankedTensorType tensorOf(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
-/// A plain gpt.layernorm_grad as a fused one whose body yields dx (under
-/// fp32, ln_f's: its dx is read by the lm head's GEMMs and the last
-/// block's projection).
-FusedLayerNormGradOp asFused(LayerNormGradOp g) {
-  OpBuilder b(g);
-  Value dx = g.getDx();
-  auto fused = b.create<FusedLayerNormGradOp>(
-      g.getLoc(),
-      TypeRange{g.getDgamma().getType(), g.getDbeta().getType(), dx.getType()},
-      g.getX(), g.getGamma(), g.getDy(), ValueRange{}, g.getEpsilonAttr());
-  Block *body =
-      b.createBlock(&fused.getBody(), {}, {b.getF32Type()}, {g.getLoc()});
-  b.setInsertionPointToEnd(body);
-  b.create<YieldOp>(g.getLoc(), body->getArgument(0));
-  g.getDgamma().replaceAllUsesWith(fused.getDgamma());
-  g.getDbeta().replaceAllUsesWith(fused.getDbeta());
-  dx.replaceAllUsesWith(fused.getValues()[0]);
-  g->erase();
-  return fused;
-}
-
-/// The fused layernorm gradient value that `v` is, through reshapes that
-/// keep the last dimension (so column sums stay column sums); its result
-/// number among the op's values, or null. A plain layernorm gradient's dx
-/// becomes a fused one's value first.
-std::pair<FusedLayerNormGradOp, unsigned> writtenBy(Value v) {
+/// The value of a layernorm gradient that `v` is, through reshapes that
+/// keep the last dimension (so column sums stay column sums): a plain
+/// gpt.layernorm_grad's dx or a gpt.fused_layernorm_grad value of x's
+/// shape; null otherwise.
+Value layerNormGradValue(Value v) {
   const int64_t columns = tensorOf(v).getShape().back();
   while (auto reshape = v.getDefiningOp<ReshapeOp>()) {
     v = reshape.getX();
     if (tensorOf(v).getRank() == 0 || tensorOf(v).getShape().back() != columns)
       return {};
   }
-  if (auto plain = v.getDefiningOp<LayerNormGradOp>()) {
-    if (v != plain.getDx())
-      return {};
-    return {asFused(plain), 0};
-  }
+  if (auto plain = v.getDefiningOp<LayerNormGradOp>())
+    return v == plain.getDx() ? v : Value();
   auto grad = v.getDefiningOp<FusedLayerNormGradOp>();
-  if (!grad)
-    return {};
-  unsigned result = cast<OpResult>(v).getResultNumber();
-  if (result < 2 || tensorOf(v).getShape() != tensorOf(grad.getX()).getShape())
+  if (!grad || cast<OpResult>(v).getResultNumber() < 2 ||
+      tensorOf(v).getShape() != tensorOf(grad.getX()).getShape())
     return {}; // dgamma, dbeta, or already a column sum
-  return {grad, result - 2};
+  return v;
 }
 
 void fuseOne(MatmulBiasGradOp mbg) {
-  auto [grad, value] = writtenBy(mbg.getB());
-  if (!grad)
+  Value written = layerNormGradValue(mbg.getB());
+  if (!written)
     return;
   Value biasGrad = mbg.getBiasGrad();
   if (!tensorOf(biasGrad).getElementType().isF32()) {
     mbg->emitRemark() << "did not take the bias gradient from the "
-                         "'gpt.fused_layernorm_grad' that writes its right "
-                         "operand: the bias gradient is "
+                         "layernorm gradient that writes its right operand: "
+                         "the bias gradient is "
                       << tensorOf(biasGrad).getElementType()
                       << ", the layernorm gradient sums in float32";
     return;
   }
+  // Under fp32 ln_f's gradient is a plain one (its dx read by the lm
+  // head's GEMMs and the last block's projection): fused, it yields dx.
+  FusedLayerNormGradOp grad;
+  unsigned value = 0;
+  if (auto plain = written.getDefiningOp<LayerNormGradOp>()) {
+    grad = gptc::asFusedLayerNormGrad(plain);
+  } else {
+    grad = written.getDefiningOp<FusedLayerNormGradOp>();
+    value = cast<OpResult>(written).getResultNumber() - 2;
+  }
   // One more value: the column sums of what the body yields for `value`.
-  OpBuilder b(grad);
-  SmallVector<Type> types(grad->getResultTypes());
-  types.push_back(biasGrad.getType());
-  auto wider = b.create<FusedLayerNormGradOp>(
-      b.getFusedLoc({grad.getLoc(), mbg.getLoc()}), types, grad->getOperands(),
-      grad->getAttrs());
-  wider.getBody().takeBody(grad.getBody());
-  auto yield = cast<YieldOp>(wider.getBody().front().getTerminator());
-  yield->insertOperands(yield->getNumOperands(), yield.getValues()[value]);
-  for (unsigned r = 0; r < grad->getNumResults(); ++r)
-    grad->getResult(r).replaceAllUsesWith(wider->getResult(r));
-  grad->erase();
+  FusedLayerNormGradOp wider = gptc::addLayerNormGradValue(
+      grad, value, biasGrad.getType(),
+      FusedLoc::get(mbg.getContext(), {grad.getLoc(), mbg.getLoc()}));
 
-  b.setInsertionPoint(mbg);
+  OpBuilder b(mbg);
   SmallVector<NamedAttribute> attrs;
   if (mbg.getTransposeA())
     attrs.push_back(b.getNamedAttr("transpose_a", b.getUnitAttr()));

@@ -141,6 +141,41 @@ void fuseEpilogue(LayerNormGradOp grad, FusedElementwiseOp f) {
 
 } // namespace
 
+FusedLayerNormGradOp gptc::asFusedLayerNormGrad(LayerNormGradOp g) {
+  OpBuilder b(g);
+  Value dx = g.getDx();
+  auto fused = b.create<FusedLayerNormGradOp>(
+      g.getLoc(),
+      TypeRange{g.getDgamma().getType(), g.getDbeta().getType(), dx.getType()},
+      g.getX(), g.getGamma(), g.getDy(), ValueRange{}, g.getEpsilonAttr());
+  Block *body =
+      b.createBlock(&fused.getBody(), {}, {b.getF32Type()}, {g.getLoc()});
+  b.setInsertionPointToEnd(body);
+  b.create<YieldOp>(g.getLoc(), body->getArgument(0));
+  g.getDgamma().replaceAllUsesWith(fused.getDgamma());
+  g.getDbeta().replaceAllUsesWith(fused.getDbeta());
+  dx.replaceAllUsesWith(fused.getValues()[0]);
+  g->erase();
+  return fused;
+}
+
+FusedLayerNormGradOp gptc::addLayerNormGradValue(FusedLayerNormGradOp g,
+                                                 unsigned value, Type type,
+                                                 Location loc) {
+  OpBuilder b(g);
+  SmallVector<Type> types(g->getResultTypes());
+  types.push_back(type);
+  auto wider = b.create<FusedLayerNormGradOp>(loc, types, g->getOperands(),
+                                              g->getAttrs());
+  wider.getBody().takeBody(g.getBody());
+  auto yield = cast<YieldOp>(wider.getBody().front().getTerminator());
+  yield->insertOperands(yield->getNumOperands(), yield.getValues()[value]);
+  for (unsigned r = 0; r < g->getNumResults(); ++r)
+    g->getResult(r).replaceAllUsesWith(wider->getResult(r));
+  g->erase();
+  return wider;
+}
+
 void gptc::fuseLayerNormPrologues(func::FuncOp func) {
   Block &block = func.getBody().front();
   SmallVector<LayerNormOp> norms(block.getOps<LayerNormOp>());

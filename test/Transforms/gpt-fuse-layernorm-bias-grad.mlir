@@ -81,7 +81,7 @@ func.func @narrow_bias_gradient(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>, %dy: t
     gpt.yield %dx : f32
   }
   %b = gpt.reshape %v : tensor<2x4x8xbf16> -> tensor<8x8xbf16>
-  // expected-remark @+1 {{did not take the bias gradient from the 'gpt.fused_layernorm_grad' that writes its right operand: the bias gradient is 'bf16', the layernorm gradient sums in float32}}
+  // expected-remark @+1 {{did not take the bias gradient from the layernorm gradient that writes its right operand: the bias gradient is 'bf16', the layernorm gradient sums in float32}}
   %dw, %dbias = gpt.matmul_bias_grad %h, %b {transpose_a} : tensor<8x16xbf16>, tensor<8x8xbf16> -> tensor<16x8xbf16>, tensor<8xbf16>
   return %dw, %dbias : tensor<16x8xbf16>, tensor<8xbf16>
 }
@@ -95,4 +95,20 @@ func.func @narrow_bias_gradient(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>, %dy: t
 func.func @not_a_layernorm_value(%dy: tensor<8x8xbf16>, %h: tensor<8x16xbf16>) -> (tensor<16x8xf32>, tensor<8xf32>) {
   %dw, %dbias = gpt.matmul_bias_grad %h, %dy {transpose_a} : tensor<8x16xbf16>, tensor<8x8xbf16> -> tensor<16x8xf32>, tensor<8xf32>
   return %dw, %dbias : tensor<16x8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// The same from a plain layernorm gradient: it stays plain (nothing to
+// sum), with the remark.
+// CHECK-LABEL: func.func @plain_narrow_bias_gradient
+// CHECK: gpt.layernorm_grad
+// CHECK-NOT: gpt.fused_layernorm_grad
+// CHECK: gpt.matmul_bias_grad
+func.func @plain_narrow_bias_gradient(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>, %dy: tensor<2x4x8xf32>, %h: tensor<8x16xf32>) -> (tensor<8xf32>, tensor<16x8xf16>, tensor<8xf16>) {
+  %dx, %dg, %db = gpt.layernorm_grad %x, %g, %dy : tensor<2x4x8xf32>, tensor<8xf32>, tensor<2x4x8xf32>
+  %b = gpt.reshape %dx : tensor<2x4x8xf32> -> tensor<8x8xf32>
+  // expected-remark @+1 {{did not take the bias gradient from the layernorm gradient that writes its right operand: the bias gradient is 'f16', the layernorm gradient sums in float32}}
+  %dw, %dbias = gpt.matmul_bias_grad %h, %b {transpose_a} : tensor<8x16xf32>, tensor<8x8xf32> -> tensor<16x8xf16>, tensor<8xf16>
+  return %dg, %dw, %dbias : tensor<8xf32>, tensor<16x8xf16>, tensor<8xf16>
 }

@@ -9,6 +9,10 @@
 #include "mlir/Pass/Pass.h"
 
 namespace gptc {
+namespace gpt {
+class LayerNormGradOp;
+class FusedLayerNormGradOp;
+} // namespace gpt
 
 #define GEN_PASS_DECL
 #include "gptc/Transforms/Passes.h.inc"
@@ -98,6 +102,18 @@ void foldReducePrologues(mlir::func::FuncOp func);
 /// gpt.layernorm_grad whose dx only a gpt.fused_elementwise reads one
 /// gpt.fused_layernorm_grad (FuseLayerNormPrologue.cpp).
 void fuseLayerNormPrologues(mlir::func::FuncOp func);
+
+/// A plain gpt.layernorm_grad as the gpt.fused_layernorm_grad whose body
+/// yields dx, in its place (FuseLayerNormPrologue.cpp).
+gpt::FusedLayerNormGradOp asFusedLayerNormGrad(gpt::LayerNormGradOp g);
+
+/// `g` again with one more value at `loc`, of `type` (x's shape in another
+/// element type, or [C] for its column sums), yielding the scalar that
+/// value `value` yields; `g`'s results are replaced and `g` erased.
+gpt::FusedLayerNormGradOp addLayerNormGradValue(gpt::FusedLayerNormGradOp g,
+                                                unsigned value,
+                                                mlir::Type type,
+                                                mlir::Location loc);
 
 /// After the layernorm gradients' casts are folded: a
 /// gpt.matmul_bias_grad whose right operand is (reshaped) a value a
