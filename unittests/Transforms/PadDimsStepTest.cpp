@@ -166,7 +166,17 @@ protected:
 };
 
 TEST_F(PadDims, TheStepIsPadded) {
-  EXPECT_EQ(countNested(unpadded.grads, "gpt.pad"), 0);
+  // Unpadded, the one pad is the position table's gradient: kSeq rows of
+  // dy into the block size's 128 (GPTOps.td: embedding_grad over iota).
+  int64_t pads = 0;
+  unpadded.grads.walk([&](gpt::PadOp pad) {
+    ++pads;
+    EXPECT_EQ(pad.getX().getType(),
+              RankedTensorType::get({kSeq, 100}, Float32Type::get(&ctx)));
+    EXPECT_EQ(cast<RankedTensorType>(pad.getResult().getType()).getShape(),
+              ArrayRef<int64_t>({128, 100}));
+  });
+  EXPECT_EQ(pads, 1);
   EXPECT_GT(countNested(padded.grads, "gpt.pad"), 0);
   // The loss (gpt.cross_entropy, or the fused loss-and-gradient kernel
   // gpt-fuse-elementwise makes of it) reads padded logits and targets.

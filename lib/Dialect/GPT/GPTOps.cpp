@@ -10,6 +10,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
@@ -85,6 +86,64 @@ LogicalResult EmbeddingOp::verify() {
   if (elemOf(getResult()) != elemOf(getTable()))
     return emitOpError("result element type must match the table's");
   return expectShape(*this, "result", shapeOf(getResult()), expected);
+}
+
+/// Whether `ids` are gpt.iota's 0, 1, ..., n - 1.
+static bool isIota(Value ids) { return bool(ids.getDefiningOp<IotaOp>()); }
+
+OpFoldResult EmbeddingOp::fold(FoldAdaptor) {
+  // Every row of the table, in order.
+  if (isIota(getIds()) && getType() == getTable().getType())
+    return getTable();
+  return {};
+}
+
+namespace {
+/// embedding(table, iota(n)) with n < V: the table's first n rows.
+struct EmbeddingOfIotaIsSlice : OpRewritePattern<EmbeddingOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(EmbeddingOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!isIota(op.getIds()) || op.getType() == op.getTable().getType() ||
+        shapeOf(op.getIds())[0] > shapeOf(op.getTable())[0])
+      return failure();
+    rewriter.replaceOpWithNewOp<SliceOp>(op, op.getType(), op.getTable());
+    return success();
+  }
+};
+
+/// embedding_grad(dy, iota(n)) into V > n rows, no addend: dy padded with
+/// zero rows.
+struct EmbeddingGradOfIotaIsPad : OpRewritePattern<EmbeddingGradOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(EmbeddingGradOp op,
+                                PatternRewriter &rewriter) const override {
+    if (!isIota(op.getIds()) || op.getAddend() ||
+        op.getType() == op.getDy().getType() ||
+        elemOf(op.getDy()) != elemOf(op.getResult()) ||
+        shapeOf(op.getIds())[0] > shapeOf(op.getResult())[0])
+      return failure();
+    rewriter.replaceOpWithNewOp<PadOp>(op, op.getType(), op.getDy());
+    return success();
+  }
+};
+} // namespace
+
+void EmbeddingOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                              MLIRContext *context) {
+  patterns.add<EmbeddingOfIotaIsSlice>(context);
+}
+
+OpFoldResult EmbeddingGradOp::fold(FoldAdaptor) {
+  // One term a row, dy's own: the sum is dy.
+  if (isIota(getIds()) && !getAddend() && getType() == getDy().getType())
+    return getDy();
+  return {};
+}
+
+void EmbeddingGradOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                                  MLIRContext *context) {
+  patterns.add<EmbeddingGradOfIotaIsPad>(context);
 }
 
 //===----------------------------------------------------------------------===//

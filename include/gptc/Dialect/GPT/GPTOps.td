@@ -63,6 +63,10 @@ def GPT_EmbeddingOp : GPT_Op<"embedding", [Pure, Differentiable]> {
     %x = gpt.embedding %wte, %tokens
         : tensor<50257x768xf32>, tensor<4x1024xi32> -> tensor<4x1024x768xf32>
     ```
+
+    Rows gathered by `gpt.iota` (the position embedding's) are the table's
+    first rows: the op folds to the table where there are V of them, and
+    canonicalizes to a `gpt.slice` of it where there are fewer.
   }];
   let arguments = (ins GPT_FloatTensor:$table, GPT_IdTensor:$ids);
   let results = (outs GPT_FloatTensor:$result);
@@ -70,6 +74,8 @@ def GPT_EmbeddingOp : GPT_Op<"embedding", [Pure, Differentiable]> {
     $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
   }];
   let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
 }
 
 def GPT_MatmulOp : GPT_Op<"matmul", [Pure, Differentiable]> {
@@ -455,6 +461,11 @@ def GPT_EmbeddingGradOp : GPT_Op<"embedding_grad", [Pure]> {
     ```mlir
     %dwte = gpt.embedding_grad %dx, %ids, %dhead : tensor<4x64x768xf32>, tensor<4x64xi32>, tensor<50257x768xf32> -> tensor<50257x768xf32>
     ```
+
+    With `gpt.iota` ids (the position embedding's gradient) each row has
+    one term, dy's row of the same index: without an addend the op folds
+    to dy where dy has V rows, and canonicalizes to a `gpt.pad` of dy with
+    zeros where it has fewer.
   }];
   let arguments = (ins GPT_FloatTensor:$dy, GPT_IdTensor:$ids,
                        Optional<GPT_FloatTensor>:$addend);
@@ -464,6 +475,8 @@ def GPT_EmbeddingGradOp : GPT_Op<"embedding_grad", [Pure]> {
     (`,` type($addend)^)? `->` type($result)
   }];
   let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
 }
 
 def GPT_LayerNormGradOp : GPT_Op<"layernorm_grad",
