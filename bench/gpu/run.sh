@@ -21,7 +21,8 @@
 # yardstick bench/gpu/torch_gpt2.py with the same B and T, and its kernels
 # by kind beside gptc's profile (GEMMs, attention, optimizer, the rest);
 # GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
-# GEMMs on a second stream); each GEMM shape of gptc's profile timed in
+# GEMMs on a second stream) and with --bias-grads=gemm (the output
+# projections' bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
 # PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
 # steps of gpt2-tiny on cuda and on cpu with the same seed and data,
 # losses compared; Nsight Compute on one launch each of the layernorms
@@ -44,7 +45,7 @@
 # so the two are measured alike. Prints one summary table last; results go
 # to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -81,7 +82,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -204,6 +205,13 @@ fi
 # next launches (--overlap-weight-grads): the step against gpt2-bf16's.
 if want overlap && [[ -x $P/gpt2-bf16-overlap ]]; then
   step 90 gpt2-bf16-overlap "${lib[@]}" "$P/gpt2-bf16-overlap" --device=cuda \
+    --data="$data" --steps=20 --seed=1
+fi
+
+# The output projections' bias gradients in their weight-gradient GEMMs
+# (--bias-grads=gemm), against the layernorm gradients' (gpt2-bf16's).
+if want biasgemm && [[ -x $P/gpt2-bf16-biasgemm ]]; then
+  step 90 gpt2-bf16-biasgemm "${lib[@]}" "$P/gpt2-bf16-biasgemm" --device=cuda \
     --data="$data" --steps=20 --seed=1
 fi
 

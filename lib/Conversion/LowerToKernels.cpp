@@ -739,6 +739,8 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
   m["model"] = cfg.name;
   m["precision"] = opts.precision;
   m["recompute"] = opts.recomputeList();
+  if (!opts.layernormBiasGrads)
+    m["bias_grads"] = "gemm";
   m["batch"] = std::to_string(batch);
   m["seq"] = std::to_string(seq);
   m["pad_multiple"] = std::to_string(padMultiple);

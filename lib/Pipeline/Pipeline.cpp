@@ -69,7 +69,9 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   pm.addPass(createGPTFuseMatmulEpilogue());
   // Last, over the whole step: the backward's and the update's chains
   // exist only now (docs/pipeline.md, "Where the fusion passes sit").
-  pm.addPass(createGPTFuseElementwise());
+  GPTFuseElementwiseOptions fuse;
+  fuse.layernormBiasGrads = opts.layernormBiasGrads;
+  pm.addPass(createGPTFuseElementwise(fuse));
 }
 
 FailureOr<TrainingProgram>
