@@ -167,6 +167,11 @@ std::vector<HostTensor> evaluate(Operation *op,
         return one(binary(BinaryKind::Min, *in[0], *in[1], shapeOf(o)));
       })
       .Case([&](gpt::ReduceSumOp o) {
+        if (std::optional<ArrayRef<int64_t>> corner = o.getCorner())
+          return one(reduceSum(
+              slice(*in[0], std::vector<int64_t>(corner->begin(),
+                                                 corner->end())),
+              shapeOf(o)));
         return one(reduceSum(*in[0], shapeOf(o)));
       })
       .Case([&](gpt::ConcatOp c) { return one(concat(in, c.getAxis())); })

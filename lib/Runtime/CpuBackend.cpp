@@ -314,7 +314,10 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["slice"] = [](const Launch &, const Inputs &in, const Outputs &out) {
       return one(exec::slice(*in[0], out[0]->shape));
     };
-    k["reduce_sum"] = [](const Launch &, const Inputs &in, const Outputs &out) {
+    k["reduce_sum"] = [](const Launch &l, const Inputs &in, const Outputs &out) {
+      if (auto corner = l.lists.find("corner"); corner != l.lists.end())
+        return one(exec::reduceSum(exec::slice(*in[0], corner->second),
+                                   out[0]->shape));
       return one(exec::reduceSum(*in[0], out[0]->shape));
     };
     k["cross_entropy"] = [](const Launch &l, const Inputs &in,

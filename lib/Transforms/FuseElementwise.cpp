@@ -715,6 +715,7 @@ void gptc::fuseElementwise(func::FuncOp func,
   if (options.embeddingGradAddend)
     fuseEmbeddingGradAddends(func);
   formMultiTensorReduce(func);
+  foldIntoReduceSums(func, foldCasts);
   fuseChains(func);
   if (foldCasts)
     foldCastsIntoGroups(func);

@@ -50,7 +50,7 @@ bool isInnerAdd(Operation *op) {
 /// A reduce_sum of a whole f32 tensor to a rank-0 value.
 ReduceSumOp fullReduce(Value v) {
   auto r = v.getDefiningOp<ReduceSumOp>();
-  if (!r || !isRank0F32(r.getResult()) ||
+  if (!r || r.getCorner() || !isRank0F32(r.getResult()) ||
       !cast<RankedTensorType>(r.getX().getType()).getElementType().isF32())
     return {};
   return r;

@@ -767,6 +767,44 @@ std::vector<exec::HostTensor> runOnRandomData(
 }
 } // namespace
 
+// gpt.reduce_sum's corner (c_attn's q bias gradient: the first third of
+// each packed dq|dk|dv row, read in place) in bf16 summed into float32,
+// against the CPU executor's sum of the sliced corner: 16,384 rows of
+// 3 x 24 (several slices of rows, the last block adding them), a corner
+// that keeps the middle's first two of five, and a whole one (no corner).
+TEST(TemplateKernelsOnHost, ReduceSumReadsACornerInPlace) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  Builder b;
+  int dqkv = b.buf(bf, {16384, 3, 24}), dq = b.buf(f32, {24});
+  b.launch("reduce_sum", {dqkv}, {dq}).lists["corner"] = {16384, 1, 24};
+  int x = b.buf(f32, {6, 5, 40}), two = b.buf(f32, {2, 40});
+  b.launch("reduce_sum", {x}, {two}).lists["corner"] = {6, 2, 40};
+  int whole = b.buf(f32, {3, 24});
+  b.launch("reduce_sum", {dqkv}, {whole});
+  HostKernels kernels(emitForHost(b.p));
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  EXPECT_GT(b.p.functions[0].launches[0].grid[1], 1u) << "slices of rows";
+  std::vector<exec::HostTensor> data = runOnRandomData(b.p, kernels, 3);
+  expectNear(exec::reduceSum(exec::slice(data[dqkv], {16384, 1, 24}), {24}),
+             data[dq].f32, 1e-3f, "q's third");
+  expectNear(exec::reduceSum(exec::slice(data[x], {6, 2, 40}), {2, 40}),
+             data[two].f32, 1e-5f, "two of five");
+  expectNear(exec::reduceSum(data[dqkv], {3, 24}), data[whole].f32, 1e-3f,
+             "the whole tensor");
+  // A wrong stride (the corner's own, not the operand's) reads the k and v
+  // thirds of other rows: the q sums would differ by O(1) of the largest.
+  exec::HostTensor wrong = exec::reduceSum(
+      exec::HostTensor{exec::ElementKind::F32, {16384, 24},
+                       std::vector<float>(data[dqkv].f32.begin(),
+                                          data[dqkv].f32.begin() + 16384 * 24),
+                       {}},
+      {24});
+  double off = 0;
+  for (size_t i = 0; i < 24; ++i)
+    off = std::max(off, std::abs(double(wrong.f32[i]) - data[dq].f32[i]));
+  EXPECT_GT(off, 1.0) << "the check would not see a wrong stride";
+}
+
 // The bf16 loss gradient keeps each row in shared memory between its
 // passes (kStash: V·2 bytes of dynamic shared memory), and writes dlogits
 // into a buffer of its own or over the logits (the lowering's in-place

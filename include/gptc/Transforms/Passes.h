@@ -92,6 +92,11 @@ void fuseCrossEntropyWithGrad(mlir::func::FuncOp func);
 /// are fused.
 void formMultiTensorReduce(mlir::func::FuncOp func);
 
+/// After formMultiTensorReduce: a gpt.reduce_sum of a leading-corner
+/// gpt.slice (or, if `casts`, of a widening gpt.cast) sums the slice's (the
+/// cast's) operand, its `corner` the slice's shape (FoldIntoReduceSum.cpp).
+void foldIntoReduceSums(mlir::func::FuncOp func, bool casts);
+
 /// After the multi-tensor merge: a gpt.multi_tensor_elementwise whose
 /// results only a gpt.multi_tensor_reduce reads becomes that reduction's
 /// body prologue.

@@ -334,7 +334,10 @@ def GPTFuseElementwise : Pass<"gpt-fuse-elementwise", "mlir::ModuleOp"> {
        logits and targets become one `gpt.cross_entropy_with_grad`, which
        reads the logits once (lib/Transforms/FuseLoss.cpp); a tied
        embedding's summed gradients, one `gpt.embedding_grad` with an
-       addend (FuseEmbeddingGrad.cpp).
+       addend (FuseEmbeddingGrad.cpp). A `gpt.reduce_sum` of a
+       leading-corner `gpt.slice` or of a widening `gpt.cast` sums the
+       operand where it lies: its `corner` the slice's shape, its terms
+       widened as read (FoldIntoReduceSum.cpp).
     2. Producer→consumer chains of float32 elementwise ops (`gpt.add`,
        `sub`, `mul`, `div`, `max`, `min`, `neg`, `exp`, `log`, `tanh`,
        `sqrt`, `rsqrt`, `gelu`, `gelu_grad`) of one shape become one

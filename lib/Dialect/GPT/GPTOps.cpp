@@ -479,13 +479,26 @@ LogicalResult MinOp::verify() { return verifyBinary(*this); }
 
 LogicalResult ReduceSumOp::verify() {
   ArrayRef<int64_t> in = shapeOf(getX()), out = shapeOf(getResult());
-  if (elemOf(getX()) != elemOf(getResult()))
-    return emitOpError("cannot change the element type");
+  Type from = elemOf(getX()), to = elemOf(getResult());
+  if (from != to && !(to.isF32() && from.getIntOrFloatBitWidth() < 32))
+    return emitOpError() << "cannot sum " << from << " into " << to
+                         << " (only bf16 or f16 terms into an f32 sum)";
+  std::optional<ArrayRef<int64_t>> corner = getCorner();
+  if (corner) {
+    if (corner->size() != in.size())
+      return emitOpError() << "corner " << shapeStr(*corner)
+                           << " is not of the input's rank " << in.size();
+    for (size_t d = 0; d < in.size(); ++d)
+      if ((*corner)[d] < 1 || (*corner)[d] > in[d])
+        return emitOpError() << "corner " << shapeStr(*corner)
+                             << " does not fit the input " << shapeStr(in);
+    in = *corner;
+  }
   FailureOr<SmallVector<int64_t>> back = broadcastShapes(out, in);
   if (failed(back) || ArrayRef<int64_t>(*back) != in)
     return emitOpError() << "result " << shapeStr(out)
-                         << " does not broadcast back to the input "
-                         << shapeStr(in);
+                         << " does not broadcast back to the "
+                         << (corner ? "corner " : "input ") << shapeStr(in);
   return success();
 }
 

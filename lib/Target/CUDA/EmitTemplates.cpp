@@ -108,7 +108,16 @@ void Emitter::emitLayernormGrad() {
 
 void Emitter::emitReduceSum() {
   expectArity(1, 1);
-  const Shape &x = in(0).shape, &y = out(0).shape;
+  // A corner (gpt.reduce_sum's `corner`) is summed where it lies: its
+  // shape, the whole operand's strides.
+  const Shape &whole = in(0).shape, &y = out(0).shape;
+  auto corner = l.lists.find("corner");
+  const Shape &x = corner == l.lists.end() ? whole : corner->second;
+  if (x.size() != whole.size())
+    unsupported("the corner is not of the operand's rank");
+  for (size_t d = 0; d < x.size(); ++d)
+    if (x[d] < 1 || x[d] > whole[d])
+      unsupported("the corner does not fit the operand");
   if (y.size() > x.size())
     unsupported("the result has a higher rank than the operand");
   // A dimension is kept if the result has it at full size.
@@ -119,7 +128,8 @@ void Emitter::emitReduceSum() {
     if (!kept[d] && y[d - offset] != 1)
       unsupported("the result does not broadcast to the operand");
   }
-  Shape keptShape, keptStrides, redShape, redStrides, xs = rowMajorStrides(x);
+  Shape keptShape, keptStrides, redShape, redStrides,
+      xs = rowMajorStrides(whole);
   for (size_t d = 0; d < x.size(); ++d) {
     if (x[d] == 1)
       continue;

@@ -793,3 +793,60 @@ func.func @embedding_grad_addend_bf16(%dy: tensor<2x8x16xbf16>, %ids: tensor<2x8
   %g = gpt.embedding_grad %dy, %ids, %head : tensor<2x8x16xbf16>, tensor<2x8xi32>, tensor<64x16xbf16> -> tensor<64x16xbf16>
   return
 }
+
+// -----
+
+func.func @reduce_sum_shape(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{result 3 does not broadcast back to the input 4x8}}
+  %s = gpt.reduce_sum %x : tensor<4x8xf32> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_narrows(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{cannot sum 'f32' into 'bf16' (only bf16 or f16 terms into an f32 sum)}}
+  %s = gpt.reduce_sum %x : tensor<4x8xf32> -> tensor<8xbf16>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_same_width(%x: tensor<4x8xbf16>) {
+  // expected-error @+1 {{cannot sum 'bf16' into 'f16' (only bf16 or f16 terms into an f32 sum)}}
+  %s = gpt.reduce_sum %x : tensor<4x8xbf16> -> tensor<8xf16>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_corner_rank(%x: tensor<4x3x8xf32>) {
+  // expected-error @+1 {{corner 4x8 is not of the input's rank 3}}
+  %s = gpt.reduce_sum %x {corner = array<i64: 4, 8>} : tensor<4x3x8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_corner_outside(%x: tensor<4x3x8xf32>) {
+  // expected-error @+1 {{corner 4x1x9 does not fit the input 4x3x8}}
+  %s = gpt.reduce_sum %x {corner = array<i64: 4, 1, 9>} : tensor<4x3x8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_corner_empty(%x: tensor<4x3x8xf32>) {
+  // expected-error @+1 {{corner 4x0x8 does not fit the input 4x3x8}}
+  %s = gpt.reduce_sum %x {corner = array<i64: 4, 0, 8>} : tensor<4x3x8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_sum_corner_shape(%x: tensor<4x3x8xf32>) {
+  // The result is of the whole input's rows, not the corner's.
+  // expected-error @+1 {{result 3x8 does not broadcast back to the corner 4x1x8}}
+  %s = gpt.reduce_sum %x {corner = array<i64: 4, 1, 8>} : tensor<4x3x8xf32> -> tensor<3x8xf32>
+  return
+}

@@ -228,3 +228,16 @@ func.func @elementwise_narrow_result(%x: tensor<2x8xbf16>) {
   }
   return
 }
+
+// Sums down to a broadcastable shape: a bias gradient, bf16 terms into an
+// f32 sum, and the q third of each packed row (a corner).
+// CHECK-LABEL: func.func @reduce_sum
+func.func @reduce_sum(%x: tensor<2x4x24xf32>, %h: tensor<8x3x8xbf16>) -> (tensor<24xf32>, tensor<3x8xf32>, tensor<8xf32>) {
+  // CHECK: gpt.reduce_sum %{{.+}} : tensor<2x4x24xf32> -> tensor<24xf32>
+  %a = gpt.reduce_sum %x : tensor<2x4x24xf32> -> tensor<24xf32>
+  // CHECK: gpt.reduce_sum %{{.+}} : tensor<8x3x8xbf16> -> tensor<3x8xf32>
+  %b = gpt.reduce_sum %h : tensor<8x3x8xbf16> -> tensor<3x8xf32>
+  // CHECK: gpt.reduce_sum %{{.+}} {corner = array<i64: 8, 1, 8>} : tensor<8x3x8xbf16> -> tensor<8xf32>
+  %c = gpt.reduce_sum %h {corner = array<i64: 8, 1, 8>} : tensor<8x3x8xbf16> -> tensor<8xf32>
+  return %a, %b, %c : tensor<24xf32>, tensor<3x8xf32>, tensor<8xf32>
+}

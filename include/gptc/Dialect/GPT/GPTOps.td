@@ -422,8 +422,24 @@ def GPT_ReduceSumOp : GPT_Op<"reduce_sum", [Pure]> {
     adjoint of broadcasting: the gradient of a bias `[C]` added to `[B, T, C]`
     is `gpt.reduce_sum` of the output gradient to `[C]`. A rank-0 result sums
     everything.
+
+    Two forms that gpt-fuse-elementwise folds in
+    (lib/Transforms/FoldIntoReduceSum.cpp), so that one kernel reads the
+    tensor where it lies:
+    - `corner`: only the leading corner of that shape is summed, as if the
+      operand were `gpt.slice`d to it first (the result broadcasts back to
+      the corner). GPT-2's c_attn bias gradient sums the q third of each
+      row of the packed dq|dk|dv this way.
+    - a float32 result of a bf16 or f16 operand: the terms widened (exact)
+      before they are summed, as if through `gpt.cast`.
+
+    ```mlir
+    %dq_sum = gpt.reduce_sum %dqkv {corner = array<i64: 16384, 1, 768>}
+        : tensor<16384x3x768xbf16> -> tensor<768xf32>
+    ```
   }];
-  let arguments = (ins GPT_FloatTensor:$x);
+  let arguments = (ins GPT_FloatTensor:$x,
+                       OptionalAttr<DenseI64ArrayAttr>:$corner);
   let results = (outs GPT_FloatTensor:$result);
   let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
   let hasVerifier = 1;
