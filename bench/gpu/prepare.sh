@@ -55,8 +55,8 @@ trap 'rm -rf "$tmp"' EXIT
 compile gpt2-bf16 gpt2 bf16 "$batch" "$seq" --dump-kernels="$tmp/split"
 # The weight gradients' GEMMs on a second stream (gpt-plan-streams).
 compile gpt2-bf16-overlap gpt2 bf16 "$batch" "$seq" --overlap-weight-grads
-# The output projections' bias gradients in their weight-gradient GEMMs,
-# as before the thirty-second session, against the layernorm gradients'.
+# Every projection's bias gradient in its weight-gradient GEMM, as before
+# the thirty-second session, against the default's (--bias-grads=fused).
 compile gpt2-bf16-biasgemm gpt2 bf16 "$batch" "$seq" --bias-grads=gemm
 # The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
 # runs timed it slower than mma.sync: docs/benchmarks.md); the backward

@@ -22,7 +22,7 @@
 # by kind beside gptc's profile (GEMMs, attention, optimizer, the rest);
 # GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
 # GEMMs on a second stream) and with --bias-grads=gemm (the output
-# projections' bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
+# projections' and c_attn's bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
 # PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
 # steps of gpt2-tiny on cuda and on cpu with the same seed and data,
 # losses compared; Nsight Compute on one launch each of the layernorms
@@ -208,8 +208,9 @@ if want overlap && [[ -x $P/gpt2-bf16-overlap ]]; then
     --data="$data" --steps=20 --seed=1
 fi
 
-# The output projections' bias gradients in their weight-gradient GEMMs
-# (--bias-grads=gemm), against the layernorm gradients' (gpt2-bf16's).
+# The projections' bias gradients in their weight-gradient GEMMs
+# (--bias-grads=gemm), against gpt2-bf16's (the output projections' from
+# the layernorm gradients, c_attn's from attention's identities).
 if want biasgemm && [[ -x $P/gpt2-bf16-biasgemm ]]; then
   step 90 gpt2-bf16-biasgemm "${lib[@]}" "$P/gpt2-bf16-biasgemm" --device=cuda \
     --data="$data" --steps=20 --seed=1

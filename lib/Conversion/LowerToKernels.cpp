@@ -739,7 +739,7 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
   m["model"] = cfg.name;
   m["precision"] = opts.precision;
   m["recompute"] = opts.recomputeList();
-  if (!opts.layernormBiasGrads)
+  if (!opts.fusedBiasGrads)
     m["bias_grads"] = "gemm";
   m["batch"] = std::to_string(batch);
   m["seq"] = std::to_string(seq);

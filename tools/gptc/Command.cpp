@@ -60,10 +60,9 @@ OptimizerOptions ModelOptions::compileOptions() const {
   OptimizerOptions opts;
   opts.precision = precision;
   opts.overlapWeightGrads = overlapWeightGrads;
-  if (biasGrads != "layernorm" && biasGrads != "gemm")
-    fail("unknown --bias-grads '" + biasGrads +
-         "' (expected layernorm or gemm)");
-  opts.layernormBiasGrads = biasGrads == "layernorm";
+  if (biasGrads != "fused" && biasGrads != "gemm")
+    fail("unknown --bias-grads '" + biasGrads + "' (expected fused or gemm)");
+  opts.fusedBiasGrads = biasGrads == "fused";
   for (const std::string &op : recompute) {
     if (op == "none" && recompute.size() == 1)
       break; // what a program's first line says when it recomputes nothing

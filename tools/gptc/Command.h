@@ -66,13 +66,14 @@ struct ModelOptions {
       llvm::cl::CommaSeparated, llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<std::string> biasGrads{
       "bias-grads",
-      llvm::cl::desc("Where the output projections' bias gradients are "
-                     "summed: layernorm (by the layernorm gradients that "
-                     "write their output gradients; the default) or gemm "
-                     "(by their weight-gradient GEMMs: cuBLASLt's BGRADA, "
-                     "or gptc's column sums after a plain GEMM, timed at "
-                     "load)"),
-      llvm::cl::init("layernorm"), llvm::cl::cat(gptcCategory)};
+      llvm::cl::desc("Where the projections' bias gradients are summed: "
+                     "fused (the default: the output projections' by the "
+                     "layernorm gradients that write their output "
+                     "gradients, c_attn's from attention's identities) or "
+                     "gemm (by their weight-gradient GEMMs: cuBLASLt's "
+                     "BGRADA, or gptc's column sums after a plain GEMM, "
+                     "timed at load)"),
+      llvm::cl::init("fused"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<bool> overlapWeightGrads{
       "overlap-weight-grads",
       llvm::cl::desc("Run the weight gradients' GEMMs on a second CUDA "

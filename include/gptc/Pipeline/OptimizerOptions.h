@@ -31,11 +31,13 @@ struct OptimizerOptions {
   /// second CUDA stream, beside the backward's next launches. Off by
   /// default.
   bool overlapWeightGrads = false;
-  /// gpt-fuse-elementwise's layernorm-bias-grads: the output projections'
-  /// bias gradients summed by the layernorm gradients that write their
-  /// output gradients (the default), or by their weight-gradient GEMMs
-  /// (false: cuBLASLt's BGRADA, or gptc's column sums after a plain GEMM).
-  bool layernormBiasGrads = true;
+  /// The projections' bias gradients outside their weight-gradient GEMMs
+  /// (the default): the output projections' summed by the layernorm
+  /// gradients that write their output gradients (gpt-fuse-elementwise's
+  /// layernorm-bias-grads), c_attn's from attention's identities
+  /// (gpt-attention-bias-grad). False: all in their weight-gradient GEMMs
+  /// (cuBLASLt's BGRADA, or gptc's column sums after a plain GEMM).
+  bool fusedBiasGrads = true;
 
   /// recompute as a program records it: "gelu,layernorm", or "none".
   std::string recomputeList() const {

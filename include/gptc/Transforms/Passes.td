@@ -284,6 +284,50 @@ def GPTRecompute : Pass<"gpt-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }
 
+def GPTAttentionBiasGrad : Pass<"gpt-attention-bias-grad", "mlir::ModuleOp"> {
+  let summary = "Takes the packed q|k|v projection's bias gradient from "
+                "attention's identities instead of a pass over dq|dk|dv";
+  let description = [{
+    c_attn's bias gradient is the column sums of `gpt.flash_attention_qkv_grad`'s
+    `dqkv` (`gpt.reduce_sum` to `[3·C]`, through a widening cast under
+    autocast). Two thirds of it need not read dqkv:
+    - **k: zero.** A bias on k adds `q_i · b` to every score of query row
+      i, which the softmax takes away: `Σ_j dS_ij = Σ_j P_ij (dP_ij − D_i)
+      = D_i − D_i = 0`, so `Σ_j dk_j = scale · Σ_i (Σ_j dS_ij) q_i = 0`.
+      The GEMM summed the rounding of dk's terms; this is the exact value.
+    - **v: the column sums of `dout`.** `dv = Pᵀ dout` and each row of P
+      sums to 1: `Σ_j dv_j = Σ_i (Σ_j P_ij) dout_i = Σ_i dout_i`.
+    - **q**: the column sums of the q third of each row, a
+      `gpt.reduce_sum` of a `gpt.slice` (gpt-fuse-elementwise reads it
+      in place: the reduction's `corner`).
+
+    ```mlir
+    %dqkv = gpt.flash_attention_qkv_grad %qkv, %out, %lse, %dout, %delta ...
+    %w = gpt.cast %dqkv : tensor<2x64x384xbf16> -> tensor<2x64x384xf32>
+    %db = gpt.reduce_sum %w : tensor<2x64x384xf32> -> tensor<384xf32>
+    ```
+
+    becomes
+
+    ```mlir
+    %r = gpt.reshape %w : tensor<2x64x384xf32> -> tensor<128x3x128xf32>
+    %q = gpt.slice %r : tensor<128x3x128xf32> -> tensor<128x1x128xf32>
+    %dbq = gpt.reduce_sum %q : tensor<128x1x128xf32> -> tensor<128xf32>
+    %dbk = gpt.constant dense<0.0> : tensor<128xf32>
+    %o = gpt.cast %dout : tensor<2x64x128xbf16> -> tensor<2x64x128xf32>
+    %dbv = gpt.reduce_sum %o : tensor<2x64x128xf32> -> tensor<128xf32>
+    %db = gpt.concat %dbq, %dbk, %dbv {axis = 0 : i64} ...
+    ```
+
+    and gpt-fuse-matmul-epilogue then finds no bias gradient for the weight
+    gradient's GEMM to sum (no BGRADA: a plain GEMM). Sums of a third of
+    the rows' columns each (dq's and dout's) replace one of all of dqkv's.
+    Runs after gpt-optimizer (and gpt-recompute), before
+    gpt-fuse-matmul-epilogue; `gptc --bias-grads=gemm` leaves it out.
+  }];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
+
 def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
   let summary = "Makes a projection's bias add and tanh GELU, and their "
                 "gradients, epilogues of its GEMMs";
