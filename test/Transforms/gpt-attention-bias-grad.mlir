@@ -96,3 +96,53 @@ func.func @rounded_copies(%qkv: tensor<1x8x96xf32>, %out: tensor<1x8x32xf32>, %l
   %dh = gpt.reduce_sum %h : tensor<1x8x96xf16> -> tensor<96xf16>
   return %db, %dh : tensor<96xbf16>, tensor<96xf16>
 }
+
+// -----
+
+// GPT-2's dout is c_proj's output gradient dy times its weight, and
+// c_proj's bias gradient (dy's column sums) is already taken: v's third is
+// that row times the float32 weight, Σ_i (dy·Wᵀ)_i = (Σ_i dy_i)·Wᵀ, and
+// dout is not read again.
+// CHECK-LABEL: func.func @through_projection
+// CHECK: %[[CB:.+]] = gpt.reduce_sum %arg4 : tensor<2x64x128xf32> -> tensor<128xf32>
+// CHECK: %[[ROW:.+]] = gpt.reshape %[[CB]] : tensor<128xf32> -> tensor<1x128xf32>
+// CHECK: %[[P:.+]] = gpt.matmul %[[ROW]], %arg5 {transpose_b} : tensor<1x128xf32>, tensor<128x128xf32> -> tensor<1x128xf32>
+// CHECK: %[[DV:.+]] = gpt.reshape %[[P]] : tensor<1x128xf32> -> tensor<128xf32>
+// CHECK: gpt.concat %{{.+}}, %{{.+}}, %[[DV]] {axis = 0 : i64}
+// CHECK-NOT: gpt.reduce_sum %{{.+}} : tensor<2x64x128xf32> -> tensor<128xf32>
+// (After fusion: one reduction, q's; v's is the small GEMM.)
+// FUSED-LABEL: func.func @through_projection
+// FUSED: gpt.reduce_sum %{{.+}} {corner = array<i64: 128, 1, 128>}
+// FUSED-NOT: gpt.reduce_sum
+// FUSED: gpt.matmul %{{.+}}, %arg5 {transpose_b} : tensor<1x128xf32>, tensor<128x128xf32> -> tensor<1x128xf32>
+func.func @through_projection(%qkv: tensor<2x64x384xbf16>, %out: tensor<2x64x128xbf16>, %lse: tensor<2x4x64xf32>, %delta: tensor<2x4x64xf32>, %dy: tensor<2x64x128xf32>, %w: tensor<128x128xf32>) -> (tensor<128xf32>, tensor<384xf32>) {
+  %cb = gpt.reduce_sum %dy : tensor<2x64x128xf32> -> tensor<128xf32>
+  %dy16 = gpt.cast %dy : tensor<2x64x128xf32> -> tensor<2x64x128xbf16>
+  %w16 = gpt.cast %w : tensor<128x128xf32> -> tensor<128x128xbf16>
+  %dout = gpt.matmul %dy16, %w16 {transpose_b} : tensor<2x64x128xbf16>, tensor<128x128xbf16> -> tensor<2x64x128xbf16>
+  %g = gpt.flash_attention_qkv_grad %qkv, %out, %lse, %dout, %delta {causal, num_heads = 4 : i64, scale = 0.176776692 : f32} : tensor<2x64x384xbf16>, tensor<2x64x128xbf16>, tensor<2x4x64xf32>, tensor<2x4x64xf32>
+  %wg = gpt.cast %g : tensor<2x64x384xbf16> -> tensor<2x64x384xf32>
+  %db = gpt.reduce_sum %wg : tensor<2x64x384xf32> -> tensor<384xf32>
+  return %cb, %db : tensor<128xf32>, tensor<384xf32>
+}
+
+// -----
+
+// dy's column sums taken only after the attention gradient's: dout is
+// summed itself.
+// CHECK-LABEL: func.func @projection_sums_later
+// CHECK: %[[DOUT:.+]] = gpt.matmul
+// CHECK: %[[O:.+]] = gpt.cast %[[DOUT]] : tensor<2x64x128xbf16> -> tensor<2x64x128xf32>
+// CHECK: %[[DV:.+]] = gpt.reduce_sum %[[O]] : tensor<2x64x128xf32> -> tensor<128xf32>
+// CHECK: gpt.concat %{{.+}}, %{{.+}}, %[[DV]] {axis = 0 : i64}
+// CHECK-NOT: tensor<1x128xf32>
+func.func @projection_sums_later(%qkv: tensor<2x64x384xbf16>, %out: tensor<2x64x128xbf16>, %lse: tensor<2x4x64xf32>, %delta: tensor<2x4x64xf32>, %dy: tensor<2x64x128xf32>, %w: tensor<128x128xf32>) -> (tensor<128xf32>, tensor<384xf32>) {
+  %dy16 = gpt.cast %dy : tensor<2x64x128xf32> -> tensor<2x64x128xbf16>
+  %w16 = gpt.cast %w : tensor<128x128xf32> -> tensor<128x128xbf16>
+  %dout = gpt.matmul %dy16, %w16 {transpose_b} : tensor<2x64x128xbf16>, tensor<128x128xbf16> -> tensor<2x64x128xbf16>
+  %g = gpt.flash_attention_qkv_grad %qkv, %out, %lse, %dout, %delta {causal, num_heads = 4 : i64, scale = 0.176776692 : f32} : tensor<2x64x384xbf16>, tensor<2x64x128xbf16>, tensor<2x4x64xf32>, tensor<2x4x64xf32>
+  %wg = gpt.cast %g : tensor<2x64x384xbf16> -> tensor<2x64x384xf32>
+  %db = gpt.reduce_sum %wg : tensor<2x64x384xf32> -> tensor<384xf32>
+  %cb = gpt.reduce_sum %dy : tensor<2x64x128xf32> -> tensor<128xf32>
+  return %cb, %db : tensor<128xf32>, tensor<384xf32>
+}

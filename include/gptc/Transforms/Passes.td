@@ -296,7 +296,12 @@ def GPTAttentionBiasGrad : Pass<"gpt-attention-bias-grad", "mlir::ModuleOp"> {
       = D_i − D_i = 0`, so `Σ_j dk_j = scale · Σ_i (Σ_j dS_ij) q_i = 0`.
       The GEMM summed the rounding of dk's terms; this is the exact value.
     - **v: the column sums of `dout`.** `dv = Pᵀ dout` and each row of P
-      sums to 1: `Σ_j dv_j = Σ_i (Σ_j P_ij) dout_i = Σ_i dout_i`.
+      sums to 1: `Σ_j dv_j = Σ_i (Σ_j P_ij) dout_i = Σ_i dout_i`. Where
+      dout is a GEMM's product `A·W` (through casts) and the function
+      already takes A's float32 column sums before this point (GPT-2:
+      attention's c_proj, whose bias gradient they are), those sums times
+      the float32 W, `Σ_i (A·W)_i = (Σ_i A_i)·W`: a `[1, C]` GEMM, and
+      dout is not read.
     - **q**: the column sums of the q third of each row, a
       `gpt.reduce_sum` of a `gpt.slice` (gpt-fuse-elementwise reads it
       in place: the reduction's `corner`).
@@ -320,8 +325,9 @@ def GPTAttentionBiasGrad : Pass<"gpt-attention-bias-grad", "mlir::ModuleOp"> {
     ```
 
     and gpt-fuse-matmul-epilogue then finds no bias gradient for the weight
-    gradient's GEMM to sum (no BGRADA: a plain GEMM). Sums of a third of
-    the rows' columns each (dq's and dout's) replace one of all of dqkv's.
+    gradient's GEMM to sum (no BGRADA: a plain GEMM). The sums of a third
+    of each row (dq's) and a [1, C] GEMM replace a pass over all of
+    dqkv.
     Runs after gpt-optimizer (and gpt-recompute), before
     gpt-fuse-matmul-epilogue; `gptc --bias-grads=gemm` leaves it out.
   }];
