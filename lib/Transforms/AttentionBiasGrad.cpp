@@ -58,10 +58,8 @@ FlashAttentionQKVGradOp attentionGradOf(Value x) {
     Operation *def = x.getDefiningOp();
     // (Exact ones only: bf16 or f16 to f32. So the sum is of dout's type
     // or f32, and dout's sums need at most a widening cast.)
-    if (auto widen = dyn_cast_or_null<CastOp>(def);
-        widen && tensorOf(x).getElementType().isF32() &&
-        tensorOf(widen.getX()).getElementTypeBitWidth() < 32) {
-      x = widen.getX();
+    if (Value narrow = gptc::widenedFrom(x)) {
+      x = narrow;
       continue;
     }
     if (auto reshape = dyn_cast_or_null<ReshapeOp>(def)) {
@@ -104,8 +102,7 @@ Value doutSumsByLinearity(OpBuilder &b, Location loc, Value dout,
     if (rs && !rs.getCorner() && rs->getBlock() == point->getBlock() &&
         rs->isBeforeInBlock(point) &&
         tensorOf(rs.getResult()).getShape() == ArrayRef<int64_t>{K} &&
-        tensorOf(rs.getResult()).getElementType().isF32() &&
-        tensorOf(a).getRank() >= 2) {
+        tensorOf(rs.getResult()).getElementType().isF32()) {
       sums = rs;
       break;
     }
@@ -114,8 +111,8 @@ Value doutSumsByLinearity(OpBuilder &b, Location loc, Value dout,
     return {};
   Value w = throughCasts(mm.getB());
   if (Operation *def = w.getDefiningOp();
-      def && (def->getBlock() != point->getBlock() ||
-              !def->isBeforeInBlock(point)))
+      def &&
+      (def->getBlock() != point->getBlock() || !def->isBeforeInBlock(point)))
     return {};
   auto f32 = b.getF32Type();
   if (!tensorOf(w).getElementType().isF32())
@@ -123,8 +120,8 @@ Value doutSumsByLinearity(OpBuilder &b, Location loc, Value dout,
   const int64_t N = tensorOf(dout).getShape().back();
   Value row = b.create<ReshapeOp>(loc, RankedTensorType::get({1, K}, f32),
                                   sums.getResult());
-  auto product = b.create<MatmulOp>(loc, RankedTensorType::get({1, N}, f32),
-                                    row, w);
+  auto product =
+      b.create<MatmulOp>(loc, RankedTensorType::get({1, N}, f32), row, w);
   if (mm.getTransposeB())
     product.setTransposeB(true);
   return b.create<ReshapeOp>(loc, RankedTensorType::get({N}, f32), product);
@@ -140,8 +137,8 @@ public:
       OpBuilder b = OpBuilder::atBlockBegin(&func.getBody().front());
       v = b.create<ConstantOp>(
           func.getLoc(), type,
-          DenseElementsAttr::get(
-              type, b.getFloatAttr(type.getElementType(), 0.0)));
+          DenseElementsAttr::get(type,
+                                 b.getFloatAttr(type.getElementType(), 0.0)));
     }
     return v;
   }
@@ -171,8 +168,8 @@ void rewrite(ReduceSumOp rs, Zeros &zeros) {
   // q: the first of the three [C] groups of each row.
   Value byThirds = b.create<ReshapeOp>(
       loc, RankedTensorType::get({rows, 3, C}, xElement), x);
-  Value q = b.create<SliceOp>(loc, RankedTensorType::get({rows, 1, C}, xElement),
-                              byThirds);
+  Value q = b.create<SliceOp>(
+      loc, RankedTensorType::get({rows, 1, C}, xElement), byThirds);
   auto vector = RankedTensorType::get({C}, sum);
   Value dq = b.create<ReduceSumOp>(loc, vector, q, DenseI64ArrayAttr());
   // k: zero.

@@ -58,14 +58,9 @@ void retype(Value v, Type element) {
   v.setType(cast<RankedTensorType>(v.getType()).clone(element));
 }
 
-/// `from` -> `mid` loses nothing.
-bool exact(Type from, Type mid) {
-  return from == mid || (mid.isF32() && (from.isBF16() || from.isF16()));
-}
-
 /// Converting `from` -> `mid` -> `to` is converting `from` -> `to`.
 bool composes(Type from, Type mid, Type to) {
-  return exact(from, mid) || mid == to;
+  return gptc::isExactConversion(from, mid) || mid == to;
 }
 
 bool isLayout(Operation *op) {
@@ -125,6 +120,10 @@ bool foldIntoConsumer(Operation *layout) {
 }
 
 } // namespace
+
+bool gptc::isExactConversion(Type from, Type to) {
+  return from == to || (to.isF32() && (from.isBF16() || from.isF16()));
+}
 
 Value gptc::widenedFrom(Value v) {
   auto c = v.getDefiningOp<CastOp>();
@@ -223,7 +222,8 @@ static void layerNormGradsAsFused(func::FuncOp func) {
     bool narrowed = false, read = false;
     for (Operation *user : dx.getUsers()) {
       auto c = dyn_cast<CastOp>(user);
-      bool narrowing = c && !exact(elementOf(dx), elementOf(c.getResult()));
+      bool narrowing = c && !gptc::isExactConversion(elementOf(dx),
+                                                     elementOf(c.getResult()));
       narrowed |= narrowing;
       read |= !narrowing;
     }
@@ -247,7 +247,8 @@ void gptc::foldCastsIntoLayerNormGradValues(func::FuncOp func) {
       Type to;
       for (Operation *user : v.getUsers())
         if (auto c = dyn_cast<CastOp>(user);
-            c && !exact(elementOf(v), elementOf(c.getResult())) &&
+            c &&
+            !gptc::isExactConversion(elementOf(v), elementOf(c.getResult())) &&
             (!to || elementOf(c.getResult()) == to)) {
           to = elementOf(c.getResult());
           casts.push_back(c);

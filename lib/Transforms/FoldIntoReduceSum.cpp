@@ -36,12 +36,6 @@ Type elementOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getElementType();
 }
 
-/// `from` -> `to` keeps every value: the same type, or bf16/f16 widened to
-/// f32.
-bool exact(Type from, Type to) {
-  return from == to || (to.isF32() && from.getIntOrFloatBitWidth() < 32);
-}
-
 /// One fold of `rs`'s operand; the new reduction, or null if none applies.
 ReduceSumOp foldOnce(ReduceSumOp rs, bool casts) {
   Value x = rs.getX();
@@ -51,7 +45,7 @@ ReduceSumOp foldOnce(ReduceSumOp rs, bool casts) {
   SmallVector<int64_t> newCorner;
   if (auto slice = x.getDefiningOp<SliceOp>()) {
     source = slice.getX();
-    if (!exact(elementOf(source), elementOf(x)))
+    if (!gptc::isExactConversion(elementOf(source), elementOf(x)))
       return {};
     // A corner of a corner is the smaller one: the reduction's own.
     ArrayRef<int64_t> shape =
@@ -59,14 +53,14 @@ ReduceSumOp foldOnce(ReduceSumOp rs, bool casts) {
     newCorner.assign(shape.begin(), shape.end());
   } else if (auto widen = x.getDefiningOp<CastOp>(); widen && casts) {
     source = widen.getX();
-    if (!exact(elementOf(source), elementOf(x)))
+    if (!gptc::isExactConversion(elementOf(source), elementOf(x)))
       return {};
     if (corner)
       newCorner.assign(corner->begin(), corner->end());
   } else {
     return {};
   }
-  if (!exact(elementOf(source), sum))
+  if (!gptc::isExactConversion(elementOf(source), sum))
     return {};
   OpBuilder b(rs);
   // A corner that is the whole operand is no corner.

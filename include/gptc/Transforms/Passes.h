@@ -41,6 +41,10 @@ void fuseElementwise(mlir::func::FuncOp func,
 /// the same values (FoldCasts.cpp).
 mlir::Value widenedFrom(mlir::Value v);
 
+/// Converting float type `from` to `to` keeps every value: the same type,
+/// or bf16/f16 widened to f32 (FoldCasts.cpp).
+bool isExactConversion(mlir::Type from, mlir::Type to);
+
 /// gpt-fuse-elementwise's very first step: cast(cast(x)) becomes one cast,
 /// or x, where the first conversion loses nothing or the second is none
 /// (bf16 -> f32 -> bf16 is nothing; f32 -> bf16 -> f32 stays).
