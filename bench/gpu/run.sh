@@ -252,10 +252,12 @@ if want ncu; then
       --section ComputeWorkloadAnalysis --section InstructionStats
       --section SchedulerStats --section SourceCounters)
     # --kernel-id context:stream:name:invocation, the first of each name.
+    # (reduce_sum_0: c_attn's q bias-gradient sums, read in place through
+    # gpt.reduce_sum's corner, new in the thirty-third session.)
     # (On sm_90a the default program times its attention algorithms at
     # load; GPTC_VARIANT=own runs its own kernels untimed.)
     GPTC_VARIANT=own GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_0|attention_row_dot_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0)$':1 \
+      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_0|attention_row_dot_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0|reduce_sum_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The loss gradient's max-first form (the "maxfirst" variant: half the
