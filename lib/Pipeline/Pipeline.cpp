@@ -63,13 +63,13 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   }
   if (stage == "recompute")
     return;
+  // c_attn's bias gradient from attention's identities, before the
+  // epilogues would take it into its weight-gradient GEMM (BGRADA).
+  if (opts.fusedBiasGrads)
+    pm.addPass(createGPTAttentionBiasGrad());
   // Matmul epilogues first, on the plain ops and the whole step (the
   // backward's gelu_grad must read the aux pre-activation); elementwise
   // fusion then groups what is left around them.
-  // Before the epilogues, which would take c_attn's bias gradient into
-  // its weight-gradient GEMM (BGRADA).
-  if (opts.fusedBiasGrads)
-    pm.addPass(createGPTAttentionBiasGrad());
   pm.addPass(createGPTFuseMatmulEpilogue());
   // Last, over the whole step: the backward's and the update's chains
   // exist only now (docs/pipeline.md, "Where the fusion passes sit").
