@@ -318,7 +318,8 @@ def GPTAttentionBiasGrad : Pass<"gpt-attention-bias-grad", "mlir::ModuleOp"> {
     %r = gpt.reshape %w : tensor<2x64x384xf32> -> tensor<128x3x128xf32>
     %q = gpt.slice %r : tensor<128x3x128xf32> -> tensor<128x1x128xf32>
     %dbq = gpt.reduce_sum %q : tensor<128x1x128xf32> -> tensor<128xf32>
-    %dbk = gpt.constant dense<0.0> : tensor<128xf32>
+    %dbk = gpt.constant dense<0.0> : tensor<128xf32>  // at the entry, once
+    // (dout here has no GEMM's sums to take: it is summed)
     %o = gpt.cast %dout : tensor<2x64x128xbf16> -> tensor<2x64x128xf32>
     %dbv = gpt.reduce_sum %o : tensor<2x64x128xf32> -> tensor<128xf32>
     %db = gpt.concat %dbq, %dbk, %dbv {axis = 0 : i64} ...
