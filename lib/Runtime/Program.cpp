@@ -102,6 +102,16 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
   LaunchCost c;
   for (int id : l.inputs)
     c.bytes += p.buffers.at(id).bytes();
+  // A reduction of a corner (gpt.reduce_sum's) reads only the corner.
+  if (auto corner = l.lists.find("corner");
+      l.kernel == "reduce_sum" && corner != l.lists.end() &&
+      !l.inputs.empty()) {
+    const Buffer &x = p.buffers.at(l.inputs[0]);
+    int64_t elements = 1;
+    for (int64_t d : corner->second)
+      elements *= d;
+    c.bytes += elements * dtypeBytes(x.dtype) - x.bytes();
+  }
   for (int id : l.outputs)
     c.bytes += p.buffers.at(id).bytes();
   auto flag = [&](const char *name) {

@@ -50,6 +50,16 @@ std::vector<LaunchStats> countLaunches(ModuleOp module) {
       ++s.launches;
       for (Type t : op.getOperandTypes())
         s.bytes += bytesOf(t);
+      // A reduction of a corner reads only the corner.
+      if (auto rs = dyn_cast<gpt::ReduceSumOp>(op))
+        if (std::optional<ArrayRef<int64_t>> corner = rs.getCorner()) {
+          int64_t elements = 1;
+          for (int64_t d : *corner)
+            elements *= d;
+          auto x = cast<RankedTensorType>(rs.getX().getType());
+          s.bytes += elements * (x.getElementTypeBitWidth() / 8) -
+                     bytesOf(x);
+        }
       for (Type t : op.getResultTypes())
         s.bytes += bytesOf(t);
     }
