@@ -30,6 +30,8 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 
+#include "TensorOf.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -42,10 +44,6 @@ using namespace mlir;
 using namespace gptc::gpt;
 
 namespace {
-
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
 
 /// The packed attention gradient whose dqkv `x` is, through widening casts
 /// and reshapes that keep the last dimension (the q|k|v columns); null if

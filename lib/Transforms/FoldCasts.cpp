@@ -45,14 +45,12 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 
+#include "TensorOf.h"
+
 using namespace mlir;
 using namespace gptc::gpt;
 
 namespace {
-
-Type elementOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getElementType();
-}
 
 void retype(Value v, Type element) {
   v.setType(cast<RankedTensorType>(v.getType()).clone(element));

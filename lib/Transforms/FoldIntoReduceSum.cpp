@@ -25,16 +25,14 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 
+#include "TensorOf.h"
+
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
 using namespace gptc::gpt;
 
 namespace {
-
-Type elementOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getElementType();
-}
 
 /// One fold of `rs`'s operand; the new reduction, or null if none applies.
 ReduceSumOp foldOnce(ReduceSumOp rs, bool casts) {
@@ -48,8 +46,7 @@ ReduceSumOp foldOnce(ReduceSumOp rs, bool casts) {
     if (!gptc::isExactConversion(elementOf(source), elementOf(x)))
       return {};
     // A corner of a corner is the smaller one: the reduction's own.
-    ArrayRef<int64_t> shape =
-        corner ? *corner : cast<RankedTensorType>(x.getType()).getShape();
+    ArrayRef<int64_t> shape = corner ? *corner : tensorOf(x).getShape();
     newCorner.assign(shape.begin(), shape.end());
   } else if (auto widen = x.getDefiningOp<CastOp>(); widen && casts) {
     source = widen.getX();
@@ -66,8 +63,7 @@ ReduceSumOp foldOnce(ReduceSumOp rs, bool casts) {
   // A corner that is the whole operand is no corner.
   DenseI64ArrayAttr cornerAttr;
   if (!newCorner.empty() &&
-      ArrayRef<int64_t>(newCorner) !=
-          cast<RankedTensorType>(source.getType()).getShape())
+      ArrayRef<int64_t>(newCorner) != tensorOf(source).getShape())
     cornerAttr = b.getDenseI64ArrayAttr(newCorner);
   auto folded = b.create<ReduceSumOp>(
       b.getFusedLoc({x.getDefiningOp()->getLoc(), rs.getLoc()}),

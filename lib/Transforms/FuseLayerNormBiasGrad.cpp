@@ -30,16 +30,14 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 
+#include "TensorOf.h"
+
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
 using namespace gptc::gpt;
 
 namespace {
-
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
 
 /// The value of a layernorm gradient that `v` is, through reshapes that
 /// keep the last dimension (so column sums stay column sums): a plain

@@ -58,6 +58,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Dialect/GPT/GPTOps.h"
+
+#include "TensorOf.h"
 #include "gptc/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -73,16 +75,10 @@ namespace {
 
 constexpr const char *kDeclined = "did not fuse into the matmul epilogue: ";
 
-RankedTensorType tensorOf(Value v) {
-  return cast<RankedTensorType>(v.getType());
-}
-
 /// The single user of `v`, if it has exactly one.
 Operation *onlyUser(Value v) {
   return v.hasOneUse() ? *v.getUsers().begin() : nullptr;
 }
-
-Type elementOf(Value v) { return tensorOf(v).getElementType(); }
 
 /// The 16-bit float type every user of the float32 `v` casts it to, if all
 /// of them are such casts to one type (autocast narrowing a GEMM's result
