@@ -84,12 +84,17 @@ if [[ $arch == sm_90a ]]; then
   # The split backward on wgmma (deterministic, no atomics).
   compile check-gpt2w-bf16-wgmmasplit gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-split
+  # The same, its kept rows read by wgmma from shared memory (4 blocks an
+  # SM).
+  compile check-gpt2w-bf16-wgmmass gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-backward=wgmma-split-ss
   # wgmma-split's dk/dv blocks storing dS for dq blocks of one product a
   # tile pair (deterministic; its dq blocks wait for the dk/dv blocks).
   compile check-gpt2w-bf16-wgmmads gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-ds
   dump_only wgmmabwd --attention-backward=wgmma
   dump_only wgmmasplit --attention-backward=wgmma-split
+  dump_only wgmmass --attention-backward=wgmma-split-ss
   dump_only wgmmads --attention-backward=wgmma-ds
   dump_only wgmmaov --attention-backward=wgmma-overlap
   dump_only wgmmaf --attention-forward=wgmma
@@ -210,6 +215,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "wgmma-split-ss", "wgmmass", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-ds", "wgmmads", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
         ("backward", "wgmma-split-174e829", "wgmmasplit", "flash_attention_qkv_grad_0", None, "174e829"),

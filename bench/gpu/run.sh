@@ -149,7 +149,8 @@ if want check; then
   done
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
     check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wgmmaov \
-    check-gpt2w-bf16-wgmmasplit check-gpt2w-bf16-wgmmads \
+    check-gpt2w-bf16-wgmmasplit check-gpt2w-bf16-wgmmass \
+    check-gpt2w-bf16-wgmmads \
     check-gpt2w-bf16-wgmmaovf check-gpt2w-bf16-wgmma128 \
     check-gpt2w-bf16-wgmmak128 \
     check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 check-gpt2w-bf16-pipe \
@@ -280,6 +281,15 @@ if want ncu; then
       GPTC_VARIANT=wgmma-split,wgmma-overlap \
       GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^flash_attention_qkv(_4|_grad_5)$':1 \
+        "${ncu_sections[@]}" \
+        "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
+    # wgmma-split with its kept rows read from shared memory (the auto
+    # program's seventh backward kernel): 4 blocks an SM against 3, for
+    # three times the shared-memory reads of its score products.
+    [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
+      GPTC_VARIANT=wgmma-split-ss \
+      GPTC_CUDA_GRAPH=0 step 90 ncu-wgmma-ss "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^flash_attention_qkv_grad_6$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
     # The atomic wgmma backward (the auto program's fourth backward

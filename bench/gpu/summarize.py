@@ -18,6 +18,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-wgmmabwd.log              the same, --attention-backward=wgmma
   check-gpt2w-bf16-wgmmaov.log               the same, --attention-backward=wgmma-overlap
   check-gpt2w-bf16-wgmmasplit.log            the same, --attention-backward=wgmma-split
+  check-gpt2w-bf16-wgmmass.log               the same, --attention-backward=wgmma-split-ss
   check-gpt2w-bf16-wgmmads.log               the same, --attention-backward=wgmma-ds
   check-gpt2w-bf16-wgmmaovf.log              the same (T=256), --attention-forward=wgmma-overlap
   check-gpt2w-bf16-wgmma128.log              the same (T=256), --attention-forward=wgmma128
@@ -190,7 +191,8 @@ def main():
     for prec in ("fp32", "bf16", "bf16-fallback", "bf16-dgelu", "gpt2w-bf16",
                  "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma",
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wgmmaov",
-                 "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmads",
+                 "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmass",
+                 "gpt2w-bf16-wgmmads",
                  "gpt2w-bf16-wgmmaovf",
                  "gpt2w-bf16-wgmma128", "gpt2w-bf16-wgmmak128",
                  "gpt2w-bf16-wide",

@@ -101,11 +101,11 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
   cuda::EmitOptions emit;
   // On sm_90a the algorithms are timed at load by default, the fastest
   // kept: every forward (auto), and the backwards that keep the same bits
-  // run to run (deterministic: split and wgmma-split). Which wins there
-  // has changed with each kernel's layout (the wgmma forward went from
-  // 213.9 µs to 116.5 on an H200, ahead of mma.sync's 143.2:
-  // docs/benchmarks.md, twenty-seventh session), and the program should
-  // not wait for a default to be re-picked by hand.
+  // run to run (deterministic: split, wgmma-split and wgmma-split-ss).
+  // Which wins there has changed with each kernel's layout (the wgmma
+  // forward went from 213.9 µs to 116.5 on an H200, ahead of mma.sync's
+  // 143.2: docs/benchmarks.md, twenty-seventh session), and the program
+  // should not wait for a default to be re-picked by hand.
   const bool hopper = arch == "sm_90a";
   const std::string forward =
       attentionForward.getNumOccurrences() == 0 && hopper

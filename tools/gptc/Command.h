@@ -129,13 +129,17 @@ struct KernelOptions {
                      "(wgmma with half a query tile's dv and dk products "
                      "in flight through the next half's, at 2 blocks an "
                      "SM; sm_90a), wgmma-split (split with every product "
-                     "on warpgroup MMA, deterministic; sm_90a), wgmma-ds "
+                     "on warpgroup MMA, deterministic; sm_90a), "
+                     "wgmma-split-ss (wgmma-split reading the rows a "
+                     "block keeps from shared memory, not registers, at 4 "
+                     "blocks an SM; sm_90a), wgmma-ds "
                      "(wgmma-split's key blocks store dS for query blocks "
                      "that then need one product a tile pair, not three; "
                      "deterministic; sm_90a), auto (every one "
                      "of these the target has, timed when the program "
                      "loads; the fastest runs) or deterministic (auto "
-                     "among split and wgmma-split, which give the same "
+                     "among split, wgmma-split and wgmma-split-ss, which "
+                     "give the same "
                      "bits run to run; sm_90a's default)"),
       llvm::cl::init("split"), llvm::cl::cat(gptcCategory)};
 

@@ -247,9 +247,11 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.wgmmaAttentionBackward =
         label == "wgmma-backward" || label == "wgmma-overlap-backward";
     o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
-    o.splitWgmmaBackward =
-        label == "wgmma-split-backward" || label == "wgmma-ds-backward";
+    o.splitWgmmaBackward = label == "wgmma-split-backward" ||
+                           label == "wgmma-split-ss-backward" ||
+                           label == "wgmma-ds-backward";
     o.storedDsWgmmaBackward = label == "wgmma-ds-backward";
+    o.sharedRowsWgmmaBackward = label == "wgmma-split-ss-backward";
     return o;
   };
   cuda::EmitOptions autoBoth;
@@ -284,7 +286,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (hopper && forward)
         expected.insert(expected.end(), {"wgmma128", "wgmma-k128"});
       if (hopper && backward)
-        expected.insert(expected.end(), {"wgmma-split", "wgmma-ds"});
+        expected.insert(expected.end(),
+                        {"wgmma-split", "wgmma-split-ss", "wgmma-ds"});
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {
@@ -320,7 +323,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
                                                       : 0u)
         << l.kernel;
   // --attention-backward=deterministic (sm_90a's default): the backwards
-  // without float atomics alone, split and wgmma-split (wgmma-ds, also
+  // without float atomics alone, split, wgmma-split and wgmma-split-ss
+  // (wgmma-ds, also
   // deterministic, is not among them: its scratch); on sm_80, split
   // alone, so no variants.
   cuda::EmitOptions deterministic;
@@ -343,7 +347,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
         EXPECT_EQ(l.variant, "");
         continue;
       }
-      const std::vector<std::string> expected = {"split", "wgmma-split"};
+      const std::vector<std::string> expected = {"split", "wgmma-split",
+                                                 "wgmma-split-ss"};
       EXPECT_EQ(labels, expected);
     }
   }

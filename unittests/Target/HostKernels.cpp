@@ -960,13 +960,14 @@ inline unsigned long long wgmmaDescriptor(u32 address, u32 lbo, u32 sbo,
   return d;
 }
 /// The batch's operands, as its wgmma.fence named them (one or two pairs of
-/// accumulators and A fragments): a wgmma on others would read registers
-/// the fence did not order.
+/// accumulators and A fragments, or accumulators alone where A is read
+/// from shared memory): a wgmma on others would read registers the fence
+/// did not order.
 struct WgFencedPair {
   const void *d = nullptr;
   const u32 (*a)[4] = nullptr, (*aEnd)[4] = nullptr;
   bool names(const void *dd, const u32 (*aa)[4]) const {
-    return dd == d && aa >= a && aa < aEnd;
+    return dd == d && (aa ? aa >= a && aa < aEnd : a == nullptr);
   }
 };
 static WgFencedPair wgFencedPairs[1024][2];
@@ -984,7 +985,13 @@ struct WgInFlight {
   u32 address, lbo, sbo;
   bool swizzled; // SWIZZLE_128B (layout type 1), else none
   long long group;
-  int readOfB; // its race::wgmmaOps id
+  int readOfB; // its race::wgmmaOps id (of A's reads too, from shared memory)
+  // A from shared memory (K-major), read as it lands: this thread's rows
+  // aRow and aRow + 8.
+  bool aShared = false;
+  u32 aAddress = 0, aLbo = 0, aSbo = 0;
+  bool aSwizzled = false;
+  int aRow = 0;
 };
 /// Accumulators in flight: their value as the products land (the
 /// registers themselves hold kWgPoison until the last one has).
@@ -1018,6 +1025,13 @@ EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
   wgFenced[me] = true;
   wgFencedPairs[me][0] = {d, a, a + K};
   wgFencedPairs[me][1] = {d2, a2, a2 + K2};
+}
+template <int N, int N2>
+EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], float (&d2)[N2][4]) {
+  int me = emu::current;
+  wgFenced[me] = true;
+  wgFencedPairs[me][0] = {d};
+  wgFencedPairs[me][1] = {d2};
 }
 EMU_UNCHECKED inline void wgmmaCommit() {
   int me = emu::current;
@@ -1056,6 +1070,17 @@ EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
   WgAccumulators *acc = nullptr;
   for (WgAccumulators &x : t.accs)
     if (x.d == op.d) acc = &x;
+  float a[2][16];
+  std::memcpy(a, op.a, sizeof a);
+  if (op.aShared && op.nt)
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 16; ++k) {
+        unsigned short av;
+        std::memcpy(&av, wgmmaElement(op.aAddress, op.aLbo, op.aSbo, false,
+                                      op.aSwizzled, op.aRow + 8 * h, k),
+                    2);
+        a[h][k] = toFloat(bf16{av});
+      }
   for (int j = 0; j < op.nt; ++j)
     for (int e = 0; e < 4; ++e) {
       int n = 8 * j + 2 * (lane % 4) + e % 2;
@@ -1065,7 +1090,7 @@ EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
         std::memcpy(&bv, wgmmaElement(op.address, op.lbo, op.sbo, op.transB,
                                       op.swizzled, n, k),
                     2);
-        sum += op.a[e / 2][k] * toFloat(bf16{bv});
+        sum += a[e / 2][k] * toFloat(bf16{bv});
       }
       acc->value[4 * j + e] += sum;
     }
@@ -1131,27 +1156,75 @@ EMU_UNCHECKED inline void wgmmaInFlight(const WgInFlight &op) {
 }
 template <int N, typename T> inline void wgmmaFenceOperands(T (&)[N][4]) {}
 inline void fenceProxyAsync() { emu::race::fenceProxy(); }
+/// The address a descriptor this thread made holds: the most recent
+/// match (older entries may be another launch's, whose shared memory lay
+/// elsewhere with the same 18 bits). `known` false where it made none.
+EMU_UNCHECKED inline u32 wgmmaAddress(int me, unsigned long long desc,
+                                      bool &known) {
+  known = false;
+  for (int i = 1; i <= 16 && i <= wgNext[me]; ++i)
+    if (const WgDescriptor &r = wgRecent[me][(wgNext[me] - i) % 16]; r.desc == desc) {
+      known = true;
+      return r.address;
+    }
+  return 0;
+}
+/// The misuse of a descriptor, if any: one wgmmaDescriptor did not make,
+/// or with a base offset or a swizzle the kernels do not use.
+EMU_UNCHECKED inline const char *wgmmaDescriptorMisuse(unsigned long long desc,
+                                                       bool known) {
+  if (!known) return "wgmma descriptor not made by wgmmaDescriptor";
+  if ((desc >> 46) & ~(3ull << 16)) return "wgmma descriptor with a base offset";
+  if ((desc >> 62) > 1) return "wgmma descriptor with a 64- or 32-byte swizzle";
+  return nullptr;
+}
+/// The first thread of a warpgroup at a wgmma: an operand's bytes, rows
+/// [0, rows) by k [0, 16) of the tile at `address`, must lie in one
+/// __shared__ variable; their reads are the warpgroup's wgmma `opId`,
+/// ordered as the race checker says.
+EMU_UNCHECKED inline void wgmmaReads(const char *what, u32 address, u32 lbo,
+                                     u32 sbo, bool trans, bool swizzled,
+                                     int rows, int wg, int opId) {
+  const char *lo = nullptr, *hi = reinterpret_cast<const char *>(~0ull);
+  const emu::race::Region *r =
+      emu::race::find(emu::race::shared, sharedPointer(address), lo, hi);
+  for (int n = 0; n < rows; ++n)
+    for (int k = 0; k < 16; ++k) {
+      const char *p = wgmmaElement(address, lbo, sbo, trans, swizzled, n, k);
+      if (!r || p < r->begin || p + 2 > r->end) {
+        emu::race::misuse(what);
+        return;
+      }
+      emu::race::access(p, 2, false, false, /*byWgmma=*/true);
+      emu::race::Busy guard;
+      const emu::race::Region *in = nullptr;
+      if (emu::race::Granule *g = emu::race::find(p, &in))
+        g->wgmmaOp[wg % 2] = opId;
+    }
+}
+static unsigned long long wgADesc[1024];
+/// One wgmma: A from the fragments `a` or, where a is null, from shared
+/// memory through aDesc (K-major); B through desc.
 template <bool kTransB, int NT>
-EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
-                                    unsigned long long desc) {
+EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
+                                     unsigned long long aDesc,
+                                     unsigned long long desc) {
   int me = emu::current, first = me & ~127, lane = me & 31, warp = me / 32 % 4;
   if (emu::threads.size() % 128)
     emu::race::misuse("wgmma in a block that is not whole warpgroups");
   wgmmaFenceCheck(me);
-  if (wgFenced[me] && !wgFencedPairs[me][0].names(d, &a) &&
-      !wgFencedPairs[me][1].names(d, &a))
+  if (wgFenced[me] && !wgFencedPairs[me][0].names(d, a) &&
+      !wgFencedPairs[me][1].names(d, a))
     emu::race::misuse("wgmma on operands its wgmma.fence did not name");
   ++wgUncommitted[me];
-  for (int i = 0; i < 4; ++i) wgA[me][i] = a[i];
+  if (a)
+    for (int i = 0; i < 4; ++i) wgA[me][i] = (*a)[i];
   wgB[me] = desc;
+  wgADesc[me] = aDesc;
   emu::wait(emu::AtWarpgroupBarrier);
-  // The most recent match: older entries may be another launch's, whose
-  // shared memory lay elsewhere with the same 18 bits.
-  u32 address = 0;
-  bool known = false;
-  for (int i = 1; i <= 16 && i <= wgNext[me] && !known; ++i)
-    if (const WgDescriptor &r = wgRecent[me][(wgNext[me] - i) % 16]; r.desc == desc)
-      address = r.address, known = true;
+  bool known = false, aKnown = true;
+  const u32 address = wgmmaAddress(me, desc, known);
+  const u32 aAddress = a ? 0 : wgmmaAddress(me, aDesc, aKnown);
   WgInFlight op;
   op.d = &d[0][0];
   op.nt = NT;
@@ -1173,44 +1246,53 @@ EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
     ++wgMade[wg];
   }
   op.readOfB = wgCurrentOp[wg];
-  if (!known)
-    emu::race::misuse("wgmma descriptor not made by wgmmaDescriptor");
-  else if ((desc >> 46) & ~(3ull << 16))
-    emu::race::misuse("wgmma descriptor with a base offset");
-  else if ((desc >> 62) > 1)
-    emu::race::misuse("wgmma descriptor with a 64- or 32-byte swizzle");
-  if (me == first) {
-    for (int t = first; t < first + 128; ++t)
-      if (wgB[t] != desc) emu::race::misuse("the warpgroup's B descriptors differ");
-    // B's bytes must lie in one __shared__ variable; their reads are the
-    // warpgroup's, ordered as the race checker says.
-    const char *lo = nullptr, *hi = reinterpret_cast<const char *>(~0ull);
-    const emu::race::Region *r =
-        emu::race::find(emu::race::shared, sharedPointer(address), lo, hi);
-    for (int n = 0; n < 8 * NT; ++n)
-      for (int k = 0; k < 16; ++k) {
-        const char *p = wgmmaElement(address, op.lbo, op.sbo, kTransB,
-                                     op.swizzled, n, k);
-        if (!r || p < r->begin || p + 2 > r->end) {
-          emu::race::misuse("wgmma reads B outside the __shared__ variable it starts in");
-          n = 8 * NT;
-          break;
-        }
-        emu::race::access(p, 2, false, false, /*byWgmma=*/true);
-        emu::race::Busy guard;
-        const emu::race::Region *in = nullptr;
-        if (emu::race::Granule *g = emu::race::find(p, &in))
-          g->wgmmaOp[wg % 2] = op.readOfB;
-      }
+  if (const char *misuse = wgmmaDescriptorMisuse(desc, known))
+    emu::race::misuse(misuse);
+  else if (!a)
+    if (const char *aMisuse = wgmmaDescriptorMisuse(aDesc, aKnown))
+      emu::race::misuse(aMisuse);
+  if (!a) {
+    op.aShared = true;
+    op.aAddress = aAddress;
+    op.aLbo = u32(aDesc >> 16 & 0x3fff) << 4;
+    op.aSbo = u32(aDesc >> 32 & 0x3fff) << 4;
+    op.aSwizzled = (aDesc >> 62) == 1;
+    op.aRow = 16 * warp + lane / 4;
   }
-  if (!known) op.nt = 0; // nothing to land
-  for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) {
-      int rl = lane / 4 + 8 * h;
-      op.a[h][k] = half(wgA[first + 32 * warp + (rl % 8) * 4 + (k % 8) / 2][rl / 8 + 2 * (k / 8)], k % 2);
+  if (me == first) {
+    for (int t = first; t < first + 128; ++t) {
+      if (wgB[t] != desc) emu::race::misuse("the warpgroup's B descriptors differ");
+      if (!a && wgADesc[t] != aDesc)
+        emu::race::misuse("the warpgroup's A descriptors differ");
     }
+    wgmmaReads("wgmma reads B outside the __shared__ variable it starts in",
+               address, op.lbo, op.sbo, kTransB, op.swizzled, 8 * NT, wg,
+               op.readOfB);
+    if (!a)
+      wgmmaReads("wgmma reads A outside the __shared__ variable it starts in",
+                 aAddress, op.aLbo, op.aSbo, false, op.aSwizzled, 64, wg,
+                 op.readOfB);
+  }
+  if (!known || !aKnown) op.nt = 0; // nothing to land
+  if (a)
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 16; ++k) {
+        int rl = lane / 4 + 8 * h;
+        op.a[h][k] = half(wgA[first + 32 * warp + (rl % 8) * 4 + (k % 8) / 2][rl / 8 + 2 * (k / 8)], k % 2);
+      }
   wgmmaInFlight(op);
   emu::wait(emu::AtWarpgroupBarrier);
+}
+template <bool kTransB, int NT>
+EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
+                                    unsigned long long desc) {
+  wgmmaIssue<kTransB>(d, &a, 0, desc);
+}
+/// A from shared memory (K-major), through its descriptor.
+template <bool kTransB, int NT>
+EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], unsigned long long a,
+                                    unsigned long long desc) {
+  wgmmaIssue<kTransB>(d, nullptr, a, desc);
 }
 
 /// Converts to whatever pointer type the kernel parameter has.
@@ -1464,6 +1546,7 @@ const char *backwardName(AttentionBackward backward) {
   case AttentionBackward::Wgmma: return "wgmma";
   case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
   case AttentionBackward::WgmmaSplit: return "wgmma-split";
+  case AttentionBackward::WgmmaSplitSs: return "wgmma-split-ss";
   case AttentionBackward::WgmmaDs: return "wgmma-ds";
   }
   return "?";

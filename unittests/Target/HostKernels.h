@@ -72,7 +72,7 @@ private:
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
 /// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap,
-/// wgmma-split or wgmma-ds choose it.
+/// wgmma-split, wgmma-split-ss or wgmma-ds choose it.
 enum class AttentionBackward {
   Split,
   Atomic,
@@ -80,6 +80,7 @@ enum class AttentionBackward {
   Wgmma,
   WgmmaOverlap,
   WgmmaSplit,
+  WgmmaSplitSs,
   WgmmaDs
 };
 

@@ -1044,9 +1044,11 @@ const char *backwardImpl(AttentionBackward backward) {
          : backward == AttentionBackward::Wgmma ||
                  backward == AttentionBackward::WgmmaOverlap
              ? "TensorCores"
-         : backward == AttentionBackward::WgmmaSplit ? "SplitTensorCores"
-         : backward == AttentionBackward::WgmmaDs    ? "StoredDsTensorCores"
-                                                     : "Atomic";
+         : backward == AttentionBackward::WgmmaSplit ||
+                 backward == AttentionBackward::WgmmaSplitSs
+             ? "SplitTensorCores"
+         : backward == AttentionBackward::WgmmaDs ? "StoredDsTensorCores"
+                                                  : "Atomic";
 }
 
 /// Whether kernel source `source` runs the atomic backward with 128 keys a
@@ -1114,13 +1116,14 @@ TEST(TemplateKernelsOnHost, Atomic128AttentionBackwardMatchesTheCpuExecutor) {
 }
 // Every product of the backward a wgmma on sm_90a; the same source built
 // for sm_80 runs the atomic mma.sync kernel in the same launch (the split
-// one for wgmma-split and wgmma-ds). Run twice (checkTensorCoreAttention):
-// wgmma-ds's dq blocks read the dSᵀ the dk/dv blocks of the same launch
-// stored, each launch's own.
+// one for wgmma-split, wgmma-split-ss and wgmma-ds). Run twice
+// (checkTensorCoreAttention): wgmma-ds's dq blocks read the dSᵀ the dk/dv
+// blocks of the same launch stored, each launch's own.
 TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
-        AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaDs}) {
+        AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
+        AttentionBackward::WgmmaDs}) {
     checkTensorCoreAttention(HostTarget::Sm90a, backward);
     checkTensorCoreAttention(HostTarget::Sm80, backward);
   }
@@ -1208,9 +1211,11 @@ TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
   const DType f32 = DType::F32, bf = DType::BF16;
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
-        AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaDs}) {
+        AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
+        AttentionBackward::WgmmaDs}) {
     SCOPED_TRACE(backwardName(backward));
     const bool split = backward == AttentionBackward::WgmmaSplit ||
+                       backward == AttentionBackward::WgmmaSplitSs ||
                        backward == AttentionBackward::WgmmaDs;
     Builder b;
     Shape qs = {1, 2, 128, 64}, ks = {1, 2, 192, 64};
@@ -1889,7 +1894,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   // only this kernel calls in this program.
   const char *half = "wgmmaKeysOnQueryHalf";
   for (const char *fence :
-       {"wgmmaFence(p, ka, ds, va);", "wgmmaFence(accV, pa, accK, dsa);"})
+       {"wgmmaFenceKept(p, kRows, ds, vRows);", "wgmmaFence(accV, pa, accK, dsa);"})
     EXPECT_EQ(expectEachNeeded(p, k, half, fence,
                                "no wgmma.fence since the last wait", sm90a),
               1)
@@ -1903,9 +1908,9 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
                              "operands its wgmma.fence did not name", sm90a,
                              "wgmmaFence(accV, pa, accK, pa);"),
             1);
-  EXPECT_EQ(expectEachNeeded(p, k, half, "wgmmaFence(p, ka, ds, va);",
+  EXPECT_EQ(expectEachNeeded(p, k, half, "wgmmaFenceKept(p, kRows, ds, vRows);",
                              "operands its wgmma.fence did not name", sm90a,
-                             "wgmmaFence(p, ka);"),
+                             "wgmmaFence(p, kRows.a);"),
             1);
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -2000,61 +2005,73 @@ TEST(TemplateKernelsOnHost, WgmmaBIsRewrittenOnlyAfterEveryWarpsWait) {
   });
 }
 
-// The deterministic wgmma backward (--attention-backward=wgmma-split): in
-// each of its two blocks (dq; dk and dv) the loop's one barrier and
+// The deterministic wgmma backward (--attention-backward=wgmma-split, and
+// wgmma-split-ss with the kept rows read from shared memory): in each of
+// its two blocks (dq; dk and dv) the loop's one barrier and
 // fence.proxy.async, each batch's wgmma.fence (naming that batch's
 // operands) and each wait but one. The waits before each barrier land
 // what the next tile's copies overwrite (the dq block's k, the dk/dv
 // block's q and dout) and the last products before the results are
-// stored.
+// stored. With wgmma-split-ss the copies also overwrite what the products
+// read as A only after those waits (the emulation reads A from shared
+// memory as a product lands).
 TEST(TemplateKernelsOnHost, EveryWgmmaSplitBackwardBarrierFenceAndWaitIsNeeded) {
-  Builder b;
-  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a,
-                                           AttentionBackward::WgmmaSplit);
-  ASSERT_EQ(p.kernels.size(), 3u);
-  const size_t k = kernelCalling(p, "attentionBackwardSplitTensorCores");
-  ASSERT_LT(k, p.kernels.size());
-  const HostTarget sm90a = HostTarget::Sm90a;
-  for (const char *fn : {"wgmmaQueryTileDq", "wgmmaKeyTileDkDv"}) {
-    SCOPED_TRACE(fn);
-    const bool dqBlock = std::string(fn) == "wgmmaQueryTileDq";
-    EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
-                               "shared-memory race", sm90a),
-              1);
-    EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
-                               "with no fence.proxy.async", sm90a),
-              1);
-    // The dk/dv block's query tile halves are wgmmaKeysOnQueryHalf's.
-    const char *batches = dqBlock ? fn : "wgmmaKeysOnQueryHalf";
-    const std::string scores = dqBlock ? "wgmmaFence(s, qa, dp, da);"
-                                       : "wgmmaFence(p, ka, ds, va);";
-    const std::string products = dqBlock ? "wgmmaFence(dqAcc, dsa);"
-                                         : "wgmmaFence(accV, pa, accK, dsa);";
-    for (const std::string &fence : {scores, products})
-      EXPECT_EQ(expectEachNeeded(p, k, batches, fence,
-                                 "no wgmma.fence since the last wait", sm90a),
-                1)
-          << fence;
-    EXPECT_EQ(expectEachNeeded(p, k, batches, scores,
-                               "operands its wgmma.fence did not name", sm90a,
-                               dqBlock ? "wgmmaFence(s, qa);"
-                                       : "wgmmaFence(p, ka);"),
-              1);
-    if (dqBlock) {
-      EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 3);
-    } else {
-      // A half's #0 (the first half's dv and dk) would land under the
-      // second half's wait<1>: spared, as in the wgmma backward. Then the
-      // wait before the barrier.
-      EXPECT_EQ(expectEachWaitNeeded(p, k, batches, sm90a,
-                                     {{0, "lands under the next wait<1>"}}),
-                3);
-      EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 1);
+  for (AttentionBackward backward :
+       {AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs}) {
+    SCOPED_TRACE(backwardName(backward));
+    const bool shared = backward == AttentionBackward::WgmmaSplitSs;
+    Builder b;
+    rt::Program &p =
+        packedAttentionForRaces(b, HostTarget::Sm90a, backward);
+    ASSERT_EQ(p.kernels.size(), 3u);
+    const size_t k = kernelCalling(p, "attentionBackwardSplitTensorCores");
+    ASSERT_LT(k, p.kernels.size());
+    const HostTarget sm90a = HostTarget::Sm90a;
+    for (const char *fn : {"wgmmaQueryTileDq", "wgmmaKeyTileDkDv"}) {
+      SCOPED_TRACE(fn);
+      const bool dqBlock = std::string(fn) == "wgmmaQueryTileDq";
+      EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                                 "shared-memory race", sm90a),
+                1);
+      EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                                 "with no fence.proxy.async", sm90a),
+                1);
+      // The dk/dv block's query tile halves are wgmmaKeysOnQueryHalf's.
+      const char *batches = dqBlock ? fn : "wgmmaKeysOnQueryHalf";
+      const std::string scores = dqBlock ? "wgmmaFenceKept(s, qRows, dp, dRows);"
+                                         : "wgmmaFenceKept(p, kRows, ds, vRows);";
+      const std::string products = dqBlock ? "wgmmaFence(dqAcc, dsa);"
+                                           : "wgmmaFence(accV, pa, accK, dsa);";
+      for (const std::string &fence : {scores, products})
+        EXPECT_EQ(expectEachNeeded(p, k, batches, fence,
+                                   "no wgmma.fence since the last wait", sm90a),
+                  1)
+            << fence;
+      // A fence that names the scores' product alone (and, held, its A).
+      const std::string scoresAlone =
+          shared ? (dqBlock ? "wgmmaFence(s, s);" : "wgmmaFence(p, p);")
+                 : (dqBlock ? "wgmmaFence(s, qRows.a);"
+                            : "wgmmaFence(p, kRows.a);");
+      EXPECT_EQ(expectEachNeeded(p, k, batches, scores,
+                                 "operands its wgmma.fence did not name",
+                                 sm90a, scoresAlone),
+                1);
+      if (dqBlock) {
+        EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 3);
+      } else {
+        // A half's #0 (the first half's dv and dk) would land under the
+        // second half's wait<1>: spared, as in the wgmma backward. Then
+        // the wait before the barrier.
+        EXPECT_EQ(expectEachWaitNeeded(p, k, batches, sm90a,
+                                       {{0, "lands under the next wait<1>"}}),
+                  3);
+        EXPECT_EQ(expectEachWaitNeeded(p, k, fn, sm90a), 1);
+      }
     }
+    HostKernels kernels(p, sm90a);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    runOnRandomData(p, kernels, 7);
   }
-  HostKernels kernels(p, sm90a);
-  ASSERT_TRUE(kernels.ok()) << kernels.error;
-  runOnRandomData(p, kernels, 7);
 }
 
 // The stored-dS backward's dq block (--attention-backward=wgmma-ds): its
@@ -2492,12 +2509,14 @@ TEST(TemplateKernelsOnHost, PackedAtomicAttentionBackwardMatchesTheCpuExecutor) 
                          AttentionBackward::Atomic);
 }
 // The wgmma backwards at D = 64 and 32 (n32 for dk, dv and dq); at 16 the
-// atomic kernel (the split one for wgmma-split and wgmma-ds).
+// atomic kernel (the split one for wgmma-split, wgmma-split-ss and
+// wgmma-ds).
 TEST(TemplateKernelsOnHost, PackedWgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (int64_t D : {64, 32, 16})
     for (AttentionBackward backward :
          {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
-          AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaDs})
+          AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
+          AttentionBackward::WgmmaDs})
       checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, D,
                            backward);
 }

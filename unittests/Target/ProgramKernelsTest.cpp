@@ -195,11 +195,11 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 // --attention-forward=auto --attention-backward=auto on sm_90a: the program
 // carries every attention algorithm (mma128, mma2, wgmma, wgmma-overlap,
 // mma-pipe, wgmma128 and wgmma-k128 beside mma; atomic, atomic128, wgmma,
-// wgmma-overlap, wgmma-split and wgmma-ds beside split), and each variant,
-// put in its launch's place with its grid and shared memory, matches the
-// CPU backend as the launch's own kernel does (the tests above): seven
-// programs, six with a forward and a backward variant, the last with the
-// forward alone; the first also with the loss gradient's max-first form
+// wgmma-overlap, wgmma-split, wgmma-split-ss and wgmma-ds beside split),
+// and each variant, put in its launch's place with its grid and shared
+// memory, matches the CPU backend as the launch's own kernel does (the
+// tests above): seven programs, each with a forward and a backward
+// variant, the first also with the loss gradient's max-first form
 // (emitCUDA's twin of every bf16 cross_entropy_with_grad).
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
   rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
@@ -220,9 +220,9 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBacke
     for (const std::string &label : labels)
       said += label + "; ";
     SCOPED_TRACE(said);
-    // (7 forward variants, 6 backward: the last forward, wgmma-k128, alone;
-    // the loss gradient's one, maxfirst, with the first)
-    EXPECT_EQ(labels.size(), v == 0 ? 3u : v < 6 ? 2u : 1u)
+    // (7 forward variants, 7 backward; the loss gradient's one, maxfirst,
+    // with the first)
+    EXPECT_EQ(labels.size(), v == 0 ? 3u : 2u)
         << "a forward and a backward variant";
     expectHostMatchesCpu(q, HostTarget::Sm90a);
   }

@@ -267,8 +267,8 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
       "mma",           "mma128",   "mma2",    "wgmma",
       "wgmma-overlap", "mma-pipe", "wgmma128", "wgmma-k128"};
   static const std::vector<std::string> backwards = {
-      "split",         "atomic",      "atomic128", "wgmma",
-      "wgmma-overlap", "wgmma-split", "wgmma-ds"};
+      "split",         "atomic",      "atomic128",      "wgmma",
+      "wgmma-overlap", "wgmma-split", "wgmma-split-ss", "wgmma-ds"};
   return forward ? forwards : backwards;
 }
 
@@ -278,7 +278,7 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label) {
 
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label) {
   return forward || label == "split" || label == "wgmma-split" ||
-         label == "wgmma-ds";
+         label == "wgmma-split-ss" || label == "wgmma-ds";
 }
 
 bool attentionAlgorithmIsDeterministicCandidate(bool forward,
@@ -305,8 +305,10 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
     o.wideAttentionBackward = label == "atomic128";
     o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap";
     o.overlapWgmmaBackward = label == "wgmma-overlap";
-    o.splitWgmmaBackward = label == "wgmma-split" || label == "wgmma-ds";
+    o.splitWgmmaBackward = label == "wgmma-split" ||
+                           label == "wgmma-split-ss" || label == "wgmma-ds";
     o.storedDsWgmmaBackward = label == "wgmma-ds";
+    o.sharedRowsWgmmaBackward = label == "wgmma-split-ss";
   }
   return true;
 }

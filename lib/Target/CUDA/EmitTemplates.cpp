@@ -340,6 +340,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // for dq blocks that then need one product a tile pair rather than
   // three (attentionBackwardStoredDsTensorCores).
   const bool storedDs = wgmmaSplitD && opts.storedDsWgmmaBackward;
+  // --attention-backward=wgmma-split-ss: wgmma-split with the rows each
+  // block keeps read from shared memory by every product, not held in
+  // registers: 126 registers at D=64 (162 held), so 4 blocks an SM.
+  const bool sharedRows =
+      wgmmaSplitD && !storedDs && opts.sharedRowsWgmmaBackward;
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
   // needs 170 registers at D=64, so 2 blocks an SM.
   const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
@@ -392,6 +397,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
       !mma ? 64 : wide || wgmmaWide || keyTiles == 2 ? 256 : 128;
   const int blocksPerSM = !mma                            ? 0
                           : keyTiles == 2                 ? 1
+                          : sharedRows                    ? 4
                           : overlap                       ? 2
                           : grad || pipelined || keys128  ? 3
                           : wide || rowPairs || wgmmaWide ? 2
@@ -462,7 +468,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
          : rowPairs      ? ", 4, 2"
          : wgmmaWide     ? ", false, 2"
          : keyTiles == 2 ? ", 2"
-         : overlap || overlapForward ? ", true"
+         : overlap || overlapForward || sharedRows ? ", true"
                          : "")
      << ">("
      << a.args << ", " << scale

@@ -110,6 +110,11 @@ struct EmitOptions {
   /// pair rather than three (attentionBackwardStoredDsTensorCores):
   /// deterministic. --attention-backward=wgmma-ds.
   bool storedDsWgmmaBackward = false;
+  /// With splitWgmmaBackward and not storedDsWgmmaBackward (D of 32 or
+  /// 64): wgmma reads the rows each block keeps (q and dout, k and v) from
+  /// shared memory rather than from fragments held in registers, at 4
+  /// blocks an SM rather than 3. --attention-backward=wgmma-split-ss.
+  bool sharedRowsWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
@@ -167,7 +172,7 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label);
 
 /// Whether `label`'s algorithm gives the same bits run to run: every
 /// forward, and the backwards without dq's float32 atomics (split,
-/// wgmma-split, wgmma-ds).
+/// wgmma-split, wgmma-split-ss, wgmma-ds).
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
 
 /// Whether `label` is among EmitOptions::deterministicVariants' candidates

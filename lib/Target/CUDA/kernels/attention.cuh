@@ -1352,6 +1352,11 @@ template <int D> struct CoreTile {
     return wgmmaDescriptor(sharedAddress(data) + kc * 2 * kRowGroupBytes,
                            kRowGroupBytes, 128);
   }
+  /// A = this tile, its 64 rows as M and columns [16kc, 16kc+16) as K: a
+  /// K-major A is laid out as a K-major B, so keysAlongN's descriptor.
+  __device__ __forceinline__ unsigned long long rowsAlongM(int kc) const {
+    return keysAlongN(kc);
+  }
 };
 
 /// A 64 x 64 bf16 tile as CUTLASS and FlashAttention-3 lay one out for
@@ -1405,6 +1410,11 @@ template <int D> struct SwizzledTile {
   __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
     return wgmmaDescriptor(sharedAddress(data) + kc * 2048, 16, 1024, true);
   }
+  /// A = this tile, its 64 rows as M and columns [16kc, 16kc+16) as K (as
+  /// CoreTile::rowsAlongM).
+  __device__ __forceinline__ unsigned long long rowsAlongM(int kc) const {
+    return keysAlongN(kc);
+  }
 };
 
 /// The tiles the wgmma kernels read as B (the forwards' k and v, every
@@ -1447,6 +1457,50 @@ __device__ __forceinline__ void wgmmaHoldRows(u32 (&a)[N][4], const Tile &t) {
 #pragma unroll
   for (int kc = 0; kc < N; ++kc)
     loadMatrices(a[kc], t.block(warp * 16, kc * 16));
+}
+
+/// The A operand of the products a wgmma backward block repeats through
+/// its loop, rows of a tile it keeps (a dk/dv block's k or v, a
+/// wgmma-split dq block's q or dout): fragments held in registers from the
+/// loop's first tile on (hold: wgmmaHoldRows; zeroed first), or, kShared
+/// (--attention-backward=wgmma-split-ss), read by each product from the
+/// tile in shared memory. The pair of them held takes 32 registers at
+/// D = 64, the difference between wgmma-split's 3 blocks an SM and 4.
+template <int D, bool kShared> struct KeptRows {
+  const wg::OperandTile<D> &tile;
+  u32 a[D / 16][4] = {};
+  __device__ __forceinline__ void hold() { wgmmaHoldRows(a, tile); }
+  /// d += these rows' columns [16kc, +16) · b.
+  template <int N>
+  __device__ __forceinline__ void product(float (&d)[N][4], int kc,
+                                          unsigned long long b) {
+    wgmmaBf16<false>(d, a[kc], b);
+  }
+};
+template <int D> struct KeptRows<D, true> {
+  const wg::OperandTile<D> &tile;
+  __device__ __forceinline__ void hold() {}
+  template <int N>
+  __device__ __forceinline__ void product(float (&d)[N][4], int kc,
+                                          unsigned long long b) {
+    wgmmaBf16<false>(d, tile.rowsAlongM(kc), b);
+  }
+};
+/// wgmmaFence before a batch of two products on kept rows: into d with
+/// x's, into d2 with y's.
+template <int D, int N, int N2>
+__device__ __forceinline__ void wgmmaFenceKept(float (&d)[N][4],
+                                               KeptRows<D, false> &x,
+                                               float (&d2)[N2][4],
+                                               KeptRows<D, false> &y) {
+  wgmmaFence(d, x.a, d2, y.a);
+}
+template <int D, int N, int N2>
+__device__ __forceinline__ void wgmmaFenceKept(float (&d)[N][4],
+                                               KeptRows<D, true> &,
+                                               float (&d2)[N2][4],
+                                               KeptRows<D, true> &) {
+  wgmmaFence(d, d2);
 }
 
 /// attentionForwardMma with both products on warpgroup MMA: each 4 warps
@@ -1763,7 +1817,7 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
 
 /// Half `half` (32 queries) of query tile sQ, sDout (its row terms tileLse
 /// and tileDot) for a wgmma backward block's 64 keys, warp w's 16w.. (their
-/// k and v rows as A fragments, ka and va), as keyRowsOnQueries does it on
+/// k and v rows as A, kRows and vRows), as keyRowsOnQueries does it on
 /// mma.sync:
 ///   Sᵀ = k·qᵀ and dPᵀ = v·doutᵀ (two commit groups of one batch: P is
 ///   computed while dPᵀ's products run), P and dS in registers (rows keys,
@@ -1772,15 +1826,16 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
 ///   dv += Pᵀ·dout and dk += dSᵀ·q (Pᵀ and dSᵀ as A fragments straight from
 ///   the accumulators, dout and q read along K), one more group, in flight
 ///   on return.
-/// The caller loads ka and va once a block and holds them (wgmmaHoldRows):
+/// The caller loads their fragments once a block and holds them
+/// (KeptRows::hold), or has wgmma read them from shared memory (kShared):
 /// loaded again for each half, as they were, they cost 16 ldmatrix.x4 a
 /// warp and 32 KB of shared-memory reads a query tile, as much as the
 /// tile's wgmma read as B. The first half's dv and dk land before the
 /// second half's batch, or (kOverlap) with its Sᵀ.
-template <int D, bool kOverlap, class WithDs>
+template <int D, bool kOverlap, bool kShared, class WithDs>
 __device__ __forceinline__ void
 wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
-                     u32 (&ka)[D / 16][4], u32 (&va)[D / 16][4],
+                     KeptRows<D, kShared> &kRows, KeptRows<D, kShared> &vRows,
                      const wg::OperandTile<D> &sQ,
                      const wg::OperandTile<D> &sDout,
                      const float *tileLse, const float *tileDot,
@@ -1797,14 +1852,14 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
   float p[4][4], ds[4][4];
   zero(p);
   zero(ds);
-  wgmmaFence(p, ka, ds, va);
+  wgmmaFenceKept(p, kRows, ds, vRows);
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc)
-    wgmmaBf16<false>(p, ka[kc], sQ.keysAlongN(kc, 32 * half));
+    kRows.product(p, kc, sQ.keysAlongN(kc, 32 * half));
   wgmmaCommit();
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc)
-    wgmmaBf16<false>(ds, va[kc], sDout.keysAlongN(kc, 32 * half));
+    vRows.product(ds, kc, sDout.keysAlongN(kc, 32 * half));
   wgmmaCommit();
   wgmmaWait<1>(); // Sᵀ (with kOverlap, also the first half's dv and dk)
   wgmmaFenceOperands(p);
@@ -1908,7 +1963,7 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   // first tile on; at 3 blocks an SM loaded again each half, for held,
   // they took 168 registers, spilled 24 bytes and ptxas serialized every
   // wgmma (C7512). Zeroed first: see wgmmaHoldRows.
-  u32 ka[D / 16][4] = {}, va[D / 16][4] = {};
+  KeptRows<D, false> kRows{sm.k}, vRows{sm.v};
   // Two barriers a tile. The first makes the tile's copies whole (and
   // visible to wgmma), and frees dSᵀ and the last tile's buffers: every
   // thread has waited for the last tile's products, which read them, so
@@ -1918,8 +1973,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
     if (kOverlap && i0 == first) { // k and v came with the first tile's group
-      wgmmaHoldRows(ka, sm.k);
-      wgmmaHoldRows(va, sm.v);
+      kRows.hold();
+      vRows.hold();
     }
     if (i0 + 64 < T) {
       loadQueryTileAsync<LQ, LO, 128>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
@@ -1936,11 +1991,11 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (!kOverlap) { // (the first half's dv and dk in flight under these)
-        wgmmaHoldRows(ka, sm.k);
-        wgmmaHoldRows(va, sm.v);
+        kRows.hold();
+        vRows.hold();
       }
       wgmmaKeysOnQueryHalf<D, kOverlap>(
-          accK, accV, ka, va, sQ, sDout, tileLse, tileDot, scaleLog2,
+          accK, accV, kRows, vRows, sQ, sDout, tileLse, tileDot, scaleLog2,
           diagonal, half, [&](const float (&ds)[4][4]) {
             // dSᵀ to shared memory as bf16.
 #pragma unroll
@@ -2022,7 +2077,7 @@ template <int D> struct WgmmaSplitShared {
 /// fragments are held through the loop (wgmmaHoldRows). The first half's
 /// dq product lands with the second half's S.
 template <int D, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TDQ>
+          bool kShared, typename TDQ>
 __device__ __forceinline__ void
 wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
                  const bf16 *v, const float *lse, const bf16 *dout,
@@ -2041,8 +2096,8 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
   float dqAcc[D / 8][4];
   zero(dqAcc);
-  // Held from the first key tile on (zeroed first: see wgmmaHoldRows).
-  u32 qa[D / 16][4] = {}, da[D / 16][4] = {};
+  // Held from the first key tile on, or read from shared memory.
+  KeptRows<D, kShared> qRows{sQ}, dRows{sDout};
   const int keyEnd = kCausal ? i0 + 64 : S;
   // One barrier a key tile: it makes the tile's copies whole (and visible
   // to wgmma), and frees the last tile's buffers, whose products every
@@ -2052,8 +2107,8 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
     if (j0 == 0) { // q and dout came with the first key tile's group
-      wgmmaHoldRows(qa, sQ);
-      wgmmaHoldRows(da, sDout);
+      qRows.hold();
+      dRows.hold();
     }
     if (j0 + 64 < keyEnd) {
       sm.walked[buf ^ 1][0].template loadAsync<128>(k, kK, j0 + 64);
@@ -2072,14 +2127,14 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
       float s[4][4], dp[4][4];
       zero(s);
       zero(dp);
-      wgmmaFence(s, qa, dp, da);
+      wgmmaFenceKept(s, qRows, dp, dRows);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(s, qa[kc], sK.keysAlongN(kc, 32 * half));
+        qRows.product(s, kc, sK.keysAlongN(kc, 32 * half));
       wgmmaCommit();
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(dp, da[kc], sV.keysAlongN(kc, 32 * half));
+        dRows.product(dp, kc, sV.keysAlongN(kc, 32 * half));
       wgmmaCommit();
       wgmmaWait<1>(); // S (and the first half's dq product)
       wgmmaFenceOperands(s);
@@ -2142,8 +2197,8 @@ __device__ __forceinline__ void countStoredTile(unsigned *ready) {
 /// keys, 64 queries each), and once every thread's stores are fenced the
 /// block counts itself in at ready[i0 / 64].
 template <int D, int T, bool kCausal, class LQ, class LK, class LO,
-          bool kStoreDs = false, typename TDK, typename TDV,
-          class TileOf = int>
+          bool kStoreDs = false, bool kShared = false, typename TDK,
+          typename TDV, class TileOf = int>
 __device__ __forceinline__ void
 wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
                  const bf16 *v, const float *lse, const bf16 *dout,
@@ -2173,16 +2228,16 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
   zero(accV);
-  // Held from the first tile on (zeroed first: see wgmmaHoldRows).
-  u32 ka[D / 16][4] = {}, va[D / 16][4] = {};
+  // Held from the first tile on, or read from shared memory.
+  KeptRows<D, kShared> kRows{sK}, vRows{sV};
   // One barrier a query tile, as in wgmmaQueryTileDq.
   for (int i0 = begin, buf = 0; i0 != end; i0 += kStep, buf ^= 1) {
     waitCopies<0>();
     fenceProxyAsync();
     __syncthreads();
     if (i0 == begin) { // k and v came with the first tile's group
-      wgmmaHoldRows(ka, sK);
-      wgmmaHoldRows(va, sV);
+      kRows.hold();
+      vRows.hold();
     }
     if (i0 + kStep != end) {
       loadQueryTileAsync<LQ, LO, 128>(
@@ -2202,7 +2257,7 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       wgmmaKeysOnQueryHalf<D, false>(
-          accK, accV, ka, va, sQ, sDout, tileLse, tileDot, scaleLog2,
+          accK, accV, kRows, vRows, sQ, sDout, tileLse, tileDot, scaleLog2,
           diagonal, half, [&](const float (&ds)[4][4]) {
             if constexpr (kStoreDs) {
 #pragma unroll
@@ -2354,8 +2409,13 @@ __device__ void attentionBackwardWgmmaStoredDs(
 /// a dq block per query tile and a dk/dv block per key tile, each one
 /// warpgroup. Seven products a tile pair, as the split kernel computes,
 /// against the atomic kernels' five and their float32 reductions.
+/// kShared (--attention-backward=wgmma-split-ss): every block's kept rows
+/// (q and dout, k and v) read by wgmma from shared memory rather than held
+/// as fragments: 126 registers rather than 162 at D = 64, so 4 blocks an
+/// SM rather than 3, for 3 KB of shared-memory reads a product rather
+/// than 1.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TDQ, typename TDK, typename TDV>
+          bool kShared = false, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardWgmmaSplit(const bf16 *q, const bf16 *k,
                                             const bf16 *v, const float *lse,
                                             const bf16 *dout,
@@ -2375,12 +2435,12 @@ __device__ void attentionBackwardWgmmaSplit(const bf16 *q, const bf16 *k,
   backwardToHead<T, LQ, LK, LO>(work.head, q, k, v, lse, dout, delta, dq, dk,
                                 dv);
   if (dqBlock)
-    wgmmaQueryTileDq<D, S, kCausal, LQ, LK, LO>(
+    wgmmaQueryTileDq<D, S, kCausal, LQ, LK, LO, kShared>(
         sm, q, k, v, lse, dout, delta, dq, scale,
         (kQueryBlocks - 1 - tile) * 64);
   else
-    wgmmaKeyTileDkDv<D, T, kCausal, LQ, LK, LO>(sm, q, k, v, lse, dout, delta,
-                                                 dk, dv, scale, tile * 64);
+    wgmmaKeyTileDkDv<D, T, kCausal, LQ, LK, LO, false, kShared>(
+        sm, q, k, v, lse, dout, delta, dk, dv, scale, tile * 64);
 }
 #endif // GPTC_WGMMA
 
@@ -2427,18 +2487,19 @@ attentionForwardKeys128TensorCores(const bf16 *q, const bf16 *k,
 }
 
 /// The deterministic backward the target has, emitted for
-/// --attention-backward=wgmma-split: warpgroup MMA on sm_90a for D of 32
-/// or 64, else the split mma.sync backward (the same grid; the same
-/// results up to float32 summation order).
+/// --attention-backward=wgmma-split (and wgmma-split-ss, kShared):
+/// warpgroup MMA on sm_90a for D of 32 or 64, else the split mma.sync
+/// backward (the same grid; the same results up to float32 summation
+/// order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          typename TDQ, typename TDK, typename TDV>
+          bool kShared = false, typename TDQ, typename TDK, typename TDV>
 __device__ __forceinline__ void attentionBackwardSplitTensorCores(
     const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
     const bf16 *dout, const float *delta, TDQ *dq, TDK *dk, TDV *dv,
     float scale) {
 #if GPTC_WGMMA
   if constexpr (D == 32 || D == 64)
-    attentionBackwardWgmmaSplit<D, T, S, kCausal, LQ, LK, LO>(
+    attentionBackwardWgmmaSplit<D, T, S, kCausal, LQ, LK, LO, kShared>(
         q, k, v, lse, dout, delta, dq, dk, dv, scale);
   else
 #endif

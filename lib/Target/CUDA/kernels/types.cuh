@@ -364,6 +364,15 @@ __device__ __forceinline__ void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
   wgmmaFenceOperands(a2);
   wgmmaFence(d, a);
 }
+/// The same before a batch of two products whose A is read from shared
+/// memory (no A fragments): into d, and into d2.
+template <int N, int N2>
+__device__ __forceinline__ void wgmmaFence(float (&d)[N][4],
+                                           float (&d2)[N2][4]) {
+  wgmmaFenceOperands(d2);
+  wgmmaFenceOperands(d);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 /// This thread's shared-memory writes become visible to wgmma's reads
 /// (the async proxy) once a barrier follows.
 __device__ __forceinline__ void fenceProxyAsync() {
@@ -404,6 +413,24 @@ __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
                  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                  "r"(1), "n"(int(kTransB)));
+}
+/// d += a · b, m64n32k16 with A read from shared memory too, through a
+/// descriptor (K-major: wg::SwizzledTile::rowsAlongM): no registers hold
+/// it, and each product reads its 2 KB again.
+template <bool kTransB>
+__device__ __forceinline__ void wgmmaBf16(float (&d)[4][4],
+                                          unsigned long long a,
+                                          unsigned long long b) {
+  // scale-d is a predicate: true, accumulate; A not transposed.
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+               "%16, %17, p, 1, 1, 0, %19;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+               : "l"(a), "l"(b), "r"(1), "n"(int(kTransB)));
 }
 #endif // GPTC_WGMMA
 
