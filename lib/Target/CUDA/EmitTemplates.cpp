@@ -342,7 +342,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const bool storedDs = wgmmaSplitD && opts.storedDsWgmmaBackward;
   // --attention-backward=wgmma-split-ss: wgmma-split with the rows each
   // block keeps read from shared memory by every product, not held in
-  // registers: 126 registers at D=64 (162 held), so 4 blocks an SM.
+  // registers: 126 registers at D=64 (158 held), so 4 blocks an SM.
   const bool sharedRows =
       wgmmaSplitD && !storedDs && opts.sharedRowsWgmmaBackward;
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which

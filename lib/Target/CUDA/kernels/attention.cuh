@@ -1427,13 +1427,16 @@ template <int D> using OperandTile = typename OperandTileOf<D>::type;
 /// The block's dynamic shared memory as a T, from its first alignof(T)
 /// boundary on: it is only 16-byte aligned, and a swizzled tile's pattern
 /// follows the address bits. Its launches ask for alignof(T) - 16 bytes
-/// more than sizeof(T) (EmitTemplates.cpp).
+/// more than sizeof(T) (EmitTemplates.cpp). The pointer is the array's
+/// plus a pad, so the compiler still knows it for shared memory: rounded
+/// as an integer it did not, and the kernels' plain reads of their row
+/// terms were generic loads (LD, not LDS: 28 in wgmma-split-ss).
 template <class T> __device__ __forceinline__ T &dynamicSharedAs() {
   extern __shared__ uint4 gptcDynamicShared[];
-  const unsigned long long at =
-      reinterpret_cast<unsigned long long>(gptcDynamicShared);
-  return *reinterpret_cast<T *>((at + alignof(T) - 1) &
-                                ~(unsigned long long)(alignof(T) - 1));
+  char *base = reinterpret_cast<char *>(gptcDynamicShared);
+  const unsigned long long pad =
+      (0 - reinterpret_cast<unsigned long long>(base)) & (alignof(T) - 1);
+  return *reinterpret_cast<T *>(base + pad);
 }
 
 } // namespace wg
@@ -2411,7 +2414,7 @@ __device__ void attentionBackwardWgmmaStoredDs(
 /// against the atomic kernels' five and their float32 reductions.
 /// kShared (--attention-backward=wgmma-split-ss): every block's kept rows
 /// (q and dout, k and v) read by wgmma from shared memory rather than held
-/// as fragments: 126 registers rather than 162 at D = 64, so 4 blocks an
+/// as fragments: 126 registers rather than 158 at D = 64, so 4 blocks an
 /// SM rather than 3, for 3 KB of shared-memory reads a product rather
 /// than 1.
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
