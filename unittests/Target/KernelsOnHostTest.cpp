@@ -1894,7 +1894,8 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   // only this kernel calls in this program.
   const char *half = "wgmmaKeysOnQueryHalf";
   for (const char *fence :
-       {"wgmmaFenceKept(p, kRows, ds, vRows);", "wgmmaFence(accV, pa, accK, dsa);"})
+       {"wgmmaFenceKept(p, kRows, ds, vRows);",
+        "wgmmaFence(accV, pa, accK, dsa);"})
     EXPECT_EQ(expectEachNeeded(p, k, half, fence,
                                "no wgmma.fence since the last wait", sm90a),
               1)
@@ -2038,8 +2039,9 @@ TEST(TemplateKernelsOnHost, EveryWgmmaSplitBackwardBarrierFenceAndWaitIsNeeded) 
                 1);
       // The dk/dv block's query tile halves are wgmmaKeysOnQueryHalf's.
       const char *batches = dqBlock ? fn : "wgmmaKeysOnQueryHalf";
-      const std::string scores = dqBlock ? "wgmmaFenceKept(s, qRows, dp, dRows);"
-                                         : "wgmmaFenceKept(p, kRows, ds, vRows);";
+      const std::string scores =
+          dqBlock ? "wgmmaFenceKept(s, qRows, dp, dRows);"
+                  : "wgmmaFenceKept(p, kRows, ds, vRows);";
       const std::string products = dqBlock ? "wgmmaFence(dqAcc, dsa);"
                                            : "wgmmaFence(accV, pa, accK, dsa);";
       for (const std::string &fence : {scores, products})
