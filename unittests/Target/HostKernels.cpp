@@ -659,6 +659,16 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
   emu::wait(emu::AtWarpBarrier);
   return r;
 }
+/// The same for 32-bit words, their bits as they are.
+inline unsigned __shfl_xor_sync(unsigned, unsigned v, int mask) {
+  int me = emu::current;
+  std::memcpy(&emu::floatSlots[me], &v, 4);
+  emu::wait(emu::AtWarpBarrier);
+  unsigned r;
+  std::memcpy(&r, &emu::floatSlots[(me & ~31) | ((me & 31) ^ mask)], 4);
+  emu::wait(emu::AtWarpBarrier);
+  return r;
+}
 inline unsigned __ballot_sync(unsigned, bool p) {
   int me = emu::current, first = me & ~31;
   emu::intSlots[me] = p;
@@ -764,6 +774,11 @@ template <typename T> inline void load8(const T *p, float (&x)[8]) {
 template <typename T> inline void store8(T *p, const float (&x)[8]) {
   globalAligned16(p);
   for (int i = 0; i < 8; ++i) p[i] = fromFloat<T>(x[i]);
+}
+inline void storeGlobal128(void *p, u32 a, u32 b, u32 c, u32 d) {
+  globalAligned16(p);
+  u32 *w = static_cast<u32 *>(p);
+  w[0] = a, w[1] = b, w[2] = c, w[3] = d;
 }
 
 struct uint4 { u32 x, y, z, w; };

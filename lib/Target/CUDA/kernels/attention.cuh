@@ -232,6 +232,32 @@ __device__ void attentionBackwardSimple(const TQ *q, const TK *k, const TV *v,
   }
 }
 
+/// A 4 x 4 transpose across four lanes kLaneStride apart (lane i of them,
+/// i = 0..3: 4 apart, the lanes of an mma fragment whose g % 4 is i, which
+/// hold four consecutive rows; 1 apart, the lanes tq = i of a fragment's
+/// row): before, lane i holds m[i][e] in v[e]; after, m[s][i] in v[s].
+/// Two butterfly rounds, two shuffles each.
+template <int kLaneStride = 4, typename V>
+__device__ __forceinline__ void transposeAcrossLanes4(V (&v)[4], int i) {
+#pragma unroll
+  for (int mask = 1; mask <= 2; mask *= 2) {
+    const bool upper = (i & mask) != 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (e & mask)
+        continue;
+      // The lower lane keeps slot e and takes the partner's slot e into
+      // slot e ^ mask; the upper one the other way round.
+      V got = __shfl_xor_sync(0xffffffffu, upper ? v[e] : v[e ^ mask],
+                              kLaneStride * mask);
+      if (upper)
+        v[e] = got;
+      else
+        v[e ^ mask] = got;
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Tensor-core kernels (bf16, sm_80+)
 //===----------------------------------------------------------------------===//
@@ -435,11 +461,43 @@ __device__ __forceinline__ void accumulatePBRows(float (&acc)[kM][D / 8][4],
 /// `stride` apart from `dst` on. A template argument: as a function argument
 /// (constant after inlining all the same) NVRTC's register allocation
 /// differs and the forward spills at 128 registers.
-template <int D, i64 stride, typename T>
+///
+/// 2-byte elements with D a multiple of 32 and 16-byte aligned rows: the
+/// four lanes of a fragment's row hold its 8 columns of each n-tile as
+/// pairs; transposed across them in sets of four n-tiles, each lane holds
+/// one n-tile's 8 columns, one 16-byte store. Element by element, a warp's
+/// store wrote 2 bytes a lane into 8 sectors: ncu counted 3.1 million
+/// excess sectors, 17% of the wgmma forward's, on an H200. kWide false
+/// keeps the element stores: the mma.sync backwards, at their 168
+/// registers, spilled with the transposes (split 16 bytes at D = 64, the
+/// atomic one 8 at D = 32).
+template <int D, i64 stride, bool kWide = true, typename T>
 __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
                                          const float (&acc)[D / 8][4],
                                          float scaleLo, float scaleHi) {
   int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
+  if constexpr (kWide && sizeof(T) == 2 && D % 32 == 0 && stride % 8 == 0) {
+    if (reinterpret_cast<unsigned long long>(dst) % 16 == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) { // rows g, g + 8
+        const float scale = half ? scaleHi : scaleLo;
+        T *row = dst + (row0 + g + 8 * half) * stride;
+#pragma unroll
+        for (int set = 0; set < D / 32; ++set) {
+          u32 v[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float *x = acc[4 * set + e] + 2 * half;
+            v[e] = u32(fromFloat<T>(x[0] * scale).bits) |
+                   u32(fromFloat<T>(x[1] * scale).bits) << 16;
+          }
+          transposeAcrossLanes4<1>(v, tq);
+          storeGlobal128(row + 8 * (4 * set + tq), v[0], v[1], v[2], v[3]);
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt) {
     int c = nt * 8 + 2 * tq;
@@ -963,7 +1021,7 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
       }
       __syncthreads(); // done with this buffer before it is refilled
     }
-    storeAcc<D, kQ>(dq, i0 + warp * 16, acc, scale, scale);
+    storeAcc<D, kQ, false>(dq, i0 + warp * 16, acc, scale, scale);
     return;
   }
 
@@ -1014,8 +1072,8 @@ __device__ void attentionBackwardMma(const bf16 *q, const bf16 *k,
     waitCopies<0>();
     __syncthreads();
   }
-  storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
-  storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
+  storeAcc<D, kK, false>(dk, j0 + warp * 16, accK, scale, scale);
+  storeAcc<D, kK, false>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1055,30 +1113,6 @@ __device__ __forceinline__ void arriveAtQueryTiles(unsigned *arrivals,
   }
   __syncthreads();
   __threadfence();
-}
-
-/// A 4 x 4 transpose across the four lanes 4, 8 and 12 apart whose g % 4
-/// is i = 0..3 (the lanes of an mma fragment that hold four consecutive
-/// rows): before, lane i holds m[i][e] in v[e]; after, m[s][i] in v[s].
-/// Two butterfly rounds, two shuffles each.
-__device__ __forceinline__ void transposeAcrossLanes4(float (&v)[4], int i) {
-#pragma unroll
-  for (int mask = 1; mask <= 2; mask *= 2) {
-    const bool upper = (i & mask) != 0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (e & mask)
-        continue;
-      // The lower lane keeps slot e and takes the partner's slot e into
-      // slot e ^ mask; the upper one the other way round.
-      float got = __shfl_xor_sync(0xffffffffu, upper ? v[e] : v[e ^ mask],
-                                  4 * mask);
-      if (upper)
-        v[e] = got;
-      else
-        v[e ^ mask] = got;
-    }
-  }
 }
 
 /// attentionBackwardAtomic's last block for a query tile: dq = scale · the
@@ -1276,8 +1310,8 @@ __device__ void attentionBackwardAtomic(const bf16 *q, const bf16 *k,
       }
     }
   }
-  storeAcc<D, kK>(dk, myKey0, accK, scale, scale);
-  storeAcc<D, kK>(dv, myKey0, accV, 1.0f, 1.0f);
+  storeAcc<D, kK, false>(dk, myKey0, accK, scale, scale);
+  storeAcc<D, kK, false>(dv, myKey0, accV, 1.0f, 1.0f);
 
   arriveAtQueryTiles<T, S, kCausal, kKeys>(arrivals, lastFor, first / 64);
   for (int t = first / 64; t < T / 64; ++t)
