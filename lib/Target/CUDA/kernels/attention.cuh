@@ -468,9 +468,9 @@ __device__ __forceinline__ void accumulatePBRows(float (&acc)[kM][D / 8][4],
 /// one n-tile's 8 columns, one 16-byte store. Element by element, a warp's
 /// store wrote 2 bytes a lane into 8 sectors: ncu counted 3.1 million
 /// excess sectors, 17% of the wgmma forward's, on an H200. kWide false
-/// keeps the element stores: the mma.sync backwards, at their 168
-/// registers, spilled with the transposes (split 16 bytes at D = 64, the
-/// atomic one 8 at D = 32).
+/// keeps the element stores: the mma.sync kernels, at their register
+/// caps, spilled with the transposes (the split backward 16 bytes at
+/// D = 64, the atomic one 8 at D = 32, the forward 8 at 128 registers).
 template <int D, i64 stride, bool kWide = true, typename T>
 __device__ __forceinline__ void storeAcc(T *dst, i64 row0,
                                          const float (&acc)[D / 8][4],
@@ -626,15 +626,17 @@ struct OnlineSoftmax {
 
   /// Writes the warp's rows [row0, row0 + 16) of out (acc over the sums)
   /// and their lse, in natural units.
-  template <int D, int T, class LO, typename TO>
+  /// kWide: storeAcc's 16-byte stores (the mma.sync forwards, at their
+  /// register caps, spilled with them).
+  template <int D, int T, class LO, bool kWide = true, typename TO>
   __device__ __forceinline__ void finish(TO *out, float *lse, i64 h, int row0,
                                          const float (&acc)[D / 8][4]) {
     for (int o = 1; o <= 2; o <<= 1) {
       lLo += __shfl_xor_sync(0xffffffffu, lLo, o);
       lHi += __shfl_xor_sync(0xffffffffu, lHi, o);
     }
-    storeAcc<D, LO::kRowStride>(out + LO::head(h), row0, acc, 1.0f / lLo,
-                                1.0f / lHi);
+    storeAcc<D, LO::kRowStride, kWide>(out + LO::head(h), row0, acc,
+                                       1.0f / lLo, 1.0f / lHi);
     if (threadIdx.x % 4 == 0) {
       constexpr float kLn2 = 0.6931471805599453f;
       const int rowLo = row0 + threadIdx.x % 32 / 4;
@@ -752,7 +754,8 @@ __device__ void attentionForwardMma(const bf16 *q, const bf16 *k,
   }
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
-    rows[m].template finish<D, T, LO>(out, lse, h, row0 + 16 * m, acc[m]);
+    rows[m].template finish<D, T, LO, false>(out, lse, h, row0 + 16 * m,
+                                             acc[m]);
 }
 
 /// attentionForwardMma (4 warps, 64 queries a block) with the next key
@@ -832,7 +835,7 @@ __device__ void attentionForwardMmaPipelined(const bf16 *q, const bf16 *k,
     if (j + 1 < tiles)
       tile(j + 1, s1, s0);
   }
-  rows.template finish<D, T, LO>(out, lse, h, i0 + warp * 16, acc);
+  rows.template finish<D, T, LO, false>(out, lse, h, i0 + warp * 16, acc);
 }
 
 /// Starts the copies of the row terms of queries [i0, i0 + 64): their lse
