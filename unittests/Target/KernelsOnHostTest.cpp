@@ -1279,8 +1279,8 @@ TEST(TemplateKernelsOnHost, AttentionBackwardReadsDeltaNotOut) {
     rt::Program &p = emitForHost(b.p);
     ASSERT_EQ(p.kernels.size(), 3u);
     EXPECT_EQ(attentionImpl(p.kernels[0].source), "Mma");
-    EXPECT_NE(p.kernels[1].source.find(doutType == bf ? ", 8, 8>(in0, in1"
-                                                      : ", 4, 16>(in0, in1"),
+    EXPECT_NE(p.kernels[1].source.find(doutType == bf ? ", 8, 8, 4>(in0, in1"
+                                                      : ", 4, 16, 4>(in0, in1"),
               std::string::npos);
     EXPECT_EQ(attentionImpl(p.kernels[2].source),
               doutType == bf ? "Mma" : "Simple");
@@ -1291,8 +1291,10 @@ TEST(TemplateKernelsOnHost, AttentionBackwardReadsDeltaNotOut) {
 // [B, H, T, D] and packed [B, T, H·D]; 16-byte loads of bf16 (8 lanes a
 // row at D = 64, 2 at D = 16), float32 4 at a time (32 lanes at D = 136),
 // and one element at a time where a row's start is not 16-byte aligned
-// (D = 12 of bf16: 8 lanes). B = 2, H = 3, T = 40: 240 rows, more than a
-// block of 32 rows of 8 lanes takes, and a last block only partly full.
+// (D = 12 of bf16: 8 lanes, a lane's second chunk past D for some). B = 2,
+// H = 3, T = 40: 240 rows; a block takes 4 rounds of 256 / lanes rows (128
+// at 8 lanes), so a last block only partly full, whose rows past the end
+// read the last row and write nothing.
 TEST(TemplateKernelsOnHost, AttentionRowDotMatchesTheCpuExecutor) {
   struct Case {
     int64_t D;
@@ -1300,10 +1302,10 @@ TEST(TemplateKernelsOnHost, AttentionRowDotMatchesTheCpuExecutor) {
     bool packed;
     const char *call;
   };
-  for (const Case &c : {Case{64, DType::BF16, true, ", 8, 8>(in0, in1"},
-                        Case{16, DType::BF16, false, ", 8, 2>(in0, in1"},
-                        Case{136, DType::F32, true, ", 4, 32>(in0, in1"},
-                        Case{12, DType::BF16, true, ", 1, 8>(in0, in1"}}) {
+  for (const Case &c : {Case{64, DType::BF16, true, ", 8, 8, 4>(in0, in1"},
+                        Case{16, DType::BF16, false, ", 8, 2, 4>(in0, in1"},
+                        Case{136, DType::F32, true, ", 4, 32, 4>(in0, in1"},
+                        Case{12, DType::BF16, true, ", 1, 8, 4>(in0, in1"}}) {
     SCOPED_TRACE("D " + std::to_string(c.D) + (c.packed ? ", packed" : ""));
     const int64_t B = 2, H = 3, T = 40;
     Builder b;

@@ -621,10 +621,10 @@ void Emitter::emitAttentionRowDot() {
   begin(entry, 256);
   const int64_t rows = heads * T;
   os << "  attentionRowDot<" << D << ", " << T << ", " << i64Literal(rows)
-     << ", " << lo << ", " << width << ", " << lanes
-     << ">(in0, in1, out0);\n}\n";
+     << ", " << lo << ", " << width << ", " << lanes << ", "
+     << kRowDotRounds << ">(in0, in1, out0);\n}\n";
   l.block[0] = 256;
-  l.grid[0] = toGrid(ceilDiv(rows, 256 / lanes));
+  l.grid[0] = toGrid(ceilDiv(rows, 256 / lanes * kRowDotRounds));
 }
 
 } // namespace gptc::cuda::detail

@@ -112,6 +112,10 @@ constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2,
 /// this many terms (and there are many: EmitTemplates.cpp).
 constexpr int64_t kReduceFewTerms = 32;
 
+/// The rows a lane group of attention_row_dot takes, their loads issued
+/// together (attentionRowDot's kRounds).
+constexpr int kRowDotRounds = 4;
+
 /// The elements a lane of the layernorm kernels takes at once
 /// (RowLayout<C>::kW in layernorm.cuh).
 inline int layernormChunk(int64_t C) { return C % 4 == 0 ? 4 : 1; }

@@ -127,38 +127,64 @@ __device__ void attentionForwardSimple(const TQ *q, const TK *k, const TV *v,
 /// head bh, float32, for kRows = heads · T rows. kLanes lanes (a power of
 /// two) take a row, kW elements at a time: 8 is one 16-byte access of
 /// bf16 or f16 (rows 16-byte aligned), 4 one of float32 or 8 bytes of
-/// bf16, 1 any. 256 threads a block, grid-stride over the rows in steps the
-/// whole block takes, so that every lane of a warp reaches the shuffles.
-template <int D, int T, i64 kRows, class LO, int kW, int kLanes, typename TO>
+/// bf16, 1 any. 256 threads a block, kRounds rows a lane group, the
+/// rows of a round 256/kLanes apart, every load of them issued before the
+/// sums (one row a group took its two 16-byte loads alone: ncu on an H200
+/// found warps stalled on them 71% of their cycles, DRAM 74% busy); grid-
+/// stride over the rows in steps the whole block takes, so that every lane
+/// of a warp reaches the shuffles.
+template <int D, int T, i64 kRows, class LO, int kW, int kLanes, int kRounds,
+          typename TO>
 __device__ void attentionRowDot(const TO *out, const TO *dout, float *delta) {
   static_assert(D % kW == 0 && 32 % kLanes == 0, "whole chunks, whole warps");
-  constexpr int kRowsPerBlock = 256 / kLanes;
+  constexpr int kRowsPerRound = 256 / kLanes;
+  constexpr int kRowsPerBlock = kRowsPerRound * kRounds;
+  // A lane's chunks of a row (the last may lie past D).
+  constexpr int kChunks = (D + kLanes * kW - 1) / (kLanes * kW);
   const int lane = threadIdx.x % kLanes;
   for (i64 r0 = i64(blockIdx.x) * kRowsPerBlock; r0 < kRows;
        r0 += i64(gridDim.x) * kRowsPerBlock) {
-    const i64 r = r0 + threadIdx.x / kLanes;
-    float s = 0.0f;
-    if (r < kRows) {
-      const i64 row = LO::head(r / T) + (r % T) * LO::kRowStride;
-      for (int c = lane * kW; c < D; c += kLanes * kW) {
-        float x[kW], y[kW];
-        if constexpr (kW == 8) {
-          load8(out + row + c, x);
-          load8(dout + row + c, y);
-        } else {
-          loadW<kW>(out + row + c, x);
-          loadW<kW>(dout + row + c, y);
-        }
+    float x[kRounds][kChunks][kW], y[kRounds][kChunks][kW];
 #pragma unroll
-        for (int e = 0; e < kW; ++e)
-          s = fmaf(x[e], y[e], s);
+    for (int u = 0; u < kRounds; ++u) {
+      // A row past the last reads the last (its sum is not written), so
+      // that no branch stands between the loads: all are in flight at once.
+      const i64 r = r0 + u * kRowsPerRound + threadIdx.x / kLanes;
+      const i64 rr = r < kRows ? r : kRows - 1;
+      const i64 row = LO::head(rr / T) + (rr % T) * LO::kRowStride;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        const int c = (lane + j * kLanes) * kW;
+        if (D % (kLanes * kW) == 0 || c < D) {
+          if constexpr (kW == 8) {
+            load8(out + row + c, x[u][j]);
+            load8(dout + row + c, y[u][j]);
+          } else {
+            loadW<kW>(out + row + c, x[u][j]);
+            loadW<kW>(dout + row + c, y[u][j]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < kW; ++e)
+            x[u][j][e] = y[u][j][e] = 0.0f;
+        }
       }
     }
 #pragma unroll
-    for (int o = kLanes / 2; o > 0; o /= 2)
-      s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (r < kRows && lane == 0)
-      delta[r] = s;
+    for (int u = 0; u < kRounds; ++u) {
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j)
+#pragma unroll
+        for (int e = 0; e < kW; ++e)
+          s = fmaf(x[u][j][e], y[u][j][e], s);
+#pragma unroll
+      for (int o = kLanes / 2; o > 0; o /= 2)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+      const i64 r = r0 + u * kRowsPerRound + threadIdx.x / kLanes;
+      if (r < kRows && lane == 0)
+        delta[r] = s;
+    }
   }
 }
 
