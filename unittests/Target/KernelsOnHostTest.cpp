@@ -1516,6 +1516,22 @@ int expectEachNeeded(const rt::Program &p, size_t k, const std::string &fn,
   return removed;
 }
 
+/// A wgmma kernel's function `fn` (on sm_90a): each of its `barriers`
+/// __syncthreads() and its one fence.proxy.async is needed, taken out one
+/// at a time (expectEachNeeded).
+void expectBarriersAndProxyFenceNeeded(const rt::Program &p, size_t k,
+                                       const std::string &fn, int barriers) {
+  const HostTarget sm90a = HostTarget::Sm90a;
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
+                             "shared-memory race", sm90a),
+            barriers)
+      << fn;
+  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
+                             "with no fence.proxy.async", sm90a),
+            1)
+      << fn;
+}
+
 /// Raises each `wgmmaWait<N>();` of function `fn` of kernel `k` to N + 1,
 /// one at a time, and expects the run to notice: a product that is still in
 /// flight when its accumulators are read leaves the emulation's poison (a
@@ -1742,12 +1758,7 @@ struct WgmmaForwardSync {
 void expectEveryWgmmaForwardSyncNeeded(rt::Program &p, size_t k,
                                        const WgmmaForwardSync &sync) {
   const HostTarget sm90a = HostTarget::Sm90a;
-  EXPECT_EQ(expectEachNeeded(p, k, sync.fn, "__syncthreads();",
-                             "shared-memory race", sm90a),
-            sync.barriers);
-  EXPECT_EQ(expectEachNeeded(p, k, sync.fn, "fenceProxyAsync();",
-                             "with no fence.proxy.async", sm90a),
-            1);
+  expectBarriersAndProxyFenceNeeded(p, k, sync.fn, sync.barriers);
   for (const char *fence : sync.fences)
     EXPECT_EQ(expectEachNeeded(p, k, sync.fn, fence,
                                "no wgmma.fence since the last wait", sm90a),
@@ -1886,12 +1897,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   ASSERT_LT(k, p.kernels.size());
   const HostTarget sm90a = HostTarget::Sm90a;
   const char *fn = "attentionBackwardWgmma";
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
-                             "shared-memory race", sm90a),
-            2);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
-                             "with no fence.proxy.async", sm90a),
-            1);
+  expectBarriersAndProxyFenceNeeded(p, k, fn, 2);
   // A query tile half's two batches are wgmmaKeysOnQueryHalf's, which
   // only this kernel calls in this program.
   const char *half = "wgmmaKeysOnQueryHalf";
@@ -2033,12 +2039,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaSplitBackwardBarrierFenceAndWaitIsNeeded) 
     for (const char *fn : {"wgmmaQueryTileDq", "wgmmaKeyTileDkDv"}) {
       SCOPED_TRACE(fn);
       const bool dqBlock = std::string(fn) == "wgmmaQueryTileDq";
-      EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
-                                 "shared-memory race", sm90a),
-                1);
-      EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
-                                 "with no fence.proxy.async", sm90a),
-                1);
+      expectBarriersAndProxyFenceNeeded(p, k, fn, 1);
       // The dk/dv block's query tile halves are wgmmaKeysOnQueryHalf's.
       const char *batches = dqBlock ? fn : "wgmmaKeysOnQueryHalf";
       const std::string scores =
@@ -2094,12 +2095,7 @@ TEST(TemplateKernelsOnHost, EveryStoredDsDqBarrierFenceAndWaitIsNeeded) {
   ASSERT_LT(k, p.kernels.size());
   const HostTarget sm90a = HostTarget::Sm90a;
   const std::string fn = "wgmmaQueryTileDqFromDs";
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "__syncthreads();",
-                             "shared-memory race", sm90a),
-            1);
-  EXPECT_EQ(expectEachNeeded(p, k, fn, "fenceProxyAsync();",
-                             "with no fence.proxy.async", sm90a),
-            1);
+  expectBarriersAndProxyFenceNeeded(p, k, fn, 1);
   EXPECT_EQ(expectEachNeeded(p, k, fn, "wgmmaFence(dqAcc, dsa);",
                              "no wgmma.fence since the last wait", sm90a),
             1);
