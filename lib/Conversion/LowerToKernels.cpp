@@ -79,7 +79,8 @@ const std::pair<llvm::StringLiteral, rt::Role> kBindings[] = {
     {gpt::kParamAttr, rt::Role::Param},   {gpt::kGradAttr, rt::Role::Grad},
     {gpt::kAdamMAttr, rt::Role::AdamM},   {gpt::kAdamVAttr, rt::Role::AdamV},
     {gpt::kInputAttr, rt::Role::Input},   {gpt::kHyperAttr, rt::Role::Hyper},
-    {gpt::kOutputAttr, rt::Role::Output}};
+    {gpt::kOutputAttr, rt::Role::Output},
+    {gpt::kParamCopyAttr, rt::Role::ParamCopy}};
 
 std::optional<std::pair<rt::Role, std::string>> bindingOf(DictionaryAttr d) {
   if (!d)
@@ -103,6 +104,15 @@ struct LaunchInfo {
 };
 
 } // namespace
+
+/// `part` is `whole`'s leading rows: the same shape, but for a shorter
+/// first dimension.
+static bool isLeadingRows(const std::vector<int64_t> &part,
+                          const std::vector<int64_t> &whole) {
+  if (part.empty() || part.size() != whole.size() || part[0] >= whole[0])
+    return false;
+  return std::equal(part.begin() + 1, part.end(), whole.begin() + 1);
+}
 
 bool isPrefixSlice(gpt::SliceOp slice) {
   auto in = cast<RankedTensorType>(slice.getX().getType());
@@ -210,6 +220,14 @@ Lowering::boundBuffer(rt::Role role, const std::string &binding, Type type,
   auto [it, inserted] = bound.try_emplace({role, binding}, -1);
   if (!inserted) {
     const rt::Buffer &old = program.buffers[it->second];
+    // The update writes a padded copy by its leading rows: a view.
+    if (role == rt::Role::ParamCopy && old.dtype == b.dtype &&
+        isLeadingRows(b.shape, old.shape)) {
+      b.role = role;
+      b.name = b.binding = binding;
+      b.viewOf = it->second;
+      return add(std::move(b));
+    }
     if (old.dtype != b.dtype || old.shape != b.shape)
       return emit() << describeBinding(role, binding) << " is " << type
                     << " here but " << rt::dtypeName(old.dtype)
@@ -305,8 +323,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
       return func.emitError() << "argument #" << i << " of @"
                               << func.getSymName()
                               << " has no binding (gpt.param, gpt.grad, "
-                                 "gpt.adam_m, gpt.adam_v, gpt.input or "
-                                 "gpt.hyper)";
+                                 "gpt.adam_m, gpt.adam_v, gpt.input, "
+                                 "gpt.hyper or gpt.param_copy)";
     FailureOr<int> id =
         boundBuffer(binding->first, binding->second, arg.getType(), emit);
     if (failed(id))
@@ -332,7 +350,8 @@ LogicalResult Lowering::lowerFunction(func::FuncOp func, const char *name) {
       return ret.emitError() << "result #" << i << " of @"
                              << func.getSymName()
                              << " has no binding (gpt.param, gpt.grad, "
-                                "gpt.adam_m, gpt.adam_v or gpt.output)";
+                                "gpt.adam_m, gpt.adam_v, gpt.output or "
+                                "gpt.param_copy)";
     Value v = ret.getOperand(i);
     FailureOr<int> id =
         boundBuffer(binding->first, binding->second, v.getType(), emit);
@@ -741,6 +760,8 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
   m["recompute"] = opts.recomputeList();
   if (!opts.fusedBiasGrads)
     m["bias_grads"] = "gemm";
+  if (!opts.weightCopies)
+    m["weight_copies"] = "false";
   m["batch"] = std::to_string(batch);
   m["seq"] = std::to_string(seq);
   m["pad_multiple"] = std::to_string(padMultiple);

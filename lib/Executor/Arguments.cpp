@@ -127,6 +127,9 @@ bindArguments(const std::vector<ArgumentInfo> &args,
     case ArgumentInfo::Kind::Param:
       out.push_back(params.at(a.name));
       break;
+    case ArgumentInfo::Kind::ParamCopy:
+      out.push_back(paramCopy(params.at(a.name), a.shape, a.storage));
+      break;
     case ArgumentInfo::Kind::Tokens:
       out.push_back(batch.tokens);
       break;

@@ -19,13 +19,22 @@ std::vector<ArgumentInfo> describeArguments(func::FuncOp func) {
     if (auto name = func.getArgAttrOfType<StringAttr>(i, gpt::kParamAttr)) {
       info.kind = ArgumentInfo::Kind::Param;
       info.name = name.str();
+    } else if (auto name = func.getArgAttrOfType<StringAttr>(
+                   i, gpt::kParamCopyAttr)) {
+      info.kind = ArgumentInfo::Kind::ParamCopy;
+      info.name = name.str();
+      Type element = type.getElementType();
+      info.storage = element.isBF16()  ? StorageKind::BF16
+                     : element.isF16() ? StorageKind::F16
+                                       : StorageKind::F32;
     } else if (auto input =
                    func.getArgAttrOfType<StringAttr>(i, gpt::kInputAttr)) {
       info.kind = input.getValue() == "tokens" ? ArgumentInfo::Kind::Tokens
                                                : ArgumentInfo::Kind::Targets;
       info.name = input.str();
     } else {
-      llvm::report_fatal_error("argument without gpt.param or gpt.input");
+      llvm::report_fatal_error(
+          "argument without gpt.param, gpt.param_copy or gpt.input");
     }
     out.push_back(std::move(info));
   }

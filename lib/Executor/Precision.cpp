@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace gptc::exec {
 
@@ -87,5 +89,37 @@ void roundTo(HostTensor &t, StorageKind kind) {
 uint16_t bf16BitsOf(float x) { return bf16Bits(roundToBF16(x)); }
 
 uint16_t halfBitsOf(float x) { return halfBits(roundToF16(x)); }
+
+HostTensor paramCopy(const HostTensor &param, const std::vector<int64_t> &shape,
+                     StorageKind storage) {
+  const std::vector<int64_t> &from = param.shape;
+  if (from.size() != shape.size())
+    throw std::invalid_argument("a copy of rank " +
+                                std::to_string(shape.size()) +
+                                " of a parameter of rank " +
+                                std::to_string(from.size()));
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] < from[d])
+      throw std::invalid_argument("a copy " + shapeString(shape) +
+                                  " smaller than its parameter " +
+                                  shapeString(from));
+  HostTensor copy = HostTensor::floats(shape);
+  // Row-major walk of the parameter; each element lands at the same index
+  // of the larger copy.
+  std::vector<int64_t> index(from.size(), 0);
+  for (int64_t i = 0; i < param.numel(); ++i) {
+    int64_t at = 0;
+    for (size_t d = 0; d < shape.size(); ++d)
+      at = at * shape[d] + index[d];
+    copy.f32[size_t(at)] = param.f32[size_t(i)];
+    for (size_t d = from.size(); d-- > 0;) {
+      if (++index[d] < from[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  roundTo(copy, storage);
+  return copy;
+}
 
 } // namespace gptc::exec

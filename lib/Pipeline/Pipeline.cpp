@@ -71,6 +71,11 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   // backward's gelu_grad must read the aux pre-activation); elementwise
   // fusion then groups what is left around them.
   pm.addPass(createGPTFuseMatmulEpilogue());
+  // The update writes the weights' low-precision copies: after the
+  // epilogues, which narrow the biases they add, and before
+  // gpt-fuse-elementwise, which folds each copy's cast into AdamW's kernel.
+  if (opts.weightCopies)
+    pm.addPass(createGPTWeightCopies());
   // Last, over the whole step: the backward's and the update's chains
   // exist only now (docs/pipeline.md, "Where the fusion passes sit").
   GPTFuseElementwiseOptions fuse;

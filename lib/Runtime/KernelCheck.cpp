@@ -29,34 +29,6 @@ namespace gptc::rt {
 
 namespace {
 
-/// Host bytes of a buffer's dtype from float values.
-std::vector<uint8_t> encode(const std::vector<float> &v, DType t) {
-  std::vector<uint8_t> bytes(v.size() * size_t(dtypeBytes(t)));
-  for (size_t i = 0; i < v.size(); ++i) {
-    switch (t) {
-    case DType::F32:
-      std::memcpy(&bytes[4 * i], &v[i], 4);
-      break;
-    case DType::I32: {
-      int32_t x = int32_t(v[i]);
-      std::memcpy(&bytes[4 * i], &x, 4);
-      break;
-    }
-    case DType::BF16: {
-      uint16_t x = exec::bf16BitsOf(v[i]);
-      std::memcpy(&bytes[2 * i], &x, 2);
-      break;
-    }
-    case DType::F16: {
-      uint16_t x = exec::halfBitsOf(v[i]);
-      std::memcpy(&bytes[2 * i], &x, 2);
-      break;
-    }
-    }
-  }
-  return bytes;
-}
-
 std::vector<double> decode(const std::vector<uint8_t> &bytes, DType t) {
   const size_t width = size_t(dtypeBytes(t)), n = bytes.size() / width;
   std::vector<double> v(n);
@@ -105,6 +77,9 @@ std::vector<float> initialValues(const Program &p, const Buffer &b,
   case Role::Grad:
   case Role::GradSum:
     fillNormal(0.0, 0.01);
+    break;
+  case Role::ParamCopy: // a weight's bf16 copy, like the weights
+    fillNormal(0.0, 0.02);
     break;
   case Role::AdamM:
     fillNormal(0.0, 1e-3);
@@ -274,9 +249,11 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
     case Role::GradSum:
     case Role::AdamM:
     case Role::AdamV:
+    case Role::ParamCopy:
     case Role::Input:
     case Role::Hyper: {
-      std::vector<uint8_t> bytes = encode(initialValues(p, b, rng), b.dtype);
+      std::vector<uint8_t> bytes =
+          encodeFloats(initialValues(p, b, rng), b.dtype);
       device.upload(int(i), bytes.data());
       reference.upload(int(i), bytes.data());
       break;

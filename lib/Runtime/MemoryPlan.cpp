@@ -53,6 +53,7 @@ std::string printMemoryPlan(const MemoryPlanSummary &s) {
       {Role::Param, "params (fp32)"},   {Role::Grad, "gradients (fp32)"},
       {Role::GradSum, "gradient sums (fp32)"},
       {Role::AdamM, "AdamW m (fp32)"},  {Role::AdamV, "AdamW v (fp32)"},
+      {Role::ParamCopy, "weight copies (bf16/fp16)"},
       {Role::Input, "inputs"},          {Role::Hyper, "hyper-parameters"},
       {Role::Output, "outputs"},        {Role::Constant, "constants"}};
   std::string out = "planned arena (what the runtime allocates):\n";

@@ -5,10 +5,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "gptc/Runtime/Program.h"
+#include "gptc/Executor/Precision.h"  // bf16BitsOf, halfBitsOf
 #include "gptc/Formats/Safetensors.h" // bf16ToFloat, halfToFloat
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace gptc::rt {
 
@@ -50,6 +52,43 @@ double elementValue(const uint8_t *at, DType t) {
   }
   }
   return 0;
+}
+
+std::vector<uint8_t> encodeFloats(const std::vector<float> &v, DType t) {
+  std::vector<uint8_t> bytes(v.size() * size_t(dtypeBytes(t)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    switch (t) {
+    case DType::F32:
+      std::memcpy(&bytes[4 * i], &v[i], 4);
+      break;
+    case DType::I32: {
+      int32_t x = int32_t(v[i]);
+      std::memcpy(&bytes[4 * i], &x, 4);
+      break;
+    }
+    case DType::BF16: {
+      uint16_t x = exec::bf16BitsOf(v[i]);
+      std::memcpy(&bytes[2 * i], &x, 2);
+      break;
+    }
+    case DType::F16: {
+      uint16_t x = exec::halfBitsOf(v[i]);
+      std::memcpy(&bytes[2 * i], &x, 2);
+      break;
+    }
+    }
+  }
+  return bytes;
+}
+
+std::vector<uint8_t> paramCopyBytes(const Buffer &copy, const float *param,
+                                    const std::vector<int64_t> &paramShape) {
+  exec::HostTensor p = exec::HostTensor::floats(paramShape);
+  std::copy(param, param + p.numel(), p.f32.begin());
+  exec::StorageKind kind = copy.dtype == DType::BF16  ? exec::StorageKind::BF16
+                           : copy.dtype == DType::F16 ? exec::StorageKind::F16
+                                                      : exec::StorageKind::F32;
+  return encodeFloats(exec::paramCopy(p, copy.shape, kind).f32, copy.dtype);
 }
 
 std::vector<uint32_t> dynamicSharedBytes(const Program &p) {
@@ -188,6 +227,8 @@ const char *roleName(Role r) {
     return "constant";
   case Role::GradSum:
     return "grad_sum";
+  case Role::ParamCopy:
+    return "param_copy";
   }
   return "?";
 }

@@ -33,7 +33,8 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// timed at load: Launch::variants).
 /// 7: each launch's `stream` and `join` (planStreams: a weight gradient's
 /// GEMM on the side stream).
-constexpr uint32_t kVersion = 7;
+/// 8: the ParamCopy role (gpt-weight-copies).
+constexpr uint32_t kVersion = 8;
 
 json kernelChoiceToJson(const LaunchVariant &v) {
   return {{"label", v.label},
@@ -264,7 +265,7 @@ Program readProgram(const uint8_t *data, size_t size,
     for (int64_t d : b.shape)
       if (d < 0)
         r.fail("field '" + path + ".shape' has a negative dimension");
-    b.role = r.enumOf<Role>(j, "role", path, 10);
+    b.role = r.enumOf<Role>(j, "role", path, 11);
     b.binding = r.get<std::string>(j, "binding", path);
     b.viewOf = r.get<int>(j, "view_of", path);
     // A view follows its base (so views never form a cycle).

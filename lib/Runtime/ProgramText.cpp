@@ -7,7 +7,7 @@
 //   meta: batch=2 beta1=0.9 ... (every meta key, sorted)
 //   arena: 179836928 bytes (171.51 MiB) = persistent 113018112 + temps 66818816
 //   buffers: 468
-//           id  role     dtype[shape]                  offset       bytes  name
+//           id  role       dtype[shape]                  offset       bytes  name
 //           %2  param    f32[50257x128]                   512    25731584  wte.weight
 //          %55  temp     f32[2x64x4x32]             113608960       65536  %18 (view of %52)
 //         %121  constant f32[]                       56530944           4  %0 = 1
@@ -247,7 +247,7 @@ std::string printProgram(const Program &p) {
   os << '\n';
 
   os << "buffers: " << p.buffers.size() << '\n';
-  os << "  " << pad("id", 8, true) << "  " << pad("role", 9)
+  os << "  " << pad("id", 8, true) << "  " << pad("role", 11)
      << pad("dtype[shape]", 24) << pad("offset", 12, true)
      << pad("bytes", 12, true) << "  name\n";
   for (size_t i = 0; i < p.buffers.size(); ++i) {
@@ -258,7 +258,7 @@ std::string printProgram(const Program &p) {
     if (b.role == Role::Constant)
       name += constantText(b);
     os << "  " << pad("%" + std::to_string(i), 8, true) << "  "
-       << pad(roleName(b.role), 9) << pad(typeOf(b), 24) << ' '
+       << pad(roleName(b.role), 11) << pad(typeOf(b), 24) << ' '
        << pad(std::to_string(b.offset), 11, true)
        << pad(std::to_string(b.bytes()), 12, true) << "  " << name << '\n';
   }

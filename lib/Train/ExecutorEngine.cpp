@@ -29,6 +29,8 @@ const char *roleName(Role role) {
     return "gpt.input";
   case Role::Output:
     return "gpt.output";
+  case Role::ParamCopy:
+    return "gpt.param_copy";
   }
   return "?";
 }
@@ -88,6 +90,13 @@ public:
     params_ = std::move(params);
     adamM_ = std::move(adamM);
     adamV_ = std::move(adamV);
+    // The weights' low-precision copies follow the weights; from here on
+    // the update writes them.
+    copies_.clear();
+    for (const Slot &s : grads_.args())
+      if (s.role == Role::ParamCopy)
+        copies_[s.name] =
+            exec::paramCopy(bound(params_, s, "grads"), s.shape, s.storage);
   }
   void getWeights(TensorMap &params, TensorMap &adamM,
                   TensorMap &adamV) override {
@@ -103,6 +112,8 @@ public:
         orFail(grads_.run([&](const Slot &s) -> const HostTensor & {
           if (lossScaling_ && s.role == Role::Hyper && s.name == "loss_scale")
             return scale;
+          if (s.role == Role::ParamCopy)
+            return bound(copies_, s, "grads");
           return modelArgument(params_, batch, s, "grads");
         }));
     double loss = 0.0;
@@ -151,6 +162,8 @@ public:
                                                    : nullptr;
       if (dest)
         (*dest)[slot.name] = std::move(updated_[i]);
+      else if (slot.role == Role::ParamCopy)
+        writeCopy(slot, updated_[i]);
     }
     updated_.clear();
   }
@@ -164,10 +177,22 @@ public:
   }
 
 private:
+  /// The update's copy of a weight: all of it, or its leading rows (the
+  /// rest is padding, which stays zero).
+  void writeCopy(const Slot &slot, HostTensor &written) {
+    HostTensor &copy = copies_.at(slot.name);
+    if (written.shape == copy.shape) {
+      copy = std::move(written);
+      return;
+    }
+    std::copy(written.f32.begin(), written.f32.end(), copy.f32.begin());
+  }
+
   std::vector<ParamSpec> specs_;
   StepFunction forward_, grads_, update_;
   bool lossScaling_ = false; ///< grads takes gpt.hyper = "loss_scale" (fp16)
   TensorMap params_, adamM_, adamV_, gradSum_;
+  TensorMap copies_; ///< gpt.param_copy arguments of grads, by parameter
   std::vector<HostTensor> updated_; ///< update's results, until applied
 };
 } // namespace
@@ -193,6 +218,26 @@ makeExecutorEngine(const TrainingProgram &program) {
     needs.push_back({&*grads, Role::Grad, p.name});
     for (Role role : {Role::Param, Role::AdamM, Role::AdamV})
       needs.push_back({&*update, role, p.name});
+  }
+  // A copy grads reads is one the update writes: the same type, or its
+  // leading rows.
+  for (const Slot &s : grads->args()) {
+    if (s.role != Role::ParamCopy)
+      continue;
+    int i = update->resultIndex(Role::ParamCopy, s.name);
+    if (i < 0)
+      return update->func().emitError()
+             << "returns no gpt.param_copy = \"" << s.name
+             << "\", which the gradient function reads";
+    const Slot &w = update->results()[size_t(i)];
+    bool leadingRows = w.shape.size() == s.shape.size() && !w.shape.empty() &&
+                       w.shape[0] <= s.shape[0] &&
+                       std::equal(w.shape.begin() + 1, w.shape.end(),
+                                  s.shape.begin() + 1);
+    if (w.storage != s.storage || !leadingRows)
+      return update->func().emitError()
+             << "writes gpt.param_copy = \"" << s.name
+             << "\" in another type than the gradient function reads";
   }
   for (const Need &n : needs)
     if (n.f->resultIndex(n.role, n.name) < 0)

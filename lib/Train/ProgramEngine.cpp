@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string_view>
 
 using gptc::exec::HostTensor;
@@ -42,6 +43,7 @@ public:
       s.grad = floatBuffer(Role::Grad, spec);
       s.adamM = floatBuffer(Role::AdamM, spec);
       s.adamV = floatBuffer(Role::AdamV, spec);
+      s.copy = p_.find(Role::ParamCopy, spec.name);
       slots_.push_back(s);
     }
     tokens_ = buffer(Role::Input, "tokens", rt::DType::I32);
@@ -74,6 +76,18 @@ public:
       backend_.upload(slots_[i].param, params.at(name).data());
       backend_.upload(slots_[i].adamM, adamM.at(name).data());
       backend_.upload(slots_[i].adamV, adamV.at(name).data());
+      // The weights' copies follow the weights; from here on the update
+      // writes them.
+      if (int copy = slots_[i].copy; copy >= 0) {
+        std::vector<uint8_t> bytes;
+        try {
+          bytes = rt::paramCopyBytes(p_.buffers[copy], params.at(name).data(),
+                                     p_.params[i].shape);
+        } catch (const std::invalid_argument &e) {
+          fail(e.what());
+        }
+        backend_.upload(copy, bytes.data());
+      }
     }
   }
 
@@ -133,6 +147,7 @@ public:
 private:
   struct Slots {
     int param, grad, adamM, adamV;
+    int copy; ///< its low-precision copy (gpt-weight-copies), or -1
   };
 
   [[noreturn]] void fail(const std::string &why) const {
@@ -336,10 +351,13 @@ std::string programMemoryLine(const rt::Program &program, bool withKernels) {
   std::string sums = plan.bound.count(Role::GradSum)
                          ? " | grad sums " + bound({Role::GradSum})
                          : "";
+  std::string copies = plan.bound.count(Role::ParamCopy)
+                           ? " | weight copies " + bound({Role::ParamCopy})
+                           : "";
   return "memory (" + (it == program.meta.end() ? "?" : it->second) +
          "): params " + bound({Role::Param}) + " | grads " +
          bound({Role::Grad}) + sums + " | adam m+v " +
-         bound({Role::AdamM, Role::AdamV}) + " | io " +
+         bound({Role::AdamM, Role::AdamV}) + copies + " | io " +
          bound({Role::Input, Role::Hyper, Role::Output, Role::Constant}) +
          " | temporaries " + mebibytes(plan.temps) + " | arena " +
          mebibytes(plan.arena) + scratch;

@@ -22,6 +22,7 @@ std::optional<Slot> slotOf(DictionaryAttr attrs, Type type) {
       {gpt::kHyperAttr, Slot::Role::Hyper},
       {gpt::kInputAttr, Slot::Role::Input},
       {gpt::kOutputAttr, Slot::Role::Output},
+      {gpt::kParamCopyAttr, Slot::Role::ParamCopy},
   };
   if (!attrs)
     return std::nullopt;
@@ -29,8 +30,15 @@ std::optional<Slot> slotOf(DictionaryAttr attrs, Type type) {
     auto value = attrs.getAs<StringAttr>(attrName);
     if (!value)
       continue;
-    auto shape = cast<RankedTensorType>(type).getShape();
-    return Slot{role, value.str(), {shape.begin(), shape.end()}};
+    auto tensor = cast<RankedTensorType>(type);
+    Type element = tensor.getElementType();
+    exec::StorageKind storage = element.isBF16()  ? exec::StorageKind::BF16
+                                : element.isF16() ? exec::StorageKind::F16
+                                                  : exec::StorageKind::F32;
+    return Slot{role,
+                value.str(),
+                {tensor.getShape().begin(), tensor.getShape().end()},
+                storage};
   }
   return std::nullopt;
 }
@@ -45,7 +53,7 @@ FailureOr<StepFunction> StepFunction::get(func::FuncOp func) {
     if (!slot)
       return func.emitError() << "argument " << i
                               << " has no gpt.param/grad/adam_m/adam_v/"
-                                 "hyper/input attribute";
+                                 "hyper/input/param_copy attribute";
     f.args_.push_back(std::move(*slot));
   }
   for (unsigned i = 0; i < func.getNumResults(); ++i) {
@@ -54,7 +62,7 @@ FailureOr<StepFunction> StepFunction::get(func::FuncOp func) {
     if (!slot)
       return func.emitError() << "result " << i
                               << " has no gpt.param/grad/adam_m/adam_v/"
-                                 "output attribute";
+                                 "output/param_copy attribute";
     f.results_.push_back(std::move(*slot));
   }
   return f;

@@ -28,10 +28,12 @@
 // (foldCastsIntoLayerNormGradValues); so does the narrowing of a plain
 // gpt.layernorm_grad's dx that float32 readers need too (ln_f's), the op
 // becoming a gpt.fused_layernorm_grad whose body yields dx.
-// The narrowing cast of a gpt.fused_elementwise result that nothing else
-// reads becomes that result's type (foldCastsIntoGroups; gpt-recompute's
-// GELU copy, narrowed for the weight-gradient GEMM): the body yields
-// float32 and the kernel rounds on store, as the cast did.
+// The narrowing cast of a gpt.fused_elementwise result becomes that
+// result's type where nothing else reads it (gpt-recompute's GELU copy,
+// narrowed for the weight-gradient GEMM), or one more result of the group
+// where float32 readers need it too (AdamW's new weight and its bf16
+// copy, gpt-weight-copies) (foldCastsIntoGroups): the body yields float32
+// and the kernel rounds on store, as the cast did.
 // Two casts in a row are one, or none (foldCastPairs: attention's bf16
 // output widened by autodiff's bookkeeping and narrowed for the next GEMM).
 // Exact: moving data does not change a value, so "move, then round" is
@@ -171,17 +173,49 @@ void gptc::foldCastsIntoLayerNorms(func::FuncOp func, bool plainLayerNorms) {
   }
 }
 
+namespace {
+/// `g` again, with one more result of `type` that yields what result
+/// `result` yields; `g`'s results are replaced and `g` erased.
+FusedElementwiseOp withResultAgain(FusedElementwiseOp g, unsigned result,
+                                   Type type) {
+  SmallVector<Type> types(g.getResultTypes());
+  types.push_back(type);
+  OpBuilder b(g);
+  auto grown =
+      b.create<FusedElementwiseOp>(g.getLoc(), types, g.getInputs());
+  grown->setAttrs(g->getAttrs());
+  grown.getBody().takeBody(g.getBody());
+  auto yield = cast<YieldOp>(grown.getBody().front().getTerminator());
+  yield->insertOperands(yield->getNumOperands(), yield->getOperand(result));
+  for (unsigned r = 0; r < g.getNumResults(); ++r)
+    g.getResult(r).replaceAllUsesWith(grown.getResult(r));
+  g->erase();
+  return grown;
+}
+} // namespace
+
 void gptc::foldCastsIntoGroups(func::FuncOp func) {
   SmallVector<CastOp> casts;
   func.walk([&](CastOp c) { casts.push_back(c); });
   for (CastOp c : casts) {
     auto group = c.getX().getDefiningOp<FusedElementwiseOp>();
     Type to = elementOf(c.getResult());
-    if (!group || !c.getX().hasOneUse() || !elementOf(c.getX()).isF32() ||
+    if (!group || !elementOf(c.getX()).isF32() ||
         !(to.isBF16() || to.isF16()))
       continue;
-    retype(c.getX(), to); // the body still yields float32: rounded on store
-    c.getResult().replaceAllUsesWith(c.getX());
+    if (c.getX().hasOneUse()) {
+      retype(c.getX(), to); // the body still yields float32: rounded on store
+      c.getResult().replaceAllUsesWith(c.getX());
+      c->erase();
+      continue;
+    }
+    // Float32 readers too (AdamW's new weight and its bf16 copy): the group
+    // stores the value twice, the second time rounded, and nothing reads
+    // the float32 one again to narrow it.
+    unsigned result = cast<OpResult>(c.getX()).getResultNumber();
+    FusedElementwiseOp grown =
+        withResultAgain(group, result, c.getResult().getType());
+    c.getResult().replaceAllUsesWith(grown.getResults().back());
     c->erase();
   }
 }

@@ -63,6 +63,7 @@ OptimizerOptions ModelOptions::compileOptions() const {
   if (biasGrads != "fused" && biasGrads != "gemm")
     fail("unknown --bias-grads '" + biasGrads + "' (expected fused or gemm)");
   opts.fusedBiasGrads = biasGrads == "fused";
+  opts.weightCopies = weightCopies;
   for (const std::string &op : recompute) {
     if (op == "none" && recompute.size() == 1)
       break; // what a program's first line says when it recomputes nothing

@@ -74,6 +74,13 @@ struct ModelOptions {
                      "BGRADA, or gptc's column sums after a plain GEMM, "
                      "timed at load)"),
       llvm::cl::init("fused"), llvm::cl::cat(gptcCategory)};
+  llvm::cl::opt<bool> weightCopies{
+      "weight-copies",
+      llvm::cl::desc("Under bf16 and fp16, keep the weights' low-precision "
+                     "copies across steps, written by the update "
+                     "(gpt-weight-copies; the default); false casts them "
+                     "from the master weights in every gradient function"),
+      llvm::cl::init(true), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<bool> overlapWeightGrads{
       "overlap-weight-grads",
       llvm::cl::desc("Run the weight gradients' GEMMs on a second CUDA "

@@ -153,12 +153,18 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
   mlir::FailureOr<StepFunction> grads = StepFunction::get(step->grads);
   ASSERT_TRUE(succeeded(grads));
   HostTensor scale = HostTensor::floats({}, lossScale);
+  TensorMap casts; // the weights' bf16 copies (gpt-weight-copies)
   mlir::FailureOr<std::vector<HostTensor>> expected =
       grads->run([&](const Slot &s) -> const HostTensor & {
         if (s.role == Slot::Role::Param)
           return params.at(s.name);
         if (s.role == Slot::Role::Hyper)
           return scale;
+        if (s.role == Slot::Role::ParamCopy)
+          return casts
+              .try_emplace(s.name, exec::paramCopy(params.at(s.name), s.shape,
+                                                   s.storage))
+              .first->second;
         return s.name == "tokens" ? first.tokens : first.targets;
       });
   ASSERT_TRUE(succeeded(expected));
@@ -201,8 +207,27 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
   EXPECT_GT(compare(p1.at("wte.weight").f32, params.at("wte.weight").f32).count,
             0);
 
-  // And forward again, on the updated weights.
+  // Under autocast the update wrote the weights' bf16 (fp16) copies: each
+  // is the new weight rounded, its padding (the lm_head's rows past the
+  // vocabulary) still zero.
+  int copies = 0;
+  for (size_t id = 0; id < program.buffers.size(); ++id) {
+    const rt::Buffer &b = program.buffers[id];
+    if (b.role != rt::Role::ParamCopy || b.viewOf >= 0)
+      continue;
+    ++copies;
+    std::vector<uint8_t> got(size_t(b.bytes()));
+    cpu->download(int(id), got.data());
+    const HostTensor &w = p1.at(b.binding);
+    EXPECT_EQ(got, rt::paramCopyBytes(b, w.data(), w.shape)) << b.binding;
+  }
+  EXPECT_EQ(copies > 0, std::string(precision) == "bf16" ||
+                            std::string(precision) == "fp16");
+
+  // And forward and a gradient again, on the updated weights (and copies).
   EXPECT_EQ(executor->loss(second), replay->loss(second));
+  EXPECT_EQ(executor->accumulate(third, lossScale, true),
+            replay->accumulate(third, lossScale, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(

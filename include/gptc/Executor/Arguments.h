@@ -12,6 +12,7 @@
 #define GPTC_EXECUTOR_ARGUMENTS_H
 
 #include "gptc/Executor/HostTensor.h"
+#include "gptc/Executor/Precision.h"
 #include "gptc/Formats/Safetensors.h"
 
 #include <map>
@@ -19,10 +20,13 @@
 namespace gptc::exec {
 
 struct ArgumentInfo {
-  enum class Kind { Param, Tokens, Targets };
+  /// ParamCopy: a parameter's low-precision copy (gpt-weight-copies), made
+  /// from the parameter by paramCopy.
+  enum class Kind { Param, Tokens, Targets, ParamCopy };
   Kind kind;
   std::string name; ///< parameter name, or "tokens" / "targets"
   std::vector<int64_t> shape;
+  StorageKind storage = StorageKind::F32; ///< ParamCopy: its element type
 };
 
 /// Total number of parameter elements.

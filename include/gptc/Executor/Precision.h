@@ -36,6 +36,13 @@ uint16_t halfBitsOf(float x);
 /// Rounds every element of a float tensor to `kind` (F32: unchanged).
 void roundTo(HostTensor &t, StorageKind kind);
 
+/// What a gpt.param_copy argument of this shape and element type holds:
+/// `param` rounded to `storage`, zero-padded at the high end of each
+/// dimension. Throws std::invalid_argument if `shape` is smaller than the
+/// parameter's or of another rank.
+HostTensor paramCopy(const HostTensor &param, const std::vector<int64_t> &shape,
+                     StorageKind storage);
+
 } // namespace gptc::exec
 
 #endif // GPTC_EXECUTOR_PRECISION_H

@@ -27,6 +27,11 @@
 //   gradient the grads function returns is the buffer update reads.
 // - update writes parameters and moments in place: its results with role
 //   Param/AdamM/AdamV are the buffers of its matching arguments.
+// - Under autocast, grads reads the weights' low-precision copies
+//   (ParamCopy) that update writes beside the new weights; the padded
+//   lm_head copy by its leading rows (a view), its zero rows never
+//   written again. Whoever sets the weights sets the copies
+//   (paramCopyBytes).
 // - Gradient accumulation runs on the device: stash_grads copies every
 //   Grad buffer into its GradSum buffer (one multi_tensor_elementwise
 //   launch), accumulate_grads adds it back (grad = grad + sum, one launch,
@@ -58,6 +63,17 @@ int64_t dtypeBytes(DType t);
 /// The element of type t at `at` (little-endian bytes) as a double; bf16
 /// and f16 widened exactly.
 double elementValue(const uint8_t *at, DType t);
+/// Host bytes of type t for float values: rounded to nearest, ties to even
+/// (bf16, f16), or truncated to an integer (i32).
+std::vector<uint8_t> encodeFloats(const std::vector<float> &v, DType t);
+
+struct Buffer;
+/// What ParamCopy buffer `copy` holds for a parameter of these float32
+/// values (row-major, `paramShape`): each rounded to the copy's dtype, and
+/// zero at every index outside the parameter's shape. Throws
+/// std::invalid_argument if the copy is smaller or of another rank.
+std::vector<uint8_t> paramCopyBytes(const Buffer &copy, const float *param,
+                                    const std::vector<int64_t> &paramShape);
 
 /// What a buffer holds and who binds it.
 enum class Role : uint8_t {
@@ -74,6 +90,11 @@ enum class Role : uint8_t {
   GradSum,  ///< float32, a parameter's shape, bound by parameter name: the
             ///< gradients of the earlier micro-batches (stash_grads writes
             ///< it, accumulate_grads reads it)
+  ParamCopy, ///< a parameter's bf16 (fp16) copy, bound by parameter name:
+             ///< the parameter rounded, zero-padded to the buffer's shape
+             ///< (gpt-weight-copies). grads reads it; update writes it, or a
+             ///< view of its leading rows; the host makes it at load
+             ///< (paramCopyBytes)
 };
 const char *roleName(Role r);
 

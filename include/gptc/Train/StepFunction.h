@@ -4,7 +4,8 @@
 // argument and result is with an attribute: gpt.param, gpt.grad, gpt.adam_m,
 // gpt.adam_v (each naming a parameter), gpt.hyper ("lr", "step",
 // "grad_scale"), gpt.input ("tokens", "targets") and gpt.output ("loss",
-// "logits", "grad_norm"). The trainer binds by these, never by position, so
+// "logits", "grad_norm") and gpt.param_copy (a parameter's low-precision
+// copy). The trainer binds by these, never by position, so
 // a pass may reorder or add arguments without breaking it.
 //
 //===----------------------------------------------------------------------===//
@@ -13,6 +14,7 @@
 #define GPTC_TRAIN_STEPFUNCTION_H
 
 #include "gptc/Executor/HostTensor.h"
+#include "gptc/Executor/Precision.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -24,10 +26,20 @@ namespace gptc::train {
 
 /// One argument or result.
 struct Slot {
-  enum class Role { Param, Grad, AdamM, AdamV, Hyper, Input, Output };
+  enum class Role {
+    Param,
+    Grad,
+    AdamM,
+    AdamV,
+    Hyper,
+    Input,
+    Output,
+    ParamCopy
+  };
   Role role;
   std::string name; ///< the attribute's value
   std::vector<int64_t> shape;
+  exec::StorageKind storage = exec::StorageKind::F32; ///< its element type
 };
 
 class StepFunction {

@@ -284,6 +284,54 @@ def GPTRecompute : Pass<"gpt-recompute", "mlir::ModuleOp"> {
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }
 
+def GPTWeightCopies : Pass<"gpt-weight-copies", "mlir::ModuleOp"> {
+  let summary = "Keeps the parameters' low-precision copies across steps: "
+                "the update writes them, the gradient function reads them";
+  let description = [{
+    Under autocast the gradient function narrows each float32 master
+    weight it multiplies (`gpt.cast`, and `gpt.pad` first for the padded
+    lm_head weight), every micro-batch: for GPT-2 124M in bf16, 124M
+    parameters read as float32 and written as bf16 a step, two launches
+    (a multi-tensor cast, and wte's pad). The copies change only when the
+    update changes the weights, so the update writes them: AdamW's kernel
+    stores each new weight once more, as bf16, and the casts are gone from
+    the step.
+
+    ```mlir
+    func.func @grads(%w: tensor<64x128xf32> {gpt.param = "w"}, ...) {
+      %wl = gpt.cast %w : tensor<64x128xf32> -> tensor<64x128xbf16>
+      ...
+    func.func @adamw_update(...) -> (tensor<64x128xf32> {gpt.param = "w"}, ...)
+    ```
+
+    becomes
+
+    ```mlir
+    func.func @grads(%w: tensor<64x128xf32> {gpt.param = "w"}, ...,
+                     %wl: tensor<64x128xbf16> {gpt.param_copy = "w"}) {
+      ...
+    func.func @adamw_update(...) -> (tensor<64x128xf32> {gpt.param = "w"}, ...,
+                                     tensor<64x128xbf16> {gpt.param_copy = "w"}) {
+      %c = gpt.cast %w_new : tensor<64x128xf32> -> tensor<64x128xbf16>
+    ```
+
+    A padded copy (`gpt.cast` of `gpt.pad` with value 0) padded in the
+    leading dimension alone is written by its leading rows: the update
+    returns the cast of the new weight, and the zero rows after it never
+    change. Any other padding is written whole (`gpt.pad` in the update).
+    What a `gpt.param_copy` argument holds is defined by its type (the
+    dialect's description), so the runtime can make it from the weights
+    at load. The forward function (evaluation) keeps its casts. A
+    parameter read through two different copies keeps its casts, with a
+    remark. Without an update function (`adamw_update`) or low-precision
+    casts the module is left alone. Runs after gpt-fuse-matmul-epilogue
+    (which narrows the biases its epilogues add), before
+    gpt-fuse-elementwise (which folds each new copy's cast into AdamW's
+    kernel); `gptc --weight-copies=false` leaves it out.
+  }];
+  let dependentDialects = ["::gptc::gpt::GPTDialect"];
+}
+
 def GPTAttentionBiasGrad : Pass<"gpt-attention-bias-grad", "mlir::ModuleOp"> {
   let summary = "Takes the packed q|k|v projection's bias gradient from "
                 "attention's identities instead of a pass over dq|dk|dv";

@@ -65,6 +65,16 @@ LogicalResult GPTDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   }
   if (name == kGradAttr || name == kAdamMAttr || name == kAdamVAttr)
     return expectString(op, attr);
+  if (name == kParamCopyAttr) {
+    if (failed(expectString(op, attr)))
+      return failure();
+    if (func && !isa<FloatType>(getElementTypeOrSelf(
+                    func.getArgumentTypes()[argIndex])))
+      return op->emitError() << "the copy of parameter '"
+                             << cast<StringAttr>(attr.getValue()).getValue()
+                             << "' must be a float tensor";
+    return success();
+  }
   if (name == kHyperAttr)
     return expectString(op, attr, {"lr", "step", "grad_scale", "loss_scale"});
   if (name == kInputAttr) {
@@ -87,7 +97,7 @@ LogicalResult GPTDialect::verifyRegionResultAttribute(Operation *op, unsigned,
   if (name == kOutputAttr)
     return expectString(op, attr, {"loss", "logits", "grad_norm"});
   if (name == kGradAttr || name == kParamAttr || name == kAdamMAttr ||
-      name == kAdamVAttr)
+      name == kAdamVAttr || name == kParamCopyAttr)
     return expectString(op, attr);
   return op->emitError() << "unknown gpt result attribute '" << name << "'";
 }

@@ -25,6 +25,13 @@ inline constexpr llvm::StringLiteral kHyperAttr = "gpt.hyper";
 // seed of the backward pass.
 inline constexpr llvm::StringLiteral kPrecisionAttr = "gpt.precision";
 inline constexpr llvm::StringLiteral kLossScalingAttr = "gpt.loss_scaling";
+// gpt-weight-copies: a parameter's low-precision copy, kept across steps.
+// As an argument of type T: the parameter rounded to T's element type and
+// zero-padded at the high end of each dimension to T's shape. As a result:
+// what the update writes into that copy, either all of it or, when the
+// result is the parameter's shape and only the leading dimension is
+// shorter, its leading rows (the padding after them never changes).
+inline constexpr llvm::StringLiteral kParamCopyAttr = "gpt.param_copy";
 } // namespace gptc::gpt
 
 #endif

@@ -25,6 +25,15 @@ def GPT_Dialect : Dialect {
     - `gpt.input = "tokens" | "targets"`: a batch of token ids.
 
     Results may carry `gpt.output = "loss" | "logits"`.
+
+    The training step adds `gpt.grad`, `gpt.adam_m`, `gpt.adam_v` and
+    `gpt.hyper` (gpt-autodiff, gpt-optimizer), and gpt-weight-copies
+    `gpt.param_copy = "wte.weight"`: a parameter's low-precision copy that
+    lives across steps. An argument of type T holds the parameter rounded
+    to T's element type and zero-padded at the high end of each dimension
+    to T's shape; the update's result of that name writes the copy, all of
+    it, or its leading rows when it has the parameter's shape and only the
+    leading dimension is shorter (the padding never changes).
   }];
   // The bodies of fused ops (gpt.fused_elementwise) are scalar arith/math.
   let dependentDialects = ["::mlir::arith::ArithDialect",
