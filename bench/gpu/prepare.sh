@@ -58,6 +58,10 @@ compile gpt2-bf16-overlap gpt2 bf16 "$batch" "$seq" --overlap-weight-grads
 # Every projection's bias gradient in its weight-gradient GEMM, as before
 # the thirty-second session, against the default's (--bias-grads=fused).
 compile gpt2-bf16-biasgemm gpt2 bf16 "$batch" "$seq" --bias-grads=gemm
+# The weights cast to bf16 in every gradient function, as before the
+# thirty-fifth session, against the default's copies written by AdamW
+# (gpt-weight-copies).
+compile gpt2-bf16-castweights gpt2 bf16 "$batch" "$seq" --weight-copies=false
 # The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
 # runs timed it slower than mma.sync: docs/benchmarks.md); the backward
 # (--attention-backward=wgmma) checked, and timed in the step by the auto

@@ -45,7 +45,7 @@
 # so the two are measured alike. Prints one summary table last; results go
 # to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [castweights] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -82,7 +82,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm castweights gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -215,6 +215,13 @@ fi
 if want biasgemm && [[ -x $P/gpt2-bf16-biasgemm ]]; then
   step 90 gpt2-bf16-biasgemm "${lib[@]}" "$P/gpt2-bf16-biasgemm" --device=cuda \
     --data="$data" --steps=20 --seed=1
+fi
+
+# The weights cast to bf16 in the gradient function each step
+# (--weight-copies=false), against gpt2-bf16's copies written by AdamW.
+if want castweights && [[ -x $P/gpt2-bf16-castweights ]]; then
+  step 90 gpt2-bf16-castweights "${lib[@]}" "$P/gpt2-bf16-castweights" \
+    --device=cuda --data="$data" --steps=20 --seed=1
 fi
 
 # Each GEMM shape of the profiled gptc step, timed in PyTorch with the same

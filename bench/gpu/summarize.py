@@ -41,6 +41,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-untuned.log                      the GPTC_GEMM_TUNE=0 run
   gpt2-bf16-overlap.log                      --overlap-weight-grads
   gpt2-bf16-biasgemm.log                     --bias-grads=gemm
+  gpt2-bf16-castweights.log                  --weight-copies=false
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        GPTC_VARIANT=mma,wgmma
@@ -255,6 +256,7 @@ def main():
     for impl, log in (("gptc", "gpt2-bf16"), ("gptc, untuned GEMMs", "gpt2-bf16-untuned"),
                       ("gptc, side-stream weight grads", "gpt2-bf16-overlap"),
                       ("gptc, bias gradients in the GEMMs", "gpt2-bf16-biasgemm"),
+                      ("gptc, weights cast each step", "gpt2-bf16-castweights"),
                       ("gptc, mma2 + atomic128 attention", "gpt2-bf16-wide"),
                       ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
                       ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
