@@ -389,3 +389,53 @@ func.func @fwd(%x: tensor<4x6xf32> {gpt.param = "x"}, %y: tensor<1x6x4xf32> {gpt
   %r = gpt.slice %e : tensor<6x4xf32> -> tensor<5x4xf32>
   return %l, %r : tensor<f32>, tensor<5x4xf32>
 }
+
+// -----
+
+// A weight's bf16 copy (gpt-weight-copies): grads reads the padded copy,
+// the update writes its leading rows, a view of the same buffer.
+// CHECK: %[[COPY:[0-9]+]] param_copy bf16[8x4] [[AT:[0-9]+]] 64 w
+// CHECK: %[[ROWS:[0-9]+]] param_copy bf16[6x4] [[AT]] 48 w (view of %[[COPY]])
+// CHECK: func grads: 1 launches
+// CHECK-NEXT: arguments: %{{[0-9]+}} %[[COPY]]
+// CHECK: func update: 1 launches
+// CHECK: results: %{{[0-9]+}} %[[ROWS]]
+// CHECK-NEXT: %{{[0-9]+}}, %[[ROWS]] = fused_elementwise(
+module {
+  func.func @grads(%x: tensor<2x4xbf16> {gpt.param = "x"}, %w: tensor<8x4xbf16> {gpt.param_copy = "w"})
+      -> (tensor<2x8xbf16> {gpt.grad = "x"}) {
+    %y = gpt.matmul %x, %w {transpose_b} : tensor<2x4xbf16>, tensor<8x4xbf16> -> tensor<2x8xbf16>
+    return %y : tensor<2x8xbf16>
+  }
+  func.func @adamw_update(%p: tensor<6x4xf32> {gpt.param = "w"}, %m: tensor<6x4xf32> {gpt.adam_m = "w"})
+      -> (tensor<6x4xf32> {gpt.param = "w"}, tensor<6x4xbf16> {gpt.param_copy = "w"}) {
+    %r:2 = gpt.fused_elementwise(%p, %m : tensor<6x4xf32>, tensor<6x4xf32>) -> tensor<6x4xf32>, tensor<6x4xbf16> {
+    ^bb0(%a: f32, %b: f32):
+      %s = arith.addf %a, %b : f32
+      gpt.yield %s, %s : f32, f32
+    }
+    return %r#0, %r#1 : tensor<6x4xf32>, tensor<6x4xbf16>
+  }
+}
+
+// -----
+
+// A copy the update writes in another shape than its leading rows: one
+// error at the update's return.
+module {
+  func.func @grads(%x: tensor<2x4xbf16> {gpt.param = "x"}, %w: tensor<8x4xbf16> {gpt.param_copy = "w"})
+      -> (tensor<2x8xbf16> {gpt.grad = "x"}) {
+    %y = gpt.matmul %x, %w {transpose_b} : tensor<2x4xbf16>, tensor<8x4xbf16> -> tensor<2x8xbf16>
+    return %y : tensor<2x8xbf16>
+  }
+  func.func @adamw_update(%p: tensor<8x2xf32> {gpt.param = "w"}, %m: tensor<8x2xf32> {gpt.adam_m = "w"})
+      -> (tensor<8x2xf32> {gpt.param = "w"}, tensor<8x2xbf16> {gpt.param_copy = "w"}) {
+    %r:2 = gpt.fused_elementwise(%p, %m : tensor<8x2xf32>, tensor<8x2xf32>) -> tensor<8x2xf32>, tensor<8x2xbf16> {
+    ^bb0(%a: f32, %b: f32):
+      %s = arith.addf %a, %b : f32
+      gpt.yield %s, %s : f32, f32
+    }
+    // expected-error @+1 {{param_copy 'w' is 'tensor<8x2xbf16>' here but bf16 of another shape in another function}}
+    return %r#0, %r#1 : tensor<8x2xf32>, tensor<8x2xbf16>
+  }
+}

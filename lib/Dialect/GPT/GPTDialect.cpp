@@ -45,14 +45,18 @@ LogicalResult GPTDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                    NamedAttribute attr) {
   StringRef name = attr.getName().getValue();
   auto func = dyn_cast<FunctionOpInterface>(op);
-  if (name == kParamAttr) {
+  // A parameter and its low-precision copy name the parameter, and are
+  // float tensors.
+  if (name == kParamAttr || name == kParamCopyAttr) {
     if (failed(expectString(op, attr)))
       return failure();
     if (func && !isa<FloatType>(getElementTypeOrSelf(
                     func.getArgumentTypes()[argIndex])))
-      return op->emitError() << "parameter '"
-                             << cast<StringAttr>(attr.getValue()).getValue()
-                             << "' must be a float tensor";
+      return op->emitError()
+             << (name == kParamAttr ? "parameter '"
+                                    : "the copy of parameter '")
+             << cast<StringAttr>(attr.getValue()).getValue()
+             << "' must be a float tensor";
     return success();
   }
   if (name == kInitAttr)
@@ -65,16 +69,6 @@ LogicalResult GPTDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   }
   if (name == kGradAttr || name == kAdamMAttr || name == kAdamVAttr)
     return expectString(op, attr);
-  if (name == kParamCopyAttr) {
-    if (failed(expectString(op, attr)))
-      return failure();
-    if (func && !isa<FloatType>(getElementTypeOrSelf(
-                    func.getArgumentTypes()[argIndex])))
-      return op->emitError() << "the copy of parameter '"
-                             << cast<StringAttr>(attr.getValue()).getValue()
-                             << "' must be a float tensor";
-    return success();
-  }
   if (name == kHyperAttr)
     return expectString(op, attr, {"lr", "step", "grad_scale", "loss_scale"});
   if (name == kInputAttr) {

@@ -487,6 +487,21 @@ func.func @param_not_float(%w: tensor<8xi32> {gpt.param = "ids"}) {
 
 // -----
 
+// expected-error @+1 {{the copy of parameter 'ids' must be a float tensor}}
+func.func @param_copy_not_float(%w: tensor<8xi32> {gpt.param_copy = "ids"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'gpt.param_copy' must be a string}}
+func.func @param_copy_result_not_string() -> (tensor<8xbf16> {gpt.param_copy = 1 : i64}) {
+  %c = gpt.constant dense<0.0> : tensor<8xbf16>
+  return %c : tensor<8xbf16>
+}
+
+// -----
+
 // expected-error @+1 {{'gpt.init' is "uniform", expected one of: normal, zeros, ones}}
 func.func @init_kind(%w: tensor<8xf32> {gpt.param = "w", gpt.init = "uniform"}) {
   return
