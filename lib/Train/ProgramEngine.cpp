@@ -11,7 +11,6 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <string_view>
 
 using gptc::exec::HostTensor;
@@ -46,6 +45,7 @@ public:
       s.copy = p_.find(Role::ParamCopy, spec.name);
       slots_.push_back(s);
     }
+    checkCopies();
     tokens_ = buffer(Role::Input, "tokens", rt::DType::I32);
     targets_ = buffer(Role::Input, "targets", rt::DType::I32);
     lr_ = buffer(Role::Hyper, "lr", rt::DType::F32);
@@ -78,16 +78,11 @@ public:
       backend_.upload(slots_[i].adamV, adamV.at(name).data());
       // The weights' copies follow the weights; from here on the update
       // writes them.
-      if (int copy = slots_[i].copy; copy >= 0) {
-        std::vector<uint8_t> bytes;
-        try {
-          bytes = rt::paramCopyBytes(p_.buffers[copy], params.at(name).data(),
-                                     p_.params[i].shape);
-        } catch (const std::invalid_argument &e) {
-          fail(e.what());
-        }
-        backend_.upload(copy, bytes.data());
-      }
+      if (int copy = slots_[i].copy; copy >= 0)
+        backend_.upload(copy, rt::paramCopyBytes(p_.buffers[copy],
+                                                 params.at(name).data(),
+                                                 p_.params[i].shape)
+                                  .data());
     }
   }
 
@@ -155,6 +150,31 @@ private:
     throw TrainError("cannot train the program" +
                      (it == p_.meta.end() ? "" : " of " + it->second) + ": " +
                      why);
+  }
+
+  /// Every ParamCopy buffer is a 16-bit float copy of a parameter of the
+  /// program, at least as large in each dimension: what setWeights can
+  /// make.
+  void checkCopies() const {
+    for (const rt::Buffer &b : p_.buffers) {
+      if (b.role != Role::ParamCopy || b.viewOf >= 0)
+        continue;
+      auto spec = std::find_if(
+          p_.params.begin(), p_.params.end(),
+          [&](const ParamSpec &s) { return s.name == b.binding; });
+      std::string what = "its param_copy buffer '" + b.binding + "'";
+      if (spec == p_.params.end())
+        fail(what + " copies no parameter of the program");
+      if (b.dtype != rt::DType::BF16 && b.dtype != rt::DType::F16)
+        fail(what + " is " + rt::dtypeName(b.dtype) + ", expected bf16 or f16");
+      bool fits = b.shape.size() == spec->shape.size();
+      for (size_t d = 0; fits && d < b.shape.size(); ++d)
+        fits = b.shape[d] >= spec->shape[d];
+      if (!fits)
+        fail(what + " has shape " + exec::shapeString(b.shape) +
+             ", which cannot hold the parameter's " +
+             exec::shapeString(spec->shape));
+    }
   }
 
   /// stash_grads and accumulate_grads exist and cover every parameter's

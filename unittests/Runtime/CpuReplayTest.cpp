@@ -32,12 +32,14 @@
 #include "gptc/Train/ProgramEngine.h"
 #include "gptc/Train/Random.h"
 #include "gptc/Train/StepFunction.h"
+#include "gptc/Train/Trainer.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <tuple>
 
@@ -238,6 +240,39 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param)) + "_T" +
              std::to_string(std::get<1>(info.param));
     });
+
+/// A program whose weight copy the engine cannot make is refused when it
+/// loads, in one line that names the buffer: one that copies no parameter,
+/// one of 32-bit floats, one smaller than its parameter.
+TEST(CpuReplayCopies, UnmakeableCopiesAreRefusedAtLoad) {
+  mlir::MLIRContext ctx;
+  mlir::FailureOr<TrainingProgram> step = mlir::failure();
+  rt::Program program;
+  ASSERT_NO_FATAL_FAILURE(compileTiny(ctx, "bf16", 16, step, program));
+  const int copy = program.find(rt::Role::ParamCopy, "wte.weight");
+  ASSERT_GE(copy, 0);
+  auto refusal = [&](const std::function<void(rt::Buffer &)> &damage) {
+    rt::Program bad = program;
+    damage(bad.buffers[size_t(copy)]);
+    std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
+    try {
+      makeProgramEngine(bad, *cpu);
+    } catch (const TrainError &e) {
+      return std::string(e.what());
+    }
+    return std::string("(loaded)");
+  };
+  EXPECT_EQ(refusal([](rt::Buffer &b) { b.binding = "nope"; }),
+            "cannot train the program of gpt2-tiny: its param_copy buffer "
+            "'nope' copies no parameter of the program");
+  EXPECT_EQ(refusal([](rt::Buffer &b) { b.dtype = rt::DType::F32; }),
+            "cannot train the program of gpt2-tiny: its param_copy buffer "
+            "'wte.weight' is f32, expected bf16 or f16");
+  EXPECT_EQ(refusal([](rt::Buffer &b) { b.shape[0] = 95; }),
+            "cannot train the program of gpt2-tiny: its param_copy buffer "
+            "'wte.weight' has shape 95x64, which cannot hold the "
+            "parameter's 96x64");
+}
 
 /// stash_grads and accumulate_grads, driven by the engine: after micro-batch
 /// k the Grad buffers hold the float32 sum of g1..gk in order, to the bit,
