@@ -58,13 +58,19 @@ int runEval(int argc, char **argv) {
   func::FuncOp func = program->forward;
   std::vector<exec::ArgumentInfo> argInfo = exec::describeArguments(func);
 
-  std::vector<exec::HostTensor> args;
+  // The gradient function takes more than the forward under autocast: the
+  // weights' bf16 copies (gpt-weight-copies), made from the same weights.
+  std::vector<exec::HostTensor> args, gradArgs;
   try {
     TokenFile tokens = readTokenFile(data);
     exec::Batch batch =
         exec::batchAt(tokens.tokens, 0, B, T, config.vocabSize, data);
-    args = exec::bindArguments(
-        argInfo, exec::loadParametersFromFile(argInfo, initFrom), batch);
+    std::map<std::string, exec::HostTensor> params =
+        exec::loadParametersFromFile(argInfo, initFrom);
+    args = exec::bindArguments(argInfo, params, batch);
+    if (!gradsOut.empty())
+      gradArgs = exec::bindArguments(
+          exec::describeArguments(program->grads), params, batch);
   } catch (const FormatError &e) {
     fail(e.what());
   }
@@ -79,7 +85,7 @@ int runEval(int argc, char **argv) {
   SafetensorsWriter grads;
   if (!gradsOut.empty()) {
     FailureOr<std::vector<exec::HostTensor>> gradResults =
-        exec::runFunction(program->grads, args);
+        exec::runFunction(program->grads, gradArgs);
     if (failed(gradResults))
       return 1;
     for (unsigned i = 0; i < program->grads.getNumResults(); ++i)
