@@ -12,6 +12,7 @@
 
 #include "gptc/Dialect/GPT/GPTOps.h"
 #include "gptc/Executor/FusedKernels.h"
+#include "gptc/Executor/Precision.h"
 #include "gptc/Train/Init.h"
 
 #include "mlir/IR/AsmState.h"
@@ -104,15 +105,6 @@ struct LaunchInfo {
 };
 
 } // namespace
-
-/// `part` is `whole`'s leading rows: the same shape, but for a shorter
-/// first dimension.
-static bool isLeadingRows(const std::vector<int64_t> &part,
-                          const std::vector<int64_t> &whole) {
-  if (part.empty() || part.size() != whole.size() || part[0] >= whole[0])
-    return false;
-  return std::equal(part.begin() + 1, part.end(), whole.begin() + 1);
-}
 
 bool isPrefixSlice(gpt::SliceOp slice) {
   auto in = cast<RankedTensorType>(slice.getX().getType());
@@ -222,7 +214,7 @@ Lowering::boundBuffer(rt::Role role, const std::string &binding, Type type,
     const rt::Buffer &old = program.buffers[it->second];
     // The update writes a padded copy by its leading rows: a view.
     if (role == rt::Role::ParamCopy && old.dtype == b.dtype &&
-        isLeadingRows(b.shape, old.shape)) {
+        old.shape != b.shape && exec::isLeadingRows(b.shape, old.shape)) {
       b.role = role;
       b.name = b.binding = binding;
       b.viewOf = it->second;

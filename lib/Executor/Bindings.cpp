@@ -3,6 +3,7 @@
 #include "gptc/Executor/Bindings.h"
 
 #include "gptc/Dialect/GPT/GPTDialect.h"
+#include "gptc/Executor/Executor.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -23,10 +24,7 @@ std::vector<ArgumentInfo> describeArguments(func::FuncOp func) {
                    i, gpt::kParamCopyAttr)) {
       info.kind = ArgumentInfo::Kind::ParamCopy;
       info.name = name.str();
-      Type element = type.getElementType();
-      info.storage = element.isBF16()  ? StorageKind::BF16
-                     : element.isF16() ? StorageKind::F16
-                                       : StorageKind::F32;
+      info.storage = storageOf(type);
     } else if (auto input =
                    func.getArgAttrOfType<StringAttr>(i, gpt::kInputAttr)) {
       info.kind = input.getValue() == "tokens" ? ArgumentInfo::Kind::Tokens

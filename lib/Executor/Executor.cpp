@@ -227,17 +227,6 @@ std::vector<HostTensor> evaluate(Operation *op,
       });
 }
 
-/// How a value of this type is stored: bf16 and f16 tensors hold only values
-/// of their type (see gptc/Executor/Precision.h).
-StorageKind storageOf(Type type) {
-  Type elem = cast<RankedTensorType>(type).getElementType();
-  if (elem.isBF16())
-    return StorageKind::BF16;
-  if (elem.isF16())
-    return StorageKind::F16;
-  return StorageKind::F32;
-}
-
 bool matchesType(const HostTensor &t, Type type) {
   auto tensor = cast<RankedTensorType>(type);
   bool isId = tensor.getElementType().isInteger(32);
@@ -321,6 +310,15 @@ runFunction(func::FuncOp func, const std::vector<HostTensor> &args) {
               .count();
   }
   return func.emitError("function has no return");
+}
+
+StorageKind storageOf(Type type) {
+  Type elem = cast<RankedTensorType>(type).getElementType();
+  if (elem.isBF16())
+    return StorageKind::BF16;
+  if (elem.isF16())
+    return StorageKind::F16;
+  return StorageKind::F32;
 }
 
 } // namespace gptc::exec

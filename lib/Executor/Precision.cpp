@@ -2,6 +2,7 @@
 
 #include "gptc/Executor/Precision.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -89,6 +90,13 @@ void roundTo(HostTensor &t, StorageKind kind) {
 uint16_t bf16BitsOf(float x) { return bf16Bits(roundToBF16(x)); }
 
 uint16_t halfBitsOf(float x) { return halfBits(roundToF16(x)); }
+
+bool isLeadingRows(const std::vector<int64_t> &part,
+                   const std::vector<int64_t> &whole) {
+  return !part.empty() && part.size() == whole.size() &&
+         part[0] <= whole[0] &&
+         std::equal(part.begin() + 1, part.end(), whole.begin() + 1);
+}
 
 HostTensor paramCopy(const HostTensor &param, const std::vector<int64_t> &shape,
                      StorageKind storage) {

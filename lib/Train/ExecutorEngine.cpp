@@ -230,11 +230,7 @@ makeExecutorEngine(const TrainingProgram &program) {
              << "returns no gpt.param_copy = \"" << s.name
              << "\", which the gradient function reads";
     const Slot &w = update->results()[size_t(i)];
-    bool leadingRows = w.shape.size() == s.shape.size() && !w.shape.empty() &&
-                       w.shape[0] <= s.shape[0] &&
-                       std::equal(w.shape.begin() + 1, w.shape.end(),
-                                  s.shape.begin() + 1);
-    if (w.storage != s.storage || !leadingRows)
+    if (w.storage != s.storage || !exec::isLeadingRows(w.shape, s.shape))
       return update->func().emitError()
              << "writes gpt.param_copy = \"" << s.name
              << "\" in another type than the gradient function reads";

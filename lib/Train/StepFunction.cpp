@@ -30,15 +30,9 @@ std::optional<Slot> slotOf(DictionaryAttr attrs, Type type) {
     auto value = attrs.getAs<StringAttr>(attrName);
     if (!value)
       continue;
-    auto tensor = cast<RankedTensorType>(type);
-    Type element = tensor.getElementType();
-    exec::StorageKind storage = element.isBF16()  ? exec::StorageKind::BF16
-                                : element.isF16() ? exec::StorageKind::F16
-                                                  : exec::StorageKind::F32;
-    return Slot{role,
-                value.str(),
-                {tensor.getShape().begin(), tensor.getShape().end()},
-                storage};
+    auto shape = cast<RankedTensorType>(type).getShape();
+    return Slot{role, value.str(), {shape.begin(), shape.end()},
+                exec::storageOf(type)};
   }
   return std::nullopt;
 }

@@ -10,6 +10,7 @@
 #define GPTC_EXECUTOR_EXECUTOR_H
 
 #include "gptc/Executor/HostTensor.h"
+#include "gptc/Executor/Precision.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
@@ -19,6 +20,10 @@ namespace gptc::exec {
 /// Fails with a diagnostic at the offending op.
 mlir::FailureOr<std::vector<HostTensor>>
 runFunction(mlir::func::FuncOp func, const std::vector<HostTensor> &args);
+
+/// How a value of this tensor type is stored: bf16 and f16 tensors hold
+/// only values of their type (see gptc/Executor/Precision.h).
+StorageKind storageOf(mlir::Type type);
 
 } // namespace gptc::exec
 

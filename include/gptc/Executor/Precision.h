@@ -36,6 +36,12 @@ uint16_t halfBitsOf(float x);
 /// Rounds every element of a float tensor to `kind` (F32: unchanged).
 void roundTo(HostTensor &t, StorageKind kind);
 
+/// `part` has `whole`'s shape but for a first dimension no longer than
+/// whole's: the leading rows of a padded copy, which is what an update may
+/// write of it.
+bool isLeadingRows(const std::vector<int64_t> &part,
+                   const std::vector<int64_t> &whole);
+
 /// What a gpt.param_copy argument of this shape and element type holds:
 /// `param` rounded to `storage`, zero-padded at the high end of each
 /// dimension. Throws std::invalid_argument if `shape` is smaller than the
