@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 
 namespace gptc::rt {
 
