@@ -173,8 +173,8 @@ private:
   void writeLossGradientsInPlace(const rt::Function &out);
 
 public:
-  /// stash_grads and accumulate_grads over these Grad results of grads.
-  void addAccumulation(const std::vector<int> &gradsResults);
+  /// grads_accumulate: grads with its gradients added to the Grad buffers.
+  void addAccumulatingGrads(const rt::Function &grads);
 
 private:
   std::map<std::pair<rt::Role, std::string>, int> bound;
@@ -631,59 +631,73 @@ LogicalResult Lowering::checkInPlace(func::FuncOp func,
   return success();
 }
 
-void Lowering::addAccumulation(const std::vector<int> &gradsResults) {
-  std::vector<int> gradIds, sumIds;
-  for (int id : gradsResults) {
+void Lowering::addAccumulatingGrads(const rt::Function &grads) {
+  // Every gradient must be float32 (the add runs in float32); otherwise the
+  // program gets no grads_accumulate and --grad-accum is refused at run time.
+  std::map<int, int> twin; // Grad buffer (or a view of one) -> its temp
+  std::vector<int> gradIds, tempIds;
+  for (int id : grads.results) {
     const rt::Buffer &g = program.buffers[id];
-    if (g.role != rt::Role::Grad || g.dtype != rt::DType::F32)
+    if (g.role != rt::Role::Grad)
       continue;
-    rt::Buffer sum;
-    sum.name = sum.binding = g.binding;
-    sum.dtype = rt::DType::F32;
-    sum.shape = g.shape;
-    sum.role = rt::Role::GradSum;
+    if (g.dtype != rt::DType::F32 || g.viewOf >= 0)
+      return;
+    rt::Buffer t;
+    t.name = g.binding + ".acc";
+    t.dtype = rt::DType::F32;
+    t.shape = g.shape;
     gradIds.push_back(id);
     // add() may move the buffers: `g` is not used after this.
-    sumIds.push_back(add(std::move(sum)));
+    tempIds.push_back(twin[id] = add(std::move(t)));
   }
   if (gradIds.empty())
     return;
-  int64_t n = int64_t(gradIds.size());
 
-  // sum_t = grad_t: a body of one argument that yields it.
-  rt::Function stash;
-  stash.name = "stash_grads";
-  stash.arguments = gradIds;
-  stash.results = sumIds;
-  rt::Launch copy;
-  copy.kernel = "multi_tensor_elementwise";
-  copy.ints["num_tensors"] = n;
-  copy.inputs = gradIds;
-  copy.outputs = sumIds;
-  copy.body.numArgs = copy.body.numRegisters = 1;
-  copy.body.results = {0};
-  stash.launches.push_back(std::move(copy));
-  program.functions.push_back(std::move(stash));
+  rt::Function acc = grads;
+  acc.name = "grads_accumulate";
+  // Temps are one function's own (planMemory keeps a temp two functions
+  // touch for the whole run), so grads' temps get twins here too.
+  auto remap = [&](int id) {
+    if (auto it = twin.find(id); it != twin.end())
+      return it->second;
+    int root = rootOf(id);
+    if (program.buffers[root].role != rt::Role::Temp && !twin.count(root))
+      return id;
+    if (!twin.count(root)) {
+      rt::Buffer t = program.buffers[root];
+      t.name += ".acc";
+      twin[root] = add(std::move(t));
+    }
+    if (id == root)
+      return twin[root];
+    // A view (a reshape grads reads through): the same view of the twin.
+    rt::Buffer v = program.buffers[id];
+    v.name += ".acc";
+    v.viewOf = twin[root];
+    return twin[id] = add(std::move(v));
+  };
+  for (rt::Launch &l : acc.launches) {
+    for (int &id : l.inputs)
+      id = remap(id);
+    for (int &id : l.outputs)
+      id = remap(id);
+  }
 
-  // grad_t = grad_t + sum_t, in place: float32 addition commutes, so this
-  // is the executor's sum += grad to the bit.
-  rt::Function accumulate;
-  accumulate.name = "accumulate_grads";
-  accumulate.arguments = gradIds;
-  accumulate.arguments.insert(accumulate.arguments.end(), sumIds.begin(),
-                              sumIds.end());
-  accumulate.results = gradIds;
+  // grad_t = grad_t + g_t, in place: the executor's sum += g to the bit.
   rt::Launch addLaunch;
   addLaunch.kernel = "multi_tensor_elementwise";
-  addLaunch.ints["num_tensors"] = n;
-  addLaunch.inputs = accumulate.arguments;
+  addLaunch.ints["num_tensors"] = int64_t(gradIds.size());
+  addLaunch.inputs = gradIds;
+  addLaunch.inputs.insert(addLaunch.inputs.end(), tempIds.begin(),
+                          tempIds.end());
   addLaunch.outputs = gradIds;
   addLaunch.body.numArgs = 2;
   addLaunch.body.numRegisters = 3;
   addLaunch.body.code.push_back({exec::Opcode::Add, 2, 0, 1});
   addLaunch.body.results = {2};
-  accumulate.launches.push_back(std::move(addLaunch));
-  program.functions.push_back(std::move(accumulate));
+  acc.launches.push_back(std::move(addLaunch));
+  acc.arguments.insert(acc.arguments.end(), gradIds.begin(), gradIds.end());
+  program.functions.push_back(std::move(acc));
 }
 
 } // namespace
@@ -728,7 +742,7 @@ FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns) {
   }
   if (fns.grads)
     if (const rt::Function *grads = lowering.program.function("grads"))
-      lowering.addAccumulation(std::vector<int>(grads->results));
+      lowering.addAccumulatingGrads(rt::Function(*grads));
   return std::move(lowering.program);
 }
 

@@ -51,7 +51,6 @@ MemoryPlanSummary summarizePlan(const Program &p) {
 std::string printMemoryPlan(const MemoryPlanSummary &s) {
   static const std::pair<Role, const char *> kRows[] = {
       {Role::Param, "params (fp32)"},   {Role::Grad, "gradients (fp32)"},
-      {Role::GradSum, "gradient sums (fp32)"},
       {Role::AdamM, "AdamW m (fp32)"},  {Role::AdamV, "AdamW v (fp32)"},
       {Role::ParamCopy, "weight copies (bf16/fp16)"},
       {Role::Input, "inputs"},          {Role::Hyper, "hyper-parameters"},

@@ -224,8 +224,6 @@ const char *roleName(Role r) {
     return "output";
   case Role::Constant:
     return "constant";
-  case Role::GradSum:
-    return "grad_sum";
   case Role::ParamCopy:
     return "param_copy";
   }

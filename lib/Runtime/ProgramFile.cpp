@@ -34,7 +34,9 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// 7: each launch's `stream` and `join` (planStreams: a weight gradient's
 /// GEMM on the side stream).
 /// 8: the ParamCopy role (gpt-weight-copies).
-constexpr uint32_t kVersion = 8;
+/// 9: no GradSum role; gradient accumulation is the grads_accumulate
+/// function (stash_grads and accumulate_grads are gone).
+constexpr uint32_t kVersion = 9;
 
 json kernelChoiceToJson(const LaunchVariant &v) {
   return {{"label", v.label},
@@ -265,7 +267,7 @@ Program readProgram(const uint8_t *data, size_t size,
     for (int64_t d : b.shape)
       if (d < 0)
         r.fail("field '" + path + ".shape' has a negative dimension");
-    b.role = r.enumOf<Role>(j, "role", path, 11);
+    b.role = r.enumOf<Role>(j, "role", path, 10);
     b.binding = r.get<std::string>(j, "binding", path);
     b.viewOf = r.get<int>(j, "view_of", path);
     // A view follows its base (so views never form a cycle).

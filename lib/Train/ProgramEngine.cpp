@@ -27,11 +27,10 @@ public:
     forward_ = function("forward");
     grads_ = function("grads");
     update_ = function("update");
-    // Gradient accumulation on the device (the lowering adds them beside
+    // Gradient accumulation on the device (the lowering adds it beside
     // grads); checked when a step has a second micro-batch, so a program
-    // without them still trains with one.
-    stash_ = p_.function("stash_grads");
-    accumulateGrads_ = p_.function("accumulate_grads");
+    // without it still trains with one.
+    gradsAccumulate_ = p_.function("grads_accumulate");
     if (update_->normLaunches < 0 ||
         size_t(update_->normLaunches) > update_->launches.size())
       fail("its update function does not say which launches compute "
@@ -99,21 +98,17 @@ public:
 
   double accumulate(const exec::Batch &batch, float lossScale,
                     bool first) override {
-    // grads overwrites the Grad buffers. From the second micro-batch on,
-    // stash what they hold (the sum so far) in the GradSum buffers first
-    // and add it back after: grad = g_k + sum, which is the float32 sum +=
-    // g_k of the executor to the bit (addition commutes). All on the
+    // From the second micro-batch on, grads_accumulate computes the
+    // gradients into temps and adds them to the Grad buffers: grad = sum +
+    // g_k, the float32 sum += g_k of the executor to the bit. All on the
     // device: nothing crosses to the host but the loss.
-    if (!first) {
+    if (!first)
       checkAccumulation();
-      backend_.run(*stash_, 0, stash_->launches.size());
-    }
     uploadBatch(batch);
     if (lossScale_ >= 0)
       backend_.upload(lossScale_, &lossScale);
-    backend_.run(*grads_, 0, grads_->launches.size());
-    if (!first)
-      backend_.run(*accumulateGrads_, 0, accumulateGrads_->launches.size());
+    const rt::Function &f = first ? *grads_ : *gradsAccumulate_;
+    backend_.run(f, 0, f.launches.size());
     backend_.synchronize();
     return scalar(gradsLoss_);
   }
@@ -177,24 +172,23 @@ private:
     }
   }
 
-  /// stash_grads and accumulate_grads exist and cover every parameter's
-  /// gradient with a GradSum buffer of its shape (checked once).
+  /// grads_accumulate exists, returns what grads returns and reads every
+  /// Grad buffer it writes (checked once).
   void checkAccumulation() {
     if (accumulationChecked_)
       return;
-    if (!stash_ || !accumulateGrads_)
-      fail(std::string("it has no ") +
-           (stash_ ? "accumulate_grads" : "stash_grads") +
-           " function, so it cannot accumulate gradients (--grad-accum)");
+    if (!gradsAccumulate_)
+      fail("it has no grads_accumulate function, so it cannot accumulate "
+           "gradients (--grad-accum)");
+    if (gradsAccumulate_->results != grads_->results)
+      fail("its grads_accumulate function does not return what grads "
+           "returns");
     for (const ParamSpec &spec : p_.params) {
       int grad = p_.find(Role::Grad, spec.name);
-      int sum = floatBuffer(Role::GradSum, spec);
-      auto has = [](const std::vector<int> &ids, int id) {
-        return std::find(ids.begin(), ids.end(), id) != ids.end();
-      };
-      if (!has(stash_->results, sum) || !has(accumulateGrads_->results, grad))
-        fail("its stash_grads and accumulate_grads functions do not sum the "
-             "gradient of '" + spec.name + "'");
+      const std::vector<int> &args = gradsAccumulate_->arguments;
+      if (std::find(args.begin(), args.end(), grad) == args.end())
+        fail("its grads_accumulate function does not add to the gradient "
+             "of '" + spec.name + "'");
     }
     accumulationChecked_ = true;
   }
@@ -267,7 +261,7 @@ private:
   const rt::Program &p_;
   rt::Backend &backend_;
   const rt::Function *forward_, *grads_, *update_;
-  const rt::Function *stash_, *accumulateGrads_; ///< null if absent
+  const rt::Function *gradsAccumulate_; ///< null if absent
   std::vector<Slots> slots_; ///< per parameter, as p_.params
   int tokens_, targets_, lr_, step_, gradScale_, lossScale_;
   int forwardLoss_, gradsLoss_, gradNorm_;
@@ -360,23 +354,18 @@ std::string programMemoryLine(const rt::Program &program, bool withKernels) {
     return mebibytes(bytes);
   };
   auto it = program.meta.find("precision");
-  // The GradSum buffers (--grad-accum on the device) are as big as the
-  // gradients.
   // The CUDA kernels' module-scope scratch, beside the arena.
   int64_t scratchBytes = 0;
   for (const rt::DeviceKernel &k : program.kernels)
     scratchBytes += withKernels ? k.scratchBytes : 0;
   std::string scratch =
       scratchBytes ? " | kernel scratch " + mebibytes(scratchBytes) : "";
-  std::string sums = plan.bound.count(Role::GradSum)
-                         ? " | grad sums " + bound({Role::GradSum})
-                         : "";
   std::string copies = plan.bound.count(Role::ParamCopy)
                            ? " | weight copies " + bound({Role::ParamCopy})
                            : "";
   return "memory (" + (it == program.meta.end() ? "?" : it->second) +
          "): params " + bound({Role::Param}) + " | grads " +
-         bound({Role::Grad}) + sums + " | adam m+v " +
+         bound({Role::Grad}) + " | adam m+v " +
          bound({Role::AdamM, Role::AdamV}) + copies + " | io " +
          bound({Role::Input, Role::Hyper, Role::Output, Role::Constant}) +
          " | temporaries " + mebibytes(plan.temps) + " | arena " +

@@ -76,8 +76,8 @@ func.func @fwd(%x: tensor<2x4xf32> {gpt.param = "x"}, %w: tensor<4xf32> {gpt.par
 // CHECK-SAME: loss
 // CHECK: %[[G:[0-9]+]]  grad     f32[4]
 // CHECK-SAME: w
-// CHECK: %[[S:[0-9]+]]  grad_sum f32[4]
-// CHECK-SAME: w
+// CHECK-NOT: grad_sum
+// CHECK: %[[T:[0-9]+]]  temp     f32[4] {{.*}} w.acc{{$}}
 // CHECK: func forward: 2 launches
 // CHECK-NEXT: arguments: %0 %1
 // CHECK-NEXT: results: %2
@@ -99,19 +99,19 @@ func.func @fwd(%x: tensor<2x4xf32> {gpt.param = "x"}, %w: tensor<4xf32> {gpt.par
 // CHECK-NEXT: %[[M]] = fused_elementwise(%[[M]], %[[G]]) : f32[4]
 // CHECK-NEXT: body
 // CHECK-NEXT: %0 = fused_elementwise(%0, %[[M]], %[[BC]]) : f32[4]
-// With a grads function come gradient accumulation's two functions: a
-// GradSum buffer per gradient grads returns, copied into by stash_grads and
-// added back in place by accumulate_grads, one launch each.
+// With a grads function comes grads_accumulate, for gradient accumulation:
+// grads' launches on temps of their own, the gradient into a temp of its
+// own (w.acc), then one launch adding it to the gradient in place.
 // CHECK-NEXT: body
-// CHECK-NEXT: func stash_grads: 1 launches, 1 arguments, 1 results
-// CHECK-NEXT: arguments: %[[G]]{{$}}
-// CHECK-NEXT: results: %[[S]]{{$}}
-// CHECK-NEXT: %[[S]] = multi_tensor_elementwise(%[[G]]) {num_tensors=1} : f32[4]{{$}}
+// CHECK-NEXT: func grads_accumulate: 4 launches, 3 arguments, 2 results
+// CHECK-NEXT: arguments: %0 %1 %[[G]]{{$}}
+// CHECK-NEXT: results: %2 %[[G]]{{$}}
+// CHECK-NEXT: %[[Y:[0-9]+]] = fused_elementwise(%0, %1) : f32[4]
+// CHECK-NEXT: body
+// CHECK-NEXT: %2 = reduce_sum(%[[Y]]) : f32[]
+// CHECK-NEXT: %[[T]] = fused_elementwise(%1) : f32[4]
 // CHECK-NEXT: body(r0) { yield r0 }
-// CHECK-NEXT: func accumulate_grads: 1 launches, 2 arguments, 1 results
-// CHECK-NEXT: arguments: %[[G]] %[[S]]{{$}}
-// CHECK-NEXT: results: %[[G]]{{$}}
-// CHECK-NEXT: %[[G]] = multi_tensor_elementwise(%[[G]], %[[S]]) {num_tensors=1} : f32[4]{{$}}
+// CHECK-NEXT: %[[G]] = multi_tensor_elementwise(%[[G]], %[[T]]) {num_tensors=1} : f32[4]{{$}}
 // CHECK-NEXT: body(r0, r1) { r2 = add r0, r1; yield r2 }
 // CHECK-NOT: func
 func.func @forward(%w: tensor<4xf32> {gpt.param = "w"}, %x: tensor<4xf32> {gpt.param = "x"})

@@ -935,19 +935,22 @@ TEST(CudaBackendFake, Profile) {
   EXPECT_NE(b->profileReport().find("timed runs: none"), std::string::npos);
 }
 
-/// Gradient accumulation's two functions as the lowering makes them (one
-/// multi_tensor_elementwise launch each, generated kernels): eager, then
-/// captured into a CUDA graph, then replayed, each launch getting the grads'
-/// and sums' device addresses, accumulate_grads writing the grads in place.
-TEST(CudaBackendFake, AccumulationFunctionsRunAndReplay) {
+/// Gradient accumulation as the lowering makes it: grads_accumulate's
+/// launches write the micro-batch's gradients into temps (here one
+/// multi_tensor_elementwise launch of six arguments, as the add has, stands
+/// for them: the fake driver takes one argument count), and its last launch
+/// adds them to the Grad buffers in place. Eager, then captured into a CUDA
+/// graph, then replayed, each launch getting the grads' and temps' device
+/// addresses.
+TEST(CudaBackendFake, AccumulationFunctionRunsAndReplays) {
   REQUIRE_FAKE(b);
-  enum : int { G0, G1, S0, S1 };
+  enum : int { G0, G1, T0, T1 };
   Program p;
   p.meta["precision"] = "fp32";
   p.buffers = {buffer("w0", DType::F32, {4, 3}, Role::Grad),
                buffer("w1", DType::F32, {5}, Role::Grad),
-               buffer("w0", DType::F32, {4, 3}, Role::GradSum),
-               buffer("w1", DType::F32, {5}, Role::GradSum)};
+               buffer("w0.acc", DType::F32, {4, 3}, Role::Temp),
+               buffer("w1.acc", DType::F32, {5}, Role::Temp)};
   auto multi = [](std::vector<int> in, std::vector<int> out, int kernel) {
     Launch l = launch("multi_tensor_elementwise", std::move(in),
                       std::move(out));
@@ -957,13 +960,12 @@ TEST(CudaBackendFake, AccumulationFunctionsRunAndReplay) {
     l.block[0] = 256;
     return l;
   };
-  Function stash, accumulate;
-  stash.name = "stash_grads";
-  stash.launches = {multi({G0, G1}, {S0, S1}, 0)};
-  accumulate.name = "accumulate_grads";
-  accumulate.launches = {multi({G0, G1, S0, S1}, {G0, G1}, 1)};
-  p.functions = {stash, accumulate};
-  for (const char *name : {"k_stash", "k_accumulate"}) {
+  Function accumulate;
+  accumulate.name = "grads_accumulate";
+  accumulate.launches = {multi({G0, G1, T0, T1}, {T0, T1}, 0),
+                         multi({G0, G1, T0, T1}, {G0, G1}, 1)};
+  p.functions = {accumulate};
+  for (const char *name : {"k_grads", "k_accumulate"}) {
     DeviceKernel k;
     k.name = name;
     k.arch = "sm_90a";
@@ -978,26 +980,23 @@ TEST(CudaBackendFake, AccumulationFunctionsRunAndReplay) {
   auto setArgs = hook<void (*)(int)>("gptcFakeSetArgCount");
   auto offset = [&](int id) { return int64_t(p.buffers[id].offset); };
   for (int run = 0; run < 3; ++run) {
-    setArgs(4);
-    int before = launches();
-    b->run(p.functions[0], 0, 1);
-    b->synchronize();
-    ASSERT_EQ(launches(), before + 1) << "run " << run;
-    EXPECT_STREQ(name(before), "k_stash");
-    for (int a = 1; a < 4; ++a) // g0, g1, then s0, s1
-      EXPECT_EQ(int64_t(arg(before, a) - arg(before, 0)),
-                offset(a) - offset(G0));
     setArgs(6);
-    before = launches();
-    b->run(p.functions[1], 0, 1);
+    int before = launches();
+    b->run(p.functions[0], 0, 2);
     b->synchronize();
-    ASSERT_EQ(launches(), before + 1) << "run " << run;
-    EXPECT_STREQ(name(before), "k_accumulate");
-    // g0, g1, s0, s1, then the outputs g0, g1: the same bytes.
-    const int ids[] = {G0, G1, S0, S1, G0, G1};
-    for (int a = 1; a < 6; ++a)
+    ASSERT_EQ(launches(), before + 2) << "run " << run;
+    EXPECT_STREQ(name(before), "k_grads");
+    EXPECT_STREQ(name(before + 1), "k_accumulate");
+    // g0, g1, t0, t1, then the outputs: k_grads' t0, t1, k_accumulate's
+    // g0, g1 (in place: the same bytes).
+    const int grads[] = {G0, G1, T0, T1, T0, T1};
+    const int add[] = {G0, G1, T0, T1, G0, G1};
+    for (int a = 1; a < 6; ++a) {
       EXPECT_EQ(int64_t(arg(before, a) - arg(before, 0)),
-                offset(ids[a]) - offset(G0));
+                offset(grads[a]) - offset(G0));
+      EXPECT_EQ(int64_t(arg(before + 1, a) - arg(before + 1, 0)),
+                offset(add[a]) - offset(G0));
+    }
   }
   setArgs(2);
 }

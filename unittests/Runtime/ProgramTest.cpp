@@ -85,42 +85,70 @@ TEST(ProgramTest, TinyProgramHasTheThreeFunctions) {
 
 TEST(ProgramTest, TinyProgramAccumulatesGradientsOnTheDevice) {
   const Program &p = tinyProgram();
-  const Function *stash = p.function("stash_grads");
-  const Function *accumulate = p.function("accumulate_grads");
-  ASSERT_NE(stash, nullptr);
-  ASSERT_NE(accumulate, nullptr);
-  EXPECT_EQ(stash->normLaunches, -1);
-  ASSERT_EQ(stash->launches.size(), 1u);
-  ASSERT_EQ(accumulate->launches.size(), 1u);
+  const Function &grads = *p.function("grads");
+  const Function *acc = p.function("grads_accumulate");
+  ASSERT_NE(acc, nullptr);
+  EXPECT_EQ(p.function("stash_grads"), nullptr);
+  EXPECT_EQ(acc->normLaunches, -1);
+  // grads' launches, then the add.
+  ASSERT_EQ(acc->launches.size(), grads.launches.size() + 1);
+  EXPECT_EQ(acc->results, grads.results);
   size_t n = p.params.size();
-  const Launch &copy = stash->launches[0], &add = accumulate->launches[0];
-  EXPECT_EQ(copy.kernel, "multi_tensor_elementwise");
+  const Launch &add = acc->launches.back();
   EXPECT_EQ(add.kernel, "multi_tensor_elementwise");
-  EXPECT_EQ(copy.ints.at("num_tensors"), int64_t(n));
   EXPECT_EQ(add.ints.at("num_tensors"), int64_t(n));
-  ASSERT_EQ(copy.inputs.size(), n);
-  ASSERT_EQ(copy.outputs.size(), n);
   ASSERT_EQ(add.inputs.size(), 2 * n);
   ASSERT_EQ(add.outputs.size(), n);
-  // copy: yield its one argument; add: grad + sum, written over grad.
-  EXPECT_TRUE(copy.body.code.empty());
-  EXPECT_EQ(copy.body.results, std::vector<int>{0});
+  // grad + the micro-batch's gradient, written over grad.
   ASSERT_EQ(add.body.code.size(), 1u);
   EXPECT_EQ(add.body.code[0].op, exec::Opcode::Add);
+  EXPECT_EQ(add.body.results, std::vector<int>{2});
   for (size_t t = 0; t < n; ++t) {
     const std::string &name = p.params[t].name;
-    int grad = p.find(Role::Grad, name), sum = p.find(Role::GradSum, name);
-    ASSERT_GE(sum, 0) << name;
-    EXPECT_EQ(p.buffers[sum].dtype, DType::F32);
-    EXPECT_EQ(p.buffers[sum].shape, p.params[t].shape);
-    EXPECT_EQ(copy.inputs[t], grad);
-    EXPECT_EQ(copy.outputs[t], sum);
-    EXPECT_EQ(add.inputs[t], grad);
-    EXPECT_EQ(add.inputs[n + t], sum);
-    EXPECT_EQ(add.outputs[t], grad);
+    int grad = p.find(Role::Grad, name), fresh = add.inputs[n + t];
+    EXPECT_EQ(add.inputs[t], grad) << name;
+    EXPECT_EQ(add.outputs[t], grad) << name;
+    // The micro-batch's gradient is a temp of its own, of the gradient's
+    // type, that no other function touches.
+    const Buffer &b = p.buffers[fresh];
+    EXPECT_EQ(b.role, Role::Temp) << name;
+    EXPECT_EQ(b.viewOf, -1) << name;
+    EXPECT_EQ(b.dtype, DType::F32) << name;
+    EXPECT_EQ(b.shape, p.params[t].shape) << name;
+    EXPECT_TRUE(std::find(acc->arguments.begin(), acc->arguments.end(),
+                          grad) != acc->arguments.end())
+        << name;
   }
-  EXPECT_EQ(stash->results, copy.outputs);
-  EXPECT_EQ(accumulate->results, add.outputs);
+  // Launch by launch the same work as grads, on the same bound buffers but
+  // on temps of its own (planMemory keeps a temp two functions touch for
+  // the whole run), and no launch but the add writes a gradient.
+  std::set<int> gradsTemps;
+  for (const Launch &l : grads.launches)
+    for (const std::vector<int> *ids : {&l.inputs, &l.outputs})
+      for (int id : *ids)
+        if (p.buffers[p.root(id)].role == Role::Temp)
+          gradsTemps.insert(p.root(id));
+  for (size_t i = 0; i < grads.launches.size(); ++i) {
+    const Launch &a = grads.launches[i], &b = acc->launches[i];
+    EXPECT_EQ(a.kernel, b.kernel) << i;
+    EXPECT_EQ(a.ints, b.ints) << i;
+    ASSERT_EQ(a.inputs.size(), b.inputs.size()) << i;
+    ASSERT_EQ(a.outputs.size(), b.outputs.size()) << i;
+    for (const auto &[x, y] : {std::pair{&a.inputs, &b.inputs},
+                               std::pair{&a.outputs, &b.outputs}})
+      for (size_t k = 0; k < x->size(); ++k) {
+        const Buffer &bx = p.buffers[(*x)[k]], &by = p.buffers[(*y)[k]];
+        EXPECT_EQ(bx.shape, by.shape) << i;
+        EXPECT_EQ(bx.dtype, by.dtype) << i;
+        Role rx = p.buffers[p.root((*x)[k])].role;
+        if (rx == Role::Temp || rx == Role::Grad) {
+          EXPECT_EQ(p.buffers[p.root((*y)[k])].role, Role::Temp) << i;
+          EXPECT_EQ(gradsTemps.count(p.root((*y)[k])), 0u) << i;
+        } else {
+          EXPECT_EQ((*x)[k], (*y)[k]) << i;
+        }
+      }
+  }
 }
 
 TEST(ProgramTest, RoundTripIsExact) {
@@ -175,10 +203,6 @@ TEST(ProgramTest, RoundTripIsExact) {
     EXPECT_EQ(q.buffers[i].role, p.buffers[i].role) << i;
     EXPECT_EQ(q.buffers[i].binding, p.buffers[i].binding) << i;
   }
-  // The GradSum role survives the round trip (format version 2 on).
-  int sum = q.find(Role::GradSum, "wte.weight");
-  ASSERT_GE(sum, 0);
-  EXPECT_EQ(sum, p.find(Role::GradSum, "wte.weight"));
   // So does ParamCopy, and the view by which the update writes the padded
   // lm_head copy's leading rows (format version 8 on).
   int copy = q.find(Role::ParamCopy, "wte.weight");
@@ -190,8 +214,8 @@ TEST(ProgramTest, RoundTripIsExact) {
     leadingRows |= b.viewOf == copy && b.role == Role::ParamCopy &&
                    b.shape[0] < q.buffers[copy].shape[0];
   EXPECT_TRUE(leadingRows);
-  EXPECT_EQ(bytes[8], 8);
-  EXPECT_NE(q.function("accumulate_grads"), nullptr);
+  EXPECT_EQ(bytes[8], 9);
+  EXPECT_NE(q.function("grads_accumulate"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
     const Function &a = p.functions[f], &b = q.functions[f];
@@ -270,11 +294,11 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   std::vector<uint8_t> version = bytes;
   version[8] = 99;
   EXPECT_NE(formatErrorOf(version).find("version 99"), std::string::npos);
-  // A version 1 program (before GradSum) is refused in one line that says
-  // what to do.
+  // A version 1 program (before gradient accumulation) is refused in one
+  // line that says what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 8 "
+            "prog.bin: gptc program version 1, this build reads version 9 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
@@ -659,5 +683,6 @@ TEST(ProgramTest, LaunchCostsCountOperandsAndProducts) {
   EXPECT_GT(seen["flash_attention_qkv"], 0);
   EXPECT_GT(seen["flash_attention_qkv_grad"], 0);
   EXPECT_GT(seen["matmul_epilogue"], 0);
-  EXPECT_EQ(seen["corner"], 1); // one block's c_attn bias gradient
+  // One block's c_attn bias gradient, in grads and grads_accumulate.
+  EXPECT_EQ(seen["corner"], 2);
 }

@@ -364,7 +364,7 @@ namespace {
 
 /// A multi-tensor launch whose body yields its argument: `from[t]` copied
 /// to `to[t]`, each rounded to its type on store (gpt-fuse-elementwise's
-/// parameter copies and gradient widening, stash_grads' copy).
+/// parameter copies and gradient widening).
 void addCopy(Builder &b, std::vector<int> from, std::vector<int> to) {
   int64_t n = int64_t(from.size());
   auto &copy =
@@ -435,19 +435,18 @@ TEST(MultiTensorKernelsOnHost, GradientsWidenExactly) {
   }
 }
 
-// Gradient accumulation's two launches as the lowering builds them
-// (LowerToKernels.cpp, addAccumulation): stash_grads copies the gradients
-// into their sums, accumulate_grads adds the sums back over the gradients
-// in place. Both bit for bit: a copy, and one float32 addition.
+// Gradient accumulation's add as the lowering builds it (LowerToKernels.cpp,
+// addAccumulatingGrads): the last launch of grads_accumulate adds the
+// micro-batch's gradients (temps) to the Grad buffers in place, one float32
+// addition an element, bit for bit.
 TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
   using exec::Opcode;
   const DType f32 = DType::F32;
   Builder b;
   int g0 = b.buf(f32, {3000}), g1 = b.buf(f32, {37});
-  int s0 = b.buf(f32, {3000}), s1 = b.buf(f32, {37});
-  addCopy(b, {g0, g1}, {s0, s1}); // stash_grads
+  int t0 = b.buf(f32, {3000}), t1 = b.buf(f32, {37});
   auto &add =
-      b.launch("multi_tensor_elementwise", {g0, g1, s0, s1}, {g0, g1});
+      b.launch("multi_tensor_elementwise", {g0, g1, t0, t1}, {g0, g1});
   add.ints["num_tensors"] = 2;
   add.body.numArgs = 2;
   add.body.numRegisters = 3;
@@ -462,19 +461,12 @@ TEST(MultiTensorKernelsOnHost, GradientAccumulation) {
     data[i] = randomFloats(p.buffers[i].shape, uint32_t(300 + i));
   auto ptr = [&](int id) -> void * { return data[id].f32.data(); };
 
-  kernels.run(0, {ptr(g0), ptr(g1), ptr(s0), ptr(s1)});
-  expectSame(data[g0], data[s0].f32, "stashed sum 0");
-  expectSame(data[g1], data[s1].f32, "stashed sum 1");
-
-  // The next micro-batch's gradients, then grad = grad + sum in place.
-  data[g0] = randomFloats({3000}, 400);
-  data[g1] = randomFloats({37}, 401);
   exec::HostTensor want0 = data[g0], want1 = data[g1];
   for (size_t i = 0; i < want0.f32.size(); ++i)
-    want0.f32[i] += data[s0].f32[i];
+    want0.f32[i] += data[t0].f32[i];
   for (size_t i = 0; i < want1.f32.size(); ++i)
-    want1.f32[i] += data[s1].f32[i];
-  kernels.run(1, {ptr(g0), ptr(g1), ptr(s0), ptr(s1), ptr(g0), ptr(g1)});
+    want1.f32[i] += data[t1].f32[i];
+  kernels.run(0, {ptr(g0), ptr(g1), ptr(t0), ptr(t1), ptr(g0), ptr(g1)});
   expectSame(want0, data[g0].f32, "accumulated gradient 0");
   expectSame(want1, data[g1].f32, "accumulated gradient 1");
 }

@@ -32,13 +32,14 @@
 // - Every op outside the fused stage's kernel set, and every value that is
 //   not a static tensor of f32, bf16, f16 or i32, is an error at its
 //   location.
-// - When there is a grads function, two more follow it for gradient
-//   accumulation on the device, each one multi_tensor_elementwise launch
-//   over every float32 Grad buffer grads returns, in result order:
-//   "stash_grads" copies each into a GradSum buffer of the same binding
-//   (sum = grad), "accumulate_grads" adds it back in place (grad = grad +
-//   sum). The GradSum buffers are persistent: 4 bytes per parameter more in
-//   the arena.
+// - When there is a grads function, "grads_accumulate" follows it for
+//   gradient accumulation on the device: grads' launches with each float32
+//   gradient computed into a temp of its own (and every view of it read
+//   through the same view of the temp), then one multi_tensor_elementwise
+//   launch that adds the temps to the Grad buffers in place (grad = grad +
+//   temp, in result order). The temps are planned by liveness like grads'
+//   own, so accumulation needs no persistent buffers. A program whose
+//   gradients are not all float32 has no grads_accumulate.
 //
 //===----------------------------------------------------------------------===//
 

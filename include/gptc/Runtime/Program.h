@@ -32,12 +32,12 @@
 //   lm_head copy by its leading rows (a view), its zero rows never
 //   written again. Whoever sets the weights sets the copies
 //   (paramCopyBytes).
-// - Gradient accumulation runs on the device: stash_grads copies every
-//   Grad buffer into its GradSum buffer (one multi_tensor_elementwise
-//   launch), accumulate_grads adds it back (grad = grad + sum, one launch,
-//   in place). Micro-batch 1 runs grads; micro-batch k >= 2 runs
-//   stash_grads, grads, accumulate_grads, so the Grad buffers end up with
-//   ((g1 + g2) + g3) + ... in float32, the order the executor sums in.
+// - Gradient accumulation runs on the device: micro-batch 1 runs grads;
+//   micro-batch k >= 2 runs grads_accumulate, grads' launches with each
+//   gradient written into a temp, then one multi_tensor_elementwise launch
+//   adding the temps to the Grad buffers in place (grad = grad + g_k). The
+//   Grad buffers end up with ((g1 + g2) + g3) + ... in float32, the order
+//   the executor sums in.
 //
 //===----------------------------------------------------------------------===//
 
@@ -87,9 +87,6 @@ enum class Role : uint8_t {
             ///< "loss_scale"
   Output,   ///< "loss", "logits", "grad_norm": the host reads them back
   Constant, ///< the bytes in `init`, uploaded once
-  GradSum,  ///< float32, a parameter's shape, bound by parameter name: the
-            ///< gradients of the earlier micro-batches (stash_grads writes
-            ///< it, accumulate_grads reads it)
   ParamCopy, ///< a parameter's bf16 (fp16) copy, bound by parameter name:
              ///< the parameter rounded, zero-padded to the buffer's shape
              ///< (gpt-weight-copies). grads reads it; update writes it, or a
@@ -245,8 +242,7 @@ inline int gemmFallbackArgCount(std::string_view name) {
 }
 
 struct Function {
-  std::string name; ///< "forward", "grads", "update", "stash_grads",
-                    ///< "accumulate_grads"
+  std::string name; ///< "forward", "grads", "update", "grads_accumulate"
   std::vector<Launch> launches;
   std::vector<int> arguments, results; ///< buffer ids, bound by role/binding
   /// update: launches [0, normLaunches) compute "grad_norm", the rest apply
@@ -254,6 +250,13 @@ struct Function {
   /// written in place. -1 elsewhere.
   int normLaunches = -1;
 };
+
+/// Whether launch i of f repeats one of grads': grads_accumulate's launches
+/// but its last (the add) are grads' on temps of their own. Reports count
+/// and checks run them once, in grads.
+inline bool repeatsGrads(const Function &f, size_t i) {
+  return f.name == "grads_accumulate" && i + 1 < f.launches.size();
+}
 
 struct Program {
   /// "model", "precision", "batch", "seq", "pad_multiple", "n_layer",

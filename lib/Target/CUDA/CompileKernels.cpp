@@ -207,11 +207,13 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
 
   std::vector<int> ownLaunches(n, 0), variantLaunches(n, 0), threads(n, 0);
   for (const rt::Function &f : p.functions)
-    for (const rt::Launch &l : f.launches) {
+    for (size_t i = 0; i < f.launches.size(); ++i) {
+      const rt::Launch &l = f.launches[i];
+      const int once = rt::repeatsGrads(f, i) ? 0 : 1; // counted in grads
       if (l.deviceKernel >= 0)
-        ++ownLaunches[l.deviceKernel];
+        ownLaunches[l.deviceKernel] += once;
       for (const rt::LaunchVariant &v : l.variants)
-        ++variantLaunches[v.deviceKernel];
+        variantLaunches[v.deviceKernel] += once;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l))
         if (v.deviceKernel >= 0) // (not a GEMM)
           threads[v.deviceKernel] =
