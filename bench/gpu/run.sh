@@ -20,6 +20,8 @@
 # epilogue way's time, the row-chunked ones included); the PyTorch
 # yardstick bench/gpu/torch_gpt2.py with the same B and T, and its kernels
 # by kind beside gptc's profile (GEMMs, attention, optimizer, the rest);
+# GPT-2 124M at --grad-accum=4 (with and without the weight gradients
+# summed in their GEMMs, and PyTorch's);
 # GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
 # GEMMs on a second stream) and with --bias-grads=gemm (the output
 # projections' and c_attn's bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
@@ -45,7 +47,7 @@
 # so the two are measured alike. Prints one summary table last; results go
 # to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [castweights] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -82,7 +84,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm castweights gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm castweights accum gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -222,6 +224,22 @@ fi
 if want castweights && [[ -x $P/gpt2-bf16-castweights ]]; then
   step 90 gpt2-bf16-castweights "${lib[@]}" "$P/gpt2-bf16-castweights" \
     --device=cuda --data="$data" --steps=20 --seed=1
+fi
+
+# Gradient accumulation, 4 micro-batches a step: the default program (each
+# weight gradient's GEMM adds to its sum, the rest by one multi-tensor add),
+# the one with every sum by the add (--gemm-accumulate=false), and PyTorch
+# (.grad summed by backward()), tokens a step 4·B·T.
+if want accum; then
+  step 90 gpt2-bf16-accum4 "${lib[@]}" "$P/gpt2-bf16" --device=cuda \
+    --data="$data" --steps=8 --seed=1 --grad-accum=4
+  if [[ -x $P/gpt2-bf16-addaccum ]]; then
+    step 90 gpt2-bf16-addaccum4 "${lib[@]}" "$P/gpt2-bf16-addaccum" \
+      --device=cuda --data="$data" --steps=8 --seed=1 --grad-accum=4
+  fi
+  step 180 torch-accum4 python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
+    --seq="$SEQ" --steps=6 --warmup=3 --grad-accum=4 --data="$data" \
+    --out="$logs/torch-accum4.json"
 fi
 
 # Each GEMM shape of the profiled gptc step, timed in PyTorch with the same

@@ -42,6 +42,9 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-overlap.log                      --overlap-weight-grads
   gpt2-bf16-biasgemm.log                     --bias-grads=gemm
   gpt2-bf16-castweights.log                  --weight-copies=false
+  gpt2-bf16-accum4.log                       the default program, --grad-accum=4
+  gpt2-bf16-addaccum4.log                    --gemm-accumulate=false, --grad-accum=4
+  torch-accum4.{log,json}                    PyTorch, --grad-accum=4
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        GPTC_VARIANT=mma,wgmma
@@ -253,31 +256,40 @@ def main():
     # The benchmark table.
     params, fpt = gpt2_flops_per_token(seq=seq)
     rows = []
-    for impl, log in (("gptc", "gpt2-bf16"), ("gptc, untuned GEMMs", "gpt2-bf16-untuned"),
-                      ("gptc, side-stream weight grads", "gpt2-bf16-overlap"),
-                      ("gptc, bias gradients in the GEMMs", "gpt2-bf16-biasgemm"),
-                      ("gptc, weights cast each step", "gpt2-bf16-castweights"),
-                      ("gptc, mma2 + atomic128 attention", "gpt2-bf16-wide"),
-                      ("gptc, atomic attention backward", "gpt2-bf16-atomic"),
-                      ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu"),
-                      ("gptc, recompute", "gpt2-bf16-recompute"),
-                      ("gptc, wgmma attention backward", "gpt2-bf16-wgmma"),
-                      ("gptc, attention auto", "gpt2-bf16-auto")):
+    # (K: micro-batches a step; their tokens count, K·B·T a step.)
+    for impl, log, K in (("gptc", "gpt2-bf16", 1),
+                         ("gptc, untuned GEMMs", "gpt2-bf16-untuned", 1),
+                         ("gptc, side-stream weight grads", "gpt2-bf16-overlap", 1),
+                         ("gptc, bias gradients in the GEMMs", "gpt2-bf16-biasgemm", 1),
+                         ("gptc, weights cast each step", "gpt2-bf16-castweights", 1),
+                         ("gptc, mma2 + atomic128 attention", "gpt2-bf16-wide", 1),
+                         ("gptc, atomic attention backward", "gpt2-bf16-atomic", 1),
+                         ("gptc, DGELU in cuBLASLt", "gpt2-bf16-dgelu", 1),
+                         ("gptc, recompute", "gpt2-bf16-recompute", 1),
+                         ("gptc, wgmma attention backward", "gpt2-bf16-wgmma", 1),
+                         ("gptc, attention auto", "gpt2-bf16-auto", 1),
+                         ("gptc, 4 micro-batches a step", "gpt2-bf16-accum4", 4),
+                         ("gptc, 4 micro-batches, sums by the add",
+                          "gpt2-bf16-addaccum4", 4)):
         g = steps(read(os.path.join(res, log + ".log")))
         timed = [s for s in g[3:] if s[2]] or [s for s in g if s[2]]
         if timed:
             ms = statistics.median(s[2] for s in timed)
-            tok = batch * seq / (ms / 1000)
+            tok = K * batch * seq / (ms / 1000)
             rows.append({"impl": impl, "ms_per_step": ms, "tok_per_s": tok,
                          "mfu": fpt * tok / peak,
                          "peak_mib": peak_mib(os.path.join(res, log + ".mem")),
                          "loss_first": g[0][1], "loss_last": g[-1][1]})
-    t = read(os.path.join(res, "torch.json"))
-    if t:
+    for name in ("torch", "torch-accum4"):
+        t = read(os.path.join(res, name + ".json"))
+        if not t:
+            continue
         j = json.loads(t)
-        rows.append({"impl": j.get("impl", "pytorch"), "ms_per_step": j["ms_per_step"],
+        K = j.get("grad_accum", 1)
+        impl = j.get("impl", "pytorch") + (f", {K} micro-batches" if K > 1 else "")
+        rows.append({"impl": impl, "ms_per_step": j["ms_per_step"],
                      "tok_per_s": j["tok_per_s"], "mfu": fpt * j["tok_per_s"] / peak,
-                     "peak_mib": peak_mib(os.path.join(res, "torch.mem")),
+                     "peak_mib": peak_mib(os.path.join(res, name + ".mem")),
                      "loss_first": j["loss_first"], "loss_last": j["loss_last"]})
     summary["bench"] = {"batch": batch, "seq": seq, "params": params,
                         "flops_per_token": fpt, "peak_flops": peak, "rows": rows}

@@ -196,6 +196,9 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
+    ap.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                    help="micro-batches of B x T a step, their gradients "
+                         "summed (each loss scaled by 1/K) before the update")
     ap.add_argument("--warmup", type=int, default=5,
                     help="untimed steps first (compilation happens here)")
     ap.add_argument("--n-layer", type=int, default=12)
@@ -239,15 +242,28 @@ def main():
                             **extra)
     step_model = model if args.no_compile else torch.compile(model)
 
+    if args.grad_accum < 1:
+        ap.error("--grad-accum must be at least 1")
+
     def step(x, y):
-        with torch.autocast(device_type=device, dtype=torch.bfloat16,
-                            enabled=cuda):
-            loss = step_model(x, y)
-        loss.backward()
+        # The first micro-batch is (x, y), the others come from the data, as
+        # nanoGPT's loop takes them; backward() adds each one's gradients
+        # into .grad.
+        total = 0.0
+        for k in range(args.grad_accum):
+            if k > 0:
+                x, y = next(data)
+            with torch.autocast(device_type=device, dtype=torch.bfloat16,
+                                enabled=cuda):
+                loss = step_model(x, y)
+            if args.grad_accum > 1:
+                loss = loss / args.grad_accum
+            loss.backward()
+            total = total + loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss
+        return total
 
     data = batches(args, device)
     losses, times = [], []
@@ -261,7 +277,7 @@ def main():
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
 
-    tokens = args.batch * args.seq
+    tokens = args.batch * args.seq * args.grad_accum
     median = statistics.median(times)
     tok_s = tokens / median
     flops_per_token = 6 * n_params + 6 * args.n_layer * args.n_embd * args.seq
@@ -269,7 +285,8 @@ def main():
         "impl": "pytorch" + ("" if args.no_compile else "+compile"),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "batch": args.batch, "seq": args.seq, "params": n_params,
+        "batch": args.batch, "seq": args.seq, "grad_accum": args.grad_accum,
+        "params": n_params,
         "steps": args.steps, "ms_per_step": 1000 * median,
         "tok_per_s": tok_s,
         "mfu": (flops_per_token * tok_s / (args.peak_tflops * 1e12)
@@ -281,7 +298,9 @@ def main():
     mem = (f"{result['peak_mem_bytes'] / 2**30:.2f} GiB"
            if result["peak_mem_bytes"] is not None else "n/a")
     print(f"{result['impl']}: {n_params / 1e6:.2f}M params, B={args.batch} "
-          f"T={args.seq}: {result['ms_per_step']:.1f} ms/step, "
+          f"T={args.seq}"
+          + (f" x{args.grad_accum} micro-batches" if args.grad_accum > 1 else "")
+          + f": {result['ms_per_step']:.1f} ms/step, "
           f"{tok_s:,.0f} tok/s, MFU {mfu}, peak memory {mem}, loss "
           f"{losses[0]:.4f} -> {losses[-1]:.4f}")
     if args.profile > 0:

@@ -173,8 +173,12 @@ private:
   void writeLossGradientsInPlace(const rt::Function &out);
 
 public:
-  /// grads_accumulate: grads with its gradients added to the Grad buffers.
-  void addAccumulatingGrads(const rt::Function &grads);
+  /// grads_accumulate: grads with its gradients added to the Grad buffers,
+  /// the weight gradients by their GEMMs if accumulateInGemms.
+  void addAccumulatingGrads(const rt::Function &grads, bool accumulateInGemms);
+
+private:
+  std::set<int> gemmWrittenGrads(const rt::Function &grads) const;
 
 private:
   std::map<std::pair<rt::Role, std::string>, int> bound;
@@ -631,27 +635,65 @@ LogicalResult Lowering::checkInPlace(func::FuncOp func,
   return success();
 }
 
-void Lowering::addAccumulatingGrads(const rt::Function &grads) {
+/// The Grad results of `grads` that one GEMM writes whole (its first
+/// result, not through a view) and no launch reads: weight gradients, which
+/// grads_accumulate's GEMM can add to in place.
+std::set<int> Lowering::gemmWrittenGrads(const rt::Function &grads) const {
+  std::map<int, int> touches; // Grad root -> launches touching it
+  std::set<int> written;
+  for (const rt::Launch &l : grads.launches) {
+    std::set<int> roots;
+    for (int id : l.inputs)
+      roots.insert(rootOf(id));
+    for (int id : l.outputs)
+      roots.insert(rootOf(id));
+    for (int root : roots)
+      ++touches[root];
+    if ((l.kernel == "matmul" || l.kernel == "matmul_bias_grad") &&
+        !l.outputs.empty() &&
+        program.buffers[l.outputs[0]].role == rt::Role::Grad &&
+        !llvm::is_contained(l.inputs, l.outputs[0]))
+      written.insert(l.outputs[0]);
+  }
+  std::set<int> ids;
+  for (int id : written)
+    if (touches[id] == 1 && program.buffers[id].dtype == rt::DType::F32)
+      ids.insert(id);
+  return ids;
+}
+
+void Lowering::addAccumulatingGrads(const rt::Function &grads,
+                                    bool accumulateInGemms) {
   // Every gradient must be float32 (the add runs in float32); otherwise the
   // program gets no grads_accumulate and --grad-accum is refused at run time.
-  std::map<int, int> twin; // Grad buffer (or a view of one) -> its temp
-  std::vector<int> gradIds, tempIds;
+  std::vector<int> allGrads;
   for (int id : grads.results) {
     const rt::Buffer &g = program.buffers[id];
     if (g.role != rt::Role::Grad)
       continue;
     if (g.dtype != rt::DType::F32 || g.viewOf >= 0)
       return;
+    allGrads.push_back(id);
+  }
+  if (allGrads.empty())
+    return;
+  std::set<int> inGemm;
+  if (accumulateInGemms)
+    inGemm = gemmWrittenGrads(grads);
+  if (inGemm.size() == allGrads.size()) // (the add keeps one gradient)
+    inGemm.erase(allGrads.back());
+  std::map<int, int> twin; // Grad buffer (or a view of one) -> its temp
+  std::vector<int> gradIds, tempIds;
+  for (int id : allGrads) {
+    if (inGemm.count(id))
+      continue;
     rt::Buffer t;
-    t.name = g.binding + ".acc";
+    t.name = program.buffers[id].binding + ".acc";
     t.dtype = rt::DType::F32;
-    t.shape = g.shape;
+    t.shape = program.buffers[id].shape;
     gradIds.push_back(id);
-    // add() may move the buffers: `g` is not used after this.
     tempIds.push_back(twin[id] = add(std::move(t)));
   }
-  if (gradIds.empty())
-    return;
 
   rt::Function acc = grads;
   acc.name = "grads_accumulate";
@@ -681,6 +723,13 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads) {
       id = remap(id);
     for (int &id : l.outputs)
       id = remap(id);
+    // A weight gradient's GEMM adds its product to the sum in place
+    // (cuBLASLt's beta = 1): out = sum + a·b, the add's own float32 sum,
+    // with no temp and no pass of the add over it.
+    if (!l.outputs.empty() && inGemm.count(l.outputs[0])) {
+      l.inputs.push_back(l.outputs[0]);
+      l.ints["accumulate"] = 1;
+    }
   }
 
   // grad_t = grad_t + g_t, in place: the executor's sum += g to the bit.
@@ -696,7 +745,7 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads) {
   addLaunch.body.code.push_back({exec::Opcode::Add, 2, 0, 1});
   addLaunch.body.results = {2};
   acc.launches.push_back(std::move(addLaunch));
-  acc.arguments.insert(acc.arguments.end(), gradIds.begin(), gradIds.end());
+  acc.arguments.insert(acc.arguments.end(), allGrads.begin(), allGrads.end());
   program.functions.push_back(std::move(acc));
 }
 
@@ -724,7 +773,8 @@ StepFunctions findStepFunctions(ModuleOp module) {
   return fns;
 }
 
-FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns) {
+FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns,
+                                               bool accumulateInGemms) {
   Lowering lowering;
   std::pair<func::FuncOp, const char *> order[] = {
       {fns.forward, "forward"}, {fns.grads, "grads"}, {fns.update, "update"}};
@@ -742,7 +792,7 @@ FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns) {
   }
   if (fns.grads)
     if (const rt::Function *grads = lowering.program.function("grads"))
-      lowering.addAccumulatingGrads(rt::Function(*grads));
+      lowering.addAccumulatingGrads(rt::Function(*grads), accumulateInGemms);
   return std::move(lowering.program);
 }
 
@@ -752,7 +802,8 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
                                       const OptimizerOptions &opts,
                                       int64_t padMultiple) {
   FailureOr<rt::Program> p = lowerFunctionsToKernels(
-      {program.forward, program.grads, program.update});
+      {program.forward, program.grads, program.update},
+      opts.accumulateInGemms);
   if (failed(p))
     return failure();
   FailureOr<std::vector<train::ParamSpec>> specs =
@@ -768,6 +819,8 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
     m["bias_grads"] = "gemm";
   if (!opts.weightCopies)
     m["weight_copies"] = "false";
+  if (!opts.accumulateInGemms)
+    m["gemm_accumulate"] = "false";
   m["batch"] = std::to_string(batch);
   m["seq"] = std::to_string(seq);
   m["pad_multiple"] = std::to_string(padMultiple);

@@ -52,6 +52,28 @@ bool flag(const Launch &l, const char *name) {
   return it != l.ints.end() && it->second != 0;
 }
 
+/// A GEMM with `accumulate` (grads_accumulate's weight gradients) takes
+/// its output's old value as one more input, after its `operands`, and
+/// adds the product to it: out = old + a·b, one float32 addition an
+/// element after the product, as cuBLASLt's beta = 1 and the executor's
+/// sum += g do.
+std::vector<HostTensor> accumulated(const Launch &l, const Inputs &in,
+                                    size_t operands,
+                                    std::vector<HostTensor> results) {
+  if (!flag(l, "accumulate"))
+    return results;
+  if (in.size() != operands + 1 || results.empty() ||
+      in.back()->numel() != results[0].numel() ||
+      in.back()->kind != exec::ElementKind::F32)
+    throw exec::KernelError(l.kernel + ": accumulate takes its float32 "
+                            "output's old value as its last operand");
+  std::vector<float> &sum = results[0].f32;
+  const std::vector<float> &old = in.back()->f32;
+  for (size_t i = 0; i < sum.size(); ++i)
+    sum[i] = old[i] + sum[i];
+  return results;
+}
+
 int64_t integer(const Launch &l, const char *name, int64_t otherwise) {
   auto it = l.ints.find(name);
   return it == l.ints.end() ? otherwise : it->second;
@@ -228,8 +250,10 @@ const std::unordered_map<std::string, Kernel> &kernels() {
       return one(exec::embedding(*in[0], *in[1]));
     };
     k["matmul"] = [](const Launch &l, const Inputs &in, const Outputs &) {
-      return one(exec::matmul(*in[0], *in[1], flag(l, "transpose_a"),
-                              flag(l, "transpose_b")));
+      return accumulated(l, in, 2,
+                         one(exec::matmul(*in[0], *in[1],
+                                          flag(l, "transpose_a"),
+                                          flag(l, "transpose_b"))));
     };
     k["matmul_epilogue"] = [](const Launch &l, const Inputs &in,
                               const Outputs &out) {
@@ -246,7 +270,8 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     };
     k["matmul_bias_grad"] = [](const Launch &l, const Inputs &in,
                                const Outputs &) {
-      return exec::matmulBiasGrad(*in[0], *in[1], flag(l, "transpose_a"));
+      return accumulated(
+          l, in, 2, exec::matmulBiasGrad(*in[0], *in[1], flag(l, "transpose_a")));
     };
     k["layernorm"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(
@@ -382,10 +407,15 @@ const std::unordered_map<std::string, Kernel> &kernels() {
 /// lowering's in-place update (elementwise, each element read before it is
 /// written) and the loss gradient over its logits (each row read whole
 /// before its gradient is written, cross_entropy.cuh).
-bool mayWriteInPlace(const Launch &l) {
-  return l.kernel == "fused_elementwise" ||
-         l.kernel == "multi_tensor_elementwise" ||
-         l.kernel == "cross_entropy_with_grad";
+/// Whether `l` may write output `out` over input `in` (the same buffer):
+/// an elementwise kernel any, an accumulating GEMM its result over the old
+/// value it adds to (its last input).
+bool mayWriteInPlace(const Launch &l, size_t in, size_t out) {
+  if (l.kernel == "fused_elementwise" ||
+      l.kernel == "multi_tensor_elementwise" ||
+      l.kernel == "cross_entropy_with_grad")
+    return true;
+  return flag(l, "accumulate") && out == 0 && in + 1 == l.inputs.size();
 }
 
 class CpuBackend : public Backend {
@@ -523,12 +553,14 @@ private:
       for (const Launch &l : f.launches) {
         for (size_t o = 0; o < l.outputs.size(); ++o) {
           Range out = range(l.outputs[o]);
-          for (int in : l.inputs)
+          for (size_t i = 0; i < l.inputs.size(); ++i) {
+            const int in = l.inputs[i];
             if (out.overlaps(range(in)) &&
-                !(base_[in] == base_[l.outputs[o]] && mayWriteInPlace(l)))
+                !(base_[in] == base_[l.outputs[o]] && mayWriteInPlace(l, i, o)))
               planError(f.name + ": " + l.kernel + " at " + l.loc + " writes " +
                         bs[l.outputs[o]].name + " over its input " +
                         bs[in].name);
+          }
           for (size_t o2 = o + 1; o2 < l.outputs.size(); ++o2)
             if (out.overlaps(range(l.outputs[o2])))
               planError(f.name + ": " + l.kernel + " at " + l.loc + " writes " +

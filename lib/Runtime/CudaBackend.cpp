@@ -278,6 +278,9 @@ struct GemmPlan {
   cublasLtMatrixLayout_t left = nullptr, right = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
   CUdeviceptr leftPtr = 0, rightPtr = 0, outPtr = 0; // gpt's b, a, result
+  /// 1: the GEMM adds its product to the result's old value (the launch's
+  /// `accumulate`); 0: it writes the product.
+  float beta = 0.0f;
   /// cuBLASLt's workspace for it, also the kernels after it's scratch: the
   /// side stream's GEMMs have their own.
   CUdeviceptr workspace = 0;
@@ -1097,11 +1100,26 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
        "takes a, b and the pre-activation and gives 1 or 2 results"},
       {"matmul_bias_grad", 2, 2, 2,
        "takes a and b and gives the product and the bias gradient"}};
+  // With `accumulate` (grads_accumulate's weight gradients) the result's
+  // old value comes after the operands: the result's own buffer, which the
+  // GEMM adds its product to (beta = 1).
+  auto accumulateFlag = l.ints.find("accumulate");
+  const bool accumulate =
+      accumulateFlag != l.ints.end() && accumulateFlag->second != 0;
+  if (accumulate &&
+      (l.kernel != "matmul" && l.kernel != "matmul_bias_grad"))
+    throw DeviceError(label + ": only matmul and matmul_bias_grad "
+                              "accumulate into their result");
   for (const Arity &ar : arities)
     if (l.kernel == ar.kernel &&
-        (l.inputs.size() != ar.inputs || l.outputs.size() < ar.minOutputs ||
+        (l.inputs.size() != ar.inputs + (accumulate ? 1 : 0) ||
+         l.outputs.size() < ar.minOutputs ||
          l.outputs.size() > ar.maxOutputs))
-      throw DeviceError(label + ": a " + l.kernel + " " + ar.says);
+      throw DeviceError(label + ": a " + l.kernel + " " + ar.says +
+                        (accumulate ? ", and its result's old value" : ""));
+  if (accumulate && l.inputs.back() != l.outputs[0])
+    throw DeviceError(label + ": an accumulating " + l.kernel +
+                      " takes its own result as its last operand");
   bool epilogue = l.kernel != "matmul";
   const Lt &lt = cublasLt();
   if (!ltHandle) {
@@ -1121,6 +1139,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   bool ta = flag("transpose_a"), tb = flag("transpose_b");
   GemmMapping map = mapMatmul(a, b, d, ta, tb, label);
   GemmPlan g;
+  g.beta = accumulate ? 1.0f : 0.0f;
   g.loops = int(map.loops);
   g.rightStride = uint64_t(map.rightLoopStride * dtypeBytes(a.dtype));
   g.outStride = uint64_t(map.outLoopStride * dtypeBytes(d.dtype));
@@ -1137,7 +1156,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
             std::to_string(map.k) +
             (map.batch > 1 ? "x" + std::to_string(map.batch) : std::string()) +
             (g.loops > 1 ? " (" + std::to_string(g.loops) + " GEMMs)" : "") +
-            " " + dtypeName(a.dtype) + (ta ? " tA" : "") + (tb ? " tB" : "");
+            " " + dtypeName(a.dtype) + (ta ? " tA" : "") + (tb ? " tB" : "") +
+            (accumulate ? " +C" : "");
 
   auto ltCheck = [&](cublasStatus_t s, const char *what) {
     if (s != CUBLAS_STATUS_SUCCESS)
@@ -1729,7 +1749,7 @@ cublasStatus_t CudaBackendImpl::runGemm(const GemmPlan &g,
                                         const std::string &label,
                                         CUstream stream) {
   const Lt &lt = cublasLt();
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = g.beta;
   if (!stream)
     stream = compute;
   // (planGemm makes such plans only for the compute stream's launches.)

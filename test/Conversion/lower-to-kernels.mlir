@@ -439,3 +439,47 @@ module {
     return %r#0, %r#1 : tensor<8x2xf32>, tensor<8x2xbf16>
   }
 }
+
+// -----
+
+// grads_accumulate's weight gradients: one that a matmul writes and no
+// launch reads is added by that matmul in place (accumulate: the sum is
+// its last operand, and its result); one that a later launch reads (here
+// the loss) is computed into a temp like grads' and added by the add, as
+// is every gradient no GEMM writes.
+// CHECK: %[[GW:[0-9]+]]  grad     f32[3x3] {{.*}} w{{$}}
+// CHECK: %[[GV:[0-9]+]]  grad     f32[3x3] {{.*}} v{{$}}
+// CHECK: %[[GB:[0-9]+]]  grad     f32[3] {{.*}} b{{$}}
+// CHECK: func grads: 4 launches
+// CHECK: %[[GW]] = matmul(%0, %1) {transpose_a=1} : f32[3x3]
+// CHECK: func grads_accumulate: 5 launches, 5 arguments, 4 results
+// CHECK-NEXT: arguments: %0 %1 %[[GW]] %[[GV]] %[[GB]]{{$}}
+// CHECK-NEXT: results: %{{[0-9]+}} %[[GW]] %[[GV]] %[[GB]]{{$}}
+// CHECK-NEXT: %[[GW]] = matmul(%0, %1, %[[GW]]) {accumulate=1, transpose_a=1} : f32[3x3]
+// CHECK-NEXT: %[[TV:[0-9]+]] = matmul(%0, %1) {transpose_a=1} : f32[3x3]
+// CHECK-NEXT: reduce_sum(%[[TV]])
+// CHECK-NEXT: %[[TB:[0-9]+]] = reduce_sum(
+// CHECK-NEXT: %[[GV]], %[[GB]] = multi_tensor_elementwise(%[[GV]], %[[GB]], %[[TV]], %[[TB]]) {num_tensors=2} : f32[3x3], f32[3]{{$}}
+// CHECK-NEXT: body(r0, r1) { r2 = add r0, r1; yield r2 }
+func.func @grads(%x: tensor<4x3xf32> {gpt.param = "x"}, %y: tensor<4x3xf32> {gpt.param = "y"})
+    -> (tensor<f32> {gpt.output = "loss"}, tensor<3x3xf32> {gpt.grad = "w"},
+        tensor<3x3xf32> {gpt.grad = "v"}, tensor<3xf32> {gpt.grad = "b"}) {
+  %gw = gpt.matmul %x, %y {transpose_a} : tensor<4x3xf32>, tensor<4x3xf32> -> tensor<3x3xf32>
+  %gv = gpt.matmul %x, %y {transpose_a} : tensor<4x3xf32>, tensor<4x3xf32> -> tensor<3x3xf32>
+  %l = gpt.reduce_sum %gv : tensor<3x3xf32> -> tensor<f32>
+  %gb = gpt.reduce_sum %y {axes = [0]} : tensor<4x3xf32> -> tensor<3xf32>
+  return %l, %gw, %gv, %gb : tensor<f32>, tensor<3x3xf32>, tensor<3x3xf32>, tensor<3xf32>
+}
+
+// -----
+
+// A gradient that is not float32: no grads_accumulate (the runtime then
+// refuses --grad-accum in one line).
+// CHECK: %1  grad       bf16[3] {{.*}} x{{$}}
+// CHECK: func grads: 1 launches
+// CHECK-NOT: func grads_accumulate
+func.func @grads(%x: tensor<4x3xbf16> {gpt.param = "x"})
+    -> (tensor<3xbf16> {gpt.grad = "x"}) {
+  %g = gpt.reduce_sum %x {axes = [0]} : tensor<4x3xbf16> -> tensor<3xbf16>
+  return %g : tensor<3xbf16>
+}

@@ -60,10 +60,11 @@ const models::GPT2Config kModel = {"gpt2-tiny",     /*nLayer=*/2,
 /// `program`. Fails the calling test (ASSERT) if either does not compile.
 void compileTiny(mlir::MLIRContext &ctx, const std::string &precision,
                  int64_t seq, mlir::FailureOr<TrainingProgram> &step,
-                 rt::Program &program) {
+                 rt::Program &program, bool accumulateInGemms = true) {
   ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
   OptimizerOptions opts;
   opts.precision = precision;
+  opts.accumulateInGemms = accumulateInGemms;
   step = compileTrainingProgram(ctx, kModel, kBatch, seq, opts);
   ASSERT_TRUE(succeeded(step));
   mlir::FailureOr<rt::Program> lowered =
@@ -274,15 +275,80 @@ TEST(CpuReplayCopies, UnmakeableCopiesAreRefusedAtLoad) {
             "parameter's 96x64");
 }
 
-/// grads_accumulate, driven by the engine: after micro-batch k the Grad
-/// buffers hold the float32 sum of g1..gk in order, to the bit, where gk is
-/// what grads alone gives on micro-batch k; and its loss is grads' loss.
-TEST(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
+/// A program that cannot accumulate trains with one micro-batch and
+/// refuses a second in one line: one without grads_accumulate, one whose
+/// grads_accumulate does not read a gradient (so cannot add to it), one
+/// that returns other buffers than grads.
+TEST(CpuReplayAccumulationRefusal, AProgramThatCannotAccumulateSaysSo) {
   const int64_t seq = 16;
   mlir::MLIRContext ctx;
   mlir::FailureOr<TrainingProgram> step = mlir::failure();
   rt::Program program;
   ASSERT_NO_FATAL_FAILURE(compileTiny(ctx, "fp32", seq, step, program));
+  Rng rng(5);
+  const exec::Batch batch = randomBatch(rng, seq);
+  auto refusal = [&](const std::function<void(rt::Program &)> &damage) {
+    rt::Program bad = program;
+    damage(bad);
+    std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
+    std::unique_ptr<Engine> engine = makeProgramEngine(bad, *cpu);
+    TensorMap params = initParameters(engine->parameters(), 3), adamM, adamV;
+    for (const ParamSpec &spec : engine->parameters()) {
+      adamM.emplace(spec.name, HostTensor::floats(spec.shape));
+      adamV.emplace(spec.name, HostTensor::floats(spec.shape));
+    }
+    engine->setWeights(params, adamM, adamV);
+    engine->accumulate(batch, 1.0f, /*first=*/true); // one is fine
+    try {
+      engine->accumulate(batch, 1.0f, /*first=*/false);
+    } catch (const TrainError &e) {
+      return std::string(e.what());
+    }
+    return std::string("(accumulated)");
+  };
+  auto accumulating = [](rt::Program &p) -> rt::Function & {
+    for (rt::Function &f : p.functions)
+      if (f.name == "grads_accumulate")
+        return f;
+    throw std::runtime_error("no grads_accumulate");
+  };
+  EXPECT_EQ(refusal([](rt::Program &) {}), "(accumulated)");
+  EXPECT_EQ(refusal([&](rt::Program &p) { accumulating(p).name = "other"; }),
+            "cannot train the program of gpt2-tiny: it has no "
+            "grads_accumulate function, so it cannot accumulate gradients "
+            "(--grad-accum)");
+  EXPECT_EQ(refusal([&](rt::Program &p) {
+              std::vector<int> &args = accumulating(p).arguments;
+              args.erase(std::find(args.begin(), args.end(),
+                                   p.find(rt::Role::Grad, "wte.weight")));
+            }),
+            "cannot train the program of gpt2-tiny: its grads_accumulate "
+            "function does not add to the gradient of 'wte.weight'");
+  EXPECT_EQ(refusal([&](rt::Program &p) {
+              accumulating(p).results.pop_back();
+            }),
+            "cannot train the program of gpt2-tiny: its grads_accumulate "
+            "function does not return what grads returns");
+}
+
+/// grads_accumulate, driven by the engine: after micro-batch k the Grad
+/// buffers hold the float32 sum of g1..gk in order, to the bit, where gk is
+/// what grads alone gives on micro-batch k; and its loss is grads' loss.
+/// The same whether the weight gradients' GEMMs add to the sums themselves
+/// (accumulate, the default) or write temps that the add adds.
+class CpuReplayAccumulation : public testing::TestWithParam<bool> {};
+
+TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
+  const int64_t seq = 16;
+  mlir::MLIRContext ctx;
+  mlir::FailureOr<TrainingProgram> step = mlir::failure();
+  rt::Program program;
+  ASSERT_NO_FATAL_FAILURE(
+      compileTiny(ctx, "fp32", seq, step, program, GetParam()));
+  int accumulating = 0;
+  for (const rt::Launch &l : program.function("grads_accumulate")->launches)
+    accumulating += l.ints.count("accumulate");
+  EXPECT_EQ(accumulating, GetParam() ? 4 * kModel.nLayer : 0);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::unique_ptr<Engine> engine = makeProgramEngine(program, *cpu);
   TensorMap params = initParameters(engine->parameters(), 99), adamM, adamV;
@@ -330,6 +396,11 @@ TEST(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
                 .count,
             0);
 }
+
+INSTANTIATE_TEST_SUITE_P(GemmsOrAdd, CpuReplayAccumulation, testing::Bool(),
+                         [](const testing::TestParamInfo<bool> &info) {
+                           return info.param ? "InGemms" : "ByTheAdd";
+                         });
 
 /// The check has teeth: the same program with one temporary placed over
 /// another that is still live (a plan whose liveness ends too early) gives

@@ -1109,6 +1109,54 @@ TEST(CudaBackendFake, BackwardEpiloguesAgainstCpu) {
                    {"matmul_gelu_grad", "matmul_bias_grad"});
 }
 
+/// grads_accumulate's weight gradients: a matmul and a matmul_bias_grad
+/// with `accumulate`, each adding its product to its float32 gradient in
+/// place (beta = 1; the check fills the Grad buffers with the same random
+/// sums on both sides, so a GEMM that wrote the product alone fails), the
+/// bias gradient written, not added.
+Function accumulatingGemms(Program &p) {
+  enum : int { X, DY, GW, GW2, DB };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {200, 8}, Role::Param),
+               buffer("dy", DType::BF16, {200, 16}, Role::Param),
+               buffer("w", DType::F32, {8, 16}, Role::Grad),
+               buffer("w2", DType::F32, {8, 16}, Role::Grad),
+               buffer("b2", DType::F32, {16}, Role::Output)};
+  Function f;
+  f.name = "grads_accumulate";
+  Launch plain = launch("matmul", {X, DY, GW}, {GW});
+  Launch biased = launch("matmul_bias_grad", {X, DY, GW2}, {GW2, DB});
+  for (Launch *l : {&plain, &biased}) {
+    l->ints["transpose_a"] = 1;
+    l->ints["accumulate"] = 1;
+  }
+  f.launches = {plain, biased};
+  return f;
+}
+
+TEST(CudaBackendFake, AccumulatingGemmsAgainstCpu) {
+  REQUIRE_FAKE(b);
+  expectMatchesCpu(accumulatingGemms, *b, {"matmul", "matmul_bias_grad"});
+}
+
+/// An accumulating GEMM must add to its own result: anything else is
+/// refused at load, in one line.
+TEST(CudaBackendFake, AccumulatingGemmOfAnotherBufferIsRefused) {
+  REQUIRE_FAKE(b);
+  Program p;
+  Function f = accumulatingGemms(p);
+  f.launches[0].inputs.back() = 3; // w2's gradient, not its own
+  expectCheckRefused(p, f, *b,
+                     "an accumulating matmul takes its own result as its "
+                     "last operand");
+  Program q;
+  Function g = accumulatingGemms(q);
+  g.launches[0].inputs.pop_back();
+  expectCheckRefused(q, g, *fakeBackend(),
+                     "a matmul takes 2 operands and gives 1 result, and its "
+                     "result's old value");
+}
+
 /// Every rt::GemmFallback kernel for f32 and bf16, as the emitter adds them
 /// (the fake loads any cubin and runs these by name).
 void addFallbackKernels(Program &p) {

@@ -252,10 +252,11 @@ struct Function {
 };
 
 /// Whether launch i of f repeats one of grads': grads_accumulate's launches
-/// but its last (the add) are grads' on temps of their own. Reports count
-/// and checks run them once, in grads.
+/// are grads' on temps of their own, but for its accumulating GEMMs and its
+/// last (the add). Reports count and checks run the repeats once, in grads.
 inline bool repeatsGrads(const Function &f, size_t i) {
-  return f.name == "grads_accumulate" && i + 1 < f.launches.size();
+  return f.name == "grads_accumulate" && i + 1 < f.launches.size() &&
+         !f.launches[i].ints.count("accumulate");
 }
 
 struct Program {
