@@ -62,10 +62,11 @@ compile gpt2-bf16-biasgemm gpt2 bf16 "$batch" "$seq" --bias-grads=gemm
 # thirty-fifth session, against the default's copies written by AdamW
 # (gpt-weight-copies).
 compile gpt2-bf16-castweights gpt2 bf16 "$batch" "$seq" --weight-copies=false
-# Gradient accumulation's weight gradients summed by the multi-tensor add,
-# as before the thirty-sixth session's in-GEMM sums, against the default's
-# (run.sh accum: both at --grad-accum=4).
-compile gpt2-bf16-addaccum gpt2 bf16 "$batch" "$seq" --gemm-accumulate=false
+# Gradient accumulation's sums all by the multi-tensor add, as before the
+# thirty-sixth session's in-place sums (the weight gradients' GEMMs and
+# wte's embedding gradient), against the default's (run.sh accum: both at
+# --grad-accum=4).
+compile gpt2-bf16-addaccum gpt2 bf16 "$batch" "$seq" --accumulate-in-place=false
 # The opt-in wgmma attentions: the forward checked at GPT-2's widths (two
 # runs timed it slower than mma.sync: docs/benchmarks.md); the backward
 # (--attention-backward=wgmma) checked, and timed in the step by the auto

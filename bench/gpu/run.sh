@@ -20,8 +20,8 @@
 # epilogue way's time, the row-chunked ones included); the PyTorch
 # yardstick bench/gpu/torch_gpt2.py with the same B and T, and its kernels
 # by kind beside gptc's profile (GEMMs, attention, optimizer, the rest);
-# GPT-2 124M at --grad-accum=4 (with and without the weight gradients
-# summed in their GEMMs, and PyTorch's);
+# GPT-2 124M at --grad-accum=4 (with and without the gradients summed in
+# place by the launches that write them, and PyTorch's);
 # GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
 # GEMMs on a second stream) and with --bias-grads=gemm (the output
 # projections' and c_attn's bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
@@ -226,10 +226,11 @@ if want castweights && [[ -x $P/gpt2-bf16-castweights ]]; then
     --device=cuda --data="$data" --steps=20 --seed=1
 fi
 
-# Gradient accumulation, 4 micro-batches a step: the default program (each
-# weight gradient's GEMM adds to its sum, the rest by one multi-tensor add),
-# the one with every sum by the add (--gemm-accumulate=false), and PyTorch
-# (.grad summed by backward()), tokens a step 4·B·T.
+# Gradient accumulation, 4 micro-batches a step: the default program (the
+# weight gradients' GEMMs and wte's embedding gradient add to their sums in
+# place, one multi-tensor add the rest), the one with every sum by the add
+# (--accumulate-in-place=false), and PyTorch (.grad summed by backward()),
+# tokens a step 4·B·T.
 if want accum; then
   step 90 gpt2-bf16-accum4 "${lib[@]}" "$P/gpt2-bf16" --device=cuda \
     --data="$data" --steps=8 --seed=1 --grad-accum=4

@@ -43,7 +43,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-biasgemm.log                     --bias-grads=gemm
   gpt2-bf16-castweights.log                  --weight-copies=false
   gpt2-bf16-accum4.log                       the default program, --grad-accum=4
-  gpt2-bf16-addaccum4.log                    --gemm-accumulate=false, --grad-accum=4
+  gpt2-bf16-addaccum4.log                    --accumulate-in-place=false, --grad-accum=4
   torch-accum4.{log,json}                    PyTorch, --grad-accum=4
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm

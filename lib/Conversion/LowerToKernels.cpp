@@ -174,11 +174,12 @@ private:
 
 public:
   /// grads_accumulate: grads with its gradients added to the Grad buffers,
-  /// the weight gradients by their GEMMs if accumulateInGemms.
-  void addAccumulatingGrads(const rt::Function &grads, bool accumulateInGemms);
+  /// those a GEMM or the embedding gradient writes by that launch itself if
+  /// accumulateInPlace.
+  void addAccumulatingGrads(const rt::Function &grads, bool accumulateInPlace);
 
 private:
-  std::set<int> gemmWrittenGrads(const rt::Function &grads) const;
+  std::set<int> summedInPlace(const rt::Function &grads) const;
 
 private:
   std::map<std::pair<rt::Role, std::string>, int> bound;
@@ -635,10 +636,12 @@ LogicalResult Lowering::checkInPlace(func::FuncOp func,
   return success();
 }
 
-/// The Grad results of `grads` that one GEMM writes whole (its first
-/// result, not through a view) and no launch reads: weight gradients, which
-/// grads_accumulate's GEMM can add to in place.
-std::set<int> Lowering::gemmWrittenGrads(const rt::Function &grads) const {
+/// The Grad results of `grads` that one launch writes whole (its first
+/// result, not through a view) and no launch reads, where that launch can
+/// add to the sum in place: a GEMM (the weight gradients; cuBLASLt's beta
+/// = 1) or the embedding gradient (wte's, whose kernel reads the old sum
+/// as the element it writes).
+std::set<int> Lowering::summedInPlace(const rt::Function &grads) const {
   std::map<int, int> touches; // Grad root -> launches touching it
   std::set<int> written;
   for (const rt::Launch &l : grads.launches) {
@@ -649,7 +652,8 @@ std::set<int> Lowering::gemmWrittenGrads(const rt::Function &grads) const {
       roots.insert(rootOf(id));
     for (int root : roots)
       ++touches[root];
-    if ((l.kernel == "matmul" || l.kernel == "matmul_bias_grad") &&
+    if ((l.kernel == "matmul" || l.kernel == "matmul_bias_grad" ||
+         l.kernel == "embedding_grad") &&
         !l.outputs.empty() &&
         program.buffers[l.outputs[0]].role == rt::Role::Grad &&
         !llvm::is_contained(l.inputs, l.outputs[0]))
@@ -663,7 +667,7 @@ std::set<int> Lowering::gemmWrittenGrads(const rt::Function &grads) const {
 }
 
 void Lowering::addAccumulatingGrads(const rt::Function &grads,
-                                    bool accumulateInGemms) {
+                                    bool accumulateInPlace) {
   // Every gradient must be float32 (the add runs in float32); otherwise the
   // program gets no grads_accumulate and --grad-accum is refused at run time.
   std::vector<int> allGrads;
@@ -678,8 +682,8 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads,
   if (allGrads.empty())
     return;
   std::set<int> inGemm;
-  if (accumulateInGemms)
-    inGemm = gemmWrittenGrads(grads);
+  if (accumulateInPlace)
+    inGemm = summedInPlace(grads);
   if (inGemm.size() == allGrads.size()) // (the add keeps one gradient)
     inGemm.erase(allGrads.back());
   std::map<int, int> twin; // Grad buffer (or a view of one) -> its temp
@@ -723,9 +727,9 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads,
       id = remap(id);
     for (int &id : l.outputs)
       id = remap(id);
-    // A weight gradient's GEMM adds its product to the sum in place
-    // (cuBLASLt's beta = 1): out = sum + a·b, the add's own float32 sum,
-    // with no temp and no pass of the add over it.
+    // A weight gradient's GEMM (cuBLASLt's beta = 1) or the embedding
+    // gradient adds its result to the sum in place: out = sum + g, the
+    // add's own float32 sum, with no temp and no pass of the add over it.
     if (!l.outputs.empty() && inGemm.count(l.outputs[0])) {
       l.inputs.push_back(l.outputs[0]);
       l.ints["accumulate"] = 1;
@@ -774,7 +778,7 @@ StepFunctions findStepFunctions(ModuleOp module) {
 }
 
 FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns,
-                                               bool accumulateInGemms) {
+                                               bool accumulateInPlace) {
   Lowering lowering;
   std::pair<func::FuncOp, const char *> order[] = {
       {fns.forward, "forward"}, {fns.grads, "grads"}, {fns.update, "update"}};
@@ -792,7 +796,7 @@ FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns,
   }
   if (fns.grads)
     if (const rt::Function *grads = lowering.program.function("grads"))
-      lowering.addAccumulatingGrads(rt::Function(*grads), accumulateInGemms);
+      lowering.addAccumulatingGrads(rt::Function(*grads), accumulateInPlace);
   return std::move(lowering.program);
 }
 
@@ -803,7 +807,7 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
                                       int64_t padMultiple) {
   FailureOr<rt::Program> p = lowerFunctionsToKernels(
       {program.forward, program.grads, program.update},
-      opts.accumulateInGemms);
+      opts.accumulateInPlace);
   if (failed(p))
     return failure();
   FailureOr<std::vector<train::ParamSpec>> specs =
@@ -819,8 +823,8 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
     m["bias_grads"] = "gemm";
   if (!opts.weightCopies)
     m["weight_copies"] = "false";
-  if (!opts.accumulateInGemms)
-    m["gemm_accumulate"] = "false";
+  if (!opts.accumulateInPlace)
+    m["accumulate_in_place"] = "false";
   m["batch"] = std::to_string(batch);
   m["seq"] = std::to_string(seq);
   m["pad_multiple"] = std::to_string(padMultiple);

@@ -52,11 +52,11 @@ bool flag(const Launch &l, const char *name) {
   return it != l.ints.end() && it->second != 0;
 }
 
-/// A GEMM with `accumulate` (grads_accumulate's weight gradients) takes
-/// its output's old value as one more input, after its `operands`, and
-/// adds the product to it: out = old + a·b, one float32 addition an
-/// element after the product, as cuBLASLt's beta = 1 and the executor's
-/// sum += g do.
+/// A GEMM or embedding gradient with `accumulate` (grads_accumulate's
+/// gradients) takes its output's old value as one more input, after its
+/// `operands`, and adds its result to it: out = old + a·b, one float32
+/// addition an element after the result, as cuBLASLt's beta = 1 and the
+/// executor's sum += g do.
 std::vector<HostTensor> accumulated(const Launch &l, const Inputs &in,
                                     size_t operands,
                                     std::vector<HostTensor> results) {
@@ -365,10 +365,14 @@ const std::unordered_map<std::string, Kernel> &kernels() {
                                          ignoreIndex(l)));
       return r;
     };
-    k["embedding_grad"] = [](const Launch &, const Inputs &in,
+    k["embedding_grad"] = [](const Launch &l, const Inputs &in,
                              const Outputs &out) {
-      return one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape,
-                                     in.size() > 2 ? in[2] : nullptr));
+      // dy, ids[, the addend][, the sum it accumulates into]
+      const size_t operands = in.size() - (flag(l, "accumulate") ? 1 : 0);
+      return accumulated(
+          l, in, operands,
+          one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape,
+                                  operands > 2 ? in[2] : nullptr)));
     };
     // The executor's two steps (FusedLayerNorm.h): the unfused pair's bits.
     k["fused_layernorm"] = [](const Launch &l, const Inputs &in,

@@ -1108,8 +1108,8 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
       accumulateFlag != l.ints.end() && accumulateFlag->second != 0;
   if (accumulate &&
       (l.kernel != "matmul" && l.kernel != "matmul_bias_grad"))
-    throw DeviceError(label + ": only matmul and matmul_bias_grad "
-                              "accumulate into their result");
+    throw DeviceError(label + ": of the GEMMs only matmul and "
+                              "matmul_bias_grad accumulate into their result");
   for (const Arity &ar : arities)
     if (l.kernel == ar.kernel &&
         (l.inputs.size() != ar.inputs + (accumulate ? 1 : 0) ||

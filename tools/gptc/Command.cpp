@@ -64,7 +64,7 @@ OptimizerOptions ModelOptions::compileOptions() const {
     fail("unknown --bias-grads '" + biasGrads + "' (expected fused or gemm)");
   opts.fusedBiasGrads = biasGrads == "fused";
   opts.weightCopies = weightCopies;
-  opts.accumulateInGemms = gemmAccumulate;
+  opts.accumulateInPlace = accumulateInPlace;
   for (const std::string &op : recompute) {
     if (op == "none" && recompute.size() == 1)
       break; // what a program's first line says when it recomputes nothing

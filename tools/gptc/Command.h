@@ -81,12 +81,13 @@ struct ModelOptions {
                      "(gpt-weight-copies; the default); false casts them "
                      "from the master weights in every gradient function"),
       llvm::cl::init(true), llvm::cl::cat(gptcCategory)};
-  llvm::cl::opt<bool> gemmAccumulate{
-      "gemm-accumulate",
+  llvm::cl::opt<bool> accumulateInPlace{
+      "accumulate-in-place",
       llvm::cl::desc("Under --grad-accum, let the weight gradients' GEMMs "
-                     "add their products to the gradient sums in place "
-                     "(cuBLASLt's beta = 1; the default); false writes them "
-                     "to temps that one multi-tensor launch adds"),
+                     "(cuBLASLt's beta = 1) and the embedding gradient add "
+                     "their results to the gradient sums in place (the "
+                     "default); false writes them to temps that one "
+                     "multi-tensor launch adds"),
       llvm::cl::init(true), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<bool> overlapWeightGrads{
       "overlap-weight-grads",

@@ -60,11 +60,11 @@ const models::GPT2Config kModel = {"gpt2-tiny",     /*nLayer=*/2,
 /// `program`. Fails the calling test (ASSERT) if either does not compile.
 void compileTiny(mlir::MLIRContext &ctx, const std::string &precision,
                  int64_t seq, mlir::FailureOr<TrainingProgram> &step,
-                 rt::Program &program, bool accumulateInGemms = true) {
+                 rt::Program &program, bool accumulateInPlace = true) {
   ctx.loadDialect<gpt::GPTDialect, mlir::func::FuncDialect>();
   OptimizerOptions opts;
   opts.precision = precision;
-  opts.accumulateInGemms = accumulateInGemms;
+  opts.accumulateInPlace = accumulateInPlace;
   step = compileTrainingProgram(ctx, kModel, kBatch, seq, opts);
   ASSERT_TRUE(succeeded(step));
   mlir::FailureOr<rt::Program> lowered =
@@ -334,8 +334,9 @@ TEST(CpuReplayAccumulationRefusal, AProgramThatCannotAccumulateSaysSo) {
 /// grads_accumulate, driven by the engine: after micro-batch k the Grad
 /// buffers hold the float32 sum of g1..gk in order, to the bit, where gk is
 /// what grads alone gives on micro-batch k; and its loss is grads' loss.
-/// The same whether the weight gradients' GEMMs add to the sums themselves
-/// (accumulate, the default) or write temps that the add adds.
+/// The same whether the weight gradients' GEMMs and the embedding gradients
+/// add to the sums themselves (accumulate, the default) or write temps
+/// that the add adds.
 class CpuReplayAccumulation : public testing::TestWithParam<bool> {};
 
 TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
@@ -345,10 +346,15 @@ TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
   rt::Program program;
   ASSERT_NO_FATAL_FAILURE(
       compileTiny(ctx, "fp32", seq, step, program, GetParam()));
-  int accumulating = 0;
-  for (const rt::Launch &l : program.function("grads_accumulate")->launches)
+  // In place: each block's 4 weight gradients (their GEMMs) and the
+  // embedding gradients.
+  int accumulating = 0, embeddings = 0;
+  for (const rt::Launch &l : program.function("grads_accumulate")->launches) {
     accumulating += l.ints.count("accumulate");
-  EXPECT_EQ(accumulating, GetParam() ? 4 * kModel.nLayer : 0);
+    embeddings += l.kernel == "embedding_grad";
+  }
+  EXPECT_GE(embeddings, 1);
+  EXPECT_EQ(accumulating, GetParam() ? 4 * kModel.nLayer + embeddings : 0);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
   std::unique_ptr<Engine> engine = makeProgramEngine(program, *cpu);
   TensorMap params = initParameters(engine->parameters(), 99), adamM, adamV;
@@ -399,7 +405,7 @@ TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
 
 INSTANTIATE_TEST_SUITE_P(GemmsOrAdd, CpuReplayAccumulation, testing::Bool(),
                          [](const testing::TestParamInfo<bool> &info) {
-                           return info.param ? "InGemms" : "ByTheAdd";
+                           return info.param ? "InPlace" : "ByTheAdd";
                          });
 
 /// The check has teeth: the same program with one temporary placed over

@@ -38,13 +38,13 @@
 //   through the same view of the temp), then one multi_tensor_elementwise
 //   launch that adds the temps to the Grad buffers in place (grad = grad +
 //   temp, in result order). The temps are planned by liveness like grads'
-//   own, so accumulation needs no persistent buffers. A weight gradient
-//   that one GEMM (matmul, matmul_bias_grad) writes whole and nothing
-//   reads gets no temp: with accumulateInGemms (the default) that GEMM
-//   adds its product to the sum in place, `accumulate` = 1, the sum as one
-//   more input after its operands (cuBLASLt's beta = 1), and the add skips
-//   it. A program whose gradients are not all float32 has no
-//   grads_accumulate.
+//   own, so accumulation needs no persistent buffers. A gradient that one
+//   GEMM (matmul, matmul_bias_grad) or embedding_grad writes whole and
+//   nothing reads gets no temp: with accumulateInPlace (the default) that
+//   launch adds its result to the sum in place, `accumulate` = 1, the sum
+//   as one more input after its operands (a GEMM's: cuBLASLt's beta = 1),
+//   and the add skips it. A program whose gradients are not all float32
+//   has no grads_accumulate.
 //
 //===----------------------------------------------------------------------===//
 
@@ -71,7 +71,7 @@ StepFunctions findStepFunctions(mlir::ModuleOp module);
 /// The launches and buffers of the given functions (meta: only "precision",
 /// from the module's gpt.precision; no params); not planned.
 mlir::FailureOr<rt::Program>
-lowerFunctionsToKernels(const StepFunctions &fns, bool accumulateInGemms = true);
+lowerFunctionsToKernels(const StepFunctions &fns, bool accumulateInPlace = true);
 
 /// The whole step, with meta (model, precision, batch, seq, pad_multiple,
 /// n_layer, n_head, n_embd, block_size, vocab_size, beta1, beta2, eps,

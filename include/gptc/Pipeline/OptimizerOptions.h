@@ -42,10 +42,11 @@ struct OptimizerOptions {
   /// live across steps, written by the update, instead of being cast from
   /// the master weights in every gradient function. On by default.
   bool weightCopies = true;
-  /// Gradient accumulation's weight gradients added by their GEMMs
-  /// (grads_accumulate, LowerToKernels.h); false: into temps, then by the
-  /// add like the others. On by default.
-  bool accumulateInGemms = true;
+  /// Gradient accumulation's gradients that a GEMM or the embedding
+  /// gradient writes added by that launch in place (grads_accumulate,
+  /// LowerToKernels.h); false: into temps, then by the add like the
+  /// others. On by default.
+  bool accumulateInPlace = true;
 
   /// recompute as a program records it: "gelu,layernorm", or "none".
   std::string recomputeList() const {

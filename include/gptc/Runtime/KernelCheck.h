@@ -38,7 +38,8 @@ struct KernelCheckOptions {
 
 /// Loads `p` into both backends (they must be fresh), fills every Param,
 /// Grad, AdamM, AdamV, ParamCopy, Input and Hyper buffer, then runs each
-/// function (grads_accumulate: its own launches alone, unless named) one
+/// function (grads_accumulate: its own launches alone, unless named; the
+/// reference runs its repeats of grads') one
 /// launch at a time on both and prints one line per launch to `out`:
 /// function and index, op, location, max abs and scaled relative error,
 /// the tolerance and PASS/FAIL (and the worst element on a FAIL). A launch

@@ -30,13 +30,23 @@ void Emitter::emitEmbedding() {
 }
 
 void Emitter::emitEmbeddingGrad() {
-  bool addend = l.inputs.size() == 3; // the tied lm_head's gradient
-  expectArity(addend ? 3 : 2, 1);
+  // dy, ids[, the addend: the tied lm_head's gradient][, with `accumulate`
+  // (grads_accumulate) the sum it adds to, its own result]
+  auto flag = l.ints.find("accumulate");
+  const bool accumulate = flag != l.ints.end() && flag->second != 0;
+  const size_t sum = accumulate ? 1 : 0;
+  const bool addend = l.inputs.size() == 3 + sum;
+  const size_t operands = addend ? 3 : 2;
+  expectArity(operands + sum, 1);
   const Shape &table = out(0).shape;
   if (table.size() != 2 || in(1).dtype != DType::I32)
     unsupported("expected a [V, C] result and i32 ids");
   if (addend && (in(2).dtype != DType::F32 || out(0).dtype != DType::F32))
     unsupported("an addend needs a float32 addend and result");
+  if (accumulate && (in(operands).dtype != DType::F32 ||
+                     out(0).dtype != DType::F32 ||
+                     storageOf(p, l.inputs.back()) != storageOf(p, l.outputs[0])))
+    unsupported("accumulating needs a float32 result as its last operand");
   headers.insert("embedding.cuh");
   int64_t C = table[1];
   // Blocks of up to 32 rows (strided) by a 256-column slice
@@ -48,7 +58,8 @@ void Emitter::emitEmbeddingGrad() {
   begin(entry, threads);
   os << "  embeddingBackward<" << C << ", " << i64Literal(in(1).numel()) << ", "
      << table[0] << ", " << rows << ">(in0, in1, out0"
-     << (addend ? ", in2" : "") << ");\n}\n";
+     << (addend ? ", in2" : accumulate ? ", nullptr" : "")
+     << (accumulate ? ", in" + std::to_string(operands) : "") << ");\n}\n";
   l.block[0] = threads;
   l.grid[0] = toGrid(ceilDiv(table[0], rows) * ceilDiv(C, slice));
 }

@@ -18,7 +18,9 @@
 // rows of loads in flight a thread. The ids (B·T int32) stay in L2 across
 // blocks. With an addend (float32, the tied lm_head's gradient) an
 // element is written as addend + sum, the bits of the sum and an add
-// after it.
+// after it; with `old` (gradient accumulation: the sum so far, out's own
+// bytes, each element read by the thread that writes it) as old + that,
+// one more add.
 //
 //===----------------------------------------------------------------------===//
 
@@ -94,7 +96,8 @@ __device__ __forceinline__ bool ownsRow(int id, int group) {
 template <int C, i64 kPositions, int kV, int kRowsPerBlock, typename TD,
           typename TO>
 __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
-                                  const float *addend = nullptr) {
+                                  const float *addend = nullptr,
+                                  const float *old = nullptr) {
   constexpr int kPerThread = 4, kRound = kEmbeddingGradThreads * kPerThread;
   constexpr int kSlices = (C + kEmbeddingGradSlice - 1) / kEmbeddingGradSlice;
   // Id rounds loaded ahead, and hits whose dy loads are in flight together:
@@ -203,11 +206,17 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
         load2(addend + at, a);
         v[0] = __fadd_rn(a[0], v[0]), v[1] = __fadd_rn(a[1], v[1]);
       }
+      if (old) {
+        float o[2];
+        load2(old + at, o);
+        v[0] = __fadd_rn(o[0], v[0]), v[1] = __fadd_rn(o[1], v[1]);
+      }
       store2(out + at, v);
     } else {
-      for (int e = 0; e < cols; ++e)
-        out[at + e] =
-            fromFloat<TO>(addend ? __fadd_rn(addend[at + e], sum[e]) : sum[e]);
+      for (int e = 0; e < cols; ++e) {
+        float v = addend ? __fadd_rn(addend[at + e], sum[e]) : sum[e];
+        out[at + e] = fromFloat<TO>(old ? __fadd_rn(old[at + e], v) : v);
+      }
     }
   }
 }
