@@ -275,6 +275,20 @@ TEST(CpuReplayCopies, UnmakeableCopiesAreRefusedAtLoad) {
             "parameter's 96x64");
 }
 
+/// The program's engine on `backend`, its weights drawn from `seed` and
+/// its moments zero.
+std::unique_ptr<Engine> engineWithWeights(const rt::Program &program,
+                                          rt::Backend &backend, uint64_t seed) {
+  std::unique_ptr<Engine> engine = makeProgramEngine(program, backend);
+  TensorMap params = initParameters(engine->parameters(), seed), adamM, adamV;
+  for (const ParamSpec &spec : engine->parameters()) {
+    adamM.emplace(spec.name, HostTensor::floats(spec.shape));
+    adamV.emplace(spec.name, HostTensor::floats(spec.shape));
+  }
+  engine->setWeights(params, adamM, adamV);
+  return engine;
+}
+
 /// A program that cannot accumulate trains with one micro-batch and
 /// refuses a second in one line: one without grads_accumulate, one whose
 /// grads_accumulate does not read a gradient (so cannot add to it), one
@@ -291,13 +305,7 @@ TEST(CpuReplayAccumulationRefusal, AProgramThatCannotAccumulateSaysSo) {
     rt::Program bad = program;
     damage(bad);
     std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
-    std::unique_ptr<Engine> engine = makeProgramEngine(bad, *cpu);
-    TensorMap params = initParameters(engine->parameters(), 3), adamM, adamV;
-    for (const ParamSpec &spec : engine->parameters()) {
-      adamM.emplace(spec.name, HostTensor::floats(spec.shape));
-      adamV.emplace(spec.name, HostTensor::floats(spec.shape));
-    }
-    engine->setWeights(params, adamM, adamV);
+    std::unique_ptr<Engine> engine = engineWithWeights(bad, *cpu, 3);
     engine->accumulate(batch, 1.0f, /*first=*/true); // one is fine
     try {
       engine->accumulate(batch, 1.0f, /*first=*/false);
@@ -356,13 +364,7 @@ TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
   EXPECT_GE(embeddings, 1);
   EXPECT_EQ(accumulating, GetParam() ? 4 * kModel.nLayer + embeddings : 0);
   std::unique_ptr<rt::Backend> cpu = rt::makeCpuBackend();
-  std::unique_ptr<Engine> engine = makeProgramEngine(program, *cpu);
-  TensorMap params = initParameters(engine->parameters(), 99), adamM, adamV;
-  for (const ParamSpec &spec : engine->parameters()) {
-    adamM.emplace(spec.name, HostTensor::floats(spec.shape));
-    adamV.emplace(spec.name, HostTensor::floats(spec.shape));
-  }
-  engine->setWeights(params, adamM, adamV);
+  std::unique_ptr<Engine> engine = engineWithWeights(program, *cpu, 99);
   Rng rng(11);
   std::vector<exec::Batch> batches;
   for (int k = 0; k < 3; ++k)
