@@ -27,7 +27,7 @@
 # projections' and c_attn's bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
 # PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
 # steps of gpt2-tiny on cuda and on cpu with the same seed and data,
-# losses compared; Nsight Compute on one launch each of the layernorms
+# losses compared (bf16 at --grad-accum=2 too); Nsight Compute on one launch each of the layernorms
 # and their gradient, the loss, the embedding gradient, the row dot, the
 # GELU-derivative pass and the gradient norm, then of the wgmma-overlap
 # forward and wgmma-split backward, then of the atomic wgmma backward;
@@ -259,6 +259,12 @@ if want tiny; then
       step 60 tiny-$prec-$device "${lib[@]}" "$P/tiny-$prec" \
         --device=$device --data="$data" --steps=10 --seed=1
     done
+  done
+  # Two micro-batches a step: grads_accumulate's in-place sums (cuBLASLt's
+  # beta = 1, the embedding gradient's) against the CPU backend's.
+  for device in cuda cpu; do
+    step 60 tiny-bf16-accum2-$device "${lib[@]}" "$P/tiny-bf16" \
+      --device=$device --data="$data" --steps=10 --seed=1 --grad-accum=2
   done
 fi
 

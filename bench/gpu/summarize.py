@@ -33,6 +33,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   attention.log                              attention_bench: the kernels alone
   wgmma-probe.log                            wgmma_probe: the tensor cores alone, by layout
   tiny-{fp32,bf16}-{cuda,cpu}.log            step lines, same seed and data
+  tiny-bf16-accum2-{cuda,cpu}.log            the same at --grad-accum=2
   gpt2-bf16.log                              the timed GPT-2 124M run
   gpt2-bf16-profile.log                      the GPTC_PROFILE=1 run
   gpt2-bf16-atomic-profile.log               the same, GPTC_VARIANT=mma,atomic
@@ -237,7 +238,7 @@ def main():
     lines.extend("    " + l for l in sorted(refused)[:8])
 
     # Tiny training: CUDA against the CPU backend, step by step.
-    for prec, tol in (("fp32", 1e-3), ("bf16", 2e-2)):
+    for prec, tol in (("fp32", 1e-3), ("bf16", 2e-2), ("bf16-accum2", 2e-2)):
         gpu = steps(read(os.path.join(res, f"tiny-{prec}-cuda.log")))
         cpu = steps(read(os.path.join(res, f"tiny-{prec}-cpu.log")))
         n = min(len(gpu), len(cpu))
