@@ -180,8 +180,6 @@ public:
 
 private:
   std::set<int> summedInPlace(const rt::Function &grads) const;
-
-private:
   std::map<std::pair<rt::Role, std::string>, int> bound;
 };
 
@@ -681,15 +679,17 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads,
   }
   if (allGrads.empty())
     return;
-  std::set<int> inGemm;
+  std::set<int> inPlace;
   if (accumulateInPlace)
-    inGemm = summedInPlace(grads);
-  if (inGemm.size() == allGrads.size()) // (the add keeps one gradient)
-    inGemm.erase(allGrads.back());
-  std::map<int, int> twin; // Grad buffer (or a view of one) -> its temp
+    inPlace = summedInPlace(grads);
+  if (inPlace.size() == allGrads.size()) // (the add keeps one gradient)
+    inPlace.erase(allGrads.back());
+  // grads' buffer (a gradient summed by the add, a temp, a view of either)
+  // -> grads_accumulate's own.
+  std::map<int, int> twin;
   std::vector<int> gradIds, tempIds;
   for (int id : allGrads) {
-    if (inGemm.count(id))
+    if (inPlace.count(id))
       continue;
     rt::Buffer t;
     t.name = program.buffers[id].binding + ".acc";
@@ -730,7 +730,7 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads,
     // A weight gradient's GEMM (cuBLASLt's beta = 1) or the embedding
     // gradient adds its result to the sum in place: out = sum + g, the
     // add's own float32 sum, with no temp and no pass of the add over it.
-    if (!l.outputs.empty() && inGemm.count(l.outputs[0])) {
+    if (!l.outputs.empty() && inPlace.count(l.outputs[0])) {
       l.inputs.push_back(l.outputs[0]);
       l.ints["accumulate"] = 1;
     }
