@@ -60,7 +60,7 @@ bool flag(const Launch &l, const char *name) {
 std::vector<HostTensor> accumulated(const Launch &l, const Inputs &in,
                                     size_t operands,
                                     std::vector<HostTensor> results) {
-  if (!flag(l, "accumulate"))
+  if (!accumulates(l))
     return results;
   if (in.size() != operands + 1 || results.empty() ||
       in.back()->numel() != results[0].numel() ||
@@ -368,7 +368,7 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["embedding_grad"] = [](const Launch &l, const Inputs &in,
                              const Outputs &out) {
       // dy, ids[, the addend][, the sum it accumulates into]
-      const size_t operands = in.size() - (flag(l, "accumulate") ? 1 : 0);
+      const size_t operands = in.size() - (accumulates(l) ? 1 : 0);
       return accumulated(
           l, in, operands,
           one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape,
@@ -419,7 +419,7 @@ bool mayWriteInPlace(const Launch &l, size_t in, size_t out) {
       l.kernel == "multi_tensor_elementwise" ||
       l.kernel == "cross_entropy_with_grad")
     return true;
-  return flag(l, "accumulate") && out == 0 && in + 1 == l.inputs.size();
+  return accumulates(l) && out == 0 && in + 1 == l.inputs.size();
 }
 
 class CpuBackend : public Backend {

@@ -1103,9 +1103,7 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   // With `accumulate` (grads_accumulate's weight gradients) the result's
   // old value comes after the operands: the result's own buffer, which the
   // GEMM adds its product to (beta = 1).
-  auto accumulateFlag = l.ints.find("accumulate");
-  const bool accumulate =
-      accumulateFlag != l.ints.end() && accumulateFlag->second != 0;
+  const bool accumulate = accumulates(l);
   if (accumulate &&
       (l.kernel != "matmul" && l.kernel != "matmul_bias_grad"))
     throw DeviceError(label + ": of the GEMMs only matmul and "

@@ -251,12 +251,20 @@ struct Function {
   int normLaunches = -1;
 };
 
+/// Whether `l` adds its (first) result to that result's old value, which it
+/// takes as its last input (grads_accumulate's GEMMs and embedding
+/// gradients: LowerToKernels.h).
+inline bool accumulates(const Launch &l) {
+  auto it = l.ints.find("accumulate");
+  return it != l.ints.end() && it->second != 0;
+}
+
 /// Whether launch i of f repeats one of grads': grads_accumulate's launches
 /// are grads' on temps of their own, but for its accumulating GEMMs and its
 /// last (the add). Reports count and checks run the repeats once, in grads.
 inline bool repeatsGrads(const Function &f, size_t i) {
   return f.name == "grads_accumulate" && i + 1 < f.launches.size() &&
-         !f.launches[i].ints.count("accumulate");
+         !accumulates(f.launches[i]);
 }
 
 struct Program {

@@ -32,8 +32,7 @@ void Emitter::emitEmbedding() {
 void Emitter::emitEmbeddingGrad() {
   // dy, ids[, the addend: the tied lm_head's gradient][, with `accumulate`
   // (grads_accumulate) the sum it adds to, its own result]
-  auto flag = l.ints.find("accumulate");
-  const bool accumulate = flag != l.ints.end() && flag->second != 0;
+  const bool accumulate = rt::accumulates(l);
   const size_t sum = accumulate ? 1 : 0;
   const bool addend = l.inputs.size() == 3 + sum;
   const size_t operands = addend ? 3 : 2;
