@@ -165,6 +165,9 @@ constexpr size_t kPartialsBytes = 8u << 20;
 constexpr int kTuneCandidates = 16;
 constexpr size_t kStagingBytes = 64u << 20;   // pinned host ring
 constexpr size_t kChunkBytes = kStagingBytes / 4;
+/// Pinned host memory for downloadLater's copies (a loss is 4 bytes); when
+/// it is full, the next one synchronizes first.
+constexpr size_t kMailboxBytes = 64u << 10;
 /// What ends the label of a kernel variant's launch timed at load.
 const std::string kTimedAtLoad = ", timed at load";
 
@@ -461,6 +464,8 @@ public:
     void *host = nullptr;
     check(cu.cuMemHostAlloc(&host, kStagingBytes, 0), "cuMemHostAlloc");
     staging = static_cast<uint8_t *>(host);
+    check(cu.cuMemHostAlloc(&host, kMailboxBytes, 0), "cuMemHostAlloc");
+    mailbox = static_cast<uint8_t *>(host);
     profile = envOn("GPTC_PROFILE");
     syncEach = envOn("GPTC_CUDA_SYNC");
     useGraphs = envSwitch("GPTC_CUDA_GRAPH", {"1", "0"}) == "1" && !profile &&
@@ -549,8 +554,9 @@ public:
     for (CUdeviceptr w : {workspace, sideWorkspace, partialsScratch})
       if (w)
         cu.cuMemFree(w);
-    if (staging)
-      cu.cuMemFreeHost(staging);
+    for (uint8_t *pinned : {staging, mailbox})
+      if (pinned)
+        cu.cuMemFreeHost(pinned);
     for (CUstream s : {compute, side, copy, loopStream})
       if (s)
         cu.cuStreamDestroy(s);
@@ -580,6 +586,7 @@ public:
   void load(const Program &program) override;
   void upload(int buffer, const void *host) override;
   void download(int buffer, void *host) override;
+  void downloadLater(int buffer, void *host) override;
   void run(const Function &f, size_t begin, size_t end) override;
   void synchronize() override;
   void resetProfile() override;
@@ -820,6 +827,17 @@ private:
 
   uint8_t *staging = nullptr;
   size_t stagingHead = 0;
+  /// downloadLater's copies: each lands in the mailbox on the compute
+  /// stream, and goes on to its host memory when the host next waits.
+  struct Letter {
+    size_t at, bytes;
+    void *host;
+  };
+  uint8_t *mailbox = nullptr;
+  size_t mailboxHead = 0;
+  std::vector<Letter> letters;
+  /// Hands the letters on; every copy into the mailbox is done.
+  void deliverLetters();
   std::vector<InFlight> inflight;
   std::vector<CUevent> eventPool, timingPool;
 
@@ -2474,6 +2492,7 @@ void CudaBackendImpl::synchronize() {
     checkSync(cu.cuStreamSynchronize(side));
   checkSync(cu.cuStreamSynchronize(compute));
   collectTimes();
+  deliverLetters();
 }
 
 //===----------------------------------------------------------------------===//
@@ -2550,6 +2569,35 @@ void CudaBackendImpl::download(int id, void *host) {
     done += n;
   }
   collectTimes();
+  // The copy stream waited for the compute stream, which queued them.
+  deliverLetters();
+}
+
+void CudaBackendImpl::downloadLater(int id, void *host) {
+  bind();
+  size_t bytes = size_t(buffer(id).bytes());
+  if (bytes > kMailboxBytes) {
+    download(id, host);
+    return;
+  }
+  size_t at = (mailboxHead + 15) / 16 * 16;
+  if (at + bytes > kMailboxBytes) {
+    synchronize(); // empties the mailbox
+    at = 0;
+  }
+  // On the compute stream itself: after the launches so far, and before
+  // any later one overwrites the buffer.
+  check(cu.cuMemcpyDtoHAsync(mailbox + at, address(id), bytes, compute),
+        "cuMemcpyDtoHAsync");
+  letters.push_back({at, bytes, host});
+  mailboxHead = at + bytes;
+}
+
+void CudaBackendImpl::deliverLetters() {
+  for (const Letter &l : letters)
+    std::memcpy(l.host, mailbox + l.at, l.bytes);
+  letters.clear();
+  mailboxHead = 0;
 }
 
 //===----------------------------------------------------------------------===//

@@ -6,6 +6,8 @@
 #include "gptc/Train/StepFunction.h"
 #include "gptc/Train/Trainer.h"
 
+#include <utility>
+
 using namespace mlir;
 using gptc::exec::HostTensor;
 using Role = gptc::train::Slot::Role;
@@ -105,8 +107,8 @@ public:
     adamV = adamV_;
   }
 
-  double accumulate(const exec::Batch &batch, float lossScale,
-                    bool first) override {
+  void accumulate(const exec::Batch &batch, float lossScale,
+                  bool first) override {
     HostTensor scale = HostTensor::floats({}, lossScale);
     std::vector<HostTensor> out =
         orFail(grads_.run([&](const Slot &s) -> const HostTensor & {
@@ -126,7 +128,11 @@ public:
       else if (slot.role == Role::Grad)
         addInto(gradSum_[slot.name], out[i]);
     }
-    return loss;
+    losses_.push_back(loss);
+  }
+
+  std::vector<double> takeLosses() override {
+    return std::exchange(losses_, {});
   }
 
   double prepareUpdate(const UpdateHypers &h) override {
@@ -192,6 +198,7 @@ private:
   StepFunction forward_, grads_, update_;
   bool lossScaling_ = false; ///< grads takes gpt.hyper = "loss_scale" (fp16)
   TensorMap params_, adamM_, adamV_, gradSum_;
+  std::vector<double> losses_; ///< since the last takeLosses()
   TensorMap copies_; ///< gpt.param_copy arguments of grads, by parameter
   std::vector<HostTensor> updated_; ///< update's results, until applied
 };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -96,12 +97,14 @@ public:
     }
   }
 
-  double accumulate(const exec::Batch &batch, float lossScale,
-                    bool first) override {
+  void accumulate(const exec::Batch &batch, float lossScale,
+                  bool first) override {
     // From the second micro-batch on, grads_accumulate computes the
     // gradients into temps and adds them to the Grad buffers: grad = sum +
     // g_k, the float32 sum += g_k of the executor to the bit. All on the
-    // device: nothing crosses to the host but the loss.
+    // device: nothing crosses to the host but the loss, and that without
+    // a wait (downloadLater), so the host queues the next micro-batch while
+    // this one runs.
     if (!first)
       checkAccumulation();
     uploadBatch(batch);
@@ -109,8 +112,15 @@ public:
       backend_.upload(lossScale_, &lossScale);
     const rt::Function &f = first ? *grads_ : *gradsAccumulate_;
     backend_.run(f, 0, f.launches.size());
+    pendingLosses_.emplace_back();
+    backend_.downloadLater(gradsLoss_, &pendingLosses_.back());
+  }
+
+  std::vector<double> takeLosses() override {
     backend_.synchronize();
-    return scalar(gradsLoss_);
+    std::vector<double> losses(pendingLosses_.begin(), pendingLosses_.end());
+    pendingLosses_.clear();
+    return losses;
   }
 
   double prepareUpdate(const UpdateHypers &h) override {
@@ -266,6 +276,9 @@ private:
   int tokens_, targets_, lr_, step_, gradScale_, lossScale_;
   int forwardLoss_, gradsLoss_, gradNorm_;
   bool accumulationChecked_ = false;
+  /// The queued micro-batches' losses, as downloadLater fills them (a
+  /// deque: its elements stay where they are as it grows).
+  std::deque<float> pendingLosses_;
 };
 
 } // namespace

@@ -84,11 +84,9 @@ void Trainer::resume(const std::string &folder) {
 void Trainer::step(DataLoader &train) {
   auto start = std::chrono::steady_clock::now();
   const int64_t K = opts_.gradAccum;
-  double lossSum = 0.0;
   for (int64_t k = 0; k < K; ++k)
-    lossSum += engine_->accumulate(train.next(), float(state_.lossScale),
-                                   /*first=*/k == 0);
-  double loss = lossSum / double(K);
+    engine_->accumulate(train.next(), float(state_.lossScale),
+                        /*first=*/k == 0);
 
   double lr = opts_.schedule.at(state_.step);
   UpdateHypers hypers;
@@ -97,6 +95,10 @@ void Trainer::step(DataLoader &train) {
   // Unscales fp16's scaled gradients along with averaging the K sums.
   hypers.gradScale = float(1.0 / (double(K) * state_.lossScale));
   double norm = engine_->prepareUpdate(hypers);
+  double lossSum = 0.0;
+  for (double l : engine_->takeLosses())
+    lossSum += l;
+  double loss = lossSum / double(K);
 
   bool finite = std::isfinite(loss) && std::isfinite(norm);
   if (finite) {

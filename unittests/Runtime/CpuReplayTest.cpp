@@ -103,6 +103,15 @@ void expectSame(const TensorMap &a, const TensorMap &b, const char *what) {
   }
 }
 
+/// One micro-batch through `e`, and its loss.
+double lossOf(Engine &e, const exec::Batch &batch, float lossScale,
+              bool first) {
+  e.accumulate(batch, lossScale, first);
+  std::vector<double> losses = e.takeLosses();
+  EXPECT_EQ(losses.size(), 1u);
+  return losses.empty() ? 0.0 : losses[0];
+}
+
 exec::Batch randomBatch(Rng &rng, int64_t seq) {
   exec::Batch b{HostTensor::ids({kBatch, seq}), HostTensor::ids({kBatch, seq})};
   for (int32_t &id : b.tokens.i32)
@@ -171,7 +180,7 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
         return s.name == "tokens" ? first.tokens : first.targets;
       });
   ASSERT_TRUE(succeeded(expected));
-  double replayLoss = replay->accumulate(first, lossScale, /*first=*/true);
+  double replayLoss = lossOf(*replay, first, lossScale, /*first=*/true);
   TensorMap expectedGrads, replayGrads;
   for (size_t i = 0; i < grads->results().size(); ++i) {
     const Slot &slot = grads->results()[i];
@@ -188,11 +197,21 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
   expectSame(expectedGrads, replayGrads, "gradient");
 
   // A step over three micro-batches (the replay sums on the device).
-  EXPECT_EQ(0.0 + executor->accumulate(first, lossScale, true), replayLoss);
-  EXPECT_EQ(executor->accumulate(second, lossScale, false),
-            replay->accumulate(second, lossScale, false));
-  EXPECT_EQ(executor->accumulate(third, lossScale, false),
-            replay->accumulate(third, lossScale, false));
+  // The replay's three losses come together (takeLosses), in order.
+  executor->accumulate(first, lossScale, true);
+  executor->accumulate(second, lossScale, false);
+  executor->accumulate(third, lossScale, false);
+  std::vector<double> executorLosses = executor->takeLosses();
+  ASSERT_EQ(executorLosses.size(), 3u);
+  EXPECT_EQ(executorLosses[0], replayLoss);
+  replay->accumulate(second, lossScale, false);
+  replay->accumulate(third, lossScale, false);
+  std::vector<double> replayLosses = replay->takeLosses();
+  ASSERT_EQ(replayLosses.size(), 2u);
+  EXPECT_EQ(executorLosses[1], replayLosses[0]);
+  EXPECT_EQ(executorLosses[2], replayLosses[1]);
+  EXPECT_NE(replayLosses[0], replayLosses[1]); // three batches, not one
+  EXPECT_TRUE(executor->takeLosses().empty());
   UpdateHypers hypers{/*lr=*/1e-3f, /*step=*/3.0f,
                       /*gradScale=*/1.0f / (3.0f * lossScale)};
   double norm = executor->prepareUpdate(hypers);
@@ -229,8 +248,8 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
 
   // And forward and a gradient again, on the updated weights (and copies).
   EXPECT_EQ(executor->loss(second), replay->loss(second));
-  EXPECT_EQ(executor->accumulate(third, lossScale, true),
-            replay->accumulate(third, lossScale, true));
+  EXPECT_EQ(lossOf(*executor, third, lossScale, true),
+            lossOf(*replay, third, lossScale, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -381,19 +400,16 @@ TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
   };
   // Each micro-batch's gradients on their own.
   std::vector<TensorMap> alone;
+  std::vector<double> losses;
   for (const exec::Batch &b : batches) {
-    engine->accumulate(b, 1.0f, /*first=*/true);
+    losses.push_back(lossOf(*engine, b, 1.0f, /*first=*/true));
     alone.push_back(read(rt::Role::Grad));
   }
   TensorMap want = alone[0];
   engine->accumulate(batches[0], 1.0f, /*first=*/true);
-  std::vector<double> losses;
-  for (const exec::Batch &b : batches)
-    losses.push_back(engine->accumulate(b, 1.0f, /*first=*/true));
-  engine->accumulate(batches[0], 1.0f, /*first=*/true);
+  EXPECT_EQ(engine->takeLosses(), std::vector<double>{losses[0]});
   for (size_t k = 1; k < batches.size(); ++k) {
-    EXPECT_EQ(engine->accumulate(batches[k], 1.0f, /*first=*/false),
-              losses[k]);
+    EXPECT_EQ(lossOf(*engine, batches[k], 1.0f, /*first=*/false), losses[k]);
     for (auto &[name, sum] : want)
       for (size_t i = 0; i < sum.f32.size(); ++i)
         sum.f32[i] += alone[k].at(name).f32[i];
@@ -472,8 +488,8 @@ TEST(CpuReplayPlan, ABufferReusedTooEarlyShows) {
   replay->setWeights(params, m, v);
   Rng rng(7);
   exec::Batch batch = randomBatch(rng, 16);
-  double loss = (*made)->accumulate(batch, 1.0f, true);
-  double replayLoss = replay->accumulate(batch, 1.0f, true);
+  double loss = lossOf(**made, batch, 1.0f, true);
+  double replayLoss = lossOf(*replay, batch, 1.0f, true);
   UpdateHypers hypers{1e-3f, 1.0f, 1.0f};
   double norm = (*made)->prepareUpdate(hypers);
   double replayNorm = replay->prepareUpdate(hypers);

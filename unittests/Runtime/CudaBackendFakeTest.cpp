@@ -810,6 +810,42 @@ TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
   EXPECT_EQ(big, back);
 }
 
+/// downloadLater copies a buffer as it stands when asked (the value an
+/// upload gives it later is not what arrives), delivers to the host when the
+/// host next waits (synchronize or download), in order, and goes on past a
+/// full mailbox (it waits first) and past one larger than the mailbox (an
+/// ordinary download).
+TEST(CudaBackendFake, LaterDownloadsKeepTheValueOfTheirTime) {
+  REQUIRE_FAKE(b);
+  Program p = program(false);
+  b->load(p);
+  const int kCopies = 3000; // 96 KB of A's 96 bytes, over 64 KiB
+  std::vector<std::vector<float>> sent(kCopies), got(kCopies);
+  for (int i = 0; i < kCopies; ++i) {
+    sent[i] = random(24, uint64_t(100 + i));
+    got[i].assign(24, -1.0f);
+    b->upload(A, sent[i].data());
+    b->downloadLater(A, got[i].data());
+  }
+  b->upload(A, random(24, 1).data()); // after the last copy: not seen
+  b->synchronize();
+  for (int i = 0; i < kCopies; ++i)
+    ASSERT_EQ(got[i], sent[i]) << "copy " << i;
+
+  std::vector<float> later(24, -1.0f), now(24);
+  b->upload(A, sent[0].data());
+  b->downloadLater(A, later.data());
+  b->download(A, now.data()); // delivers the queued one too
+  EXPECT_EQ(later, sent[0]);
+  EXPECT_EQ(now, sent[0]);
+
+  std::vector<float> big = random(10'000'000, 9), back(10'000'000, -1.0f);
+  b->upload(BIG, big.data());
+  b->downloadLater(BIG, back.data());
+  b->synchronize();
+  EXPECT_EQ(back, big);
+}
+
 TEST(CudaBackendFake, ErrorsNameTheLaunch) {
   {
     // A fault while a variant is timed at load names it, and says how not

@@ -37,6 +37,12 @@ public:
   virtual void load(const Program &p) = 0;
   virtual void upload(int buffer, const void *host) = 0;
   virtual void download(int buffer, void *host) = 0;
+  /// Queues a copy of `buffer` as the launches so far leave it; `host`
+  /// holds it once synchronize() or download() returns, and must stay valid
+  /// until then. It spares a micro-batch's loss a wait for the device (the
+  /// CUDA backend); a backend whose launches are done when run() returns
+  /// copies at once.
+  virtual void downloadLater(int buffer, void *host) { download(buffer, host); }
   /// Runs launches [begin, end) of `f` in order.
   virtual void run(const Function &f, size_t begin, size_t end) = 0;
   /// Waits for everything launched so far.

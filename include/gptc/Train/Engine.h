@@ -11,8 +11,8 @@
 //                     the backend's arena, updated in place
 //
 // A step is accumulate() once per micro-batch, then prepareUpdate(), which
-// returns the gradient norm and changes nothing, then applyUpdate() only if
-// the Trainer keeps the step. No MLIR here: the training program links the
+// returns the gradient norm and changes nothing, and takeLosses(), then
+// applyUpdate() only if the Trainer keeps the step. No MLIR here: the training program links the
 // Trainer with a ProgramEngine alone.
 //
 //===----------------------------------------------------------------------===//
@@ -62,10 +62,15 @@ public:
   virtual void getWeights(TensorMap &params, TensorMap &adamM,
                           TensorMap &adamV) = 0;
 
-  /// Runs the gradient function on one micro-batch and returns its loss.
-  /// `first` starts a new sum of gradients; later micro-batches add theirs.
-  virtual double accumulate(const exec::Batch &batch, float lossScale,
-                            bool first) = 0;
+  /// Runs the gradient function on one micro-batch, or queues it (a GPU's
+  /// ProgramEngine does not wait for it, so that the micro-batches of a
+  /// step run back to back). `first` starts a new sum of gradients; later
+  /// micro-batches add theirs. Its loss is one of the next takeLosses().
+  virtual void accumulate(const exec::Batch &batch, float lossScale,
+                          bool first) = 0;
+  /// The losses of the micro-batches accumulated since the last call, in
+  /// their order; waits for them.
+  virtual std::vector<double> takeLosses() = 0;
   /// The global norm of the summed gradients as the update sees them
   /// (scaled by h.gradScale, before clipping); changes no weight.
   virtual double prepareUpdate(const UpdateHypers &h) = 0;
