@@ -206,10 +206,12 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
   const size_t n = p.kernels.size();
 
   std::vector<int> ownLaunches(n, 0), variantLaunches(n, 0), threads(n, 0);
+  bool repeats = false;
   for (const rt::Function &f : p.functions)
     for (size_t i = 0; i < f.launches.size(); ++i) {
       const rt::Launch &l = f.launches[i];
       const int once = rt::repeatsGrads(f, i) ? 0 : 1; // counted in grads
+      repeats |= once == 0;
       if (l.deviceKernel >= 0)
         ownLaunches[l.deviceKernel] += once;
       for (const rt::LaunchVariant &v : l.variants)
@@ -242,12 +244,13 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
   if (!opts.dumpDir.empty())
     dump(p, arch, opts.dumpDir, compiled, resources);
   if (opts.report)
-    printKernelReport(resources, arch, *opts.report);
+    printKernelReport(resources, arch, *opts.report, repeats);
   return resources;
 }
 
 void printKernelReport(const std::vector<KernelResources> &resources,
-                       const std::string &arch, std::ostream &os) {
+                       const std::string &arch, std::ostream &os,
+                       bool repeatsOnce) {
   size_t width = 6;
   for (const KernelResources &r : resources)
     width = std::max(width, r.name.size());
@@ -291,6 +294,10 @@ void printKernelReport(const std::vector<KernelResources> &resources,
   if (variants)
     os << "launches (N): a variant of N launches, timed against their own "
           "kernel when the program loads; the fastest runs\n";
+  if (repeatsOnce)
+    os << "launches: grads_accumulate's repeats of grads' launches are "
+          "counted once, in grads; its own (the in-place sums, the add) as "
+          "they are\n";
   os << "blocks an SM: of the most threads a launch gives the kernel, as the "
         "registers, shared memory and threads allow on one SM of "
      << arch << " (- without a table for it)\n";

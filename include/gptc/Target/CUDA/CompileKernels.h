@@ -72,9 +72,12 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
                                             const std::string &arch,
                                             const CompileKernelsOptions &opts);
 
-/// The report's text for `resources`.
+/// The report's text for `resources`; `repeatsOnce`: the launch counts
+/// took grads_accumulate's repeats of grads' launches once, in grads
+/// (rt::repeatsGrads), which the legend then says.
 void printKernelReport(const std::vector<KernelResources> &resources,
-                       const std::string &arch, std::ostream &os);
+                       const std::string &arch, std::ostream &os,
+                       bool repeatsOnce = false);
 
 } // namespace gptc::cuda
 
