@@ -128,7 +128,6 @@ public:
     backend_.upload(step_, &h.step);
     backend_.upload(gradScale_, &h.gradScale);
     backend_.run(*update_, 0, size_t(update_->normLaunches));
-    backend_.synchronize();
     return scalar(gradNorm_);
   }
 
@@ -140,7 +139,6 @@ public:
   double loss(const exec::Batch &batch) override {
     uploadBatch(batch);
     backend_.run(*forward_, 0, forward_->launches.size());
-    backend_.synchronize();
     return scalar(forwardLoss_);
   }
 
@@ -262,9 +260,12 @@ private:
     return t;
   }
 
+  /// A scalar result of the launches so far: one wait for the device (a
+  /// download after synchronize() would be a second round trip).
   double scalar(int id) {
     float x = 0.0f;
-    backend_.download(id, &x);
+    backend_.downloadLater(id, &x);
+    backend_.synchronize();
     return x;
   }
 
