@@ -205,6 +205,9 @@ def baseline(source, entry, commit):
     source = re.sub(r"static_assert\(sizeof\(\w+Shared<\d+>\)[^;]*;", "", source)
     return source
 lines = []
+# A probe's name, and the hook its source is recompiled with.
+probes = {"probe-wgmma-nosum": "GPTC_PROBE_NO_DQ_SUM",
+          "probe-wgmma-nodq": "GPTC_PROBE_NO_DQ"}
 for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "mma", "flash_attention_qkv_0", None, None),
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
@@ -223,6 +226,11 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "atomic128", "atomic128", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
+        # Probes (attention.cuh's measurement hooks; dq wrong, unchecked):
+        # the atomic wgmma backward with dq's product but no sums, and with
+        # neither, to price its reductions and its product apart.
+        ("backward", "probe-wgmma-nosum", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "probe-wgmma-nodq", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split-ss", "wgmmass", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-ds", "wgmmads", "flash_attention_qkv_grad_0", None, None),
@@ -234,12 +242,15 @@ for role, name, dump, entry, bounds, old in (
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
     k = next(k for k in manifest["kernels"] if k["name"] == entry)
     l = k["launches"][0]
-    if bounds is None and old is None:
+    define = probes.get(name)
+    if bounds is None and old is None and define is None:
         file = f"{role}-{name}.cubin"  # wgmma names a forward and a backward
         shutil.copy(f"{tmp}/{dump}/{k['cubin']}", f"{att}/{file}")
     else:
         file = f"{role}-{name}.cu"
         source = open(f"{tmp}/{dump}/{k['source']}").read()
+        if define is not None:
+            source = f"#define {define} 1\n" + source
         if bounds is not None:
             was = re.findall(r"__launch_bounds__\(128, \d+\)", source)
             assert len(was) == 1, f"{entry}: no __launch_bounds__(128, n)"

@@ -1994,6 +1994,12 @@ template <int D> struct WgmmaBackwardShared {
 /// there are not the registers to overlap more (docs/cuda-kernels.md).
 /// kOverlap (at 2 blocks an SM) keeps the first half's in flight through
 /// the second half's Sᵀ and dPᵀ too, landing with Sᵀ.
+///
+/// Two measurement hooks, which gptc never defines: bench/gpu/prepare.sh
+/// recompiles this kernel's dump with GPTC_PROBE_NO_DQ_SUM (dq's product
+/// kept, nothing added to the sums) and GPTC_PROBE_NO_DQ (neither: the
+/// dk/dv work alone), so that attention_bench prices the reductions and
+/// the product apart (their dq is wrong, and not checked).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
           bool kOverlap, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
@@ -2073,6 +2079,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
           });
     }
     // (the second half's dv and dk land with dq's product)
+    float dqAcc[D / 8][4];
+#if !defined(GPTC_PROBE_NO_DQ)
     __syncthreads(); // dSᵀ is whole
     // dq's share: rows queries 16 warp + g (+ 8) of the tile, columns d,
     // over the block's keys. dS's A fragment of keys [16kc, +16) is the
@@ -2082,13 +2090,15 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       loadMatricesTransposed(dsT[kc], sm.ds.blockB(kc * 16, warp * 16));
-    float dqAcc[D / 8][4];
     zero(dqAcc);
     wgmmaFence(dqAcc, dsT);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       wgmmaBf16<true>(dqAcc, dsT[kc], sm.k.keysAlongK(kc));
     wgmmaCommit();
+#else
+    zero(dqAcc);
+#endif
     wgmmaWait<0>(); // and the second half's dv and dk
     wgmmaFenceOperands(dqAcc);
     wgmmaFenceOperands(accV);
@@ -2110,7 +2120,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
       x[3] = odd ? dqAcc[nt][3] : b;
       const int row = i0 + warp * 16 + g + (odd ? 8 : 0);
       const int d = nt * 8 + 2 * tq - (odd ? 2 : 0);
-      reduceAddGlobal4(dqSum + row * D + d, x);
+#if defined(GPTC_PROBE_NO_DQ_SUM) || defined(GPTC_PROBE_NO_DQ)
+      if (x[0] == 1.0e38f) // never: the product stays, the sums go
+#endif
+        reduceAddGlobal4(dqSum + row * D + d, x);
     }
   }
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
