@@ -152,7 +152,7 @@ if want check; then
   for w in check-gpt2w-bf16 check-gpt2w-bf16-atomic check-gpt2w-bf16-wgmma \
     check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wgmmaov \
     check-gpt2w-bf16-wgmmasplit check-gpt2w-bf16-wgmmass \
-    check-gpt2w-bf16-wgmmads \
+    check-gpt2w-bf16-wgmmads check-gpt2w-bf16-wgmmabulk \
     check-gpt2w-bf16-wgmmaovf check-gpt2w-bf16-wgmma128 \
     check-gpt2w-bf16-wgmmak128 \
     check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 check-gpt2w-bf16-pipe \

@@ -20,6 +20,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-wgmmasplit.log            the same, --attention-backward=wgmma-split
   check-gpt2w-bf16-wgmmass.log               the same, --attention-backward=wgmma-split-ss
   check-gpt2w-bf16-wgmmads.log               the same, --attention-backward=wgmma-ds
+  check-gpt2w-bf16-wgmmabulk.log             the same, --attention-backward=wgmma-bulk
   check-gpt2w-bf16-wgmmaovf.log              the same (T=256), --attention-forward=wgmma-overlap
   check-gpt2w-bf16-wgmma128.log              the same (T=256), --attention-forward=wgmma128
   check-gpt2w-bf16-wgmmak128.log             the same (T=384), --attention-forward=wgmma-k128
@@ -197,7 +198,7 @@ def main():
                  "gpt2w-bf16-atomic", "gpt2w-bf16-wgmma",
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wgmmaov",
                  "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmass",
-                 "gpt2w-bf16-wgmmads",
+                 "gpt2w-bf16-wgmmads", "gpt2w-bf16-wgmmabulk",
                  "gpt2w-bf16-wgmmaovf",
                  "gpt2w-bf16-wgmma128", "gpt2w-bf16-wgmmak128",
                  "gpt2w-bf16-wide",

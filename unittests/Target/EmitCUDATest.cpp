@@ -244,9 +244,11 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.keys128AttentionForward = label == "wgmma-k128-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward =
-        label == "wgmma-backward" || label == "wgmma-overlap-backward";
+    o.wgmmaAttentionBackward = label == "wgmma-backward" ||
+                               label == "wgmma-overlap-backward" ||
+                               label == "wgmma-bulk-backward";
     o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
+    o.bulkWgmmaBackward = label == "wgmma-bulk-backward";
     o.splitWgmmaBackward = label == "wgmma-split-backward" ||
                            label == "wgmma-split-ss-backward" ||
                            label == "wgmma-ds-backward";
@@ -286,8 +288,8 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (hopper && forward)
         expected.insert(expected.end(), {"wgmma128", "wgmma-k128"});
       if (hopper && backward)
-        expected.insert(expected.end(),
-                        {"wgmma-split", "wgmma-split-ss", "wgmma-ds"});
+        expected.insert(expected.end(), {"wgmma-split", "wgmma-split-ss",
+                                         "wgmma-ds", "wgmma-bulk"});
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {

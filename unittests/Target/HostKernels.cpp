@@ -456,22 +456,23 @@ EMU_UNCHECKED static void landWgmmaOp(int id) {
   --wgmmaOps[id].unlanded;
   wgmmaOps[id].landedEpoch = epoch;
 }
-/// A misuse of an instruction that is not a race (wgmma's rules), reported
-/// the same way.
-EMU_UNCHECKED static void misuse(const char *what) {
+/// A misuse of an instruction that is not a race (wgmma's rules, the bulk
+/// copies'), reported the same way.
+EMU_UNCHECKED static void misuse(const char *what,
+                                 const char *instruction = "wgmma") {
   if (count++ == 0)
     std::snprintf(first, sizeof(first),
-                  "wgmma misuse in block (%u, %u, %u): thread %d: %s",
-                  blockIndex.x, blockIndex.y, blockIndex.z, current, what);
+                  "%s misuse in block (%u, %u, %u): thread %d: %s",
+                  instruction, blockIndex.x, blockIndex.y, blockIndex.z,
+                  current, what);
 }
-/// fence.proxy.async: this thread's writes so far, but cp.async copies it
-/// has not waited for, become visible to wgmma.
+/// fence.proxy.async: this thread's writes so far become visible to the
+/// async proxy (wgmma, the bulk copies). A cp.async copy counts as written
+/// when its writer waits for it (waitFor), so one still in flight is not
+/// covered, and the writes after it are.
 EMU_UNCHECKED static void fenceProxy() {
   Busy guard;
-  int upTo = writesSoFar[current];
-  for (const Pending &c : copies[current].pending)
-    upTo = std::min(upTo, c.granule->writeSeq - 1);
-  fencedWrites[current] = upTo;
+  fencedWrites[current] = writesSoFar[current];
 }
 EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
                                 bool async) {
@@ -534,9 +535,12 @@ EMU_UNCHECKED __attribute__((always_inline)) inline bool candidate(const void *a
          (p >= outputs.lowest && p < outputs.highest) ||
          (p >= scratch.lowest && p < scratch.highest);
 }
-/// An access of `bytes` at `at`, if it is to shared memory or a buffer.
+/// An access of `bytes` at `at`, if it is to shared memory or a buffer;
+/// `asyncReader` names a read by the async proxy ("wgmma", "a bulk
+/// reduction"), which needs each writer's fence.proxy.async since.
 EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
-                                 bool async = false, bool byWgmma = false) {
+                                 bool async = false,
+                                 const char *asyncReader = nullptr) {
   if (!candidate(at) && !candidate(static_cast<const char *>(at) + bytes - 1))
     return;
   Busy guard;
@@ -549,9 +553,15 @@ EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
         write(q, *r, *g, async);
       } else {
         read(q, *r, *g);
-        if (byWgmma && g->writer >= 0 && g->writeSeq > fencedWrites[g->writer])
-          report("wgmma reads, with no fence.proxy.async by its writer since,",
-                 q, *r, *g);
+        if (asyncReader && g->writer >= 0 &&
+            g->writeSeq > fencedWrites[g->writer]) {
+          char what[96];
+          std::snprintf(what, sizeof what,
+                        "%s reads, with no fence.proxy.async by its writer "
+                        "since,",
+                        asyncReader);
+          report(what, q, *r, *g);
+        }
       }
     }
   }
@@ -575,6 +585,7 @@ EMU_UNCHECKED static void waitFor(int newest) {
     if (g->writer == current && g->pending) {
       g->pending = false;
       g->visibleFrom = epoch + 1;
+      g->writeSeq = ++writesSoFar[current]; // for fence.proxy.async
     }
   }
   cp.pending = left;
@@ -593,6 +604,7 @@ static bool release(int first, int count, State s) {
   return true;
 }
 static void wgmmaAtExit(int n);
+static void bulkAtExit(int n);
 static void runBlock(int n) {
   threads.assign(n, Thread());
   std::memset(orSlots, 0, sizeof orSlots);
@@ -621,6 +633,7 @@ static void runBlock(int n) {
         std::abort();
       }
     wgmmaAtExit(n);
+    bulkAtExit(n);
     return;
   }
 }
@@ -1171,6 +1184,86 @@ EMU_UNCHECKED inline void wgmmaInFlight(const WgInFlight &op) {
 }
 template <int N, typename T> inline void wgmmaFenceOperands(T (&)[N][4]) {}
 inline void fenceProxyAsync() { emu::race::fenceProxy(); }
+
+/// Hopper's bulk reductions (cp.reduce.async.bulk .add.f32, the kernels'
+/// GPTC_WGMMA path), as late as the ISA allows: the source is read when
+/// the issuing thread's wait_group.read (or wait_group) retires its group,
+/// the sums added to global memory when its wait_group does. So a source
+/// written again before the read's wait (and a barrier), or sums read
+/// before the wait, give other numbers. The race checker sees the
+/// source's reads at issue: its writers' fence.proxy.async and a barrier
+/// must come before. A thread may not end with one in flight.
+struct BulkOp {
+  float *dst;
+  const float *src;
+  int floats;
+  long long group;
+  bool read;
+  std::vector<float> data;
+};
+struct BulkThread {
+  std::vector<BulkOp> ops;
+  long long committed = 0;
+  int uncommitted = 0;
+};
+static BulkThread bulkThreads[1024];
+EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
+  const char *src = aligned16(shared);
+  globalAligned16(global);
+  if (bytes == 0 || bytes % 16) {
+    std::fprintf(stderr, "bulk reduction of %u bytes\n", bytes);
+    std::abort();
+  }
+  emu::race::access(src, bytes, false, false, "a bulk reduction");
+  emu::race::Busy guard;
+  BulkThread &t = bulkThreads[emu::current];
+  t.ops.push_back({global, reinterpret_cast<const float *>(src),
+                   int(bytes / 4), t.committed, false, {}});
+  ++t.uncommitted;
+}
+EMU_UNCHECKED inline void bulkCommit() {
+  BulkThread &t = bulkThreads[emu::current];
+  if (t.uncommitted) ++t.committed;
+  t.uncommitted = 0;
+}
+/// Retires this thread's groups but the newest n: their sources read, and
+/// with `sums` their sums added.
+EMU_UNCHECKED inline void bulkRetire(int n, bool sums) {
+  emu::race::Busy guard;
+  BulkThread &t = bulkThreads[emu::current];
+  const long long done = t.committed - n;
+  std::vector<BulkOp> left;
+  for (BulkOp &op : t.ops) {
+    if (op.group < done && !op.read) {
+      op.data.assign(op.src, op.src + op.floats);
+      op.read = true;
+    }
+    if (op.group < done && sums)
+      for (int i = 0; i < op.floats; ++i) op.dst[i] += op.data[i];
+    else
+      left.push_back(std::move(op));
+  }
+  t.ops = std::move(left);
+}
+template <int N> inline void bulkWaitRead() { bulkRetire(N, false); }
+template <int N> inline void bulkWait() { bulkRetire(N, true); }
+inline void fenceProxyAsyncGlobal() {}
+namespace emu {
+/// At the end of a block: a thread that left with a bulk reduction in
+/// flight (or issued and not committed).
+EMU_UNCHECKED static void bulkAtExit(int n) {
+  race::Busy guard;
+  for (int me = 0; me < n; ++me) {
+    BulkThread &t = bulkThreads[me];
+    if (!t.ops.empty() || t.uncommitted) {
+      current = me;
+      race::misuse("thread ends with a bulk reduction in flight",
+                   "bulk copy");
+    }
+    t = BulkThread();
+  }
+}
+} // namespace emu
 /// The address a descriptor this thread made holds: the most recent
 /// match (older entries may be another launch's, whose shared memory lay
 /// elsewhere with the same 18 bits). `known` false where it made none.
@@ -1210,7 +1303,7 @@ EMU_UNCHECKED inline void wgmmaReads(const char *what, u32 address, u32 lbo,
         emu::race::misuse(what);
         return;
       }
-      emu::race::access(p, 2, false, false, /*byWgmma=*/true);
+      emu::race::access(p, 2, false, false, "wgmma");
       emu::race::Busy guard;
       const emu::race::Region *in = nullptr;
       if (emu::race::Granule *g = emu::race::find(p, &in))
@@ -1560,6 +1653,8 @@ const char *backwardName(AttentionBackward backward) {
   case AttentionBackward::Atomic128: return "atomic128";
   case AttentionBackward::Wgmma: return "wgmma";
   case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
+  case AttentionBackward::WgmmaBulk:
+    return "wgmma-bulk";
   case AttentionBackward::WgmmaSplit: return "wgmma-split";
   case AttentionBackward::WgmmaSplitSs: return "wgmma-split-ss";
   case AttentionBackward::WgmmaDs: return "wgmma-ds";

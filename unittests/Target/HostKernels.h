@@ -72,7 +72,7 @@ private:
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
 /// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap,
-/// wgmma-split, wgmma-split-ss or wgmma-ds choose it.
+/// wgmma-split, wgmma-split-ss, wgmma-ds or wgmma-bulk choose it.
 enum class AttentionBackward {
   Split,
   Atomic,
@@ -81,7 +81,8 @@ enum class AttentionBackward {
   WgmmaOverlap,
   WgmmaSplit,
   WgmmaSplitSs,
-  WgmmaDs
+  WgmmaDs,
+  WgmmaBulk
 };
 
 /// Its --attention-backward label.

@@ -1034,7 +1034,8 @@ namespace {
 const char *backwardImpl(AttentionBackward backward) {
   return backward == AttentionBackward::Split ? "Mma"
          : backward == AttentionBackward::Wgmma ||
-                 backward == AttentionBackward::WgmmaOverlap
+                 backward == AttentionBackward::WgmmaOverlap ||
+                 backward == AttentionBackward::WgmmaBulk
              ? "TensorCores"
          : backward == AttentionBackward::WgmmaSplit ||
                  backward == AttentionBackward::WgmmaSplitSs
@@ -1115,7 +1116,7 @@ TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
         AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
-        AttentionBackward::WgmmaDs}) {
+        AttentionBackward::WgmmaDs, AttentionBackward::WgmmaBulk}) {
     checkTensorCoreAttention(HostTarget::Sm90a, backward);
     checkTensorCoreAttention(HostTarget::Sm80, backward);
   }
@@ -1204,7 +1205,7 @@ TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
         AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
-        AttentionBackward::WgmmaDs}) {
+        AttentionBackward::WgmmaDs, AttentionBackward::WgmmaBulk}) {
     SCOPED_TRACE(backwardName(backward));
     const bool split = backward == AttentionBackward::WgmmaSplit ||
                        backward == AttentionBackward::WgmmaSplitSs ||
@@ -1916,6 +1917,51 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
   HostKernels kernels(p, sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   runOnRandomData(p, kernels, 7);
+}
+
+// --attention-backward=wgmma-bulk: the loop's two barriers and proxy fence
+// as wgmma's; addDqShareInBulk's two barriers (dSᵀ's tile read by every
+// warp before dq's share goes there; the share whole before the bulk
+// reductions read it) and its fence.proxy.async (the share seen by them);
+// and both bulk waits. The emulation reads a bulk reduction's source at
+// the wait for its reads and adds its sums at the wait for them: without
+// the first (at each tile's first barrier) the next tile's share is read
+// in its place, and some dq differs; without the second the thread ends
+// with the sums in flight.
+TEST(TemplateKernelsOnHost, EveryWgmmaBulkBarrierFenceAndWaitIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a,
+                                           AttentionBackward::WgmmaBulk);
+  ASSERT_EQ(p.kernels.size(), 3u);
+  const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  const HostTarget sm90a = HostTarget::Sm90a;
+  expectBarriersAndProxyFenceNeeded(p, k, "attentionBackwardWgmma", 2);
+  expectBarriersAndProxyFenceNeeded(p, k, "addDqShareInBulk", 2);
+  EXPECT_EQ(expectEachNeeded(p, k, "attentionBackwardWgmma", "bulkWait<0>();",
+                             "thread ends with a bulk reduction in flight",
+                             sm90a),
+            1);
+  HostKernels whole(p, sm90a);
+  ASSERT_TRUE(whole.ok()) << whole.error;
+  rt::Program base = p;
+  const std::vector<exec::HostTensor> want = runOnRandomData(base, whole, 7);
+  const std::string &source = p.kernels[k].source;
+  auto [from, to] = functionSpan(source, "attentionBackwardWgmma");
+  const std::string readWait = "bulkWaitRead<0>();";
+  const size_t at = source.find(readWait, from);
+  ASSERT_LT(at, to);
+  withMutation(p, k, at, readWait.size(), ";", sm90a,
+               [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
+                 const std::vector<exec::HostTensor> got =
+                     runOnRandomData(mutated, kernels, 7);
+                 bool differs = false;
+                 for (size_t i = 0; i < got.size() && !differs; ++i)
+                   for (size_t j = 0; j < got[i].f32.size() && !differs; ++j)
+                     differs = !(got[i].f32[j] == want[i].f32[j]);
+                 EXPECT_TRUE(differs) << "no bulkWaitRead at line " << line
+                                      << ", and every output is the same";
+               });
 }
 
 // The emulation lands a wgmma's products when wgmma.wait_group retires its

@@ -267,8 +267,9 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
       "mma",           "mma128",   "mma2",    "wgmma",
       "wgmma-overlap", "mma-pipe", "wgmma128", "wgmma-k128"};
   static const std::vector<std::string> backwards = {
-      "split",         "atomic",      "atomic128",      "wgmma",
-      "wgmma-overlap", "wgmma-split", "wgmma-split-ss", "wgmma-ds"};
+      "split",          "atomic",        "atomic128",
+      "wgmma",          "wgmma-overlap", "wgmma-split",
+      "wgmma-split-ss", "wgmma-ds",      "wgmma-bulk"};
   return forward ? forwards : backwards;
 }
 
@@ -303,7 +304,9 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap";
+    o.wgmmaAttentionBackward =
+        label == "wgmma" || label == "wgmma-overlap" || label == "wgmma-bulk";
+    o.bulkWgmmaBackward = label == "wgmma-bulk";
     o.overlapWgmmaBackward = label == "wgmma-overlap";
     o.splitWgmmaBackward = label == "wgmma-split" ||
                            label == "wgmma-split-ss" || label == "wgmma-ds";

@@ -275,9 +275,11 @@ static uint32_t atomicSharedBytes(int64_t D, int keyTiles) {
 
 /// sizeof(WgmmaBackwardShared<D>) (attention.cuh): six 64 x D bf16 tiles
 /// (q and dout twice, k, v), a 64 x 72 bf16 tile of dSᵀ, and 4 x 64 floats
-/// of row terms.
-static uint32_t wgmmaBackwardSharedBytes(int64_t D) {
-  return uint32_t(6 * 64 * D * 2 + 64 * 72 * 2 + 4 * 64 * 4);
+/// of row terms; with `bulk` (WgmmaBulkBackwardShared) 2,048 floats more,
+/// where dq's shares wait for their bulk reductions.
+static uint32_t wgmmaBackwardSharedBytes(int64_t D, bool bulk) {
+  return uint32_t(6 * 64 * D * 2 + 64 * 72 * 2 + 4 * 64 * 4 +
+                  (bulk ? 2048 * 4 : 0));
 }
 
 /// sizeof(WgmmaSplitShared<D>) (attention.cuh): six 64 x D bf16 tiles
@@ -358,6 +360,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
   // needs 170 registers at D=64, so 2 blocks an SM.
   const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
+  // --attention-backward=wgmma-bulk: dq's shares summed by bulk reductions
+  // from 8 KB more of shared memory (still 3 blocks an SM).
+  const bool bulk = wgmmaGrad && !overlap && opts.bulkWgmmaBackward;
   // --attention-forward=wgmma-overlap: a third V buffer, the same 4 blocks
   // an SM.
   const bool overlapForward =
@@ -434,12 +439,14 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
         << (keyTiles == 2 ? ", 2" : "")
         << ">) == " << atomicSharedBytes(a.D, keyTiles)
         << ", \"the launch's dynamic shared memory\");\n";
-    if (wgmmaGrad && (a.D == 32 || a.D == 64))
-      pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(WgmmaBackwardShared<"
-          << a.D << ">) == " << wgmmaBackwardSharedBytes(a.D)
-          << " && alignof(WgmmaBackwardShared<" << a.D
-          << ">) == " << wgmmaSharedAlign(a.D)
+    if (wgmmaGrad && (a.D == 32 || a.D == 64)) {
+      const char *type =
+          bulk ? "WgmmaBulkBackwardShared" : "WgmmaBackwardShared";
+      pre << "#if GPTC_WGMMA\nstatic_assert(sizeof(" << type << "<" << a.D
+          << ">) == " << wgmmaBackwardSharedBytes(a.D, bulk) << " && alignof("
+          << type << "<" << a.D << ">) == " << wgmmaSharedAlign(a.D)
           << ", \"the wgmma backward's dynamic shared memory\");\n#endif\n";
+    }
     pre << "\n";
   }
   if (keys128 && (a.D == 32 || a.D == 64))
@@ -472,16 +479,15 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     deviceScratch("unsigned", "gptcDsReady", a.heads * qt);
     pre << "\n";
   }
-  os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<"
-     << tmpl
-     << (wide            ? ", 8"
-         : rowPairs      ? ", 4, 2"
-         : wgmmaWide     ? ", false, 2"
-         : keyTiles == 2 ? ", 2"
+  os << "  attention" << (grad ? "Backward" : "Forward") << impl << "<" << tmpl
+     << (wide                                      ? ", 8"
+         : rowPairs                                ? ", 4, 2"
+         : wgmmaWide                               ? ", false, 2"
+         : keyTiles == 2                           ? ", 2"
          : overlap || overlapForward || sharedRows ? ", true"
-                         : "")
-     << ">("
-     << a.args << ", " << scale
+         : bulk                                    ? ", false, true"
+                                                   : "")
+     << ">(" << a.args << ", " << scale
      << (atomic     ? ", gptcDqSum, gptcArrivals"
          : storedDs ? ", gptcDsT, gptcDsReady"
                     : "")
@@ -518,8 +524,9 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // The runtime may compile the source for a target without wgmma: the
   // launch has room for either kernel.
   if (wgmmaGrad && (a.D == 32 || a.D == 64))
-    l.sharedBytes = std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D) +
-                                                wgmmaSharedAlign(a.D) - 16);
+    l.sharedBytes =
+        std::max(l.sharedBytes, wgmmaBackwardSharedBytes(a.D, bulk) +
+                                    wgmmaSharedAlign(a.D) - 16);
   // (The mma.sync forward the source falls back to off sm_90a has static
   // shared memory: it leaves this unused.)
   if (keys128 && (a.D == 32 || a.D == 64))

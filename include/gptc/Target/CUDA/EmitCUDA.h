@@ -115,16 +115,22 @@ struct EmitOptions {
   /// shared memory rather than from fragments held in registers, at 4
   /// blocks an SM rather than 3. --attention-backward=wgmma-split-ss.
   bool sharedRowsWgmmaBackward = false;
+  /// With wgmmaAttentionBackward and not overlapWgmmaBackward (D of 32 or
+  /// 64): each tile's dq share goes to shared memory and is added to the
+  /// float32 sums by bulk reductions (the TMA unit's cp.reduce.async.bulk)
+  /// rather than by the threads' 16-byte atomics. --attention-backward=
+  /// wgmma-bulk; not deterministic.
+  bool bulkWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
   /// mma2, wgmma and wgmma-overlap on sm_90a, mma-pipe, wgmma128 on
-  /// sm_90a; atomic, atomic128, and
-  /// wgmma, wgmma-overlap and wgmma-split on sm_90a) as
+  /// sm_90a; atomic, atomic128, and wgmma, wgmma-overlap, wgmma-split,
+  /// wgmma-split-ss, wgmma-ds and wgmma-bulk on sm_90a) as
   /// rt::Launch::variants, which the
-  /// runtime times at load. Algorithms that give a launch the same source (mma128 where T is not
-  /// a multiple of 128, any of them for float32 attention) are one. The
-  /// flags above then do not apply to that direction.
+  /// runtime times at load. Algorithms that give a launch the same source
+  /// (mma128 where T is not a multiple of 128, any of them for float32
+  /// attention) are one. The flags above then do not apply to that direction.
   bool forwardVariants = false;
   bool backwardVariants = false;
   /// With backwardVariants: only the backward algorithms that give the
@@ -160,9 +166,10 @@ struct EmitOptions {
 
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
-/// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128 (sm_90a; the later ones last,
-/// so that the others keep their kernels' numbers); backward split, atomic, atomic128, wgmma,
-/// wgmma-overlap, wgmma-split (the last three sm_90a). --attention-forward and
+/// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128 (sm_90a; the later ones
+/// last, so that the others keep their kernels' numbers); backward split,
+/// atomic, atomic128, wgmma, wgmma-overlap, wgmma-split, wgmma-split-ss,
+/// wgmma-ds, wgmma-bulk (the wgmma ones sm_90a). --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward);

@@ -1980,6 +1980,79 @@ template <int D> struct WgmmaBackwardShared {
   alignas(16) float lse[2][64], dot[2][64]; // cp.async destinations
 };
 
+/// With kBulk (--attention-backward=wgmma-bulk): also 8 KB where a query
+/// tile's dq share (columns 0..31) waits for its bulk reduction; at D = 64
+/// columns 32..63 wait in the dSᵀ tile, free by then (stageDqShare).
+template <int D> struct WgmmaBulkBackwardShared : WgmmaBackwardShared<D> {
+  alignas(16) float dqStage[2048];
+};
+template <int D, bool kBulk> struct WgmmaBackwardSharedOf {
+  using type = WgmmaBackwardShared<D>;
+};
+template <int D> struct WgmmaBackwardSharedOf<D, true> {
+  using type = WgmmaBulkBackwardShared<D>;
+};
+
+/// Where a warpgroup's dq accumulator element (thread t's fragment nt,
+/// element e) lies in a query tile's 64 x D float32 sums under
+/// --attention-backward=wgmma-bulk: 8 KB parts of 32 columns, each as four
+/// n-tiles of 128 threads' four floats. Each thread's four are one 16-byte
+/// access, and a warp's 32 are 512 consecutive bytes: shared memory at the
+/// fewest wavefronts, and one bulk reduction a part. (The sums are the
+/// kernel's own scratch; only its last blocks read them.)
+__device__ __forceinline__ int bulkDqIndex(int t, int nt) {
+  return (nt / 4) * 2048 + ((nt % 4) * 128 + t) * 4;
+}
+
+/// Stages this thread's dq share for the bulk reductions: part 0 in
+/// `stage`, part 1 (D = 64) in `second`.
+template <int D>
+__device__ __forceinline__ void stageDqShare(float *stage, float *second,
+                                             const float (&acc)[D / 8][4]) {
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+    const int at = bulkDqIndex(int(threadIdx.x), nt);
+    storeShared4(nt < 4 ? stage + at : second + (at - 2048), acc[nt]);
+  }
+}
+
+/// attentionBackwardWgmma<kBulk>'s share of a query tile's dq (its sums
+/// at `tileSum`): staged (stageDqShare) once every warp has read dSᵀ, whose
+/// tile takes half of it, then handed to the TMA unit by thread 0, whose
+/// next bulkWaitRead frees both buffers.
+template <int D, class Shared>
+__device__ __forceinline__ void
+addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4]) {
+  __syncthreads(); // every warp's dSᵀ reads done: its tile is free
+  stageDqShare<D>(sm.dqStage, reinterpret_cast<float *>(sm.ds.data), dqAcc);
+  fenceProxyAsync(); // to the bulk reductions' reads
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    bulkReduceAdd(tileSum, sharedAddress(sm.dqStage), 8192);
+    if (D == 64)
+      bulkReduceAdd(tileSum + 2048, sharedAddress(sm.ds.data), 8192);
+    bulkCommit();
+  }
+}
+
+/// attentionBackwardWgmma<kBulk>'s last block for a query tile: the sums
+/// (bulkDqIndex's order) read at L2 by the threads whose fragments they
+/// are, dq = scale · them stored as dk and dv are (rows row0 + 16 warp..),
+/// and the sums zeroed for the next launch.
+template <int D, i64 kQ, typename TDQ>
+__device__ __noinline__ void
+writeQueryTileDqFromShares(TDQ *dq, i64 row0, float *dqSum, float scale) {
+  float acc[D / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt)
+    load4AtL2(dqSum + bulkDqIndex(int(threadIdx.x), nt), acc[nt]);
+  const float zeros[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt)
+    store4(dqSum + bulkDqIndex(int(threadIdx.x), nt), zeros);
+  mma::storeAcc<D, kQ>(dq, row0 + threadIdx.x / 32 * 16, acc, scale, scale);
+}
+
 /// attentionBackwardAtomic with every product on warpgroup MMA: one block
 /// (one warpgroup) a key tile of 64, warp w's keys 16w..; q's and dout's
 /// tiles are wgmma's B, read from shared memory. A query tile in halves of
@@ -1995,21 +2068,31 @@ template <int D> struct WgmmaBackwardShared {
 /// kOverlap (at 2 blocks an SM) keeps the first half's in flight through
 /// the second half's Sᵀ and dPᵀ too, landing with Sᵀ.
 ///
+/// kBulk (--attention-backward=wgmma-bulk; not with kOverlap) adds each
+/// tile's dq share by two bulk reductions (FlashAttention-3's way) rather
+/// than 1,024 16-byte ones from the threads: the share goes to shared
+/// memory (stageDqShare), and one thread hands it to the TMA unit, which
+/// sums it at L2 while the block goes on; that thread waits for the reads
+/// at the next tile's first barrier, and for the sums before the block
+/// counts itself in at the query tiles. Two barriers a tile more.
+///
 /// Two measurement hooks, which gptc never defines: bench/gpu/prepare.sh
 /// recompiles this kernel's dump with GPTC_PROBE_NO_DQ_SUM (dq's product
 /// kept, nothing added to the sums) and GPTC_PROBE_NO_DQ (neither: the
 /// dk/dv work alone), so that attention_bench prices the reductions and
 /// the product apart (their dq is wrong, and not checked).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          bool kOverlap, typename TDQ, typename TDK, typename TDV>
+          bool kOverlap, bool kBulk, typename TDQ, typename TDK, typename TDV>
 __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
                                        const bf16 *v, const float *lse,
                                        const bf16 *dout, const float *delta,
                                        TDQ *dq, TDK *dk, TDV *dv, float scale,
                                        float *dqSum, unsigned *arrivals) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
+  static_assert(!(kOverlap && kBulk), "one or the other");
   using namespace mma;
-  WgmmaBackwardShared<D> &sm = wg::dynamicSharedAs<WgmmaBackwardShared<D>>();
+  using Shared = typename WgmmaBackwardSharedOf<D, kBulk>::type;
+  Shared &sm = wg::dynamicSharedAs<Shared>();
   __shared__ u32 lastFor[T / 64]; // this block writes query tile t's dq
   const BlockWork work = blockWork();
   const i64 h = work.head;
@@ -2043,6 +2126,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
+    if (kBulk && threadIdx.x == 0)
+      bulkWaitRead<0>(); // the last tile's dq share read: dSᵀ free
     __syncthreads();   // and every other thread's
     if (kOverlap && i0 == first) { // k and v came with the first tile's group
       kRows.hold();
@@ -2103,6 +2188,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     wgmmaFenceOperands(dqAcc);
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
+    if constexpr (kBulk) {
+      addDqShareInBulk<D>(sm, dqSum + i0 * D, dqAcc);
+      continue;
+    }
     // Lanes tq and tq ^ 1 swap halves so that each holds four consecutive
     // d of one row (the even lane row g, the odd g + 8): one 16-byte
     // reduction instead of two 8-byte ones.
@@ -2129,11 +2218,22 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
 
+  if (kBulk && threadIdx.x == 0) {
+    bulkWait<0>(); // every dq share summed, before the count says so
+    fenceProxyAsyncGlobal();
+  }
   arriveAtQueryTiles<T, S, kCausal, 64>(arrivals, lastFor, first / 64);
   for (int t = first / 64; t < T / 64; ++t)
-    if (lastFor[t]) // the same for the whole block
-      writeQueryTileDq<D, kQ, 128>(dq + t * 64 * kQ, dqSum + t * 64 * D,
-                                   scale);
+    if (lastFor[t]) { // the same for the whole block
+      if constexpr (kBulk) {
+        fenceProxyAsyncGlobal(); // the other blocks' bulk sums, read
+        writeQueryTileDqFromShares<D, kQ>(dq, t * 64, dqSum + t * 64 * D,
+                                          scale);
+      } else {
+        writeQueryTileDq<D, kQ, 128>(dq + t * 64 * kQ, dqSum + t * 64 * D,
+                                     scale);
+      }
+    }
 }
 
 /// The shared memory of attentionBackwardWgmmaSplit, dynamic (49 KB at
@@ -2607,18 +2707,20 @@ __device__ __forceinline__ void attentionBackwardStoredDsTensorCores(
 }
 
 /// The backward the target has, emitted for --attention-backward=wgmma
-/// (and wgmma-overlap, kOverlap): warpgroup MMA on sm_90a for D of 32 or
-/// 64, else the mma.sync atomic backward (the same dqSum and arrivals;
-/// dq's sums in another order).
+/// (and wgmma-overlap, kOverlap; wgmma-bulk, kBulk): warpgroup MMA on
+/// sm_90a for D of 32 or 64, else the mma.sync atomic backward (the same
+/// dqSum and arrivals; dq's sums in another order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          bool kOverlap = false, typename TDQ, typename TDK, typename TDV>
-__device__ __forceinline__ void attentionBackwardTensorCores(
-    const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
-    const bf16 *dout, const float *delta, TDQ *dq, TDK *dk, TDV *dv,
-    float scale, float *dqSum, unsigned *arrivals) {
+          bool kOverlap = false, bool kBulk = false, typename TDQ, typename TDK,
+          typename TDV>
+__device__ __forceinline__ void
+attentionBackwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
+                             const float *lse, const bf16 *dout,
+                             const float *delta, TDQ *dq, TDK *dk, TDV *dv,
+                             float scale, float *dqSum, unsigned *arrivals) {
 #if GPTC_WGMMA
   if constexpr (D == 32 || D == 64)
-    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO, kOverlap>(
+    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO, kOverlap, kBulk>(
         q, k, v, lse, dout, delta, dq, dk, dv, scale, dqSum, arrivals);
   else
 #endif

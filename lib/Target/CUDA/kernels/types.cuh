@@ -378,6 +378,38 @@ __device__ __forceinline__ void wgmmaFence(float (&d)[N][4],
 __device__ __forceinline__ void fenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/// Hopper's bulk copies (the TMA unit, no tensor map): global[0, bytes/4)
+/// += the floats at `shared` (cp.reduce.async.bulk .add.f32: the sum is
+/// done at L2, element by element, as red.global.add does it), both
+/// 16-byte aligned, bytes a multiple of 16. The threads' writes to the
+/// source are seen after fenceProxyAsync() and a barrier. Asynchronous:
+/// bulkCommit() closes a group, bulkWaitRead<N>() waits until at most N
+/// groups may still read their sources (which may then be written again,
+/// after a barrier for other threads), bulkWait<N>() until at most N have
+/// not written their results; a thread waits for all before it ends.
+__device__ __forceinline__ void bulkReduceAdd(float *global, u32 shared,
+                                              u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+               "[%0], [%1], %2;\n" ::"l"(__cvta_generic_to_global(global)),
+               "r"(shared), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void bulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulkWait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/// What bulk copies this thread waited for wrote to global memory is
+/// ordered before its later accesses (a release to other blocks: then
+/// __threadfence and a flag).
+__device__ __forceinline__ void fenceProxyAsyncGlobal() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 /// d += a · b, m64nNk16 (N = 64 or 32); kTransB: b is N-major (its 16-byte
 /// core-matrix rows run along N), else K-major.
 template <bool kTransB>
