@@ -1525,6 +1525,16 @@ void expectBarriersAndProxyFenceNeeded(const rt::Program &p, size_t k,
       << fn;
 }
 
+/// Whether some element of `got` differs from `want`'s (NaN from any).
+bool anyOutputDiffers(const std::vector<exec::HostTensor> &got,
+                      const std::vector<exec::HostTensor> &want) {
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t j = 0; j < got[i].f32.size(); ++j)
+      if (!(got[i].f32[j] == want[i].f32[j]))
+        return true;
+  return false;
+}
+
 /// Raises each `wgmmaWait<N>();` of function `fn` of kernel `k` to N + 1,
 /// one at a time, and expects the run to notice: a product that is still in
 /// flight when its accumulators are read leaves the emulation's poison (a
@@ -1555,13 +1565,8 @@ int expectEachWaitNeeded(const rt::Program &p, size_t k, const std::string &fn,
         p, k, digit, 1, std::to_string(n + 1), target,
         [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
           try {
-            const std::vector<exec::HostTensor> got =
-                runOnRandomData(mutated, kernels, 7);
-            bool differs = false;
-            for (size_t i = 0; i < got.size() && !differs; ++i)
-              for (size_t j = 0; j < got[i].f32.size() && !differs; ++j)
-                differs = !(got[i].f32[j] == want[i].f32[j]);
-            EXPECT_TRUE(differs)
+            EXPECT_TRUE(
+                anyOutputDiffers(runOnRandomData(mutated, kernels, 7), want))
                 << p.kernels[k].name << ": wgmmaWait<" << n << "> at line "
                 << line << " raised by one, and every output is the same";
           } catch (const std::runtime_error &e) {
@@ -1953,14 +1958,10 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBulkBarrierFenceAndWaitIsNeeded) {
   ASSERT_LT(at, to);
   withMutation(p, k, at, readWait.size(), ";", sm90a,
                [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
-                 const std::vector<exec::HostTensor> got =
-                     runOnRandomData(mutated, kernels, 7);
-                 bool differs = false;
-                 for (size_t i = 0; i < got.size() && !differs; ++i)
-                   for (size_t j = 0; j < got[i].f32.size() && !differs; ++j)
-                     differs = !(got[i].f32[j] == want[i].f32[j]);
-                 EXPECT_TRUE(differs) << "no bulkWaitRead at line " << line
-                                      << ", and every output is the same";
+                 EXPECT_TRUE(anyOutputDiffers(
+                     runOnRandomData(mutated, kernels, 7), want))
+                     << "no bulkWaitRead at line " << line
+                     << ", and every output is the same";
                });
 }
 
