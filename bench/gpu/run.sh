@@ -15,7 +15,8 @@
 # the warpgroup-MMA ones on sm_90a, auto) and at C=1280 (capped and
 # uncapped layernorm gradients); the attention kernels alone
 # (attention_bench: the forwards and the backwards timed, each one's
-# results against the default's); GPT-2 124M bf16 timed, then profiled
+# results against the default's, and two probes of the wgmma backward
+# timed unchecked); GPT-2 124M bf16 timed, then profiled
 # (GPTC_PROFILE=1; its log's GPTC_GEMM_TUNE lines give every GEMM
 # epilogue way's time, the row-chunked ones included); the PyTorch
 # yardstick bench/gpu/torch_gpt2.py with the same B and T, and its kernels
