@@ -1926,13 +1926,15 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBackwardBarrierAndFenceIsNeeded) {
 
 // --attention-backward=wgmma-bulk: the loop's two barriers and proxy fence
 // as wgmma's; addDqShareInBulk's two barriers (dSᵀ's tile read by every
-// warp before dq's share goes there; the share whole before the bulk
-// reductions read it) and its fence.proxy.async (the share seen by them);
-// and both bulk waits. The emulation reads a bulk reduction's source at
+// warp, and the stage by the last bulk reduction, before dq's share goes
+// there; the share whole before the bulk reductions read it) and its
+// fence.proxy.async (the share seen by them);
+// and its bulk waits. The emulation reads a bulk reduction's source at
 // the wait for its reads and adds its sums at the wait for them: without
-// the first (at each tile's first barrier) the next tile's share is read
-// in its place, and some dq differs; without the second the thread ends
-// with the sums in flight.
+// either wait for the reads (dSᵀ's part at each tile's first barrier, the
+// stage's before the next share) the next tile's writes are read in their
+// place, and some dq differs; without the wait for the sums the thread
+// ends with them in flight.
 TEST(TemplateKernelsOnHost, EveryWgmmaBulkBarrierFenceAndWaitIsNeeded) {
   Builder b;
   rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a,
@@ -1952,17 +1954,20 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBulkBarrierFenceAndWaitIsNeeded) {
   rt::Program base = p;
   const std::vector<exec::HostTensor> want = runOnRandomData(base, whole, 7);
   const std::string &source = p.kernels[k].source;
-  auto [from, to] = functionSpan(source, "attentionBackwardWgmma");
-  const std::string readWait = "bulkWaitRead<0>();";
-  const size_t at = source.find(readWait, from);
-  ASSERT_LT(at, to);
-  withMutation(p, k, at, readWait.size(), ";", sm90a,
-               [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
-                 EXPECT_TRUE(anyOutputDiffers(
-                     runOnRandomData(mutated, kernels, 7), want))
-                     << "no bulkWaitRead at line " << line
-                     << ", and every output is the same";
-               });
+  for (const char *fn : {"attentionBackwardWgmma", "addDqShareInBulk"}) {
+    auto [from, to] = functionSpan(source, fn);
+    const std::string readWait = "bulkWaitRead<";
+    const size_t at = source.find(readWait, from);
+    ASSERT_LT(at, to) << fn;
+    const size_t end = source.find(";", at) + 1;
+    withMutation(p, k, at, end - at, ";", sm90a,
+                 [&](rt::Program &mutated, HostKernels &kernels, size_t line) {
+                   EXPECT_TRUE(anyOutputDiffers(
+                       runOnRandomData(mutated, kernels, 7), want))
+                       << "no bulkWaitRead at line " << line
+                       << ", and every output is the same";
+                 });
+  }
 }
 
 // The emulation lands a wgmma's products when wgmma.wait_group retires its

@@ -2018,19 +2018,25 @@ __device__ __forceinline__ void stageDqShare(float *stage, float *second,
 
 /// attentionBackwardWgmma<kBulk>'s share of a query tile's dq (its sums
 /// at `tileSum`): staged (stageDqShare) once every warp has read dSᵀ, whose
-/// tile takes half of it, then handed to the TMA unit by thread 0, whose
-/// next bulkWaitRead frees both buffers.
+/// tile takes half of it, then handed to the TMA unit by thread 0 in two
+/// groups, the part in dSᵀ's tile first: the next tile writes dSᵀ soon
+/// after its first barrier, before which thread 0 waits for that group
+/// alone (bulkWaitRead<1>), and the stage only here, after a tile's work.
 template <int D, class Shared>
 __device__ __forceinline__ void
 addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4]) {
-  __syncthreads(); // every warp's dSᵀ reads done: its tile is free
+  if (threadIdx.x == 0)
+    bulkWaitRead<0>(); // the last tile's part in the stage read
+  __syncthreads();     // and every warp's dSᵀ reads done: both are free
   stageDqShare<D>(sm.dqStage, reinterpret_cast<float *>(sm.ds.data), dqAcc);
   fenceProxyAsync(); // to the bulk reductions' reads
   __syncthreads();
   if (threadIdx.x == 0) {
-    bulkReduceAdd(tileSum, sharedAddress(sm.dqStage), 8192);
-    if (D == 64)
+    if (D == 64) {
       bulkReduceAdd(tileSum + 2048, sharedAddress(sm.ds.data), 8192);
+      bulkCommit();
+    }
+    bulkReduceAdd(tileSum, sharedAddress(sm.dqStage), 8192);
     bulkCommit();
   }
 }
@@ -2073,8 +2079,9 @@ writeQueryTileDqFromShares(TDQ *dq, i64 row0, float *dqSum, float scale) {
 /// than 1,024 16-byte ones from the threads: the share goes to shared
 /// memory (stageDqShare), and one thread hands it to the TMA unit, which
 /// sums it at L2 while the block goes on; that thread waits for the reads
-/// at the next tile's first barrier, and for the sums before the block
-/// counts itself in at the query tiles. Two barriers a tile more.
+/// of the part in dSᵀ's tile at the next tile's first barrier and for the
+/// other's at the next share, and for the sums before the block counts
+/// itself in at the query tiles. Two barriers a tile more.
 ///
 /// Two measurement hooks, which gptc never defines: bench/gpu/prepare.sh
 /// recompiles this kernel's dump with GPTC_PROBE_NO_DQ_SUM (dq's product
@@ -2127,7 +2134,7 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     if (kBulk && threadIdx.x == 0)
-      bulkWaitRead<0>(); // the last tile's dq share read: dSᵀ free
+      bulkWaitRead<1>(); // the last tile's part in dSᵀ's tile read
     __syncthreads();   // and every other thread's
     if (kOverlap && i0 == first) { // k and v came with the first tile's group
       kRows.hold();
