@@ -211,7 +211,11 @@ def baseline(source, entry, commit):
 lines = []
 # A probe's name, and the hook its source is recompiled with.
 probes = {"probe-wgmma-nosum": "GPTC_PROBE_NO_DQ_SUM",
-          "probe-wgmma-nodq": "GPTC_PROBE_NO_DQ"}
+          "probe-wgmma-nodq": "GPTC_PROBE_NO_DQ",
+          "probe-wgmma-split-dq": "GPTC_PROBE_DQ_BLOCKS_ONLY",
+          "probe-wgmma-split-dkdv": "GPTC_PROBE_DKDV_BLOCKS_ONLY",
+          "probe-wgmma-split-noexp": "GPTC_PROBE_NO_EXP",
+          "probe-wgmma-overlap-noexp": "GPTC_PROBE_NO_EXP"}
 for role, name, dump, entry, bounds, old in (
         ("forward", "mma", "mma", "flash_attention_qkv_0", None, None),
         ("forward", "mma128", "wide", "flash_attention_qkv_0", None, None),
@@ -222,6 +226,9 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma128", "wgmma128", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-k128", "wgmmak128", "flash_attention_qkv_0", None, None),
+        # Probe (unchecked): the wgmma-overlap forward with its exponentials
+        # as two fmas, to time how much the special-function unit holds it.
+        ("forward", "probe-wgmma-overlap-noexp", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
         ("forward", "wgmma-4dc0bdd", "wgmmaf", "flash_attention_qkv_0", None, "4dc0bdd"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
@@ -238,6 +245,11 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "probe-wgmma-nodq", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-split-ss", "wgmmass", "flash_attention_qkv_grad_0", None, None),
+        # Probes (unchecked) of wgmma-split: its dq blocks alone, its dk/dv
+        # blocks alone, and its exponentials as two fmas.
+        ("backward", "probe-wgmma-split-dq", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "probe-wgmma-split-dkdv", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "probe-wgmma-split-noexp", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-ds", "wgmmads", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
         ("backward", "wgmma-split-174e829", "wgmmasplit", "flash_attention_qkv_grad_0", None, "174e829"),

@@ -2618,6 +2618,15 @@ __device__ void attentionBackwardWgmmaSplit(const bf16 *q, const bf16 *k,
   const int tile = T == S             ? work.rank / 2
                    : dqBlock ? work.rank
                              : work.rank - kQueryBlocks;
+  // Measurement hooks gptc never defines (bench/gpu/prepare.sh's probes):
+  // one kind of block alone, to time how the launch divides between them.
+#if defined(GPTC_PROBE_DQ_BLOCKS_ONLY)
+  if (!dqBlock)
+    return;
+#elif defined(GPTC_PROBE_DKDV_BLOCKS_ONLY)
+  if (dqBlock)
+    return;
+#endif
   backwardToHead<T, LQ, LK, LO>(work.head, q, k, v, lse, dout, delta, dq, dk,
                                 dv);
   if (dqBlock)
