@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <deque>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <string_view>
 
 using gptc::exec::HostTensor;

@@ -12,8 +12,8 @@
 //
 // A step is accumulate() once per micro-batch, then prepareUpdate(), which
 // returns the gradient norm and changes nothing, and takeLosses(), then
-// applyUpdate() only if the Trainer keeps the step. No MLIR here: the training program links the
-// Trainer with a ProgramEngine alone.
+// applyUpdate() only if the Trainer keeps the step. No MLIR here: the
+// training program links the Trainer with a ProgramEngine alone.
 //
 //===----------------------------------------------------------------------===//
 
