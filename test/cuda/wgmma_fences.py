@@ -13,7 +13,9 @@ CUDA compiler does not prevent either: it moves register writes across an
      wgmma.mma_async and the wgmma.wait_group that retires its commit group
      (wait_group N leaves the N newest groups in flight).
 
-Prints one line per violation and exits 1; otherwise one summary line.
+Prints one line per violation and exits 1; otherwise one summary line,
+and one more counting the wgmma.mma_async whose scale-d is a constant 0:
+they start their accumulators (d = a * b), which need no zeroing before.
 
   wgmma_fences.py kernel.ptx
 """
@@ -70,8 +72,11 @@ def wgmma_operands(stmt):
 
 
 def check(text):
-    """The number of wgmma batches and one error line per broken batch."""
-    errors, batches = [], 0
+    """The number of wgmma batches, of wgmma that start their accumulators,
+    and one error line per broken batch."""
+    errors, batches, starts = [], 0, 0
+    constants = {}        # register -> the integer a mov gave it
+    scale_d = None        # the constant of the last setp's register, if any
     fence = None          # line of the open batch's wgmma.fence
     written = {}          # register -> line, written since that fence
     late = {}             # register -> (write line, wgmma line), this batch
@@ -109,11 +114,20 @@ def check(text):
                 fence, written, groups = None, {}, [{}]
             continue
         op = GUARD.sub("", stmt).split(None, 1)[0]
+        m = re.match(r"mov\.[ub]32 (%\w+), (-?\d+)$", stmt)
+        if m:
+            constants[m.group(1)] = int(m.group(2))
+        m = re.match(r"setp\.ne\.b32 \w+, (%\w+), 0$", stmt)
+        if m:
+            scale_d = constants.get(m.group(1))
         if op.startswith("wgmma.fence"):
             close_fence()
             fence, written = line, {}
             batches += 1
         elif op.startswith("wgmma.mma_async"):
+            if scale_d == 0:
+                starts += 1
+            scale_d = None
             if fence is None:
                 errors.append(f"line {line}: wgmma.mma_async with no wgmma.fence before it")
             for r in wgmma_operands(stmt):
@@ -140,7 +154,7 @@ def check(text):
                     written.setdefault(r, line)
     close_fence()
     report_used()
-    return batches, errors
+    return batches, starts, errors
 
 
 def main():
@@ -151,13 +165,14 @@ def main():
             text = f.read()
     except OSError as e:
         sys.exit(f"wgmma_fences.py: cannot read {sys.argv[1]}: {e.strerror}")
-    batches, errors = check(text)
+    batches, starts, errors = check(text)
     for e in errors:
         print(f"{sys.argv[1]}:{e}")
     if errors:
         sys.exit(1)
     print(f"{batches} wgmma batches: every operand written before its "
           f"wgmma.fence, none used before its wgmma.wait_group")
+    print(f"{starts} wgmma start their accumulators")
 
 
 if __name__ == "__main__":

@@ -954,6 +954,9 @@ EMU_UNCHECKED inline void mmaBf16m16n8k16(float (&c)[4], const u32 (&a)[4],
 /// (k/8)·LBO bytes K-major, (n%8)·2 + (n/8)·SBO + (k%8)·16 + (k/8)·LBO
 /// N-major.
 ///
+/// With accumulate false (scale-d), a product starts its accumulators
+/// where it lands: what they held is dropped.
+///
 /// Asynchronous, as late as the ISA allows: a product lands when the
 /// thread's wgmma.wait_group retires its commit group, B read from shared
 /// memory then (so a tile overwritten while the product is in flight gives
@@ -1014,6 +1017,7 @@ struct WgInFlight {
   bool swizzled; // SWIZZLE_128B (layout type 1), else none
   long long group;
   int readOfB; // its race::wgmmaOps id (of A's reads too, from shared memory)
+  bool starts = false; // scale-d false: d = a · b, what d held dropped
   // A from shared memory (K-major), read as it lands: this thread's rows
   // aRow and aRow + 8.
   bool aShared = false;
@@ -1120,7 +1124,7 @@ EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
                     2);
         sum += a[e / 2][k] * toFloat(bf16{bv});
       }
-      acc->value[4 * j + e] += sum;
+      acc->value[4 * j + e] = (op.starts ? 0.0f : acc->value[4 * j + e]) + sum;
     }
   if (--acc->inFlight) return;
   for (int i = 0; i < acc->floats; ++i) {
@@ -1277,6 +1281,18 @@ EMU_UNCHECKED inline u32 wgmmaAddress(int me, unsigned long long desc,
     }
   return 0;
 }
+/// wgmmaDescriptorPlus: the descriptor of the address `d` was made for,
+/// `bytes` on, in its layout (one not made here stays unknown, and the
+/// wgmma that uses it says so).
+EMU_UNCHECKED inline unsigned long long
+wgmmaDescriptorPlus(unsigned long long d, u32 bytes) {
+  bool known = false;
+  const u32 address = wgmmaAddress(emu::current, d, known);
+  if (bytes % 16) emu::race::misuse("wgmma descriptor moved by a partial 16 bytes");
+  if (!known) return (d >> 32) << 32 | u32(u32(d) + (bytes >> 4));
+  return wgmmaDescriptor(address + bytes, u32(d >> 16 & 0x3fff) << 4,
+                         u32(d >> 32 & 0x3fff) << 4, (d >> 62) == 1);
+}
 /// The misuse of a descriptor, if any: one wgmmaDescriptor did not make,
 /// or with a base offset or a swizzle the kernels do not use.
 EMU_UNCHECKED inline const char *wgmmaDescriptorMisuse(unsigned long long desc,
@@ -1316,7 +1332,7 @@ static unsigned long long wgADesc[1024];
 template <bool kTransB, int NT>
 EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
                                      unsigned long long aDesc,
-                                     unsigned long long desc) {
+                                     unsigned long long desc, bool accumulate) {
   int me = emu::current, first = me & ~127, lane = me & 31, warp = me / 32 % 4;
   if (emu::threads.size() % 128)
     emu::race::misuse("wgmma in a block that is not whole warpgroups");
@@ -1336,6 +1352,7 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
   WgInFlight op;
   op.d = &d[0][0];
   op.nt = NT;
+  op.starts = !accumulate;
   op.transB = kTransB;
   op.lbo = u32(desc >> 16 & 0x3fff) << 4;
   op.sbo = u32(desc >> 32 & 0x3fff) << 4;
@@ -1393,14 +1410,16 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
 }
 template <bool kTransB, int NT>
 EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
-                                    unsigned long long desc) {
-  wgmmaIssue<kTransB>(d, &a, 0, desc);
+                                    unsigned long long desc,
+                                    bool accumulate = true) {
+  wgmmaIssue<kTransB>(d, &a, 0, desc, accumulate);
 }
 /// A from shared memory (K-major), through its descriptor.
 template <bool kTransB, int NT>
 EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], unsigned long long a,
-                                    unsigned long long desc) {
-  wgmmaIssue<kTransB>(d, nullptr, a, desc);
+                                    unsigned long long desc,
+                                    bool accumulate = true) {
+  wgmmaIssue<kTransB>(d, nullptr, a, desc, accumulate);
 }
 
 /// Converts to whatever pointer type the kernel parameter has.

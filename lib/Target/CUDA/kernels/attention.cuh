@@ -1406,14 +1406,15 @@ template <int D> struct CoreTile {
   /// from n0 (a multiple of 8) on as N.
   __device__ __forceinline__ unsigned long long keysAlongN(int kc,
                                                            int n0 = 0) const {
-    return wgmmaDescriptor(sharedAddress(data) + n0 / 8 * kRowGroupBytes +
-                               kc * 256,
-                           128, kRowGroupBytes);
+    return wgmmaDescriptorPlus(
+        wgmmaDescriptor(sharedAddress(data), 128, kRowGroupBytes),
+        n0 / 8 * kRowGroupBytes + kc * 256);
   }
   /// B = this tile (keys along K), rows [16kc, 16kc+16).
   __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
-    return wgmmaDescriptor(sharedAddress(data) + kc * 2 * kRowGroupBytes,
-                           kRowGroupBytes, 128);
+    return wgmmaDescriptorPlus(
+        wgmmaDescriptor(sharedAddress(data), kRowGroupBytes, 128),
+        kc * 2 * kRowGroupBytes);
   }
   /// A = this tile, its 64 rows as M and columns [16kc, 16kc+16) as K: a
   /// K-major A is laid out as a K-major B, so keysAlongN's descriptor.
@@ -1465,13 +1466,15 @@ template <int D> struct SwizzledTile {
   /// start 32 bytes a k16 step into the rows, 1,024 bytes a group of 8.
   __device__ __forceinline__ unsigned long long keysAlongN(int kc,
                                                            int n0 = 0) const {
-    return wgmmaDescriptor(sharedAddress(data) + n0 * 128 + kc * 32, 16, 1024,
-                           true);
+    return wgmmaDescriptorPlus(
+        wgmmaDescriptor(sharedAddress(data), 16, 1024, true),
+        n0 * 128 + kc * 32);
   }
   /// B = this tile (keys along K, N-major), rows [16kc, 16kc+16): one
   /// swizzle atom spans the 64 columns.
   __device__ __forceinline__ unsigned long long keysAlongK(int kc) const {
-    return wgmmaDescriptor(sharedAddress(data) + kc * 2048, 16, 1024, true);
+    return wgmmaDescriptorPlus(
+        wgmmaDescriptor(sharedAddress(data), 16, 1024, true), kc * 2048);
   }
   /// A = this tile, its 64 rows as M and columns [16kc, 16kc+16) as K (as
   /// CoreTile::rowsAlongM).
@@ -1536,11 +1539,12 @@ template <int D, bool kShared> struct KeptRows {
   const wg::OperandTile<D> &tile;
   u32 a[D / 16][4] = {};
   __device__ __forceinline__ void hold() { wgmmaHoldRows(a, tile); }
-  /// d += these rows' columns [16kc, +16) · b.
+  /// d += these rows' columns [16kc, +16) · b; the first step (kc 0)
+  /// starts d.
   template <int N>
   __device__ __forceinline__ void product(float (&d)[N][4], int kc,
                                           unsigned long long b) {
-    wgmmaBf16<false>(d, a[kc], b);
+    wgmmaBf16<false>(d, a[kc], b, kc > 0);
   }
 };
 template <int D> struct KeptRows<D, true> {
@@ -1549,7 +1553,7 @@ template <int D> struct KeptRows<D, true> {
   template <int N>
   __device__ __forceinline__ void product(float (&d)[N][4], int kc,
                                           unsigned long long b) {
-    wgmmaBf16<false>(d, tile.rowsAlongM(kc), b);
+    wgmmaBf16<false>(d, tile.rowsAlongM(kc), b, kc > 0);
   }
 };
 /// wgmmaFence before a batch of two products on kept rows: into d with
@@ -1631,11 +1635,10 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
       if (j0 == 0)
         wgmmaHoldRows(qa, sQ[group]);
       float s[8][4];
-      zero(s);
       wgmmaFence(s, qa);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc));
+        wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc), kc > 0);
       wgmmaCommit();
       wgmmaWait<0>();
       wgmmaFenceOperands(s);
@@ -1731,14 +1734,13 @@ __device__ void attentionForwardWgmmaKeys128(const bf16 *q, const bf16 *k,
     float s[16][4]; // keys j0 + 8nt.. : the first tile's, then the second's
     float(&s0)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s[0]);
     float(&s1)[8][4] = *reinterpret_cast<float(*)[8][4]>(&s[8]);
-    zero(s);
     wgmmaFence(s0, qa, s1, qa);
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
-      wgmmaBf16<false>(s0, qa[kc], sm.k[buf][0].keysAlongN(kc));
+      wgmmaBf16<false>(s0, qa[kc], sm.k[buf][0].keysAlongN(kc), kc > 0);
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
-      wgmmaBf16<false>(s1, qa[kc], sm.k[buf][1].keysAlongN(kc));
+      wgmmaBf16<false>(s1, qa[kc], sm.k[buf][1].keysAlongN(kc), kc > 0);
     wgmmaCommit();
     wgmmaWait<0>();
     wgmmaFenceOperands(s);
@@ -1825,7 +1827,7 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   auto scores = [&](float (&s)[8][4], int kb) {
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc)
-      wgmmaBf16<false>(s, qa[kc], sK[kb].keysAlongN(kc));
+      wgmmaBf16<false>(s, qa[kc], sK[kb].keysAlongN(kc), kc > 0);
     wgmmaCommit();
   };
   // The first tile alone (acc is zero: nothing to rescale), so that the
@@ -1834,7 +1836,6 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   float s[8][4];
   nextTile(0, 0, 0);
   wgmmaHoldRows(qa, sQ);
-  zero(s);
   wgmmaFence(s, qa);
   scores(s, 0);
   wgmmaWait<0>();
@@ -1849,7 +1850,6 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   int vLast = 0; // the last tile's V buffer
   for (int j0 = 64, kb = 1, vb = 1; j0 < keyEnd; j0 += 64) {
     nextTile(j0, kb, vb);
-    zero(s);
     wgmmaFence(s, qa, acc, pa);
     scores(s, kb);
 #pragma unroll
@@ -1915,9 +1915,7 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
   }
-  float p[4][4], ds[4][4];
-  zero(p);
-  zero(ds);
+  float p[4][4], ds[4][4]; // (the products' first steps start them)
   wgmmaFenceKept(p, kRows, ds, vRows);
 #pragma unroll
   for (int kc = 0; kc < D / 16; ++kc)
@@ -2182,11 +2180,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       loadMatricesTransposed(dsT[kc], sm.ds.blockB(kc * 16, warp * 16));
-    zero(dqAcc);
     wgmmaFence(dqAcc, dsT);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
-      wgmmaBf16<true>(dqAcc, dsT[kc], sm.k.keysAlongK(kc));
+      wgmmaBf16<true>(dqAcc, dsT[kc], sm.k.keysAlongK(kc), kc > 0);
     wgmmaCommit();
 #else
     zero(dqAcc);
@@ -2310,9 +2307,7 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     for (int half = 0; half < 2; ++half) {
       // Rows queries (16 warp + g, + 8), columns keys 32 half + 8nt + 2tq
       // (+ 1) of the tile.
-      float s[4][4], dp[4][4];
-      zero(s);
-      zero(dp);
+      float s[4][4], dp[4][4]; // (the products' first steps start them)
       wgmmaFenceKept(s, qRows, dp, dRows);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)

@@ -325,6 +325,16 @@ wgmmaDescriptor(u32 address, u32 lbo, u32 sbo, bool swizzle128 = false) {
          (unsigned long long)(sbo >> 4) << 32 |
          (unsigned long long)swizzle128 << 62;
 }
+/// The descriptor `bytes` (a multiple of 16) past `d`'s start, in the same
+/// layout. The start field (address / 16, 14 bits: shared addresses are
+/// under 256 KB) takes the sum without a carry, so the low word alone
+/// changes: a tile's operand steps then cost ptxas one uniform add each,
+/// where a descriptor made again for each address took five (the mask,
+/// the shift, the or and two moves; nvdisasm of the wgmma kernels).
+__device__ __forceinline__ unsigned long long
+wgmmaDescriptorPlus(unsigned long long d, u32 bytes) {
+  return (d >> 32) << 32 | u32(u32(d) + (bytes >> 4));
+}
 __device__ __forceinline__ void wgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -418,11 +428,14 @@ __device__ __forceinline__ void fenceProxyAsyncGlobal() {
 }
 
 /// d += a · b, m64nNk16 (N = 64 or 32); kTransB: b is N-major (its 16-byte
-/// core-matrix rows run along N), else K-major.
+/// core-matrix rows run along N), else K-major. With accumulate false,
+/// d = a · b: a product's first k16 step starts it, and d need not be
+/// zeroed before (ptxas kept such zeroes as 16 to 32 moves a product).
 template <bool kTransB>
 __device__ __forceinline__ void wgmmaBf16(float (&d)[8][4], const u32 (&a)[4],
-                                          unsigned long long b) {
-  // scale-d is a predicate: true, accumulate.
+                                          unsigned long long b,
+                                          bool accumulate = true) {
+  // scale-d is a predicate: true, accumulate; false, d = a · b.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
@@ -436,12 +449,13 @@ __device__ __forceinline__ void wgmmaBf16(float (&d)[8][4], const u32 (&a)[4],
                  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
                  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
-                 "r"(1), "n"(int(kTransB)));
+                 "r"(int(accumulate)), "n"(int(kTransB)));
 }
 template <bool kTransB>
 __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
-                                          unsigned long long b) {
-  // scale-d is a predicate: true, accumulate.
+                                          unsigned long long b,
+                                          bool accumulate = true) {
+  // scale-d is a predicate: true, accumulate; false, d = a · b.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
@@ -451,7 +465,7 @@ __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
                  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
                  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
-                 "r"(1), "n"(int(kTransB)));
+                 "r"(int(accumulate)), "n"(int(kTransB)));
 }
 /// d += a · b, m64n32k16 with A read from shared memory too, through a
 /// descriptor (K-major: wg::SwizzledTile::rowsAlongM): no registers hold
@@ -459,8 +473,10 @@ __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
 template <bool kTransB>
 __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4],
                                           unsigned long long a,
-                                          unsigned long long b) {
-  // scale-d is a predicate: true, accumulate; A not transposed.
+                                          unsigned long long b,
+                                          bool accumulate = true) {
+  // scale-d is a predicate: true, accumulate; false, d = a · b. A not
+  // transposed.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
                "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
@@ -469,7 +485,7 @@ __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4],
                  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
                  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
                  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-               : "l"(a), "l"(b), "r"(1), "n"(int(kTransB)));
+               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
 }
 #endif // GPTC_WGMMA
 
