@@ -795,6 +795,7 @@ inline void storeGlobal128(void *p, u32 a, u32 b, u32 c, u32 d) {
 }
 
 struct uint4 { u32 x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline u32 packBf16(float lo, float hi) {

@@ -1858,12 +1858,13 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
     wgmmaCommit();
     wgmmaWait<1>(); // the scores; the output product stays in flight
     wgmmaFenceOperands(s);
-    rows.probabilities(s, scaleLog2, kCausal && j0 == i0, warp * 16 + g,
-                       corrLo, corrHi);
+    const bool moved = rows.probabilities(s, scaleLog2, kCausal && j0 == i0,
+                                          warp * 16 + g, corrLo, corrHi);
     wgmmaWait<0>(); // the last tile's output product
     wgmmaFenceOperands(acc);
     wgmmaFenceOperands(pa);
-    rows.rescale<D>(acc, corrLo, corrHi);
+    if (moved)
+      rows.rescale<D>(acc, corrLo, corrHi);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       accToA(pa[kc], s, kc);
@@ -1931,24 +1932,30 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
   }
+  // A thread's columns come in pairs (c, c + 1): their row terms are one
+  // 8-byte load each (the tiles' terms are 16-byte aligned), where ptxas
+  // made two.
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < 4; ++nt) {
+    const int c = 32 * half + nt * 8 + 2 * tq;
+    const float2 l = *reinterpret_cast<const float2 *>(tileLse + c);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
-      p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * tileLse[c]));
-    }
+    for (int e = 0; e < 4; ++e)
+      p[nt][e] =
+          fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * (e & 1 ? l.y : l.x)));
+  }
   if (diagonal)
     maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
   wgmmaWait<0>();
   wgmmaFenceOperands(ds);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < 4; ++nt) {
+    const int c = 32 * half + nt * 8 + 2 * tq;
+    const float2 d = *reinterpret_cast<const float2 *>(tileDot + c);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = 32 * half + nt * 8 + 2 * tq + (e & 1);
-      ds[nt][e] = p[nt][e] * (ds[nt][e] - tileDot[c]);
-    }
+    for (int e = 0; e < 4; ++e)
+      ds[nt][e] = p[nt][e] * (ds[nt][e] - (e & 1 ? d.y : d.x));
+  }
   withDs(ds);
   // Pᵀ and dSᵀ as A fragments, this half's queries as K.
   u32 pa[2][4], dsa[2][4];
