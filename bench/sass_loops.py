@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The instructions of each loop in a kernel's SASS, by opcode: what one
+trip of an attention kernel's tile loop issues, no GPU needed.
+
+A loop is a branch back to an earlier label; its body is every instruction
+from that label to the branch, the ones a forward branch skips (the first
+tile's loads, the diagonal tile's mask) included, so a trip issues at most
+that many. Counted from the addresses (16 bytes an instruction): nvdisasm
+11.8 prints no line for some sm_90 encodings, which the opcode mix then
+lacks ("undecoded"). Static, like bench/kernel_instructions.sh, but of the SASS ptxas
+made rather than the PTX: ptxas drops or adds much (it kept zeroed
+accumulators as moves, and made each wgmma descriptor in five uniform
+instructions; docs/benchmarks.md, thirty-eighth session).
+
+  sass_loops.py [--nvdisasm PATH] [--min N] FILE...
+
+FILE is a cubin (disassembled with PATH, or $GPTC_NVDISASM: Debian's
+non-free nvidia-cuda-toolkit 11.8 has an nvdisasm that reads CUDA 13's
+sm_90a cubins once their ELF header is patched, as
+test/cuda/held_fragments.py --disassemble does) or nvdisasm's text. Loops
+of fewer than N instructions (default 20) are left out.
+"""
+import collections
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+INSTRUCTION = re.compile(
+    r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[T0-9]\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
+LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+BRANCH_TARGET = re.compile(r"\((\.L_x_\d+)\)")
+
+
+def sass_of(path, nvdisasm):
+    """The SASS text of a cubin (its header patched for nvdisasm 11.8) or
+    of a text file."""
+    with open(path, "rb") as f:
+        image = bytearray(f.read())
+    if not image.startswith(b"\x7fELF"):
+        return image.decode()
+    if not nvdisasm:
+        raise ValueError("a cubin needs --nvdisasm or GPTC_NVDISASM")
+    image[8] = 7  # EI_ABIVERSION
+    struct.pack_into("<I", image, 48, 0x5A055A)  # e_flags: sm_90
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(image)
+        f.flush()
+        done = subprocess.run([nvdisasm, "-c", f.name], capture_output=True,
+                              text=True)
+    if done.returncode:
+        raise ValueError(f"nvdisasm failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def loops(text):
+    """(first address, last address, Counter of opcodes) for each loop, in
+    address order."""
+    instructions, labels, pending = [], {}, []
+    for line in text.splitlines():
+        m = LABEL.match(line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = INSTRUCTION.match(line)
+        if m:
+            address = int(m.group(1), 16)
+            for label in pending:
+                labels[label] = address
+            pending = []
+            instructions.append((address, m.group(3), m.group(4)))
+    found = []
+    for address, op, args in instructions:
+        t = BRANCH_TARGET.search(args) if op.startswith("BRA") else None
+        start = labels.get(t.group(1)) if t else None
+        if start is not None and start < address:
+            body = collections.Counter(
+                o.split(".")[0] for a, o, _ in instructions
+                if start <= a <= address)
+            found.append((start, address, body))
+    return found
+
+
+def main(argv):
+    nvdisasm, least, files = os.environ.get("GPTC_NVDISASM"), 20, []
+    args = iter(argv)
+    for a in args:
+        if a == "--nvdisasm":
+            nvdisasm = next(args, None)
+        elif a == "--min":
+            least = int(next(args, "20"))
+        else:
+            files.append(a)
+    if not files:
+        sys.exit("usage: sass_loops.py [--nvdisasm PATH] [--min N] FILE...")
+    for path in files:
+        try:
+            text = sass_of(path, nvdisasm)
+        except (OSError, ValueError) as e:
+            sys.exit(f"sass_loops.py: {path}: {getattr(e, 'strerror', None) or e}")
+        name = os.path.basename(path)
+        for start, end, body in loops(text):
+            n = (end - start) // 16 + 1
+            if n < least:
+                continue
+            mix = ", ".join(f"{op} {k}" for op, k in body.most_common())
+            missing = n - sum(body.values())
+            if missing:
+                mix += f", undecoded {missing}"
+            print(f"{name}: loop {start:#x}..{end:#x}: {n} instructions: {mix}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
