@@ -177,22 +177,22 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # geometry from the manifests; the default forward at 5 blocks an SM (96
 # registers, 32 bytes spilled on sm_90a) and the backward at 4 (128
 # registers, 40 bytes spilled), where fewer instructions may buy
-# occupancy; the wgmma forward as 4dc0bdd had it (q's A fragments loaded
-# again each key tile, not held); and the wgmma-split backward as 174e829
-# had it (8 x 8 core matrix tiles, A fragments loaded each half) and as
-# 5d8ac01 had it (tiles 128-byte swizzled, fragments still loaded each
-# half): what each of the twenty-eighth session's changes is worth. (The wgmma forwards' k and
+# occupancy; and the wgmma-overlap forward, the wgmma-split backward and
+# the atomic wgmma backward as d497d2b had them (each wgmma's descriptor
+# made again from its address, products' accumulators zeroed first; the
+# overlap forward rescaling every tile): what the thirty-eighth session's
+# fewer instructions a loop trip are worth. (The wgmma forwards' k and
 # v tiles are 128-byte swizzled since the twenty-seventh session, whose
-# bench timed that as "wgmma-sw2". The backwards at 2 blocks an SM, the
-# baselines of ff2b93d, b678291 and 085e28f, timed on an H100 in the
-# twenty-fourth session, and f9f9cef's, timed on an H200 in the
-# twenty-seventh, are no longer built: each source costs the bench an
+# bench timed that as "wgmma-sw2". Older baselines, timed before -- ff2b93d,
+# b678291 and 085e28f on an H100 in the twenty-fourth session, f9f9cef on
+# an H200 in the twenty-seventh, 4dc0bdd, 174e829 and 5d8ac01 in the
+# twenty-ninth -- are no longer built: each source costs the bench an
 # NVRTC compile.) The bench compiles sources with the GPU machine's NVRTC
 # and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-for commit in 174e829 5d8ac01 4dc0bdd; do
+for commit in d497d2b; do
   git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
     > "$tmp/attention-$commit.cuh"
 done
@@ -230,7 +230,7 @@ for role, name, dump, entry, bounds, old in (
         # as two fmas, to time how much the special-function unit holds it.
         ("forward", "probe-wgmma-overlap-noexp", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "mma-5", "mma", "flash_attention_qkv_0", 5, None),
-        ("forward", "wgmma-4dc0bdd", "wgmmaf", "flash_attention_qkv_0", None, "4dc0bdd"),
+        ("forward", "wgmma-overlap-d497d2b", "wgmmaovf", "flash_attention_qkv_0", None, "d497d2b"),
         ("rowdot", "rowdot", "split", "attention_row_dot_0", None, None),
         ("backward", "split", "split", "flash_attention_qkv_grad_0", None, None),
         ("backward", "atomic", "atomic", "flash_attention_qkv_grad_0", None, None),
@@ -252,8 +252,8 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "probe-wgmma-split-noexp", "wgmmasplit", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-ds", "wgmmads", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
-        ("backward", "wgmma-split-174e829", "wgmmasplit", "flash_attention_qkv_grad_0", None, "174e829"),
-        ("backward", "wgmma-split-5d8ac01", "wgmmasplit", "flash_attention_qkv_grad_0", None, "5d8ac01")):
+        ("backward", "wgmma-d497d2b", "wgmmabwd", "flash_attention_qkv_grad_0", None, "d497d2b"),
+        ("backward", "wgmma-split-d497d2b", "wgmmasplit", "flash_attention_qkv_grad_0", None, "d497d2b")):
     if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
         continue  # the wgmma kernels: sm_90a only
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))
