@@ -1138,7 +1138,7 @@ EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
   *acc = t.accs.back();
   t.accs.pop_back();
 }
-template <int N> EMU_UNCHECKED inline void wgmmaWait() {
+template <int N, int kCopy = 0> EMU_UNCHECKED inline void wgmmaWait() {
   static_assert(N >= 0, "a count of commit groups");
   emu::race::Busy guard; // the checker need not see the bookkeeping
   int me = emu::current;

@@ -1860,11 +1860,20 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
     wgmmaFenceOperands(s);
     const bool moved = rows.probabilities(s, scaleLog2, kCausal && j0 == i0,
                                           warp * 16 + g, corrLo, corrHi);
-    wgmmaWait<0>(); // the last tile's output product
+    // The last tile's output product lands after the softmax: ptxas puts a
+    // wgmma.wait_group at the top of its basic block (nvdisasm), so the
+    // wait opens the blocks after the branch on `moved`, not the softmax's.
+    // With the wait in the softmax's block, ptxas had put it before the
+    // maxima, and the product ran under nothing. (A second wait on the
+    // rare moved tiles, for the rescale, which ptxas keeps a branch.)
+    if (moved) {
+      wgmmaWait<0, 1>();
+      wgmmaFenceOperands(acc);
+      rows.rescale<D>(acc, corrLo, corrHi);
+    }
+    wgmmaWait<0>();
     wgmmaFenceOperands(acc);
     wgmmaFenceOperands(pa);
-    if (moved)
-      rows.rescale<D>(acc, corrLo, corrHi);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
       accToA(pa[kc], s, kc);

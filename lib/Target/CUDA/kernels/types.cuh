@@ -338,9 +338,12 @@ wgmmaDescriptorPlus(unsigned long long d, u32 bytes) {
 __device__ __forceinline__ void wgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-/// Waits until at most N committed wgmma groups are in flight.
-template <int N> __device__ __forceinline__ void wgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+/// Waits until at most N committed wgmma groups are in flight. kCopy only
+/// tells two waits apart (a PTX comment): the compiler would merge two
+/// identical ones that open both sides of a branch into one before it.
+template <int N, int kCopy = 0> __device__ __forceinline__ void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0; // %1\n" ::"n"(N), "n"(kCopy)
+               : "memory");
 }
 /// One register the compiler must treat as read and written here.
 __device__ __forceinline__ void pinRegister(float &x) {
