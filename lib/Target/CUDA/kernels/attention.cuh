@@ -871,12 +871,16 @@ __device__ void attentionForwardMmaPipelined(const bf16 *q, const bf16 *k,
 __device__ __forceinline__ void loadRowTermsAsync(float *sLse, float *sDot,
                                                   const float *lse,
                                                   const float *delta, int i0) {
-  if (threadIdx.x < 16)
-    copyAsync16(sharedAddress(sLse + 4 * threadIdx.x),
-                lse + i0 + 4 * threadIdx.x);
-  else if (threadIdx.x < 32)
-    copyAsync16(sharedAddress(sDot + 4 * (threadIdx.x - 16)),
-                delta + i0 + 4 * (threadIdx.x - 16));
+  // The first warp's lanes 0..15 copy lse, 16..31 delta: one copy with
+  // its operands selected, where two branches cost ptxas a reconvergence
+  // and their own address arithmetic each (25 instructions a query tile
+  // in wgmma-split's dk/dv loop, nvdisasm).
+  if (threadIdx.x < 32) {
+    const bool dot = threadIdx.x >= 16;
+    const int c = 4 * (threadIdx.x % 16);
+    copyAsync16(sharedAddress((dot ? sDot : sLse) + c),
+                (dot ? delta : lse) + i0 + c);
+  }
 }
 
 /// Starts the copies of query tile i0 for the backward: its q and dout rows
