@@ -326,14 +326,16 @@ wgmmaDescriptor(u32 address, u32 lbo, u32 sbo, bool swizzle128 = false) {
          (unsigned long long)swizzle128 << 62;
 }
 /// The descriptor `bytes` (a multiple of 16) past `d`'s start, in the same
-/// layout. The start field (address / 16, 14 bits: shared addresses are
-/// under 256 KB) takes the sum without a carry, so the low word alone
-/// changes: a tile's operand steps then cost ptxas one uniform add each,
-/// where a descriptor made again for each address took five (the mask,
-/// the shift, the or and two moves; nvdisasm of the wgmma kernels).
+/// layout: the start field (address / 16, 14 bits: shared addresses are
+/// under 256 KB) takes the sum without a carry. A tile's operand steps
+/// then cost ptxas about one uniform add each, where a descriptor made
+/// again for each address took five (the mask, the shift, the or and two
+/// moves; nvdisasm of the wgmma kernels). As a 64-bit add rather than one
+/// on the low word, ptxas also stopped moving the high word into place
+/// again for each wgmma (wgmma-split's dq loop trip 355 -> 332).
 __device__ __forceinline__ unsigned long long
 wgmmaDescriptorPlus(unsigned long long d, u32 bytes) {
-  return (d >> 32) << 32 | u32(u32(d) + (bytes >> 4));
+  return d + (bytes >> 4);
 }
 __device__ __forceinline__ void wgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
