@@ -2440,6 +2440,20 @@ int packedForwardsBothWays(Builder &b, int64_t B, int64_t H, int64_t D,
   return qkv;
 }
 
+/// runOnRandomData's reshape for buffer `qkv` (packed [1, T, 3C]): key row
+/// t scaled by 1 + 6t/T, so that later tiles' scores pass the maxima the
+/// first tiles set.
+std::function<void(int, std::vector<float> &)>
+keysGrowingAlongT(int qkv, int64_t T, int64_t C) {
+  return [=](int id, std::vector<float> &x) {
+    if (id != qkv)
+      return;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = C; c < 2 * C; ++c) // k's columns
+        x[t * 3 * C + c] *= 1.0f + 6.0f * float(t) / float(T);
+  };
+}
+
 // The forward's maxima are raised lazily (OnlineSoftmax): only when a
 // tile's score passes a row's maximum by more than 8 in log2 units. On
 // random data the first tile sets maxima the later ones seldom pass by
@@ -2452,13 +2466,7 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
   Builder b;
   std::vector<int> results;
   const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
-  auto growingKeys = [&](int id, std::vector<float> &x) {
-    if (id != qkv)
-      return;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = C; c < 2 * C; ++c) // k's columns
-        x[t * 3 * C + c] *= 1.0f + 6.0f * float(t) / float(T);
-  };
+  const auto growingKeys = keysGrowingAlongT(qkv, T, C);
   struct Way {
     HostTarget target;
     const char *forward;
@@ -2501,13 +2509,7 @@ TEST(TemplateKernelsOnHost, WgmmaOverlapForwardWaitsBeforeItsRescale) {
   Builder b;
   std::vector<int> results;
   const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
-  auto growingKeys = [&](int id, std::vector<float> &x) {
-    if (id != qkv)
-      return;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = C; c < 2 * C; ++c) // k's columns
-        x[t * 3 * C + c] *= 1.0f + 6.0f * float(t) / float(T);
-  };
+  const auto growingKeys = keysGrowingAlongT(qkv, T, C);
   cuda::EmitOptions opts;
   ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, "wgmma-overlap"));
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, opts);
