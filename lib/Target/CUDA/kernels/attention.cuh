@@ -1387,12 +1387,22 @@ template <int D> struct CoreTile {
   template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
-    constexpr int kChunks = 64 * D / 8, kRowStep = 8 * kThreads / D;
-    static_assert(kThreads % D == 0, "a thread's chunks share columns");
+    loadAsyncFrom<kThreads, kUnrolled>(
+        src + row0 * stride + threadChunkOffset(stride), stride);
+  }
+  /// Where this thread's first chunk of a tile starts, in elements from
+  /// the tile's first row (WalkedRows keeps it through a loop).
+  static __device__ __forceinline__ i64 threadChunkOffset(i64 stride) {
     int r, col;
     chunk(threadIdx.x, r, col);
+    return r * stride + col;
+  }
+  /// loadAsync from this thread's first chunk `from` on.
+  template <int kThreads, bool kUnrolled = true>
+  __device__ __forceinline__ void loadAsyncFrom(const bf16 *from, i64 stride) {
+    constexpr int kChunks = 64 * D / 8, kRowStep = 8 * kThreads / D;
+    static_assert(kThreads % D == 0, "a thread's chunks share columns");
     const u32 to = sharedAddress(data) + 16 * threadIdx.x;
-    const bf16 *from = src + (row0 + r) * stride + col;
 #pragma unroll(kUnrolled ? 8 : 1)
     for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i)
       if (kChunks % kThreads == 0 || threadIdx.x + i * kThreads < kChunks)
@@ -1445,11 +1455,21 @@ template <int D> struct SwizzledTile {
   template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
+    loadAsyncFrom<kThreads>(src + row0 * stride + threadChunkOffset(stride),
+                            stride);
+  }
+  /// Where this thread's first chunk of a tile starts, in elements from
+  /// the tile's first row (WalkedRows keeps it through a loop).
+  static __device__ __forceinline__ i64 threadChunkOffset(i64 stride) {
+    return threadIdx.x / 8 * stride + threadIdx.x % 8 * 8;
+  }
+  /// loadAsync from this thread's first chunk `from` on.
+  template <int kThreads, bool kUnrolled = true>
+  __device__ __forceinline__ void loadAsyncFrom(const bf16 *from, i64 stride) {
     constexpr int kChunks = 64 * D / 8;
     static_assert(kChunks % kThreads == 0, "whole rounds");
     const int r = threadIdx.x / 8, q = threadIdx.x % 8;
     const u32 to = sharedAddress(data) + r * 128 + ((q ^ (r % 8)) * 16);
-    const bf16 *from = src + (row0 + r) * stride + q * 8;
     // A thread's rows are kThreads / 8 apart, a multiple of 8: the same
     // swizzle, addresses a constant apart.
 #pragma unroll
@@ -1494,6 +1514,41 @@ template <int D> struct OperandTileOf { using type = CoreTile<D>; };
 template <> struct OperandTileOf<64> { using type = SwizzledTile<64>; };
 template <int D> using OperandTile = typename OperandTileOf<D>::type;
 
+/// A thread's copies of the 64-row tiles a loop walks down one operand:
+/// its first chunk's address, worked out once and stepped a tile at a
+/// time, and the same rows of a twin operand (v beside k) a fixed distance
+/// on. Given a tile's first row, ptxas computed (row0 + r)·stride + col
+/// again every trip, in 64 bits: 15 to 20 instructions a trip of the
+/// wgmma-overlap forward's and wgmma-split's dk/dv loops (nvdisasm).
+template <class Tile, int kThreads> struct WalkedRows {
+  const bf16 *from; // this thread's first chunk of the tile at the cursor
+  i64 stride;
+  __device__ __forceinline__ WalkedRows(const bf16 *src, i64 stride, i64 row0)
+      : from(src + row0 * stride + Tile::threadChunkOffset(stride)),
+        stride(stride) {}
+  /// The cursor `rows` rows on (back, if negative).
+  __device__ __forceinline__ void step(int rows) { from += rows * stride; }
+  /// Starts the copies of the tile at the cursor into t (not committed).
+  __device__ __forceinline__ void load(Tile &t) const {
+    t.template loadAsyncFrom<kThreads>(from, stride);
+  }
+  /// Starts the copies of the twin's tile, `bytes` (twinBytes) after this
+  /// operand's, into t.
+  __device__ __forceinline__ void loadTwin(Tile &t, i64 bytes) const {
+    t.template loadAsyncFrom<kThreads>(
+        reinterpret_cast<const bf16 *>(
+            reinterpret_cast<unsigned long long>(from) + bytes),
+        stride);
+  }
+  /// The distance from operand a to its twin b, in bytes (as integers:
+  /// they may be different buffers).
+  static __device__ __forceinline__ i64 twinBytes(const bf16 *a,
+                                                  const bf16 *b) {
+    return i64(reinterpret_cast<unsigned long long>(b) -
+               reinterpret_cast<unsigned long long>(a));
+  }
+};
+
 /// The block's dynamic shared memory as a T, from its first alignof(T)
 /// boundary on: it is only 16-byte aligned, and a swizzled tile's pattern
 /// follows the address bits. Its launches ask for alignof(T) - 16 bytes
@@ -1510,6 +1565,30 @@ template <class T> __device__ __forceinline__ T &dynamicSharedAs() {
 }
 
 } // namespace wg
+
+/// The query tiles a wgmma backward's dk/dv loop walks: q's rows and
+/// dout's (wg::WalkedRows, each with its own stride), and their row terms.
+template <int D, class LQ, class LO> struct WalkedQueryTiles {
+  wg::WalkedRows<wg::OperandTile<D>, 128> q, dout;
+  __device__ __forceinline__ WalkedQueryTiles(const bf16 *q, const bf16 *dout,
+                                              int i0)
+      : q(q, LQ::kRowStride, i0), dout(dout, LO::kRowStride, i0) {}
+  /// The cursors `rows` query rows on (back, if negative).
+  __device__ __forceinline__ void step(int rows) {
+    q.step(rows);
+    dout.step(rows);
+  }
+  /// Starts the copies of the tile at the cursors (its first query i0), as
+  /// loadQueryTileAsync: not committed.
+  __device__ __forceinline__ void load(wg::OperandTile<D> &sQ,
+                                       wg::OperandTile<D> &sDout, float *sLse,
+                                       float *sDot, const float *lse,
+                                       const float *delta, int i0) const {
+    q.load(sQ);
+    dout.load(sDout);
+    loadRowTermsAsync(sLse, sDot, lse, delta, i0);
+  }
+};
 
 /// Loads the A fragments of this warp's 16 rows (16 warp.. of its
 /// warpgroup) of tile `t`, columns 16kc.. as fragment kc, which a wgmma
@@ -1811,7 +1890,13 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
   OnlineSoftmax rows;
   const float scaleLog2 = scale * log2e();
   const int keyEnd = kCausal ? i0 + 64 : S;
-  loadKeyTileAsync<LK, 128>(sK[0], sV[0], k, v, h, 0);
+  // The key tiles' copies walk down k's rows, v's beside them.
+  wg::WalkedRows<wg::OperandTile<D>, 128> keys(k + LK::head(h), LK::kRowStride,
+                                               0);
+  const i64 vBytes = keys.twinBytes(k, v);
+  keys.load(sK[0]);
+  keys.loadTwin(sV[0], vBytes);
+  commitCopies();
   // Tile j0's copies landed (the only ones in flight) and are seen by
   // wgmma; then the next tile's start. Before the barrier every thread
   // waited for the last tile's scores and for the output product before
@@ -1820,9 +1905,12 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
     waitCopies<0>();
     fenceProxyAsync();
     __syncthreads();
-    if (j0 + 64 < keyEnd)
-      loadKeyTileAsync<LK, 128>(sK[kb ^ 1], sV[vb == 2 ? 0 : vb + 1], k, v, h,
-                                j0 + 64);
+    if (j0 + 64 < keyEnd) {
+      keys.step(64);
+      keys.load(sK[kb ^ 1]);
+      keys.loadTwin(sV[vb == 2 ? 0 : vb + 1], vBytes);
+      commitCopies();
+    }
   };
   // q's A fragments (loaded with the first tile, held), and the scores of
   // the key tile in sK[kb] started, as the first of this batch's commit
@@ -2133,8 +2221,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   // k, v and the first query tile: one group.
   sm.k.template loadAsync<128>(k, kK, j0);
   sm.v.template loadAsync<128>(v, kK, j0);
-  loadQueryTileAsync<LQ, LO, 128>(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], q,
-                                  dout, lse, delta, first);
+  WalkedQueryTiles<D, LQ, LO> queries(q, dout, first);
+  queries.load(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], lse, delta, first);
   commitCopies();
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
@@ -2159,9 +2247,9 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
       vRows.hold();
     }
     if (i0 + 64 < T) {
-      loadQueryTileAsync<LQ, LO, 128>(sm.q[buf ^ 1], sm.dout[buf ^ 1],
-                                      sm.lse[buf ^ 1], sm.dot[buf ^ 1], q, dout,
-                                      lse, delta, i0 + 64);
+      queries.step(64);
+      queries.load(sm.q[buf ^ 1], sm.dout[buf ^ 1], sm.lse[buf ^ 1],
+                   sm.dot[buf ^ 1], lse, delta, i0 + 64);
       commitCopies();
     }
     const wg::OperandTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
@@ -2293,8 +2381,11 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   // This tile's q, dout and row terms, and the first key tile: one group.
   loadQueryTileAsync<LQ, LO, 128>(sm.kept[0], sm.kept[1], sm.lse[0], sm.dot[0],
                                   q, dout, lse, delta, i0);
-  sm.walked[0][0].template loadAsync<128>(k, kK, 0);
-  sm.walked[0][1].template loadAsync<128>(v, kK, 0);
+  // The key tiles' copies walk down k's rows, v's beside them.
+  wg::WalkedRows<wg::OperandTile<D>, 128> keys(k, kK, 0);
+  const i64 vBytes = keys.twinBytes(k, v);
+  keys.load(sm.walked[0][0]);
+  keys.loadTwin(sm.walked[0][1], vBytes);
   commitCopies();
   const int rLo = warp * 16 + g, rHi = rLo + 8; // rows within the tile
   float dqAcc[D / 8][4];
@@ -2302,6 +2393,10 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   // Held from the first key tile on, or read from shared memory.
   KeptRows<D, kShared> qRows{sQ}, dRows{sDout};
   const int keyEnd = kCausal ? i0 + 64 : S;
+  // What a row's scores in log2 units are offset by, and the rows' delta:
+  // read once, with the first key tile (the loop's barriers and asm kept
+  // ptxas from hoisting them: 2 multiplies and 4 loads a trip).
+  float lseLo = 0.0f, lseHi = 0.0f, dotLo = 0.0f, dotHi = 0.0f;
   // One barrier a key tile: it makes the tile's copies whole (and visible
   // to wgmma), and frees the last tile's buffers, whose products every
   // thread has waited for; the next tile's copies start after it.
@@ -2309,20 +2404,21 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     __syncthreads();   // and every other thread's
-    if (j0 == 0) { // q and dout came with the first key tile's group
+    if (j0 == 0) {     // q, dout and their terms came with the first key tile
       qRows.hold();
       dRows.hold();
+      lseLo = -log2e() * sm.lse[0][rLo];
+      lseHi = -log2e() * sm.lse[0][rHi];
+      dotLo = sm.dot[0][rLo];
+      dotHi = sm.dot[0][rHi];
     }
     if (j0 + 64 < keyEnd) {
-      sm.walked[buf ^ 1][0].template loadAsync<128>(k, kK, j0 + 64);
-      sm.walked[buf ^ 1][1].template loadAsync<128>(v, kK, j0 + 64);
+      keys.step(64);
+      keys.load(sm.walked[buf ^ 1][0]);
+      keys.loadTwin(sm.walked[buf ^ 1][1], vBytes);
       commitCopies();
     }
     const wg::OperandTile<D> &sK = sm.walked[buf][0], &sV = sm.walked[buf][1];
-    // What a score in log2 units is offset by, and the rows' delta.
-    const float lseLo = -log2e() * sm.lse[0][rLo],
-                lseHi = -log2e() * sm.lse[0][rHi];
-    const float dotLo = sm.dot[0][rLo], dotHi = sm.dot[0][rHi];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       // Rows queries (16 warp + g, + 8), columns keys 32 half + 8nt + 2tq
@@ -2423,8 +2519,9 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
   // This tile's k and v, and the first query tile: one group.
   sm.kept[0].template loadAsync<128>(k, kK, j0);
   sm.kept[1].template loadAsync<128>(v, kK, j0);
-  loadQueryTileAsync<LQ, LO, 128>(sm.walked[0][0], sm.walked[0][1], sm.lse[0],
-                                  sm.dot[0], q, dout, lse, delta, begin);
+  WalkedQueryTiles<D, LQ, LO> queries(q, dout, begin);
+  queries.load(sm.walked[0][0], sm.walked[0][1], sm.lse[0], sm.dot[0], lse,
+               delta, begin);
   commitCopies();
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
@@ -2441,9 +2538,9 @@ wgmmaKeyTileDkDv(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
       vRows.hold();
     }
     if (i0 + kStep != end) {
-      loadQueryTileAsync<LQ, LO, 128>(
-          sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1], sm.lse[buf ^ 1],
-          sm.dot[buf ^ 1], q, dout, lse, delta, i0 + kStep);
+      queries.step(kStep);
+      queries.load(sm.walked[buf ^ 1][0], sm.walked[buf ^ 1][1],
+                   sm.lse[buf ^ 1], sm.dot[buf ^ 1], lse, delta, i0 + kStep);
       commitCopies();
     }
     const wg::OperandTile<D> &sQ = sm.walked[buf][0], &sDout = sm.walked[buf][1];
