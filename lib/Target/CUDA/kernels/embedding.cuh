@@ -123,33 +123,19 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
     acc[r * kEmbeddingGradSlice + slot] =
         acc[r * kEmbeddingGradSlice + slot + 1] = 0.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool aligned = reinterpret_cast<unsigned long long>(ids) % 16 == 0;
-  int ahead[kIdRounds][kPerThread];
-#pragma unroll
-  for (int a = 0; a < kIdRounds; ++a)
-    loadChunkIds<kPositions>(
-        ids, i64(a) * kRound + i64(threadIdx.x) * kPerThread, aligned,
-        ahead[a]);
-  for (i64 base = 0; base < kPositions; base += kRound) {
-    int id[kPerThread];
+  // Round `base` of the scan: this thread's ids of positions base + 4t ..
+  // + 3 (-1 past the end), checked for rows of this block, the hits
+  // compacted in position order and their dy slices added.
+  auto round = [&](i64 base, const int(&id)[kPerThread]) {
     unsigned mine[kPerThread];
     bool any = false;
     for (int k = 0; k < kPerThread; ++k) {
-      id[k] = ahead[0][k];
       mine[k] = ownsRow<kV, kGroups>(id[k], group);
       any |= mine[k];
     }
-#pragma unroll
-    for (int a = 0; a + 1 < kIdRounds; ++a)
-      for (int k = 0; k < kPerThread; ++k)
-        ahead[a][k] = ahead[a + 1][k];
-    loadChunkIds<kPositions>(ids,
-                             base + kIdRounds * kRound +
-                                 i64(threadIdx.x) * kPerThread,
-                             aligned, ahead[kIdRounds - 1]);
     // The barrier also ends the previous round's reads of hits.
     if (!__syncthreads_or(any))
-      continue;
+      return;
     // Compact this round's hits in position order: thread by thread, and
     // within a thread its 4 positions in order.
     int below = 0, inWarp = 0;
@@ -172,7 +158,7 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
             id[k] / kGroups * kRound + threadIdx.x * kPerThread + k;
     __syncthreads();
     if (!owns)
-      continue;
+      return;
     // kAhead hits' dy loads are issued together, then added in order.
     for (int h0 = 0; h0 < numHits; h0 += kAhead) {
       float g[kAhead][2];
@@ -190,6 +176,48 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
           a[1] += g[j][1];
         }
     }
+  };
+  // The ids reach shared memory kIdRounds rounds ahead, by cp.async
+  // (where they are 16-byte aligned, 4 whole a thread): a thread copies
+  // its 4 of a round, reads them back itself and waits for its own copies
+  // alone, so no barrier. (Held in registers, rounds ahead, ptxas moved
+  // the buffers on at a round or at the loop's head, and each move waited
+  // for the load just issued into the buffer it read: rounds waited for
+  // L2 round trips, ncu's issue 56% and DRAM 25% of embedding_grad's 282
+  // µs on an H200.) A round's slot is copied into again kIdRounds rounds
+  // on, one round after it was read.
+  const bool inRing = kPositions % kPerThread == 0 &&
+                      reinterpret_cast<unsigned long long>(ids) % 16 == 0;
+  // Slot `at` of the ring, thread t's 4 ids at ring[at · threads + t].
+  __shared__ uint4 ring[(kIdRounds + 1) * kEmbeddingGradThreads];
+  uint4 *mineInRing = ring + threadIdx.x;
+  auto copyRound = [&](i64 base, int into) {
+    if (base + kPerThread * threadIdx.x < kPositions)
+      copyAsync16(sharedAddress(mineInRing + into * kEmbeddingGradThreads),
+                  ids + base + kPerThread * threadIdx.x);
+    commitCopies(); // (empty past the end: the waits count groups)
+  };
+  if (inRing)
+    for (int a = 0; a < kIdRounds; ++a)
+      copyRound(i64(a) * kRound, a);
+  int at = 0; // the ring's slot of round `base`
+  for (i64 base = 0; base < kPositions;
+       base += kRound, at = at == kIdRounds ? 0 : at + 1) {
+    int id[kPerThread];
+    if (inRing) {
+      waitCopies<kIdRounds - 1>(); // this round's, the oldest group
+      if (base + kPerThread * threadIdx.x < kPositions) // (all 4, or none)
+        loadIds4(reinterpret_cast<const int *>(mineInRing +
+                                               at * kEmbeddingGradThreads),
+                 id);
+      else
+        id[0] = id[1] = id[2] = id[3] = -1;
+      copyRound(base + kIdRounds * kRound, at == 0 ? kIdRounds : at - 1);
+    } else {
+      loadChunkIds<kPositions>(ids, base + i64(threadIdx.x) * kPerThread, false,
+                               id);
+    }
+    round(base, id);
   }
   if (!owns)
     return;
