@@ -817,6 +817,25 @@ inline u32 maxBf16x2(u32 a, u32 b) {
   }
   return r;
 }
+struct alignas(8) uint2 { u32 x, y; };
+/// An 8-byte access of four 2-byte elements: aligned to 8 on the GPU.
+template <typename T> inline uint2 loadPacked4(const T *p) {
+  static_assert(sizeof(T) == 2, "four 2-byte elements");
+  if (reinterpret_cast<unsigned long long>(p) % 8) {
+    std::fprintf(stderr, "misaligned 8-byte global access\n");
+    std::abort();
+  }
+  // (element by element, so that the race checker sees the reads)
+  return {u32(p[0].bits) | u32(p[1].bits) << 16,
+          u32(p[2].bits) | u32(p[3].bits) << 16};
+}
+template <typename T> inline void unpack4(uint2 w, float (&x)[4]) {
+  const u32 v[2] = {w.x, w.y};
+  for (int i = 0; i < 2; ++i) {
+    x[2 * i] = toFloat(T{(unsigned short)(v[i] & 0xffffu)});
+    x[2 * i + 1] = toFloat(T{(unsigned short)(v[i] >> 16)});
+  }
+}
 template <typename T> inline void unpack8(uint4 w, float (&x)[8]) {
   const u32 v[4] = {w.x, w.y, w.z, w.w};
   for (int i = 0; i < 4; ++i) {

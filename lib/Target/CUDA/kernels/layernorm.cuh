@@ -197,14 +197,28 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
   }
 
   // Only xhat stays in registers; dy and gamma are read twice, the second
-  // time from L1/L2, which keeps large C from spilling.
+  // time from L1/L2, which keeps large C from spilling. 2-byte dy in
+  // chunks of 4 is first read with x, before the row's statistics, and
+  // kept as loaded (8 bytes a chunk): its round trip then overlaps x's,
+  // where, read after the statistics' shuffles, it was a second one a row
+  // (nvdisasm: GPT-2's fused layernorm gradient, still 128 registers, no
+  // spill; ncu on an H200 had its warps waiting on loads two thirds of
+  // their cycles, thirtieth session).
+  constexpr bool kDyFirst = sizeof(TD) == 2 && kW == 4;
   for (i64 row = i64(blockIdx.x) * warps + warp; row < kRows;
        row += i64(gridDim.x) * warps) {
+    const TD *dyRow = dy + row * C;
+    [[maybe_unused]] uint2 dyChunks[kDyFirst ? L::kChunks : 1];
+    if constexpr (kDyFirst) {
+#pragma unroll
+      for (int j = 0; j < L::kChunks; ++j)
+        if (L::column(j, lane) < C)
+          dyChunks[j] = loadPacked4(dyRow + L::column(j, lane));
+    }
     RowChunks<C> v;
     loadRow<C>(x + row * C, v);
     float mean, rstd;
     rowStats<C>(v, eps, mean, rstd);
-    const TD *dyRow = dy + row * C;
     float sumD = 0.0f, sumDX = 0.0f;
 #pragma unroll
     for (int j = 0; j < L::kChunks; ++j) {
@@ -212,7 +226,10 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
       if (c >= C)
         continue;
       float g[kW], gm[kW], sg[kW], sb[kW];
-      loadW<kW>(dyRow + c, g);
+      if constexpr (kDyFirst)
+        unpack4<TD>(dyChunks[j], g);
+      else
+        loadW<kW>(dyRow + c, g);
       loadW<kW>(gamma + c, gm);
       loadSharedW<kW>(sums + c, sg);
       loadSharedW<kW>(sums + C + c, sb);

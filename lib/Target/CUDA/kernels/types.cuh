@@ -124,14 +124,23 @@ __device__ __forceinline__ void load4(const int *p, float (&x)[4]) {
   int4 v = *reinterpret_cast<const int4 *>(p);
   x[0] = float(v.x), x[1] = float(v.y), x[2] = float(v.z), x[3] = float(v.w);
 }
+/// Four 2-byte elements (bf16, f16) packed in 8 bytes as floats, in
+/// order: what load4 loads, or bytes a kernel kept as loaded.
 template <typename T>
-__device__ __forceinline__ void load4(const T *p, float (&x)[4]) {
-  uint2 v = *reinterpret_cast<const uint2 *>(p);
+__device__ __forceinline__ void unpack4(uint2 v, float (&x)[4]) {
   T e[4];
   e[0].bits = v.x & 0xffffu, e[1].bits = v.x >> 16;
   e[2].bits = v.y & 0xffffu, e[3].bits = v.y >> 16;
   for (int i = 0; i < 4; ++i)
     x[i] = toFloat(e[i]);
+}
+/// Four 2-byte elements as loaded, one 8-byte access (p 8-byte aligned).
+template <typename T> __device__ __forceinline__ uint2 loadPacked4(const T *p) {
+  return *reinterpret_cast<const uint2 *>(p);
+}
+template <typename T>
+__device__ __forceinline__ void load4(const T *p, float (&x)[4]) {
+  unpack4<T>(loadPacked4(p), x);
 }
 __device__ __forceinline__ void store4(float *p, const float (&x)[4]) {
   storeGlobal128(p, __float_as_uint(x[0]), __float_as_uint(x[1]),
