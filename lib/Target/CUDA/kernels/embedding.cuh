@@ -6,21 +6,21 @@
 // embeddingBackward: block (g, s) owns table rows g, g + G, g + 2G, ... (G
 // groups of up to R rows) and the 256-column slice s of them (each thread
 // two columns), summed in shared memory (float32). It scans every id in
-// position order, 512 a round (4 per thread, loaded 3 rounds ahead), and
-// adds its slice of the dy row of each id it owns, then writes its slice
-// once. Each table element is summed by one thread in position order, so
-// the result is deterministic without atomics or a sort. Rows strided
-// over the groups and slices of columns, because frequent tokens have
-// neighbouring ids (GPT-2's " the", " of", " to", " a" and " in" are
-// among 257..287) and a frequent token's hits (hundreds to a thousand
-// rows a batch) are what the blocks that own them wait for: this way each
-// such token has its own blocks, C/256 of them side by side, each with 16
-// rows of loads in flight a thread. The ids (B·T int32) stay in L2 across
-// blocks. With an addend (float32, the tied lm_head's gradient) an
-// element is written as addend + sum, the bits of the sum and an add
-// after it; with `old` (gradient accumulation: the sum so far, out's own
-// bytes, each element read by the thread that writes it) as old + that,
-// one more add.
+// position order, 512 a round (4 per thread, copied into shared memory 3
+// rounds ahead), and adds its slice of the dy row of each id it owns, then
+// writes its slice once. Each table element is summed by one thread in
+// position order, so the result is deterministic without atomics or a
+// sort. Rows strided over the groups and slices of columns, because
+// frequent tokens have neighbouring ids (GPT-2's " the", " of", " to",
+// " a" and " in" are among 257..287) and a frequent token's hits
+// (hundreds to a thousand rows a batch) are what the blocks that own them
+// wait for: this way each such token has its own blocks, C/256 of them
+// side by side, each with 16 rows of loads in flight a thread. The ids
+// (B·T int32) stay in L2 across blocks. With an addend (float32, the tied
+// lm_head's gradient) an element is written as addend + sum, the bits of
+// the sum and an add after it; with `old` (gradient accumulation: the sum
+// so far, out's own bytes, each element read by the thread that writes
+// it) as old + that, one more add.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,18 +36,12 @@ __device__ void embeddingForward(const TT *table, const int *ids, TO *out) {
                                             : 0.0f);
 }
 
-/// Ids of the positions [at, at + 4): -1 past the end (no row owns it).
-/// One 16-byte load when the ids are 16-byte aligned and the 4 are whole.
+/// Ids of the positions [at, at + 4), one at a time (embeddingBackward's
+/// ids that are not 16-byte aligned, or not 4 whole a thread): -1 past the
+/// end (no row owns it).
 template <i64 kPositions>
 __device__ __forceinline__ void loadChunkIds(const int *ids, i64 at,
-                                             bool aligned, int (&id)[4]) {
-  if (kPositions % 4 == 0 && aligned) {
-    if (at < kPositions)
-      loadIds4(ids + at, id);
-    else
-      id[0] = id[1] = id[2] = id[3] = -1;
-    return;
-  }
+                                             int (&id)[4]) {
   for (int k = 0; k < 4; ++k)
     id[k] = at + k < kPositions ? ids[at + k] : -1;
 }
@@ -214,8 +208,7 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
         id[0] = id[1] = id[2] = id[3] = -1;
       copyRound(base + kIdRounds * kRound, at == 0 ? kIdRounds : at - 1);
     } else {
-      loadChunkIds<kPositions>(ids, base + i64(threadIdx.x) * kPerThread, false,
-                               id);
+      loadChunkIds<kPositions>(ids, base + i64(threadIdx.x) * kPerThread, id);
     }
     round(base, id);
   }
