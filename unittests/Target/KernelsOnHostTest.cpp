@@ -2458,19 +2458,24 @@ int packedForwardsBothWays(Builder &b, int64_t B, int64_t H, int64_t D,
   return qkv;
 }
 
-/// runOnRandomData's reshape for buffer `qkv` (packed [1, T, 3C]): key row
-/// t scaled by 1 + 6t/T, so that later tiles' scores pass the maxima the
-/// first tiles set.
-std::function<void(int, std::vector<float> &)>
-keysGrowingAlongT(int qkv, int64_t T, int64_t C) {
-  return [=](int id, std::vector<float> &x) {
-    if (id != qkv)
-      return;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = C; c < 2 * C; ++c) // k's columns
-        x[t * 3 * C + c] *= 1.0f + 6.0f * float(t) / float(T);
-  };
-}
+/// The lazy-maxima tests' forwards (packedForwardsBothWays at B = 1, H =
+/// 2, D = 64, T = 256) and runOnRandomData's reshape for their qkv: key
+/// row t scaled by 1 + 6t/T, so that later tiles' scores pass the maxima
+/// the first tiles set.
+struct GrowingKeysForwards {
+  static constexpr int64_t B = 1, H = 2, T = 256, D = 64, C = H * D;
+  Builder b;
+  std::vector<int> results; // out and lse, causal then not
+  int qkv = packedForwardsBothWays(b, B, H, D, T, results);
+  std::function<void(int, std::vector<float> &)> growingKeys =
+      [q = qkv](int id, std::vector<float> &x) {
+        if (id != q)
+          return;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t c = C; c < 2 * C; ++c) // k's columns
+            x[t * 3 * C + c] *= 1.0f + 6.0f * float(t) / float(T);
+      };
+};
 
 // The forward's maxima are raised lazily (OnlineSoftmax): only when a
 // tile's score passes a row's maximum by more than 8 in log2 units. On
@@ -2480,11 +2485,7 @@ keysGrowingAlongT(int qkv, int64_t T, int64_t C) {
 // are taken against maxima below their own (probabilities over 1). Every
 // forward algorithm, causal and not, against the CPU executor.
 TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
-  const int64_t B = 1, H = 2, T = 256, D = 64, C = H * D;
-  Builder b;
-  std::vector<int> results;
-  const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
-  const auto growingKeys = keysGrowingAlongT(qkv, T, C);
+  GrowingKeysForwards f;
   struct Way {
     HostTarget target;
     const char *forward;
@@ -2496,20 +2497,20 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
                   Way{HostTarget::Sm90a, "wgmma128"},
                   Way{HostTarget::Sm90a, "wgmma-k128"}}) {
     SCOPED_TRACE(way.forward);
-    rt::Program p = b.p;
+    rt::Program p = f.b.p;
     cuda::EmitOptions opts;
     ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, way.forward));
     HostKernels kernels(emitForHost(p, way.target, opts), way.target);
     ASSERT_TRUE(kernels.ok()) << kernels.error;
     std::vector<exec::HostTensor> data =
-        runOnRandomData(p, kernels, 43, 1, growingKeys);
+        runOnRandomData(p, kernels, 43, 1, f.growingKeys);
     for (int c = 0; c < 2; ++c) {
       SCOPED_TRACE(c == 0 ? "causal" : "not causal");
       std::vector<exec::HostTensor> want =
-          exec::flashAttentionQKV(data[qkv], H, 0.125f, c == 0);
-      expectNear(want[0], data[results[2 * c]].f32, 1e-2f,
+          exec::flashAttentionQKV(data[f.qkv], f.H, 0.125f, c == 0);
+      expectNear(want[0], data[f.results[2 * c]].f32, 1e-2f,
                  "flash_attention_qkv out");
-      expectNear(want[1], data[results[2 * c + 1]].f32, 1e-5f,
+      expectNear(want[1], data[f.results[2 * c + 1]].f32, 1e-5f,
                  "flash_attention_qkv lse");
     }
   }
@@ -2523,20 +2524,16 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
 // ForwardAttentionRaisesItsMaximaLazily do. Raised by one, the rescale's
 // wait lets it read accumulators still in flight.
 TEST(TemplateKernelsOnHost, WgmmaOverlapForwardWaitsBeforeItsRescale) {
-  const int64_t B = 1, H = 2, T = 256, D = 64, C = H * D;
-  Builder b;
-  std::vector<int> results;
-  const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
-  const auto growingKeys = keysGrowingAlongT(qkv, T, C);
+  GrowingKeysForwards f;
   cuda::EmitOptions opts;
   ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, "wgmma-overlap"));
-  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, opts);
+  rt::Program &p = emitForHost(f.b.p, HostTarget::Sm90a, opts);
   const size_t k = kernelWithImpl(p, "TensorCores");
   ASSERT_LT(k, p.kernels.size());
   HostKernels whole(p, HostTarget::Sm90a);
   ASSERT_TRUE(whole.ok()) << whole.error;
   const std::vector<exec::HostTensor> want =
-      runOnRandomData(p, whole, 43, 1, growingKeys);
+      runOnRandomData(p, whole, 43, 1, f.growingKeys);
   const std::string wait = "wgmmaWait<0, 1>();";
   const size_t at = p.kernels[k].source.find(wait);
   ASSERT_NE(at, std::string::npos) << "the rescale's wait";
@@ -2546,7 +2543,7 @@ TEST(TemplateKernelsOnHost, WgmmaOverlapForwardWaitsBeforeItsRescale) {
       [&](rt::Program &mutated, HostKernels &kernels, size_t) {
         try {
           EXPECT_TRUE(anyOutputDiffers(
-              runOnRandomData(mutated, kernels, 43, 1, growingKeys), want))
+              runOnRandomData(mutated, kernels, 43, 1, f.growingKeys), want))
               << "the rescale's wait raised, every output the same";
         } catch (const std::runtime_error &e) {
           EXPECT_NE(std::string(e.what()).find("wgmma"), std::string::npos)
