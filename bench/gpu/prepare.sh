@@ -104,8 +104,13 @@ if [[ $arch == sm_90a ]]; then
   # The wgmma backward with dq's shares summed by bulk reductions.
   compile check-gpt2w-bf16-wgmmabulk gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-bulk
+  # The same shares added in one order (deterministic): each block's adds
+  # wait for the block before it, which no GPU has run yet.
+  compile check-gpt2w-bf16-wgmmaord gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-backward=wgmma-ordered
   dump_only wgmmabwd --attention-backward=wgmma
   dump_only wgmmabulk --attention-backward=wgmma-bulk
+  dump_only wgmmaord --attention-backward=wgmma-ordered
   dump_only wgmmasplit --attention-backward=wgmma-split
   dump_only wgmmass --attention-backward=wgmma-split-ss
   dump_only wgmmads --attention-backward=wgmma-ds
@@ -238,6 +243,7 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "wgmma", "wgmmabwd", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-overlap", "wgmmaov", "flash_attention_qkv_grad_0", None, None),
         ("backward", "wgmma-bulk", "wgmmabulk", "flash_attention_qkv_grad_0", None, None),
+        ("backward", "wgmma-ordered", "wgmmaord", "flash_attention_qkv_grad_0", None, None),
         # Probes (attention.cuh's measurement hooks; dq wrong, unchecked):
         # the atomic wgmma backward with dq's product but no sums, and with
         # neither, to price its reductions and its product apart.

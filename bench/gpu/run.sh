@@ -154,6 +154,7 @@ if want check; then
     check-gpt2w-bf16-wgmmabwd check-gpt2w-bf16-wgmmaov \
     check-gpt2w-bf16-wgmmasplit check-gpt2w-bf16-wgmmass \
     check-gpt2w-bf16-wgmmads check-gpt2w-bf16-wgmmabulk \
+    check-gpt2w-bf16-wgmmaord \
     check-gpt2w-bf16-wgmmaovf check-gpt2w-bf16-wgmma128 \
     check-gpt2w-bf16-wgmmak128 \
     check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 check-gpt2w-bf16-pipe \
@@ -183,6 +184,12 @@ if want quickcheck; then
   GPTC_VARIANT=maxfirst,own \
     step 60 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
+  # The backward whose blocks wait for each other (wgmma-ordered): first
+  # run on a GPU, where a wait for a block not started would hang (the
+  # step's time limit then ends it).
+  [[ -x $P/check-gpt2w-bf16-wgmmaord ]] && \
+    step 60 check-gpt2w-bf16-wgmmaord "${lib[@]}" "$P/check-gpt2w-bf16-wgmmaord" \
+      --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-wgmmaord"
 fi
 
 # The attention kernels alone, GPT-2's cubins on random data: each forward

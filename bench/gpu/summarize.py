@@ -21,6 +21,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-wgmmass.log               the same, --attention-backward=wgmma-split-ss
   check-gpt2w-bf16-wgmmads.log               the same, --attention-backward=wgmma-ds
   check-gpt2w-bf16-wgmmabulk.log             the same, --attention-backward=wgmma-bulk
+  check-gpt2w-bf16-wgmmaord.log              the same, --attention-backward=wgmma-ordered
   check-gpt2w-bf16-wgmmaovf.log              the same (T=256), --attention-forward=wgmma-overlap
   check-gpt2w-bf16-wgmma128.log              the same (T=256), --attention-forward=wgmma128
   check-gpt2w-bf16-wgmmak128.log             the same (T=384), --attention-forward=wgmma-k128
@@ -199,6 +200,7 @@ def main():
                  "gpt2w-bf16-wgmmabwd", "gpt2w-bf16-wgmmaov",
                  "gpt2w-bf16-wgmmasplit", "gpt2w-bf16-wgmmass",
                  "gpt2w-bf16-wgmmads", "gpt2w-bf16-wgmmabulk",
+                 "gpt2w-bf16-wgmmaord",
                  "gpt2w-bf16-wgmmaovf",
                  "gpt2w-bf16-wgmma128", "gpt2w-bf16-wgmmak128",
                  "gpt2w-bf16-wide",

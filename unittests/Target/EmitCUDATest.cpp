@@ -244,11 +244,13 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     o.keys128AttentionForward = label == "wgmma-k128-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward = label == "wgmma-backward" ||
-                               label == "wgmma-overlap-backward" ||
-                               label == "wgmma-bulk-backward";
+    o.wgmmaAttentionBackward =
+        label == "wgmma-backward" || label == "wgmma-overlap-backward" ||
+        label == "wgmma-bulk-backward" || label == "wgmma-ordered-backward";
     o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
-    o.bulkWgmmaBackward = label == "wgmma-bulk-backward";
+    o.bulkWgmmaBackward =
+        label == "wgmma-bulk-backward" || label == "wgmma-ordered-backward";
+    o.orderedWgmmaBackward = label == "wgmma-ordered-backward";
     o.splitWgmmaBackward = label == "wgmma-split-backward" ||
                            label == "wgmma-split-ss-backward" ||
                            label == "wgmma-ds-backward";
@@ -288,8 +290,9 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (hopper && forward)
         expected.insert(expected.end(), {"wgmma128", "wgmma-k128"});
       if (hopper && backward)
-        expected.insert(expected.end(), {"wgmma-split", "wgmma-split-ss",
-                                         "wgmma-ds", "wgmma-bulk"});
+        expected.insert(expected.end(),
+                        {"wgmma-split", "wgmma-split-ss", "wgmma-ds",
+                         "wgmma-bulk", "wgmma-ordered"});
       EXPECT_EQ(labels, expected);
       std::set<int> kernels;
       for (const rt::LaunchVariant &v : rt::launchCandidates(l)) {

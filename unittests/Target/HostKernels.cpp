@@ -1272,6 +1272,20 @@ EMU_UNCHECKED inline void bulkRetire(int n, bool sums) {
 template <int N> inline void bulkWaitRead() { bulkRetire(N, false); }
 template <int N> inline void bulkWait() { bulkRetire(N, true); }
 inline void fenceProxyAsyncGlobal() {}
+/// Blocks run one after another in blockIdx order here, so a count that
+/// the blocks before this one did not reach never will be: on a GPU the
+/// wait would be for a later block (or one that never counts). The
+/// kernels' counts stop at what their last waiter waits for, and a launch
+/// leaves them zero: one past it was left by a launch before.
+EMU_UNCHECKED inline void waitForCount(const unsigned *count, unsigned n) {
+  if (*count < n)
+    emu::race::misuse("waits for a count the blocks before it did not reach",
+                      "count");
+  else if (*count > n)
+    emu::race::misuse("finds a count past the one it waits for: left so "
+                      "by a launch before",
+                      "count");
+}
 namespace emu {
 /// At the end of a block: a thread that left with a bulk reduction in
 /// flight (or issued and not committed).
@@ -1694,6 +1708,8 @@ const char *backwardName(AttentionBackward backward) {
   case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
   case AttentionBackward::WgmmaBulk:
     return "wgmma-bulk";
+  case AttentionBackward::WgmmaOrdered:
+    return "wgmma-ordered";
   case AttentionBackward::WgmmaSplit: return "wgmma-split";
   case AttentionBackward::WgmmaSplitSs: return "wgmma-split-ss";
   case AttentionBackward::WgmmaDs: return "wgmma-ds";

@@ -72,7 +72,8 @@ private:
 
 /// The bf16 attention backward the emitter picks (EmitOptions), as
 /// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap,
-/// wgmma-split, wgmma-split-ss, wgmma-ds or wgmma-bulk choose it.
+/// wgmma-split, wgmma-split-ss, wgmma-ds, wgmma-bulk or wgmma-ordered
+/// choose it.
 enum class AttentionBackward {
   Split,
   Atomic,
@@ -82,7 +83,8 @@ enum class AttentionBackward {
   WgmmaSplit,
   WgmmaSplitSs,
   WgmmaDs,
-  WgmmaBulk
+  WgmmaBulk,
+  WgmmaOrdered
 };
 
 /// Its --attention-backward label.

@@ -1035,7 +1035,8 @@ const char *backwardImpl(AttentionBackward backward) {
   return backward == AttentionBackward::Split ? "Mma"
          : backward == AttentionBackward::Wgmma ||
                  backward == AttentionBackward::WgmmaOverlap ||
-                 backward == AttentionBackward::WgmmaBulk
+                 backward == AttentionBackward::WgmmaBulk ||
+                 backward == AttentionBackward::WgmmaOrdered
              ? "TensorCores"
          : backward == AttentionBackward::WgmmaSplit ||
                  backward == AttentionBackward::WgmmaSplitSs
@@ -1116,7 +1117,8 @@ TEST(TemplateKernelsOnHost, WgmmaAttentionBackwardMatchesTheCpuExecutor) {
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
         AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
-        AttentionBackward::WgmmaDs, AttentionBackward::WgmmaBulk}) {
+        AttentionBackward::WgmmaDs, AttentionBackward::WgmmaBulk,
+        AttentionBackward::WgmmaOrdered}) {
     checkTensorCoreAttention(HostTarget::Sm90a, backward);
     checkTensorCoreAttention(HostTarget::Sm80, backward);
   }
@@ -1194,18 +1196,20 @@ void checkAtomicWithMoreKeys(AttentionBackward backward, int64_t S,
 } // namespace
 
 // The wgmma backwards (sm_90a, emulated) with more keys than queries,
-// without the causal mask: T = 128, S = 192 (the forward too is wgmma's). The atomic kinds' 3 key
-// blocks each add to both query tiles; wgmma-split's grid has the 2 dq
-// blocks first, each walking 3 key tiles (a refilled buffer), then the 3
-// dk/dv blocks, each walking both query tiles; wgmma-ds's the 3 dk/dv
+// without the causal mask: T = 128, S = 192 (the forward too is wgmma's). The
+// atomic kinds' 3 key blocks each add to both query tiles; wgmma-split's grid
+// has the 2 dq blocks first, each walking 3 key tiles (a refilled buffer), then
+// the 3 dk/dv blocks, each walking both query tiles; wgmma-ds's the 3 dk/dv
 // blocks first, each storing 2 tiles of dSᵀ, then the 2 dq blocks, each
-// summing 3 of those.
+// summing 3 of those; wgmma-ordered's 3 key blocks walk the query tiles
+// from the last down, key tile 2 adding its shares after key tile 0's.
 TEST(TemplateKernelsOnHost, WgmmaBackwardsWithMoreKeysThanQueries) {
   const DType f32 = DType::F32, bf = DType::BF16;
   for (AttentionBackward backward :
        {AttentionBackward::Wgmma, AttentionBackward::WgmmaOverlap,
         AttentionBackward::WgmmaSplit, AttentionBackward::WgmmaSplitSs,
-        AttentionBackward::WgmmaDs, AttentionBackward::WgmmaBulk}) {
+        AttentionBackward::WgmmaDs, AttentionBackward::WgmmaBulk,
+        AttentionBackward::WgmmaOrdered}) {
     SCOPED_TRACE(backwardName(backward));
     const bool split = backward == AttentionBackward::WgmmaSplit ||
                        backward == AttentionBackward::WgmmaSplitSs ||
@@ -1996,6 +2000,57 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBulkBarrierFenceAndWaitIsNeeded) {
   }
 }
 
+// --attention-backward=wgmma-ordered: three key tiles (T = 192), so key
+// tile 2 adds its share of query tile 2 to the sums' copy 0 after key
+// tile 0 counted its own in. Blocks run in blockIdx order here, so a wait
+// is never seen waiting; what is seen is a wait for a count the blocks
+// before did not reach (its turn one later, or a count left out), and one
+// past its turn (the last share counted before every warp saw its turn;
+// the counts not left zero for the next launch, seen by the second run).
+TEST(TemplateKernelsOnHost, WgmmaOrderedAddsEachShareInItsTurn) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(b, HostTarget::Sm90a,
+                                           AttentionBackward::WgmmaOrdered);
+  const size_t k = kernelCalling(p, "attentionBackwardTensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  const HostTarget sm90a = HostTarget::Sm90a;
+  const std::string notReached =
+      "waits for a count the blocks before it did not reach";
+  EXPECT_EQ(expectEachNeeded(p, k, "addDqShareInBulk",
+                             "waitForCount(turns, turn);", notReached, sm90a,
+                             "waitForCount(turns, turn + 1);"),
+            1);
+  EXPECT_EQ(expectEachNeeded(p, k, "countDqShare", "atomicAdd(turns, 1u);",
+                             notReached, sm90a),
+            1);
+  // (The last share is counted after a barrier: every warp has seen its
+  // turn by then, and none finds the count past it.)
+  EXPECT_EQ(expectEachNeeded(p, k, "countLastDqShare", "__syncthreads();",
+                             "past the one", sm90a),
+            1);
+  HostKernels whole(p, sm90a);
+  ASSERT_TRUE(whole.ok()) << whole.error;
+  rt::Program base = p;
+  const std::vector<exec::HostTensor> first = runOnRandomData(base, whole, 7);
+  EXPECT_FALSE(anyOutputDiffers(runOnRandomData(base, whole, 7), first));
+  const std::string &source = p.kernels[k].source;
+  const std::string reset = "turns[t * kCopies + threadIdx.x] = 0;";
+  const size_t at = source.find(reset);
+  ASSERT_NE(at, std::string::npos);
+  withMutation(p, k, at, reset.size(), ";", sm90a,
+               [&](rt::Program &mutated, HostKernels &kernels, size_t) {
+                 runOnRandomData(mutated, kernels, 7);
+                 try {
+                   runOnRandomData(mutated, kernels, 7);
+                   ADD_FAILURE() << "the counts not reset, and nothing seen";
+                 } catch (const std::runtime_error &e) {
+                   EXPECT_NE(std::string(e.what()).find("past the one"),
+                             std::string::npos)
+                       << e.what();
+                 }
+               });
+}
+
 // The emulation lands a wgmma's products when wgmma.wait_group retires its
 // group, not at once: waiting for one group fewer than the backward does
 // is seen wherever the products would then be read in flight. One wait
@@ -2061,7 +2116,8 @@ TEST(TemplateKernelsOnHost, WgmmaBIsRewrittenOnlyAfterEveryWarpsWait) {
     const std::string copiesEnd = "      commitCopies();\n    }\n";
     const size_t at = source.find(top, from);
     ASSERT_LT(at, to);
-    const size_t copies = source.find("    if (i0 + 64 < T) {\n", at);
+    const size_t copies = source.find(
+        "    if (kOrdered ? i0 + kStep >= first : i0 + kStep < T) {\n", at);
     const size_t end = source.find(copiesEnd, copies) + copiesEnd.size();
     ASSERT_LT(end, to);
     // The copies first, then the wait (for both tiles' copies), the proxy

@@ -267,9 +267,9 @@ const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
       "mma",           "mma128",   "mma2",    "wgmma",
       "wgmma-overlap", "mma-pipe", "wgmma128", "wgmma-k128"};
   static const std::vector<std::string> backwards = {
-      "split",          "atomic",        "atomic128",
-      "wgmma",          "wgmma-overlap", "wgmma-split",
-      "wgmma-split-ss", "wgmma-ds",      "wgmma-bulk"};
+      "split",         "atomic",       "atomic128",      "wgmma",
+      "wgmma-overlap", "wgmma-split",  "wgmma-split-ss", "wgmma-ds",
+      "wgmma-bulk",    "wgmma-ordered"};
   return forward ? forwards : backwards;
 }
 
@@ -279,13 +279,14 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label) {
 
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label) {
   return forward || label == "split" || label == "wgmma-split" ||
-         label == "wgmma-split-ss" || label == "wgmma-ds";
+         label == "wgmma-split-ss" || label == "wgmma-ds" ||
+         label == "wgmma-ordered";
 }
 
 bool attentionAlgorithmIsDeterministicCandidate(bool forward,
                                                 const std::string &label) {
   return attentionAlgorithmIsDeterministic(forward, label) &&
-         label != "wgmma-ds";
+         label != "wgmma-ds" && label != "wgmma-ordered";
 }
 
 bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
@@ -304,9 +305,11 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward =
-        label == "wgmma" || label == "wgmma-overlap" || label == "wgmma-bulk";
-    o.bulkWgmmaBackward = label == "wgmma-bulk";
+    o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap" ||
+                               label == "wgmma-bulk" ||
+                               label == "wgmma-ordered";
+    o.bulkWgmmaBackward = label == "wgmma-bulk" || label == "wgmma-ordered";
+    o.orderedWgmmaBackward = label == "wgmma-ordered";
     o.overlapWgmmaBackward = label == "wgmma-overlap";
     o.splitWgmmaBackward = label == "wgmma-split" ||
                            label == "wgmma-split-ss" || label == "wgmma-ds";

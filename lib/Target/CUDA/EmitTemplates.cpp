@@ -364,6 +364,10 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // --attention-backward=wgmma-bulk: dq's shares summed by bulk reductions
   // from 8 KB more of shared memory (still 3 blocks an SM).
   const bool bulk = wgmmaGrad && !overlap && opts.bulkWgmmaBackward;
+  // --attention-backward=wgmma-ordered: the same shares added in one order
+  // (deterministic), to two copies of the sums, each add waiting for the
+  // one before it (a count a tile and copy).
+  const bool ordered = bulk && opts.orderedWgmmaBackward;
   // --attention-forward=wgmma-overlap: a third V buffer, the same 4 blocks
   // an SM.
   const bool overlapForward =
@@ -434,8 +438,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     impl = wgmmaGrad ? "TensorCores" : "Atomic";
     // dq's float32 sums ([heads, T, D]) and each query tile's arrivals,
     // left zero by every launch for the next.
-    deviceScratch("float", "gptcDqSum", a.heads * a.T * a.D);
+    deviceScratch("float", "gptcDqSum",
+                  a.heads * a.T * a.D * (ordered ? 2 : 1));
     deviceScratch("unsigned", "gptcArrivals", a.heads * (a.T / 64));
+    if (ordered)
+      deviceScratch("unsigned", "gptcDqTurns", a.heads * (a.T / 64) * 2);
     pre << "static_assert(sizeof(AtomicBackwardShared<" << a.D
         << (keyTiles == 2 ? ", 2" : "")
         << ">) == " << atomicSharedBytes(a.D, keyTiles)
@@ -486,10 +493,12 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
          : wgmmaWide                               ? ", false, 2"
          : keyTiles == 2                           ? ", 2"
          : overlap || overlapForward || sharedRows ? ", true"
+         : ordered                                 ? ", false, true, true"
          : bulk                                    ? ", false, true"
                                                    : "")
      << ">(" << a.args << ", " << scale
-     << (atomic     ? ", gptcDqSum, gptcArrivals"
+     << (ordered    ? ", gptcDqSum, gptcArrivals, gptcDqTurns"
+         : atomic   ? ", gptcDqSum, gptcArrivals"
          : storedDs ? ", gptcDsT, gptcDsReady"
                     : "")
      << ");\n}\n";
@@ -503,8 +512,8 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
     // (heads of a group, ranks, groups), blockWork's order. A head's
     // blocks share k and v (forward); q, k, v, dout and the row terms
     // (split backward); q, dout, the row terms and dq's float32 sums
-    // (atomic).
-    const int64_t shared = atomic ? 8 * a.T * a.D + 8 * a.T
+    // (atomic; two copies of the sums, ordered).
+    const int64_t shared = atomic ? (ordered ? 12 : 8) * a.T * a.D + 8 * a.T
                            : grad ? 4 * (a.T + a.S) * a.D + 8 * a.T
                                   : 4 * a.S * a.D;
     const int64_t group =

@@ -121,12 +121,18 @@ struct EmitOptions {
   /// rather than by the threads' 16-byte atomics. --attention-backward=
   /// wgmma-bulk; not deterministic.
   bool bulkWgmmaBackward = false;
+  /// With bulkWgmmaBackward: the shares added in one order every run
+  /// (deterministic: each block's adds to a query tile's sums wait for the
+  /// block before it, in two copies of the sums that the last block adds
+  /// in order), the query tiles walked from the last down.
+  /// --attention-backward=wgmma-ordered.
+  bool orderedWgmmaBackward = false;
   /// --attention-forward=auto, --attention-backward=auto: each tensor-core
   /// attention launch of that direction gets the default algorithm (mma,
   /// split) as its own kernel and every other one the target has (mma128,
   /// mma2, wgmma and wgmma-overlap on sm_90a, mma-pipe, wgmma128 on
   /// sm_90a; atomic, atomic128, and wgmma, wgmma-overlap, wgmma-split,
-  /// wgmma-split-ss, wgmma-ds and wgmma-bulk on sm_90a) as
+  /// wgmma-split-ss, wgmma-ds, wgmma-bulk and wgmma-ordered on sm_90a) as
   /// rt::Launch::variants, which the
   /// runtime times at load. Algorithms that give a launch the same source
   /// (mma128 where T is not a multiple of 128, any of them for float32
@@ -169,7 +175,8 @@ struct EmitOptions {
 /// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128 (sm_90a; the later ones
 /// last, so that the others keep their kernels' numbers); backward split,
 /// atomic, atomic128, wgmma, wgmma-overlap, wgmma-split, wgmma-split-ss,
-/// wgmma-ds, wgmma-bulk (the wgmma ones sm_90a). --attention-forward and
+/// wgmma-ds, wgmma-bulk, wgmma-ordered (the wgmma ones sm_90a).
+/// --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward);
@@ -179,7 +186,8 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label);
 
 /// Whether `label`'s algorithm gives the same bits run to run: every
 /// forward, and the backwards without dq's float32 atomics (split,
-/// wgmma-split, wgmma-split-ss, wgmma-ds).
+/// wgmma-split, wgmma-split-ss, wgmma-ds) or with them in a fixed order
+/// (wgmma-ordered).
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
 
 /// Whether `label` is among EmitOptions::deterministicVariants' candidates
@@ -187,7 +195,9 @@ bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
 /// deterministic algorithms but wgmma-ds, whose stored dS (module scratch:
 /// 214 MB for GPT-2 124M at B=16, T=1024) a program would carry whichever
 /// kernel ran, and which no GPU has yet timed faster than wgmma-split
-/// (docs/benchmarks.md, twenty-ninth session).
+/// (docs/benchmarks.md, twenty-ninth session), and wgmma-ordered, whose
+/// waits for other blocks no GPU has run yet (a block that waited for one
+/// the GPU had not started would hang the step).
 bool attentionAlgorithmIsDeterministicCandidate(bool forward,
                                                 const std::string &label);
 

@@ -2128,16 +2128,25 @@ __device__ __forceinline__ void stageDqShare(float *stage, float *second,
 /// groups, the part in dSᵀ's tile first: the next tile writes dSᵀ soon
 /// after its first barrier, before which thread 0 waits for that group
 /// alone (bulkWaitRead<1>), and the stage only here, after a tile's work.
+///
+/// With `turns` (--attention-backward=wgmma-ordered), the block first waits
+/// until `turn` blocks have counted their shares of these sums in there
+/// (countDqShare): the adds to each sum then come in one order every run.
 template <int D, class Shared>
 __device__ __forceinline__ void
-addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4]) {
+addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4],
+                 const unsigned *turns = nullptr, unsigned turn = 0) {
   if (threadIdx.x == 0)
     bulkWaitRead<0>(); // the last tile's part in the stage read
   __syncthreads();     // and every warp's dSᵀ reads done: both are free
   stageDqShare<D>(sm.dqStage, reinterpret_cast<float *>(sm.ds.data), dqAcc);
   fenceProxyAsync(); // to the bulk reductions' reads
   __syncthreads();
+  if (turns)
+    waitForCount(turns, turn); // (every warp: see waitForCount)
   if (threadIdx.x == 0) {
+    if (turns)
+      fenceProxyAsyncGlobal(); // their sums, before this thread's adds
     if (D == 64) {
       bulkReduceAdd(tileSum + 2048, sharedAddress(sm.ds.data), 8192);
       bulkCommit();
@@ -2147,21 +2156,55 @@ addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4]) {
   }
 }
 
+/// wgmma-ordered's count of a tile's dq share, by the thread that handed
+/// it to the TMA unit (addDqShareInBulk): once its bulk reductions have
+/// added it, the next block in the sums' order may add its own.
+__device__ __forceinline__ void countDqShare(unsigned *turns) {
+  bulkWait<0>();
+  fenceProxyAsyncGlobal(); // the sums, before the count that says so
+  __threadfence();
+  atomicAdd(turns, 1u);
+}
+
+/// countDqShare of a block's last share, after its loop: past a barrier,
+/// so that every warp has seen its turn come before the count moves on
+/// (a warp still polling would find the count past its turn, which the
+/// device's wait allows and the emulation, whose counts stop at the turns
+/// waited for, reports).
+__device__ __forceinline__ void countLastDqShare(unsigned *turns) {
+  __syncthreads();
+  if (threadIdx.x == 0 && turns)
+    countDqShare(turns);
+}
+
 /// attentionBackwardWgmma<kBulk>'s last block for a query tile: the sums
-/// (bulkDqIndex's order) read at L2 by the threads whose fragments they
-/// are, dq = scale · them stored as dk and dv are (rows row0 + 16 warp..),
-/// and the sums zeroed for the next launch.
-template <int D, i64 kQ, typename TDQ>
+/// (bulkDqIndex's order; kCopies of them, 64 x D floats apart, added in
+/// that order) read at L2 by the threads whose fragments they are,
+/// dq = scale · them stored as dk and dv are (rows row0 + 16 warp..), and
+/// the sums zeroed for the next launch.
+template <int D, i64 kQ, int kCopies, typename TDQ>
 __device__ __noinline__ void
 writeQueryTileDqFromShares(TDQ *dq, i64 row0, float *dqSum, float scale) {
   float acc[D / 8][4];
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt)
     load4AtL2(dqSum + bulkDqIndex(int(threadIdx.x), nt), acc[nt]);
+#pragma unroll
+  for (int c = 1; c < kCopies; ++c)
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      float more[4];
+      load4AtL2(dqSum + c * 64 * D + bulkDqIndex(int(threadIdx.x), nt), more);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc[nt][e] += more[e];
+    }
   const float zeros[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt)
-    store4(dqSum + bulkDqIndex(int(threadIdx.x), nt), zeros);
+  for (int c = 0; c < kCopies; ++c)
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      store4(dqSum + c * 64 * D + bulkDqIndex(int(threadIdx.x), nt), zeros);
   mma::storeAcc<D, kQ>(dq, row0 + threadIdx.x / 32 * 16, acc, scale, scale);
 }
 
@@ -2189,20 +2232,37 @@ writeQueryTileDqFromShares(TDQ *dq, i64 row0, float *dqSum, float scale) {
 /// other's at the next share, and for the sums before the block counts
 /// itself in at the query tiles. Two barriers a tile more.
 ///
+/// kOrdered (--attention-backward=wgmma-ordered, with kBulk) adds the
+/// shares in one order every run, so that dq has the same bits: a query
+/// tile's sums come in two copies, key tile n adding to copy n % 2 once
+/// the key tile before it there (n - 2) has counted its share in at
+/// `turns` (a count a tile and copy), and the last block sums the copies
+/// in order. The blocks walk their query tiles from the last down, so
+/// that a head's blocks reach a tile together, each after the one before
+/// it in rank order, which the GPU starts first (bench/
+/// attention_order_model.py prices the waits: a few percent). Thread 0
+/// waits for its share's reductions to land and counts the share after
+/// the next tile's first half, when they have long since landed: waiting
+/// right after issuing them would hold the block for an L2 round trip a
+/// tile.
+///
 /// Two measurement hooks, which gptc never defines: bench/gpu/prepare.sh
 /// recompiles this kernel's dump with GPTC_PROBE_NO_DQ_SUM (dq's product
 /// kept, nothing added to the sums) and GPTC_PROBE_NO_DQ (neither: the
 /// dk/dv work alone), so that attention_bench prices the reductions and
 /// the product apart (their dq is wrong, and not checked).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          bool kOverlap, bool kBulk, typename TDQ, typename TDK, typename TDV>
-__device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
-                                       const bf16 *v, const float *lse,
-                                       const bf16 *dout, const float *delta,
-                                       TDQ *dq, TDK *dk, TDV *dv, float scale,
-                                       float *dqSum, unsigned *arrivals) {
+          bool kOverlap, bool kBulk, bool kOrdered, typename TDQ, typename TDK,
+          typename TDV>
+__device__ void
+attentionBackwardWgmma(const bf16 *q, const bf16 *k, const bf16 *v,
+                       const float *lse, const bf16 *dout, const float *delta,
+                       TDQ *dq, TDK *dk, TDV *dv, float scale, float *dqSum,
+                       unsigned *arrivals, unsigned *turns) {
   static_assert(D == 32 || D == 64, "wgmma n is 32 or 64 here");
   static_assert(!(kOverlap && kBulk), "one or the other");
+  static_assert(kBulk || !kOrdered, "ordered sums are bulk sums");
+  constexpr int kCopies = kOrdered ? 2 : 1; // of dq's sums
   using namespace mma;
   using Shared = typename WgmmaBackwardSharedOf<D, kBulk>::type;
   Shared &sm = wg::dynamicSharedAs<Shared>();
@@ -2212,17 +2272,25 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   const int warp = threadIdx.x / 32;
   const int g = threadIdx.x % 32 / 4, tq = threadIdx.x % 4;
   backwardToHead<T, LQ, LK, LO>(h, q, k, v, lse, dout, delta, dq, dk, dv);
-  dqSum += h * T * D;
+  dqSum += h * T * D * kCopies;
   arrivals += h * (T / 64);
+  if constexpr (kOrdered)
+    turns += h * (T / 64) * kCopies;
   constexpr i64 kQ = LQ::kRowStride, kK = LK::kRowStride;
   const float scaleLog2 = scale * log2e();
   const int j0 = work.rank * 64;
   const int first = kCausal ? j0 : 0;
+  // The query tiles from `first` up, or (kOrdered) from the last down to it.
+  const int start = kOrdered ? T - 64 : first;
+  constexpr int kStep = kOrdered ? -64 : 64;
+  const int copy = work.rank % kCopies;      // of the sums this block adds to
+  const unsigned turn = work.rank / kCopies; // blocks before it there
+  unsigned *counted = nullptr; // (kOrdered) the count of the share in flight
   // k, v and the first query tile: one group.
   sm.k.template loadAsync<128>(k, kK, j0);
   sm.v.template loadAsync<128>(v, kK, j0);
-  WalkedQueryTiles<D, LQ, LO> queries(q, dout, first);
-  queries.load(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], lse, delta, first);
+  WalkedQueryTiles<D, LQ, LO> queries(q, dout, start);
+  queries.load(sm.q[0], sm.dout[0], sm.lse[0], sm.dot[0], lse, delta, start);
   commitCopies();
   float accK[D / 8][4], accV[D / 8][4];
   zero(accK);
@@ -2236,7 +2304,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   // visible to wgmma), and frees dSᵀ and the last tile's buffers: every
   // thread has waited for the last tile's products, which read them, so
   // the next tile's copies start after it. The second makes dSᵀ whole.
-  for (int i0 = first, buf = 0; i0 < T; i0 += 64, buf ^= 1) {
+  for (int i0 = start, buf = 0; kOrdered ? i0 >= first : i0 < T;
+       i0 += kStep, buf ^= 1) {
     waitCopies<0>();   // this tile's copies, the only ones in flight
     fenceProxyAsync(); // to wgmma's reads
     if (kBulk && threadIdx.x == 0)
@@ -2246,10 +2315,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
       kRows.hold();
       vRows.hold();
     }
-    if (i0 + 64 < T) {
-      queries.step(64);
+    if (kOrdered ? i0 + kStep >= first : i0 + kStep < T) {
+      queries.step(kStep);
       queries.load(sm.q[buf ^ 1], sm.dout[buf ^ 1], sm.lse[buf ^ 1],
-                   sm.dot[buf ^ 1], lse, delta, i0 + 64);
+                   sm.dot[buf ^ 1], lse, delta, i0 + kStep);
       commitCopies();
     }
     const wg::OperandTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
@@ -2264,6 +2333,8 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
         kRows.hold();
         vRows.hold();
       }
+      if (kOrdered && half == 1 && threadIdx.x == 0 && counted)
+        countDqShare(counted); // the last tile's
       wgmmaKeysOnQueryHalf<D, kOverlap>(
           accK, accV, kRows, vRows, sQ, sDout, tileLse, tileDot, scaleLog2,
           diagonal, half, [&](const float (&ds)[4][4]) {
@@ -2300,7 +2371,12 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     wgmmaFenceOperands(dqAcc);
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
-    if constexpr (kBulk) {
+    if constexpr (kOrdered) {
+      counted = turns + i0 / 64 * kCopies + copy;
+      addDqShareInBulk<D>(sm, dqSum + (i0 / 64 * kCopies + copy) * 64 * D,
+                          dqAcc, counted, turn);
+      continue;
+    } else if constexpr (kBulk) {
       addDqShareInBulk<D>(sm, dqSum + i0 * D, dqAcc);
       continue;
     }
@@ -2330,7 +2406,9 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
   storeAcc<D, kK>(dk, j0 + warp * 16, accK, scale, scale);
   storeAcc<D, kK>(dv, j0 + warp * 16, accV, 1.0f, 1.0f);
 
-  if (kBulk && threadIdx.x == 0) {
+  if constexpr (kOrdered) {
+    countLastDqShare(counted); // before the arrivals below
+  } else if (kBulk && threadIdx.x == 0) {
     bulkWait<0>(); // every dq share summed, before the count says so
     fenceProxyAsyncGlobal();
   }
@@ -2339,8 +2417,10 @@ __device__ void attentionBackwardWgmma(const bf16 *q, const bf16 *k,
     if (lastFor[t]) { // the same for the whole block
       if constexpr (kBulk) {
         fenceProxyAsyncGlobal(); // the other blocks' bulk sums, read
-        writeQueryTileDqFromShares<D, kQ>(dq, t * 64, dqSum + t * 64 * D,
-                                          scale);
+        writeQueryTileDqFromShares<D, kQ, kCopies>(
+            dq, t * 64, dqSum + t * kCopies * 64 * D, scale);
+        if (kOrdered && int(threadIdx.x) < kCopies) // every count is in
+          turns[t * kCopies + threadIdx.x] = 0;
       } else {
         writeQueryTileDq<D, kQ, 128>(dq + t * 64 * kQ, dqSum + t * 64 * D,
                                      scale);
@@ -2591,12 +2671,8 @@ template <int D> struct WgmmaStoredDsShared {
 /// block's copies (cp.async.cg reads at L2).
 __device__ __forceinline__ void waitForStoredTiles(const unsigned *ready,
                                                    int count) {
-  if (threadIdx.x == 0) {
-    while (*reinterpret_cast<const volatile unsigned *>(ready) <
-           unsigned(count))
-      ;
-    __threadfence();
-  }
+  if (threadIdx.x < 32)
+    waitForCount(ready, unsigned(count));
   __syncthreads();
 }
 
@@ -2835,21 +2911,22 @@ __device__ __forceinline__ void attentionBackwardStoredDsTensorCores(
 }
 
 /// The backward the target has, emitted for --attention-backward=wgmma
-/// (and wgmma-overlap, kOverlap; wgmma-bulk, kBulk): warpgroup MMA on
-/// sm_90a for D of 32 or 64, else the mma.sync atomic backward (the same
-/// dqSum and arrivals; dq's sums in another order).
+/// (and wgmma-overlap, kOverlap; wgmma-bulk, kBulk; wgmma-ordered, kBulk
+/// and kOrdered, with `turns`): warpgroup MMA on sm_90a for D of 32 or 64,
+/// else the mma.sync atomic backward (the same dqSum and arrivals; dq's
+/// sums in another order, and in no fixed one).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          bool kOverlap = false, bool kBulk = false, typename TDQ, typename TDK,
-          typename TDV>
-__device__ __forceinline__ void
-attentionBackwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
-                             const float *lse, const bf16 *dout,
-                             const float *delta, TDQ *dq, TDK *dk, TDV *dv,
-                             float scale, float *dqSum, unsigned *arrivals) {
+          bool kOverlap = false, bool kBulk = false, bool kOrdered = false,
+          typename TDQ, typename TDK, typename TDV>
+__device__ __forceinline__ void attentionBackwardTensorCores(
+    const bf16 *q, const bf16 *k, const bf16 *v, const float *lse,
+    const bf16 *dout, const float *delta, TDQ *dq, TDK *dk, TDV *dv,
+    float scale, float *dqSum, unsigned *arrivals, unsigned *turns = nullptr) {
 #if GPTC_WGMMA
   if constexpr (D == 32 || D == 64)
-    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO, kOverlap, kBulk>(
-        q, k, v, lse, dout, delta, dq, dk, dv, scale, dqSum, arrivals);
+    attentionBackwardWgmma<D, T, S, kCausal, LQ, LK, LO, kOverlap, kBulk,
+                           kOrdered>(q, k, v, lse, dout, delta, dq, dk, dv,
+                                     scale, dqSum, arrivals, turns);
   else
 #endif
     attentionBackwardAtomic<D, T, S, kCausal, LQ, LK, LO>(
