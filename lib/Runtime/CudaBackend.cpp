@@ -477,14 +477,16 @@ public:
     tuneGemms = tune != "0";
     retimeGemms = tune == "time";
     chunkBytes = envChunkBytes();
-    // GPTC_VARIANT=label[,label...]: the variants to run untimed.
+    // GPTC_VARIANT=label[,label...]: the variants to run untimed; -label:
+    // one to leave out of the timing.
     if (const char *v = std::getenv("GPTC_VARIANT"))
       for (std::string_view rest = v; !rest.empty();) {
         size_t comma = rest.find(',');
         std::string label(rest.substr(0, comma));
         if (label.empty())
           throw DeviceError(std::string("GPTC_VARIANT=") + v +
-                            ": expected labels separated by commas (or own, or time)");
+                            ": expected labels separated by commas (or own, "
+                            "time, or -label)");
         forcedVariants.push_back(label);
         rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
       }
@@ -2137,7 +2139,10 @@ void CudaBackendImpl::tune() {
 // stderr line a set of candidates shows each one's time and the choice.
 // The choice is kept in the kernel cache (variantChoiceFile), and the next
 // run on the same kind of GPU takes it untimed, unless GPTC_VARIANT has
-// "time".
+// "time". GPTC_VARIANT's "-label" leaves the variants so labelled out of
+// the candidates (not a launch's own kernel, every timing's reference):
+// a variant that fails or hangs on some GPU need not end the timing of
+// the others.
 /// GPTC_VARIANT's word for every launch's own kernel, whatever its label.
 constexpr const char *kOwnKernels = "own";
 /// GPTC_VARIANT's word for timing again what an earlier run chose.
@@ -2213,7 +2218,13 @@ void CudaBackendImpl::timeVariants() {
           labels.insert(c.label);
   const bool timeAgain = std::find(forcedVariants.begin(), forcedVariants.end(),
                                    kTimeAgain) != forcedVariants.end();
+  std::set<std::string> leftOut; // GPTC_VARIANT's -label
   for (const std::string &forced : forcedVariants)
+    if (forced.size() > 1 && forced[0] == '-')
+      leftOut.insert(forced.substr(1));
+  for (std::string forced : forcedVariants) {
+    if (forced.size() > 1 && forced[0] == '-')
+      forced = forced.substr(1);
     if (forced != kOwnKernels && forced != kTimeAgain && !labels.count(forced)) {
       std::string known;
       for (const std::string &label : labels)
@@ -2222,6 +2233,7 @@ void CudaBackendImpl::timeVariants() {
                         "' (this program's: " +
                         (known.empty() ? "none" : known) + ")");
     }
+  }
   if (labels.empty())
     return;
   check(cu.cuMemsetD8Async(arena, 0x3f,
@@ -2287,6 +2299,12 @@ void CudaBackendImpl::timeVariants() {
         continue;
       Prepared &pl = launches[&f][i];
       std::vector<LaunchVariant> candidates = launchCandidates(l);
+      // (GPTC_VARIANT's -label: not the own kernel, the first)
+      candidates.erase(std::remove_if(candidates.begin() + 1, candidates.end(),
+                                      [&](const LaunchVariant &c) {
+                                        return leftOut.count(c.label) > 0;
+                                      }),
+                       candidates.end());
       std::string k;
       for (const LaunchVariant &c : candidates)
         k += key(c);

@@ -794,6 +794,51 @@ TEST(CudaBackendFake, GptcVariantPicksOneUntimed) {
   }
 }
 
+// GPTC_VARIANT=-L: the variants labelled L are left out of the timing at
+// load (a kernel that fails or hangs on some GPU need not end the others'
+// timing); a launch's own kernel, every timing's reference, stays even if
+// labelled L; an L no launch has is the same error as for GPTC_VARIANT=L.
+TEST(CudaBackendFake, GptcVariantLeavesOneOutOfTheTiming) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  Program p = programWithVariants();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  kernelMs("k_gelu", 0.5f);
+  kernelMs("k_gelu_atomic", 0.2f);
+  kernelMs("k_gelu_wgmma", 0.35f);
+  auto load = [&](const char *variant) {
+    auto b = fakeBackendWith("GPTC_VARIANT", variant);
+    EXPECT_TRUE(b);
+    testing::internal::CaptureStderr();
+    b->load(p);
+    return testing::internal::GetCapturedStderr();
+  };
+  EXPECT_EQ(load("-atomic"),
+            "gptc: kernel variants timed at load for 2 launches: split 0.100 "
+            "ms, wgmma 0.070 ms; wgmma (k_gelu_wgmma) runs\n");
+  EXPECT_EQ(load("-atomic,-wgmma"),
+            "gptc: kernel variants timed at load for 2 launches: split 0.100 "
+            "ms; split (k_gelu) runs\n");
+  EXPECT_EQ(load("-split,time"),
+            "gptc: kernel variants timed at load for 2 launches: split 0.100 "
+            "ms, atomic 0.040 ms, wgmma 0.070 ms; atomic (k_gelu_atomic) "
+            "runs\n");
+  // With a label to run, that one runs untimed.
+  EXPECT_EQ(load("-atomic,wgmma"),
+            "gptc: GPTC_VARIANT: wgmma (k_gelu_wgmma) runs for 2 launches\n");
+  kernelMs(nullptr, 0);
+  auto wrong = fakeBackendWith("GPTC_VARIANT", "-mma");
+  ASSERT_TRUE(wrong);
+  try {
+    wrong->load(p);
+    ADD_FAILURE() << "GPTC_VARIANT=-mma was taken";
+  } catch (const DeviceError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "GPTC_VARIANT: no launch has a variant 'mma' (this program's: "
+              "atomic, split, wgmma)");
+  }
+}
+
 TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {
   REQUIRE_FAKE(b);
   Program p = program(false);
@@ -1381,11 +1426,12 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
        {std::tuple<const char *, const char *, const char *>{
             "GPTC_GEMM_DGELU", "cublas",
             "GPTC_GEMM_DGELU=cublas: expected gptc or cublaslt"},
-        {"GPTC_GEMM_TUNE", "yes", "GPTC_GEMM_TUNE=yes: expected 1 or 0 or time"},
+        {"GPTC_GEMM_TUNE", "yes",
+         "GPTC_GEMM_TUNE=yes: expected 1 or 0 or time"},
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
-          "(or own, or time)"},
+         "(or own, time, or -label)"},
         {"GPTC_GEMM_CHUNK_BYTES", "12MiB",
          "GPTC_GEMM_CHUNK_BYTES=12MiB: expected byte counts separated by "
          "commas (0: no row-chunked GEMMs)"}}) {
