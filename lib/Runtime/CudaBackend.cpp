@@ -647,10 +647,14 @@ private:
     const bool timing =
         lastLaunch && lastLaunch->size() >= n &&
         lastLaunch->compare(lastLaunch->size() - n, n, kTimedAtLoad) == 0;
+    const std::string leaveOut = timing && !timedVariant.empty()
+                                     ? "; GPTC_VARIANT=time,-" + timedVariant +
+                                           " times the others without it"
+                                     : std::string();
     throw DeviceError(
         "CUDA error " + cuError(cu, r) + " " + where +
-        (timing     ? "; GPTC_VARIANT=own runs each launch's own kernel "
-                      "without timing the others"
+        (timing ? leaveOut + "; GPTC_VARIANT=own runs each launch's own kernel "
+                             "without timing the others"
          : syncEach ? ""
                     : "; rerun with GPTC_CUDA_SYNC=1 to name the failing "
                       "launch"));
@@ -826,6 +830,9 @@ private:
   /// tune() times against its own plan; their layouts are the GEMM's own.
   std::map<int, std::vector<GemmPlan>> alternatives;
   const std::string *lastLaunch = nullptr; // the label of the last enqueued
+  /// While timeVariants times a variant (not a launch's own kernel): its
+  /// label, for the error that names the way round it.
+  std::string timedVariant;
 
   uint8_t *staging = nullptr;
   size_t stagingHead = 0;
@@ -2344,6 +2351,7 @@ void CudaBackendImpl::timeVariants() {
           trial.label = labelOf(f, i, c) + kTimedAtLoad;
           for (const auto &[in, bytes] : clobbered)
             upload(in, bytes.data());
+          timedVariant = &c == &candidates[0] ? "" : c.label;
           enqueue(l, trial, false); // warm-up, and the results compared
           std::vector<std::vector<uint8_t>> mine = launchResults(l);
           const double each = msPerRun(start, stop, kRuns,
@@ -2381,6 +2389,7 @@ void CudaBackendImpl::timeVariants() {
     }
   synchronize();
   lastLaunch = nullptr;
+  timedVariant.clear();
   cu.cuEventDestroy(start);
   cu.cuEventDestroy(stop);
   for (const std::string &k : order) {

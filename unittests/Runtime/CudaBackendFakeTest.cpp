@@ -894,7 +894,7 @@ TEST(CudaBackendFake, LaterDownloadsKeepTheValueOfTheirTime) {
 TEST(CudaBackendFake, ErrorsNameTheLaunch) {
   {
     // A fault while a variant is timed at load names it, and says how not
-    // to time it.
+    // to time it (or any).
     REQUIRE_FAKE(b);
     Program p = programWithVariants();
     hook<void (*)(int)>("gptcFakeFailSync")(1); // the second candidate's
@@ -906,6 +906,7 @@ TEST(CudaBackendFake, ErrorsNameTheLaunch) {
                     "CUDA_ERROR_ILLEGAL_ADDRESS (a fake error) at or before "
                     "forward launch 3: gelu "
                     "(k_gelu_atomic, atomic) at fake.cpp:8, timed at load; "
+                    "GPTC_VARIANT=time,-atomic times the others without it; "
                     "GPTC_VARIANT=own runs each launch's own kernel without "
                     "timing the others"),
                 std::string::npos)
