@@ -1277,7 +1277,11 @@ inline void fenceProxyAsyncGlobal() {}
 /// wait would be for a later block (or one that never counts). The
 /// kernels' counts stop at what their last waiter waits for, and a launch
 /// leaves them zero: one past it was left by a launch before.
-EMU_UNCHECKED inline void waitForCount(const unsigned *count, unsigned n) {
+EMU_UNCHECKED inline bool countReached(const unsigned *count, unsigned n) {
+  return *count >= n;
+}
+EMU_UNCHECKED inline void waitForCount(const unsigned *count, unsigned n,
+                                       bool) {
   if (*count < n)
     emu::race::misuse("waits for a count the blocks before it did not reach",
                       "count");

@@ -2017,8 +2017,8 @@ TEST(TemplateKernelsOnHost, WgmmaOrderedAddsEachShareInItsTurn) {
   const std::string notReached =
       "waits for a count the blocks before it did not reach";
   EXPECT_EQ(expectEachNeeded(p, k, "addDqShareInBulk",
-                             "waitForCount(turns, turn);", notReached, sm90a,
-                             "waitForCount(turns, turn + 1);"),
+                             "waitForCount(turns, turn, reached);", notReached,
+                             sm90a, "waitForCount(turns, turn + 1, reached);"),
             1);
   EXPECT_EQ(expectEachNeeded(p, k, "countDqShare", "atomicAdd(turns, 1u);",
                              notReached, sm90a),

@@ -2131,11 +2131,13 @@ __device__ __forceinline__ void stageDqShare(float *stage, float *second,
 ///
 /// With `turns` (--attention-backward=wgmma-ordered), the block first waits
 /// until `turn` blocks have counted their shares of these sums in there
-/// (countDqShare): the adds to each sum then come in one order every run.
+/// (countDqShare; `reached`: countReached's, earlier in the tile): the
+/// adds to each sum then come in one order every run.
 template <int D, class Shared>
 __device__ __forceinline__ void
 addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4],
-                 const unsigned *turns = nullptr, unsigned turn = 0) {
+                 const unsigned *turns = nullptr, unsigned turn = 0,
+                 bool reached = false) {
   if (threadIdx.x == 0)
     bulkWaitRead<0>(); // the last tile's part in the stage read
   __syncthreads();     // and every warp's dSᵀ reads done: both are free
@@ -2143,10 +2145,12 @@ addDqShareInBulk(Shared &sm, float *tileSum, const float (&dqAcc)[D / 8][4],
   fenceProxyAsync(); // to the bulk reductions' reads
   __syncthreads();
   if (turns)
-    waitForCount(turns, turn); // (every warp: see waitForCount)
+    waitForCount(turns, turn, reached); // (every warp: see waitForCount)
   if (threadIdx.x == 0) {
-    if (turns)
-      fenceProxyAsyncGlobal(); // their sums, before this thread's adds
+    if (turns) { // their sums, before this thread's adds
+      __threadfence();
+      fenceProxyAsyncGlobal();
+    }
     if (D == 64) {
       bulkReduceAdd(tileSum + 2048, sharedAddress(sm.ds.data), 8192);
       bulkCommit();
@@ -2321,6 +2325,10 @@ attentionBackwardWgmma(const bf16 *q, const bf16 *k, const bf16 *v,
                    sm.dot[buf ^ 1], lse, delta, i0 + kStep);
       commitCopies();
     }
+    // (kOrdered) whether the count this tile's share waits for is there,
+    // first asked with the last tile's count: where the block before it is
+    // long done, the wait then costs no round trip.
+    bool reached = false;
     const wg::OperandTile<D> &sQ = sm.q[buf], &sDout = sm.dout[buf];
     const float *tileLse = sm.lse[buf], *tileDot = sm.dot[buf];
     const bool diagonal = kCausal && i0 == j0;
@@ -2333,8 +2341,11 @@ attentionBackwardWgmma(const bf16 *q, const bf16 *k, const bf16 *v,
         kRows.hold();
         vRows.hold();
       }
-      if (kOrdered && half == 1 && threadIdx.x == 0 && counted)
-        countDqShare(counted); // the last tile's
+      if (kOrdered && half == 1) {
+        if (threadIdx.x == 0 && counted)
+          countDqShare(counted); // the last tile's
+        reached = countReached(turns + i0 / 64 * kCopies + copy, turn);
+      }
       wgmmaKeysOnQueryHalf<D, kOverlap>(
           accK, accV, kRows, vRows, sQ, sDout, tileLse, tileDot, scaleLog2,
           diagonal, half, [&](const float (&ds)[4][4]) {
@@ -2374,7 +2385,7 @@ attentionBackwardWgmma(const bf16 *q, const bf16 *k, const bf16 *v,
     if constexpr (kOrdered) {
       counted = turns + i0 / 64 * kCopies + copy;
       addDqShareInBulk<D>(sm, dqSum + (i0 / 64 * kCopies + copy) * 64 * D,
-                          dqAcc, counted, turn);
+                          dqAcc, counted, turn, reached);
       continue;
     } else if constexpr (kBulk) {
       addDqShareInBulk<D>(sm, dqSum + i0 * D, dqAcc);
@@ -2671,8 +2682,10 @@ template <int D> struct WgmmaStoredDsShared {
 /// block's copies (cp.async.cg reads at L2).
 __device__ __forceinline__ void waitForStoredTiles(const unsigned *ready,
                                                    int count) {
-  if (threadIdx.x < 32)
-    waitForCount(ready, unsigned(count));
+  if (threadIdx.x < 32) {
+    waitForCount(ready, unsigned(count), countReached(ready, unsigned(count)));
+    __threadfence();
+  }
   __syncthreads();
 }
 

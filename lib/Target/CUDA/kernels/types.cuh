@@ -441,26 +441,35 @@ __device__ __forceinline__ void fenceProxyAsyncGlobal() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
-/// Spins until *count is at least n (other blocks' atomicAdds, each after
-/// a __threadfence), then orders the calling thread's later accesses after
-/// what they published. Called by whole warps: one load a warp a poll, and
-/// the vote keeps the loop's branch the same for the whole warp (a branch
-/// on one thread's load in wgmma-ordered's tile loop took ptxas's uniform
-/// registers from the whole loop: 635 instructions a trip became 734). The
-/// blocks it waits for must come earlier in blockIdx order, which the GPU
-/// starts first: a block waiting for one that has no SM yet would wait for
-/// ever. So it gives up after 2^22 polls (seconds, where a wait lasts
-/// microseconds) with a trap, which fails the launch with an error rather
-/// than hanging the program.
-__device__ __forceinline__ void waitForCount(const unsigned *count,
+/// Whether *count is at least n for the whole warp, from one volatile
+/// load now: waitForCount's first poll, taken early so that its L2 round
+/// trip runs under other work. (The vote here pins the load: peeked
+/// alone, its value was loaded by ptxas just before the wait.)
+__device__ __forceinline__ bool countReached(const unsigned *count,
                                              unsigned n) {
-  for (unsigned polls = 0;
-       !__all_sync(0xffffffffu,
-                   *reinterpret_cast<const volatile unsigned *>(count) >= n);
-       ++polls)
+  return __all_sync(0xffffffffu,
+                    *reinterpret_cast<const volatile unsigned *>(count) >= n);
+}
+
+/// Spins until *count is at least n (other blocks' atomicAdds, each after
+/// a __threadfence), `reached` (countReached's, earlier) being the first
+/// poll. A thread that then reads or adds to what the count publishes
+/// orders that after it with __threadfence. Called by whole warps: one
+/// load a warp a poll, and the vote keeps the loop's branch the same for
+/// the whole warp (a branch on one thread's load in wgmma-ordered's tile
+/// loop took ptxas's uniform registers from the whole loop: 635
+/// instructions a trip became 734). The blocks it waits for must come
+/// earlier in blockIdx order, which the GPU starts first: a block waiting
+/// for one that has no SM yet would wait for ever. So it gives up after
+/// 2^22 polls (seconds, where a wait lasts microseconds) with a trap,
+/// which fails the launch with an error rather than hanging the program.
+__device__ __forceinline__ void waitForCount(const unsigned *count, unsigned n,
+                                             bool reached) {
+  for (unsigned polls = 0; !reached; ++polls) {
     if (polls == (1u << 22))
       __trap();
-  __threadfence();
+    reached = countReached(count, n);
+  }
 }
 
 /// d += a · b, m64nNk16 (N = 64 or 32); kTransB: b is N-major (its 16-byte
