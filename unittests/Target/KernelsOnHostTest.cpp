@@ -2000,6 +2000,26 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBulkBarrierFenceAndWaitIsNeeded) {
   }
 }
 
+// wgmma-ordered over eight key tiles (T = 512), causal and not: each
+// query tile's sums in two copies of up to four shares, each added in its
+// turn (key tile n after n - 2), summed by the last block in order; the
+// same bits a second run, and the CPU executor's results.
+TEST(TemplateKernelsOnHost,
+     WgmmaOrderedOverEightKeyTilesMatchesTheCpuExecutor) {
+  Builder b;
+  AttentionBothWays attention(b, DType::BF16, {1, 1, 512, 64}, 0.125f);
+  rt::Program &p = b.p;
+  HostKernels kernels(
+      emitForHost(p, HostTarget::Sm90a, AttentionBackward::WgmmaOrdered),
+      HostTarget::Sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 200);
+  std::vector<exec::HostTensor> again = runOnRandomData(p, kernels, 200);
+  for (int id : attention.results())
+    expectSame(data[id], again[id].f32, "the second run");
+  attention.check(data, 1e-2f, 1e-5f, 1e-5f, 2e-2f);
+}
+
 // --attention-backward=wgmma-ordered: three key tiles (T = 192), so key
 // tile 2 adds its share of query tile 2 to the sums' copy 0 after key
 // tile 0 counted its own in. Blocks run in blockIdx order here, so a wait
