@@ -2226,12 +2226,11 @@ void CudaBackendImpl::timeVariants() {
   const bool timeAgain = std::find(forcedVariants.begin(), forcedVariants.end(),
                                    kTimeAgain) != forcedVariants.end();
   std::set<std::string> leftOut; // GPTC_VARIANT's -label
-  for (const std::string &forced : forcedVariants)
-    if (forced.size() > 1 && forced[0] == '-')
-      leftOut.insert(forced.substr(1));
   for (std::string forced : forcedVariants) {
-    if (forced.size() > 1 && forced[0] == '-')
-      forced = forced.substr(1);
+    if (forced.size() > 1 && forced[0] == '-') {
+      forced.erase(0, 1);
+      leftOut.insert(forced);
+    }
     if (forced != kOwnKernels && forced != kTimeAgain && !labels.count(forced)) {
       std::string known;
       for (const std::string &label : labels)
