@@ -342,6 +342,22 @@ if want ncu; then
         --kernel-id ::regex:'^flash_attention_qkv_grad_3$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
+    # The bulk backward (the auto program's ninth backward kernel), whose
+    # dq shares the TMA unit adds, and wgmma-ordered (the tenth), the same
+    # added in turn: the stalls at their waits (nvdisasm 11.8 shows
+    # cp.async's and the bulk copies' waits alike, DEPBAR.LE SB0: if they
+    # share a counter, each tile's wait for its copies also waits for the
+    # last tile's reductions), and at the turns. (",own": every other
+    # launch runs its own kernel, untimed.)
+    for bulk in "wgmma-bulk 8" "wgmma-ordered 9"; do
+      read -r label kernel <<< "$bulk"
+      [[ -f $P/gpt2-bf16-auto && $ARCH == sm_90a ]] && \
+        GPTC_VARIANT=$label,own \
+        GPTC_CUDA_GRAPH=0 step 90 "ncu-$label" "$ncu_bin" --target-processes all \
+          --kernel-id ::regex:"^flash_attention_qkv_grad_$kernel\$":1 \
+          "${ncu_sections[@]}" \
+          "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=1 --seed=1
+    done
   else
     echo "== ncu: skipped, no ncu on this machine" | tee "$logs/ncu.log"
   fi
