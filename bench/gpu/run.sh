@@ -184,9 +184,9 @@ if want quickcheck; then
   GPTC_VARIANT=maxfirst,own \
     step 60 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
-  # The backward whose blocks wait for each other (wgmma-ordered): first
-  # run on a GPU, where a wait for a block not started would hang (the
-  # step's time limit then ends it).
+  # The backward whose blocks wait for each other (wgmma-ordered): its
+  # first run on a GPU, where a wait for a block not started would give
+  # up after seconds with a trap (waitForCount), failing this step alone.
   [[ -x $P/check-gpt2w-bf16-wgmmaord ]] && \
     step 60 check-gpt2w-bf16-wgmmaord "${lib[@]}" "$P/check-gpt2w-bf16-wgmmaord" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-wgmmaord"
