@@ -31,6 +31,13 @@ import tempfile
 INSTRUCTION = re.compile(
     r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P[T0-9]\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+# A label with its address, as sass_of appends them from nvdisasm's control
+# flow graph: the listing leaves out the label of a block whose first
+# instruction it does not print, and the graph names them all.
+ADDRESSED_LABEL = re.compile(r"^//\s*label\s+(\.L_x_\d+)\s+0x([0-9a-f]+)\s*$")
+GRAPH_NODE = re.compile(
+    r'^"(\.L_x_\d+)"\n\[label="\{<entry>(?:\.L_x_\d+:\\l)?([0-9a-f]+):',
+    re.MULTILINE)
 BRANCH_TARGET = re.compile(r"\((\.L_x_\d+)\)")
 
 
@@ -50,16 +57,25 @@ def sass_of(path, nvdisasm):
         f.flush()
         done = subprocess.run([nvdisasm, "-c", f.name], capture_output=True,
                               text=True)
+        graph = subprocess.run([nvdisasm, "-bbcfg", "-poff", f.name],
+                               capture_output=True, text=True)
     if done.returncode:
         raise ValueError(f"nvdisasm failed: {done.stderr.strip()}")
-    return done.stdout
+    # Where the graph could not be drawn, the listing's labels stand alone.
+    nodes = GRAPH_NODE.findall(graph.stdout) if not graph.returncode else []
+    return done.stdout + "".join(
+        f"// label {name} 0x{address}\n" for name, address in nodes)
 
 
 def loops(text):
     """(first address, last address, Counter of opcodes) for each loop, in
     address order."""
-    instructions, labels, pending = [], {}, []
+    instructions, labels, pending, addressed = [], {}, [], {}
     for line in text.splitlines():
+        m = ADDRESSED_LABEL.match(line)
+        if m:
+            addressed[m.group(1)] = int(m.group(2), 16)
+            continue
         m = LABEL.match(line)
         if m:
             pending.append(m.group(1))
@@ -71,6 +87,8 @@ def loops(text):
                 labels[label] = address
             pending = []
             instructions.append((address, m.group(3), m.group(4)))
+    for label, address in addressed.items():
+        labels.setdefault(label, address)
     found = []
     for address, op, args in instructions:
         t = BRANCH_TARGET.search(args) if op.startswith("BRA") else None
