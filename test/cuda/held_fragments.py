@@ -11,7 +11,8 @@ right; only the SASS shows it, and neither the host emulation nor
 wgmma_fences.py can see it.
 
 For each loop (a branch back to an earlier label, over more than 50
-lines: the tile loops) and each HGMMA in it whose A registers were last
+lines, around no other such loop with a wgmma: the tile loops) and each
+HGMMA in it whose A registers were last
 written by an LDSM (ldmatrix):
   - loaded in the loop, unconditionally, before the HGMMA (a fragment
     reloaded every tile): nothing else may write them in between;
@@ -31,7 +32,9 @@ exits 1 if any.
 --disassemble runs nvdisasm on a copy of a CUDA 13 sm_90a cubin whose ELF
 header says ABI version 7 and e_flags 0x5a055a, which is how an older
 nvdisasm (Debian's nvidia-cuda-toolkit 11.8, non-free) reads it; CUDA 13
-here ships none.
+here ships none. It appends the labels of the control flow graph
+(`// label NAME ADDRESS`), which name the blocks the listing prints no
+label for.
 """
 import re
 import struct
@@ -42,6 +45,15 @@ import tempfile
 INSTRUCTION = re.compile(
     r"\s+/\*[0-9a-f]+\*/\s+(@!?U?P[T0-9]\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
 LABEL = re.compile(r"^(\.L_x_\d+):")
+# Labels with their addresses, from nvdisasm's control flow graph
+# (--disassemble appends them): the listing leaves out the label of a block
+# whose first instruction it cannot print, as at the top of wgmma-k128's
+# loop at D=64.
+ADDRESSED_LABEL = re.compile(r"^//\s*label\s+(\.L_x_\d+)\s+0x([0-9a-f]+)\s*$")
+GRAPH_NODE = re.compile(
+    r'^"(\.L_x_\d+)"\n\[label="\{<entry>(?:\.L_x_\d+:\\l)?([0-9a-f]+):',
+    re.MULTILINE)
+ADDRESS = re.compile(r"\s+/\*([0-9a-f]+)\*/")
 BRANCH_TARGET = re.compile(r"\((\.L_x_\d+)\)")
 A_OPERAND = re.compile(r"R\d+, R(\d+)\b")
 NOT_A_REGISTER_WRITE = ("ST", "RED", "ATOM", "BRA", "HGMMA", "WARPGROUP",
@@ -69,12 +81,33 @@ def check(path):
     lines = open(path).read().split("\n")
     labels = {m.group(1): i for i, l in enumerate(lines)
               if (m := LABEL.match(l))}
+    # A label the listing lacks: the first printed instruction at or after
+    # its address.
+    printed = [(int(m.group(1), 16), i) for i, l in enumerate(lines)
+               if (m := ADDRESS.match(l))]
+    for l in lines:
+        m = ADDRESSED_LABEL.match(l)
+        if m and m.group(1) not in labels:
+            address = int(m.group(2), 16)
+            labels[m.group(1)] = next(
+                (i for a, i in printed if a >= address), -1)
     code = [(i, bool(m.group(1)), m.group(2), m.group(3))
             for i, l in enumerate(lines) if (m := INSTRUCTION.match(l))]
     branches = [(i, labels.get(m.group(1), -1)) for i, _, op, args in code
                 if op == "BRA" and (m := BRANCH_TARGET.search(args))]
     loops = sorted((to, at) for at, to in branches if 0 <= to < at and
                    at - to > 50)
+
+    def has_wgmma(start, end):
+        return any(start <= at <= end and op.startswith("HGMMA")
+                   for at, _, op, _ in code)
+
+    # A loop around a loop of wgmma is no tile loop: ptxas puts the slow
+    # path of a vote (__all_sync in waitForCount) after the kernel's exit,
+    # and its branch back makes one "loop" of nearly the whole kernel.
+    loops = [(s, e) for s, e in loops
+             if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e and
+                        has_wgmma(s2, e2) for s2, e2 in loops)]
 
     def skipped(line, loop_start):  # by a forward branch within the loop
         return any(loop_start <= at < line < to for at, to in branches)
@@ -128,7 +161,15 @@ def disassemble(nvdisasm, cubin):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(image)
         f.flush()
-        return subprocess.run([nvdisasm, "-c", f.name], check=True).returncode
+        listing = subprocess.run([nvdisasm, "-c", f.name], check=True,
+                                 capture_output=True, text=True).stdout
+        graph = subprocess.run([nvdisasm, "-bbcfg", "-poff", f.name],
+                               capture_output=True, text=True)
+    sys.stdout.write(listing)
+    if not graph.returncode:
+        for name, address in GRAPH_NODE.findall(graph.stdout):
+            print(f"// label {name} 0x{address}")
+    return 0
 
 
 if __name__ == "__main__":
