@@ -1778,21 +1778,26 @@ __device__ void attentionForwardWgmmaKeys128(const bf16 *q, const bf16 *k,
   const int i0 = (T / 64 - 1 - work.rank) * 64;
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
   const int keyEnd = kCausal ? i0 + 64 : S;
-  // Step j0's copies, both tiles (S is a multiple of 128, so the second
-  // exists even past a causal block's keyEnd): one group.
-  auto loadStep = [&](int j0, int buf) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      sm.k[buf][half].template loadAsync<128>(k + LK::head(h), LK::kRowStride,
-                                              j0 + 64 * half);
-      sm.v[buf][half].template loadAsync<128>(v + LK::head(h), LK::kRowStride,
-                                              j0 + 64 * half);
-    }
+  // The steps' copies walk down k's rows, v's beside them (wg::WalkedRows:
+  // given a step's first row, ptxas worked out each chunk's address again
+  // every step, 64-bit multiplies included). The cursor rests on a step's
+  // second tile.
+  wg::WalkedRows<wg::OperandTile<D>, 128> keys(k + LK::head(h), LK::kRowStride,
+                                               0);
+  const i64 vBytes = keys.twinBytes(k, v);
+  // The step at the cursor's copies, both tiles (S is a multiple of 128,
+  // so the second exists even past a causal block's keyEnd): one group.
+  auto loadStep = [&](int buf) {
+    keys.load(sm.k[buf][0]);
+    keys.loadTwin(sm.v[buf][0], vBytes);
+    keys.step(64);
+    keys.load(sm.k[buf][1]);
+    keys.loadTwin(sm.v[buf][1], vBytes);
     commitCopies();
   };
   // q joins the first step's group.
   sm.q.template loadAsync<128>(q + LQ::head(h), kQ, i0);
-  loadStep(0, 0);
+  loadStep(0);
   float acc[D / 8][4];
   zero(acc);
   OnlineSoftmax rows;
@@ -1800,7 +1805,8 @@ __device__ void attentionForwardWgmmaKeys128(const bf16 *q, const bf16 *k,
   u32 qa[D / 16][4] = {}; // held from the first step on (wgmmaHoldRows)
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 128, buf ^= 1) {
     if (j0 + 128 < keyEnd) {
-      loadStep(j0 + 128, buf ^ 1);
+      keys.step(64);
+      loadStep(buf ^ 1);
       waitCopies<1>(); // this step's copies, not the next one's
     } else {
       waitCopies<0>();
