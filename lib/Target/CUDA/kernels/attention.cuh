@@ -600,24 +600,29 @@ struct OnlineSoftmax {
     // multiply a score and then a subtraction.
     if (diagonal)
       maskFuture<false, N>(s, row, GPTC_NEG_INF);
-    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF;
+    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF; // this thread's
 #pragma unroll
     for (int nt = 0; nt < N; ++nt) {
       tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
       tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
     }
-    for (int o = 1; o <= 2; o <<= 1) {
-      tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
-      tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
-    }
-    // Every row sees key 0 in the first tile: the max is finite from then
-    // on (and the first tile always moves it, from -inf).
-    const float newLo = fmaxf(mLo, tileLo * scaleLog2),
-                newHi = fmaxf(mHi, tileHi * scaleLog2);
-    const bool moved = __ballot_sync(0xffffffffu, newLo > mLo + kSlack ||
-                                                      newHi > mHi + kSlack) != 0;
+    // Whether some row's max moves past the slack: some thread's own
+    // elements do, the 4 threads of a row (a quad) holding the same max.
+    // The rows' maxima over their quads, two rounds of shuffles, are only
+    // needed then: most tiles skip them, and their latency.
+    const bool moved =
+        __ballot_sync(0xffffffffu, tileLo * scaleLog2 > mLo + kSlack ||
+                                       tileHi * scaleLog2 > mHi + kSlack) != 0;
     corrLo = corrHi = 1.0f;
     if (moved) {
+      for (int o = 1; o <= 2; o <<= 1) {
+        tileLo = fmaxf(tileLo, __shfl_xor_sync(0xffffffffu, tileLo, o));
+        tileHi = fmaxf(tileHi, __shfl_xor_sync(0xffffffffu, tileHi, o));
+      }
+      // Every row sees key 0 in the first tile: the max is finite from
+      // then on (and the first tile always moves it, from -inf).
+      const float newLo = fmaxf(mLo, tileLo * scaleLog2),
+                  newHi = fmaxf(mHi, tileHi * scaleLog2);
       corrLo = fastExp2(mLo - newLo);
       corrHi = fastExp2(mHi - newHi);
       mLo = newLo;
