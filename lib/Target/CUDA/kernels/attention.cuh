@@ -582,6 +582,22 @@ struct OnlineSoftmax {
       rescale<D>(acc, corrLo, corrHi);
   }
 
+  /// lo[0] and hi[0] become the maxima of lo[0, 2W) and hi[0, 2W), a
+  /// level of the tree at a time (constant indices at every level: a loop
+  /// over the levels left 16-element arrays in local memory).
+  template <int W, int N>
+  static __device__ __forceinline__ void foldMax(float (&lo)[N],
+                                                 float (&hi)[N]) {
+    if constexpr (W > 0) {
+#pragma unroll
+      for (int i = 0; i < W; ++i) {
+        lo[i] = fmaxf(lo[i], lo[i + W]);
+        hi[i] = fmaxf(hi[i], hi[i + W]);
+      }
+      foldMax<W / 2>(lo, hi);
+    }
+  }
+
   /// tile() in two steps, for a kernel whose acc is still being written
   /// (a product in flight) when s is ready: s becomes the probabilities
   /// and the rows' sums are updated; corrLo and corrHi are what acc must
@@ -600,12 +616,18 @@ struct OnlineSoftmax {
     // multiply a score and then a subtraction.
     if (diagonal)
       maskFuture<false, N>(s, row, GPTC_NEG_INF);
-    float tileLo = GPTC_NEG_INF, tileHi = GPTC_NEG_INF; // this thread's
+    // This thread's maxima, as a tree: they are on the way from the
+    // scores to the exponentials, and a fold one element at a time was a
+    // chain of 16 dependent FMNMX a row (the SASS; ptxas does not
+    // reassociate it). The same maxima.
+    float lo[N], hi[N];
 #pragma unroll
     for (int nt = 0; nt < N; ++nt) {
-      tileLo = fmaxf(tileLo, fmaxf(s[nt][0], s[nt][1]));
-      tileHi = fmaxf(tileHi, fmaxf(s[nt][2], s[nt][3]));
+      lo[nt] = fmaxf(s[nt][0], s[nt][1]);
+      hi[nt] = fmaxf(s[nt][2], s[nt][3]);
     }
+    foldMax<N / 2>(lo, hi);
+    float tileLo = lo[0], tileHi = hi[0];
     // Whether some row's max moves past the slack: some thread's own
     // elements do, the 4 threads of a row (a quad) holding the same max.
     // The rows' maxima over their quads, two rounds of shuffles, are only
