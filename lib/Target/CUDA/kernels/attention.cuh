@@ -2050,6 +2050,21 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
   }
+  // The half's lse terms, read before its products are issued: ptxas
+  // keeps a load below a wgmma wait, and read after it, their shared-memory
+  // latency (and the multiply) lay between Sᵀ landing and its
+  // exponentials. (delta's are read after the wait, under the
+  // exponentials: both before took up to 8 registers more, to 168.) A
+  // thread's columns come in pairs (c, c + 1): each term is one 8-byte
+  // load (the tiles' terms are 16-byte aligned), where ptxas made two.
+  float lseLog2[4][2]; // -lse·log2(e)
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const float2 l = *reinterpret_cast<const float2 *>(tileLse + 32 * half +
+                                                       nt * 8 + 2 * tq);
+    lseLog2[nt][0] = -log2e() * l.x;
+    lseLog2[nt][1] = -log2e() * l.y;
+  }
   float p[4][4], ds[4][4]; // (the products' first steps start them)
   wgmmaFenceKept(p, kRows, ds, vRows);
 #pragma unroll
@@ -2066,30 +2081,25 @@ wgmmaKeysOnQueryHalf(float (&accK)[D / 8][4], float (&accV)[D / 8][4],
     wgmmaFenceOperands(accV);
     wgmmaFenceOperands(accK);
   }
-  // A thread's columns come in pairs (c, c + 1): their row terms are one
-  // 8-byte load each (the tiles' terms are 16-byte aligned), where ptxas
-  // made two.
+  float2 dot[4];
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const int c = 32 * half + nt * 8 + 2 * tq;
-    const float2 l = *reinterpret_cast<const float2 *>(tileLse + c);
+  for (int nt = 0; nt < 4; ++nt)
+    dot[nt] = *reinterpret_cast<const float2 *>(tileDot + 32 * half + nt * 8 +
+                                                2 * tq);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      p[nt][e] =
-          fastExp2(fmaf(p[nt][e], scaleLog2, -log2e() * (e & 1 ? l.y : l.x)));
-  }
+      p[nt][e] = fastExp2(fmaf(p[nt][e], scaleLog2, lseLog2[nt][e & 1]));
   if (diagonal)
     maskFuture<true, 4>(p, warp * 16 + g, 0.0f, 4 * half);
   wgmmaWait<0>();
   wgmmaFenceOperands(ds);
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const int c = 32 * half + nt * 8 + 2 * tq;
-    const float2 d = *reinterpret_cast<const float2 *>(tileDot + c);
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      ds[nt][e] = p[nt][e] * (ds[nt][e] - (e & 1 ? d.y : d.x));
-  }
+      ds[nt][e] = p[nt][e] * (ds[nt][e] - (e & 1 ? dot[nt].y : dot[nt].x));
   withDs(ds);
   // Pᵀ and dSᵀ as A fragments, this half's queries as K.
   u32 pa[2][4], dsa[2][4];
