@@ -313,10 +313,13 @@ def main():
     for line in tuned.splitlines():
         if "GPTC_GEMM_TUNE:" in line:
             lines.append(line.strip())
-            # The totals first, then one line a GEMM whose ways were timed
+            # The totals first, then where the kept algorithms lie in the
+            # heuristic's lists, then one line a GEMM whose ways were timed
             # (every way's ms, the kept one marked).
             if "gemm_tuning" not in summary:
                 summary["gemm_tuning"] = line.strip()
+            elif "places in the heuristic's lists" in line:
+                summary["gemm_places"] = line.strip()
             else:
                 summary.setdefault("gemm_ways", []).append(line.strip())
     # What the default program timed at load (its attention algorithms,

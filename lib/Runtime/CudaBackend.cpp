@@ -160,9 +160,10 @@ constexpr size_t kPartialsBytes = 8u << 20;
 /// GEMM tuning (GPTC_GEMM_TUNE): how many of the heuristic's algorithms
 /// to time. Of 8, the fastest was another than the heuristic's first for
 /// 10 of GPT-2's 16 shapes on an H100 (docs/benchmarks.md, twenty-fourth
-/// session): its order is a weak guide, so 16 are timed, once (the choice
-/// is kept).
-constexpr int kTuneCandidates = 16;
+/// session): its order is a weak guide, so 32 are timed, once (the choice
+/// is kept; a second stderr line says where in the heuristic's lists the
+/// kept ones lie, so a run shows whether the list's tail pays).
+constexpr int kTuneCandidates = 32;
 constexpr size_t kStagingBytes = 64u << 20;   // pinned host ring
 constexpr size_t kChunkBytes = kStagingBytes / 4;
 /// Pinned host memory for downloadLater's copies (a loss is 4 bytes); when
@@ -2122,6 +2123,18 @@ void CudaBackendImpl::tune() {
                "%.3f ms tuned\n",
                kTuneCandidates, byKey.size(), earlier, changed, otherWay,
                otherWays, gemms.size(), first, best);
+  // Where in the heuristic's list each shape's kept algorithm lies.
+  std::map<size_t, int> places;
+  for (const auto &[key, t] : byKey)
+    ++places[t.choice.index];
+  std::string listed;
+  for (const auto &[place, shapes] : places)
+    listed += (listed.empty() ? "" : ", ") + std::to_string(place + 1) +
+              (shapes > 1 ? " (" + std::to_string(shapes) + " shapes)" : "");
+  std::fprintf(stderr,
+               "gptc: GPTC_GEMM_TUNE: the kept algorithms' places in the "
+               "heuristic's lists: %s\n",
+               listed.c_str());
   // Each GEMM whose ways to its epilogue were timed now: every way's best.
   for (const auto &[key, t] : byKey)
     if (!t.timedWays.empty())

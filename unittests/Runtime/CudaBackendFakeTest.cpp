@@ -1486,7 +1486,7 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
   EXPECT_EQ(lastAlgo(), 2);
   // The fake times a whole interval (five runs) at 0.5 ms with the first
   // choice, 0.3 ms with the third: 0.1 and 0.06 ms a GEMM.
-  EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: up to 16 cuBLASLt algorithms "
+  EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: up to 32 cuBLASLt algorithms "
                      "timed for each of "),
             std::string::npos)
       << err;
@@ -1503,6 +1503,11 @@ TEST(CudaBackendFake, GemmTuningKeepsTheFastestAlgorithm) {
                 "tuned",
                 0.1 * gemms, 0.06 * gemms);
   EXPECT_NE(err.find(totals), std::string::npos) << err;
+  // Every shape kept the third of the fake's three candidates.
+  EXPECT_NE(err.find("gptc: GPTC_GEMM_TUNE: the kept algorithms' places in "
+                     "the heuristic's lists: 3 ("),
+            std::string::npos)
+      << err;
 }
 
 /// The function `make` builds with every fallback kernel, loaded on a
@@ -1796,10 +1801,10 @@ TEST(CudaBackendFake, GemmTuningIsTheDefaultAndItsChoiceIsKept) {
   auto gemmCount = hook<int (*)()>("gptcFakeGemmCount");
   const int kDefault = CUBLASLT_EPILOGUE_DEFAULT,
             kBgradA = CUBLASLT_EPILOGUE_BGRADA;
-  const std::string timed = "gptc: GPTC_GEMM_TUNE: up to 16 cuBLASLt "
+  const std::string timed = "gptc: GPTC_GEMM_TUNE: up to 32 cuBLASLt "
                             "algorithms timed for each of 4 GEMM shapes, ";
   const std::string kept =
-      "gptc: GPTC_GEMM_TUNE: up to 16 cuBLASLt algorithms timed for each of 4 "
+      "gptc: GPTC_GEMM_TUNE: up to 32 cuBLASLt algorithms timed for each of 4 "
       "GEMM shapes (4 of them by an earlier run, kept in the cache; "
       "GPTC_GEMM_TUNE=time times them again), ";
   // The weight gradient's way tells the choices apart.
