@@ -303,10 +303,12 @@ if want ncu; then
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The loss gradient's max-first form (the "maxfirst" variant: half the
     # instructions an element of the online form's, which ncu found using
-    # 70% of its issue slots): GPTC_VARIANT takes it for the loss and
-    # every other launch's own kernel.
-    GPTC_VARIANT=maxfirst,own GPTC_CUDA_GRAPH=0 step 60 ncu-loss "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^cross_entropy_with_grad_0_maxfirst$':1 \
+    # 70% of its issue slots) and the layernorm gradient's staged form (the
+    # next row's x and dy copied under this row's work): GPTC_VARIANT takes
+    # them for the loss and the layernorm gradients, and every other
+    # launch's own kernel.
+    GPTC_VARIANT=maxfirst,staged,own GPTC_CUDA_GRAPH=0 step 60 ncu-loss "$ncu_bin" --target-processes all \
+      --kernel-id ::regex:'^(cross_entropy_with_grad_0_maxfirst|fused_layernorm_grad_1_staged)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The warpgroup-MMA forward with its softmax under the output product

@@ -891,6 +891,15 @@ EMU_UNCHECKED inline void copyAsync16(u32 a, const void *g) {
   emu::race::access(aligned16(a), 16, true, /*async=*/true);
   std::memcpy(sharedPointer(a), g, 16);
 }
+EMU_UNCHECKED inline void copyAsync8(u32 a, const void *g) {
+  char *p = sharedPointer(a);
+  if (reinterpret_cast<unsigned long long>(p) % 8) {
+    std::fprintf(stderr, "misaligned 8-byte shared access\n");
+    std::abort();
+  }
+  emu::race::access(p, 8, true, /*async=*/true);
+  std::memcpy(p, g, 8);
+}
 inline void commitCopies() { emu::race::commit(); }
 template <int N> inline void waitCopies() { emu::race::waitFor(N); }
 

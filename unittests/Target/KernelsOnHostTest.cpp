@@ -947,7 +947,6 @@ TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
   }
 }
 
-
 // The layernorm kernels in each row layout: C = 36 (chunks of 4, some lanes
 // idle), 132 (two chunks a lane, the second partial) and 37 (single
 // elements). 300 rows: 38 blocks of the backward, so the dgamma/dbeta sums
@@ -957,73 +956,140 @@ TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
 // constant along the row ([3, 100, 1]); the epilogue adds the float32
 // residual gradient and writes it as float32 and bf16, and sums it over
 // the rows (an output projection's bias gradient: a third column sum).
+// Both gradients also staged (EmitOptions::layernormStaged: each warp's
+// next row of x and dy copied into shared memory under this row's work),
+// where rows are in chunks of 4; at C = 37 the option leaves the kernels
+// as they are. (At 300 rows a warp has one: the next test gives warps
+// several.)
 TEST(TemplateKernelsOnHost, LayernormKernelsInEveryRowLayout) {
   const DType f32 = DType::F32, bf16 = DType::BF16;
-  for (int64_t C : {36, 132, 37}) {
-    SCOPED_TRACE("C = " + std::to_string(C));
-    const Shape shape = {3, 100, C};
+  for (bool staged : {false, true})
+    for (int64_t C : {36, 132, 37}) {
+      SCOPED_TRACE("C = " + std::to_string(C) + (staged ? ", staged" : ""));
+      const Shape shape = {3, 100, C};
+      Builder b;
+      int x = b.buf(f32, shape), gamma = b.buf(f32, {C}),
+          beta = b.buf(f32, {C}), dy = b.buf(bf16, shape);
+      int ln = b.buf(f32, shape);
+      b.launch("layernorm", {x, gamma, beta}, {ln}).floats["epsilon"] = 1e-5;
+      int dx = b.buf(f32, shape), dgamma = b.buf(f32, {C}),
+          dbeta = b.buf(f32, {C});
+      b.launch("layernorm_grad", {x, gamma, dy}, {dx, dgamma, dbeta})
+          .floats["epsilon"] = 1e-5;
+      // (x + a) · s: a [100, C] bf16, s [3, 100, 1].
+      int a = b.buf(bf16, {100, C}), sc = b.buf(f32, {3, 100, 1});
+      int fln = b.buf(f32, shape), fsum = b.buf(bf16, shape);
+      exec::ScalarProgram pro;
+      pro.numArgs = 3;
+      pro.code.push_back({exec::Opcode::Add, 3, 0, 1, 0});
+      pro.code.push_back({exec::Opcode::Mul, 4, 3, 2, 0});
+      pro.numRegisters = 5;
+      pro.results = {4, 3};
+      auto &fl =
+          b.launch("fused_layernorm", {x, a, sc, gamma, beta}, {fln, fsum});
+      fl.floats["epsilon"] = 1e-5;
+      fl.body = pro;
+      // dx + r, as float32, as bf16 and summed over the rows.
+      int r = b.buf(f32, shape), fdg = b.buf(f32, {C}), fdb = b.buf(f32, {C}),
+          fres = b.buf(f32, shape), fres16 = b.buf(bf16, shape),
+          fbias = b.buf(f32, {C});
+      exec::ScalarProgram epi;
+      epi.numArgs = 2;
+      epi.code.push_back({exec::Opcode::Add, 2, 1, 0, 0});
+      epi.numRegisters = 3;
+      epi.results = {2, 2, 2};
+      auto &flg = b.launch("fused_layernorm_grad", {x, gamma, dy, r},
+                           {fdg, fdb, fres, fres16, fbias});
+      flg.floats["epsilon"] = 1e-5;
+      flg.body = epi;
+      cuda::EmitOptions opts;
+      opts.layernormStaged = staged;
+      HostKernels kernels(emitForHost(b.p, HostTarget::Sm80, opts));
+      ASSERT_TRUE(kernels.ok()) << kernels.error;
+      EXPECT_EQ(b.p.functions[0].launches[1].grid[0], 38u); // 3 groups
+      for (int k : {1, 3}) { // the gradients: staged where asked and C % 4 == 0
+        const rt::Launch &l = b.p.functions[0].launches[size_t(k)];
+        EXPECT_EQ(b.p.kernels[size_t(l.deviceKernel)].source.find(", true>(") !=
+                      std::string::npos,
+                  staged && C % 4 == 0)
+            << l.kernel;
+      }
+      std::vector<exec::HostTensor> data = runOnRandomData(b.p, kernels, 7);
+
+      const float tol = 2e-5f;
+      expectLayernormAndGrad(data, x, gamma, beta, dy, ln, dx, dgamma, dbeta,
+                             1e-4f);
+      std::vector<exec::HostTensor> fw =
+          exec::fusedLayernorm(pro, {&data[x], &data[a], &data[sc]},
+                               data[gamma], data[beta], shape, 1e-5f);
+      expectNear(fw[0], data[fln].f32, tol, "fused_layernorm");
+      for (float &v : fw[1].f32)
+        v = exec::roundToBF16(v);
+      expectSame(fw[1], data[fsum].f32, "fused_layernorm's bf16 sum");
+      std::vector<exec::HostTensor> lnb =
+          exec::fusedLayernormGrad(epi, data[x], data[gamma], data[dy],
+                                   {&data[r]}, {shape, shape, {C}}, 1e-5f);
+      expectNear(lnb[0], data[fdg].f32, 1e-4f, "fused_layernorm_grad dgamma");
+      expectNear(lnb[1], data[fdb].f32, 1e-4f, "fused_layernorm_grad dbeta");
+      expectNear(lnb[2], data[fres].f32, tol, "fused_layernorm_grad dx + r");
+      expectNear(lnb[3], data[fres16].f32, 8e-3f,
+                 "fused_layernorm_grad dx + r as bf16");
+      expectNear(lnb[4], data[fbias].f32, 1e-4f,
+                 "fused_layernorm_grad's column sums of dx + r");
+    }
+}
+
+// The staged layernorm gradients where warps take several rows, so that
+// each row after a warp's first comes from its stage: 2,200 rows of 132
+// (two chunks a lane, the second partial), 256 blocks of 8 warps, 152 of
+// them with two rows. dy bf16 (8-byte copies, kept as loaded) and float32
+// (16-byte copies, read from the stage in the first pass).
+TEST(TemplateKernelsOnHost, StagedLayernormGradientsWalkTheirRows) {
+  const DType f32 = DType::F32;
+  for (DType dyType : {DType::BF16, f32}) {
+    SCOPED_TRACE(dyType == f32 ? "float32 dy" : "bf16 dy");
+    const int64_t C = 132;
+    const Shape shape = {2, 1100, C};
     Builder b;
-    int x = b.buf(f32, shape), gamma = b.buf(f32, {C}), beta = b.buf(f32, {C}),
-        dy = b.buf(bf16, shape);
-    int ln = b.buf(f32, shape);
-    b.launch("layernorm", {x, gamma, beta}, {ln}).floats["epsilon"] = 1e-5;
+    int x = b.buf(f32, shape), gamma = b.buf(f32, {C}),
+        dy = b.buf(dyType, shape);
     int dx = b.buf(f32, shape), dgamma = b.buf(f32, {C}),
         dbeta = b.buf(f32, {C});
     b.launch("layernorm_grad", {x, gamma, dy}, {dx, dgamma, dbeta})
         .floats["epsilon"] = 1e-5;
-    // (x + a) · s: a [100, C] bf16, s [3, 100, 1].
-    int a = b.buf(bf16, {100, C}), sc = b.buf(f32, {3, 100, 1});
-    int fln = b.buf(f32, shape), fsum = b.buf(bf16, shape);
-    exec::ScalarProgram pro;
-    pro.numArgs = 3;
-    pro.code.push_back({exec::Opcode::Add, 3, 0, 1, 0});
-    pro.code.push_back({exec::Opcode::Mul, 4, 3, 2, 0});
-    pro.numRegisters = 5;
-    pro.results = {4, 3};
-    auto &fl = b.launch("fused_layernorm", {x, a, sc, gamma, beta}, {fln, fsum});
-    fl.floats["epsilon"] = 1e-5;
-    fl.body = pro;
-    // dx + r, as float32, as bf16 and summed over the rows.
     int r = b.buf(f32, shape), fdg = b.buf(f32, {C}), fdb = b.buf(f32, {C}),
-        fres = b.buf(f32, shape), fres16 = b.buf(bf16, shape),
-        fbias = b.buf(f32, {C});
-    exec::ScalarProgram epi;
+        fres = b.buf(f32, shape);
+    exec::ScalarProgram epi; // dx + r
     epi.numArgs = 2;
     epi.code.push_back({exec::Opcode::Add, 2, 1, 0, 0});
     epi.numRegisters = 3;
-    epi.results = {2, 2, 2};
-    auto &flg = b.launch("fused_layernorm_grad", {x, gamma, dy, r},
-                         {fdg, fdb, fres, fres16, fbias});
+    epi.results = {2};
+    auto &flg =
+        b.launch("fused_layernorm_grad", {x, gamma, dy, r}, {fdg, fdb, fres});
     flg.floats["epsilon"] = 1e-5;
     flg.body = epi;
-    HostKernels kernels(emitForHost(b.p));
+    cuda::EmitOptions opts;
+    opts.layernormStaged = true;
+    HostKernels kernels(emitForHost(b.p, HostTarget::Sm80, opts));
     ASSERT_TRUE(kernels.ok()) << kernels.error;
-    EXPECT_EQ(b.p.functions[0].launches[1].grid[0], 38u); // 3 groups
-    std::vector<exec::HostTensor> data = runOnRandomData(b.p, kernels, 7);
-
-    const float tol = 2e-5f;
-    expectLayernormAndGrad(data, x, gamma, beta, dy, ln, dx, dgamma, dbeta,
-                           1e-4f);
-    std::vector<exec::HostTensor> fw = exec::fusedLayernorm(
-        pro, {&data[x], &data[a], &data[sc]}, data[gamma], data[beta], shape,
-        1e-5f);
-    expectNear(fw[0], data[fln].f32, tol, "fused_layernorm");
-    for (float &v : fw[1].f32)
-      v = exec::roundToBF16(v);
-    expectSame(fw[1], data[fsum].f32, "fused_layernorm's bf16 sum");
+    for (const rt::Launch &l : b.p.functions[0].launches) {
+      EXPECT_EQ(l.grid[0], 256u);
+      EXPECT_NE(b.p.kernels[size_t(l.deviceKernel)].source.find(", true>("),
+                std::string::npos);
+    }
+    std::vector<exec::HostTensor> data = runOnRandomData(b.p, kernels, 11);
+    std::vector<exec::HostTensor> lg =
+        exec::layernormGrad(data[x], data[gamma], data[dy], 1e-5f);
+    expectNear(lg[0], data[dx].f32, 2e-5f, "layernorm_grad dx");
+    expectNear(lg[1], data[dgamma].f32, 1e-4f, "layernorm_grad dgamma");
+    expectNear(lg[2], data[dbeta].f32, 1e-4f, "layernorm_grad dbeta");
     std::vector<exec::HostTensor> lnb = exec::fusedLayernormGrad(
-        epi, data[x], data[gamma], data[dy], {&data[r]}, {shape, shape, {C}},
-        1e-5f);
+        epi, data[x], data[gamma], data[dy], {&data[r]}, {shape}, 1e-5f);
     expectNear(lnb[0], data[fdg].f32, 1e-4f, "fused_layernorm_grad dgamma");
     expectNear(lnb[1], data[fdb].f32, 1e-4f, "fused_layernorm_grad dbeta");
-    expectNear(lnb[2], data[fres].f32, tol, "fused_layernorm_grad dx + r");
-    expectNear(lnb[3], data[fres16].f32, 8e-3f,
-               "fused_layernorm_grad dx + r as bf16");
-    expectNear(lnb[4], data[fbias].f32, 1e-4f,
-               "fused_layernorm_grad's column sums of dx + r");
+    expectNear(lnb[2], data[fres].f32, 2e-5f, "fused_layernorm_grad dx + r");
   }
 }
-
 
 namespace {
 

@@ -207,7 +207,8 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 // with a forward and a backward variant, the last two with a backward one,
 // the first
 // also with the loss gradient's max-first form (emitCUDA's twin of every
-// bf16 cross_entropy_with_grad).
+// bf16 cross_entropy_with_grad) and the layernorm gradients' staged form
+// (emitCUDA's twin of each on sm_90a).
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
   rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
   cuda::EmitOptions opts;
@@ -228,8 +229,8 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBacke
       said += label + "; ";
     SCOPED_TRACE(said);
     // (7 forward variants, 9 backward; the loss gradient's one, maxfirst,
-    // with the first)
-    EXPECT_EQ(labels.size(), v == 0  ? 3u
+    // and the layernorm gradients' one, staged, with the first)
+    EXPECT_EQ(labels.size(), v == 0  ? 4u
                              : v < 7 ? 2u
                                      : 1u)
         << "a forward and a backward variant, the last two a backward alone";

@@ -8,6 +8,7 @@
 
 #include "Emitter.h"
 #include "gptc/Runtime/NVRTC.h"
+#include "gptc/Target/CUDA/CompileKernels.h"
 
 #include <algorithm>
 #include <cctype>
@@ -329,7 +330,7 @@ std::string emitLaunch(const rt::Program &p, Launch &launch,
 namespace {
 void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
              const char *label, const char *ownLabel, const char *change,
-             std::map<std::string, int> &bySource);
+             std::map<std::string, int> &bySource, bool sameSharedBytes = true);
 } // namespace
 
 void emitCUDA(rt::Program &p, const std::string &arch,
@@ -400,6 +401,25 @@ void emitCUDA(rt::Program &p, const std::string &arch,
           addTwin(p, l, maxFirst, kMaxFirstLabel, kOnlineLabel,
                   "in its max-first form", twins);
   }
+  // The layernorm gradients' staged form (the next row's copies under this
+  // row's work, in more shared memory), timed at load against the own
+  // kernel, where two blocks an SM still fit: on GPUs whose SM holds two
+  // of the largest stage (sm_90's 228 KB; not sm_80's 164).
+  if (!opts.layernormStaged &&
+      residentBlocks(arch, 256, 0, int(kLayernormGradStagedSharedBytes)) >= 2) {
+    EmitOptions staged = opts;
+    staged.layernormStaged = true;
+    std::map<std::string, int> twins;
+    for (rt::Function &f : p.functions)
+      for (Launch &l : f.launches)
+        if ((l.kernel == "layernorm_grad" ||
+             l.kernel == "fused_layernorm_grad") &&
+            l.deviceKernel >= 0) {
+          // (None where the stage does not fit: the same source.)
+          addTwin(p, l, staged, kStagedLabel, "own", "staged", twins,
+                  /*sameSharedBytes=*/false);
+        }
+  }
   addGemmFallbackKernels(p);
 }
 
@@ -411,7 +431,8 @@ bool isLayernormKernel(const std::string &kind) {
 namespace {
 
 /// Adds to l a twin of its own kernel emitted with `options` (which only
-/// change its launch bounds), as a variant labelled `label`; the own
+/// change its launch bounds, or with !sameSharedBytes its dynamic shared
+/// memory too), as a variant labelled `label`; the own
 /// kernel is labelled `ownLabel` where it had none. The twin's kernel is
 /// appended (named own + "_" + label), or shared with an earlier launch's
 /// of the same source (`bySource`). Nothing where the source comes out the
@@ -419,7 +440,7 @@ namespace {
 /// the launch's geometry moved.
 void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
              const char *label, const char *ownLabel, const char *change,
-             std::map<std::string, int> &bySource) {
+             std::map<std::string, int> &bySource, bool sameSharedBytes) {
   const int own = l.deviceKernel;
   Launch copy = l;
   Emitter emitter(p, copy, options);
@@ -430,7 +451,7 @@ void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
     return;
   if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
       !std::equal(copy.block, copy.block + 3, l.block) ||
-      copy.sharedBytes != l.sharedBytes)
+      (sameSharedBytes && copy.sharedBytes != l.sharedBytes))
     throw EmitError("internal error: " + l.kernel + " launches differently " +
                     change);
   auto [it, added] =
@@ -442,7 +463,7 @@ void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
       "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
   if (l.variant.empty())
     l.variant = ownLabel;
-  rt::LaunchVariant v = rt::ownVariant(l);
+  rt::LaunchVariant v = rt::ownVariant(copy); // (its shared memory)
   v.label = label;
   v.deviceKernel = it->second;
   l.variants.push_back(v);

@@ -144,7 +144,8 @@ void Emitter::emitFusedLayernormGrad() {
   begin(entry, layernormGradLaunch(rows, C, 2 + columnSums),
         layernormGradBlocks());
   os << "  layernormBackwardWith<" << C << ", " << i64Literal(rows) << ", "
-     << kLayernormGradGroup << ">(in0, in1, in2, Epilogue{";
+     << kLayernormGradGroup << layernormGradStaging(C)
+     << ">(in0, in1, in2, Epilogue{";
   for (size_t a = 0; a < nIn; ++a)
     os << (a ? ", " : "") << "in" << 3 + a;
   for (size_t r = 2; r < l.outputs.size(); ++r)

@@ -106,13 +106,30 @@ int Emitter::layernormGradLaunch(int64_t rows, int64_t C, int64_t sums) {
   return int(32 * warps);
 }
 
+std::string Emitter::layernormGradStaging(int64_t C) {
+  if (!opts.layernormStaged)
+    return "";
+  const int64_t stage =
+      ceilDiv(C * (rt::dtypeBytes(in(0).dtype) + rt::dtypeBytes(in(2).dtype)),
+              16) *
+      16;
+  const int64_t bytes = l.sharedBytes + l.block[0] / 32 * stage;
+  // (Rows not in chunks of 4, or a stage past two blocks an SM: unstaged,
+  // the same source as without the option, so no twin.)
+  if (layernormChunk(C) != 4 || bytes > kLayernormGradStagedSharedBytes)
+    return "";
+  l.sharedBytes = uint32_t(bytes);
+  return ", true";
+}
+
 void Emitter::emitLayernormGrad() {
   expectArity(3, 3);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
   headers.insert("layernorm.cuh");
   begin(entry, layernormGradLaunch(rows, C, 2), layernormGradBlocks());
   os << "  layernormBackward<" << C << ", " << i64Literal(rows) << ", "
-     << kLayernormGradGroup << ">(in0, in1, in2, out0, out1, out2, "
+     << kLayernormGradGroup << layernormGradStaging(C)
+     << ">(in0, in1, in2, out0, out1, out2, "
      << floatLiteral(floatAttr("epsilon", 1e-5))
      << ", gptcPartials, gptcGroupPartials, gptcCounters);\n}\n";
 }

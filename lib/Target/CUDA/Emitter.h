@@ -104,9 +104,14 @@ struct MultiTensorLayout; // EmitMultiTensor.cpp
 /// were slower than 256 on an H100). Each warp's sums take 8·C bytes of
 /// shared memory (12·C with an epilogue's bias gradient); a block takes at
 /// most kLayernormGradSharedBytes, so that two fit in an H100's SM.
+/// The staged form (EmitOptions::layernormStaged) adds a stage of a row of
+/// x and one of dy a warp, and is emitted where the whole takes at most
+/// kLayernormGradStagedSharedBytes: two blocks an SM of an H100's 228 KB,
+/// 1 KB of each reserved (GPT-2: 8 warps of 9,216 + 4,608 bytes, 110,592).
 constexpr int64_t kLayernormGradBlocks = 256, kLayernormGradMinBlocks = 2,
                   kLayernormGradGroup = 16,
-                  kLayernormGradSharedBytes = 96 * 1024;
+                  kLayernormGradSharedBytes = 96 * 1024,
+                  kLayernormGradStagedSharedBytes = 113 * 1024;
 
 /// reduce_sum gives each thread a whole result where results have at most
 /// this many terms (and there are many: EmitTemplates.cpp).
@@ -141,6 +146,12 @@ private:
   /// partials of `sums` column sums (dgamma, dbeta, an epilogue's) and
   /// arrival counters; the block's threads.
   int layernormGradLaunch(int64_t rows, int64_t C, int64_t sums);
+  /// ", true" (EmitOptions::layernormStaged, rows in chunks of 4, and the
+  /// stage within kLayernormGradStagedSharedBytes): the layernorm
+  /// gradient's kStaged argument, its launch's (layernormGradLaunch) shared
+  /// memory then grown by the stage (x's row and dy's: inputs 0 and 2);
+  /// else "".
+  std::string layernormGradStaging(int64_t C);
   /// The blocks an SM a layernorm gradient declares: kLayernormGradMinBlocks,
   /// or a denser twin's (EmitOptions::layernormBlocks).
   int layernormGradBlocks() const {

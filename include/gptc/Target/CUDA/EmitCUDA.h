@@ -168,6 +168,14 @@ struct EmitOptions {
   /// kernel (the online form) labelled kOnlineLabel; set here, it is the
   /// own kernel.
   bool maxFirstCrossEntropy = false;
+  /// The layernorm gradients (fused or not) stage each warp's next row of
+  /// x and dy in shared memory with cp.async while the warp finishes this
+  /// one (kernels/layernorm.cuh, kStaged), with that much more dynamic
+  /// shared memory. emitCUDA gives every such launch this form as a
+  /// variant labelled kStagedLabel where it fits 2 blocks an SM
+  /// (kLayernormGradStagedSharedBytes) and rows come in chunks of 4; set
+  /// here, it is the own kernel there (elsewhere the unstaged one).
+  bool layernormStaged = false;
 };
 
 /// The bf16 attention algorithms of one direction by their flag values,
@@ -241,6 +249,9 @@ inline constexpr const char *kOnlineLabel = "online";
 
 /// The label of the variant addDenserVariants adds.
 inline constexpr const char *kDenserLabel = "denser";
+
+/// The label of the layernorm gradients' staged form (layernormStaged).
+inline constexpr const char *kStagedLabel = "staged";
 
 /// Whether a launch of `kind` is one of the layernorm kernels (a row a
 /// warp, bound by DRAM latency at their occupancy): addDenserVariants'.

@@ -155,22 +155,59 @@ template <typename T> struct StoreDx {
 ///   dx = rstd · (d - mean(d) - xhat · mean(d·xhat)),
 ///   dgamma = Σ_rows dy·xhat, dbeta = Σ_rows dy.
 /// Dynamic shared memory: blockDim.x / 32 · S·C floats, S = 2 + the
-/// epilogue's column sums. `partials` holds gridDim.x · S·C floats,
+/// epilogue's column sums (kStaged: and kLayernormStageBytes a warp after
+/// them). `partials` holds gridDim.x · S·C floats,
 /// `groupPartials` ceil(gridDim.x / kGroup) · S·C, `counters`
 /// ceil(gridDim.x / kGroup) + 1 zeroed unsigneds.
-template <int C, i64 kRows, int kGroup, typename TX, typename TG, typename TD,
-          typename TDX, typename TDG, typename TDB>
+template <int C, i64 kRows, int kGroup, bool kStaged = false, typename TX,
+          typename TG, typename TD, typename TDX, typename TDG, typename TDB>
 __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
                                   TDX *dx, TDG *dgamma, TDB *dbeta, float eps,
                                   float *partials, float *groupPartials,
                                   unsigned *counters);
 
+/// A row's chunk of 4 elements that this lane copied into shared memory
+/// (layernormBackwardWith's stage), as floats.
+template <typename T>
+__device__ __forceinline__ void loadStagedChunk(const T *p, float (&v)[4]) {
+  if constexpr (sizeof(T) == 4)
+    loadShared4(reinterpret_cast<const float *>(p), v);
+  else
+    unpack4<T>(*reinterpret_cast<const uint2 *>(p), v);
+}
+
+/// Starts the copy of a chunk of 4 elements (8 or 16 bytes) into shared
+/// memory.
+template <typename T>
+__device__ __forceinline__ void copyChunkAsync(T *to, const T *from) {
+  if constexpr (sizeof(T) == 4)
+    copyAsync16(sharedAddress(to), from);
+  else
+    copyAsync8(sharedAddress(to), from);
+}
+
+/// Bytes of layernormBackwardWith's stage a warp (kStaged): a row of x and
+/// one of dy, 16-byte aligned.
+template <int C, typename TX, typename TD>
+constexpr int kLayernormStageBytes = (C * int(sizeof(TX) + sizeof(TD)) + 15) /
+                                     16 * 16;
+
 /// layernormBackward with dx handed to `store(i, chunk, sums)` rather than
 /// written: gpt.fused_layernorm_grad's generated epilogue (struct Epilogue)
 /// computes its body from it, writes the body's values and adds the ones
 /// it sums into `sums`.
-template <int C, i64 kRows, int kGroup, typename Store, typename TX,
-          typename TG, typename TD, typename TDG, typename TDB>
+///
+/// kStaged (C a multiple of 4, x and dy of 2 or 4 bytes): each warp copies
+/// its next row's x and dy into a stage of its own in the dynamic shared
+/// memory, after the warp's sums (kLayernormStageBytes a warp), with
+/// cp.async, once this row's first pass has read them: the next row's
+/// round trip then runs under this row's second pass (the epilogue's own
+/// loads among it), where a warp a row otherwise waited for two round
+/// trips a row, one after another (ncu, thirtieth session: two thirds of
+/// its warps' cycles waiting on a load, DRAM 67% busy). Each lane reads
+/// back only the chunks it copied: no barrier.
+template <int C, i64 kRows, int kGroup, bool kStaged = false, typename Store,
+          typename TX, typename TG, typename TD, typename TDG, typename TDB>
 __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
                                       const TD *dy, const Store &store,
                                       TDG *dgamma, TDB *dbeta, float eps,
@@ -204,19 +241,62 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
   // (nvdisasm: GPT-2's fused layernorm gradient, still 128 registers, no
   // spill; ncu on an H200 had its warps waiting on loads two thirds of
   // their cycles, thirtieth session).
+  // (Staged, 2-byte dy is read from the stage with x and kept the same
+  // way: its second read, from global memory after the stage is taken by
+  // the next row, made ptxas issue the second pass's loads a chunk at a
+  // time at 128 registers.)
   constexpr bool kDyFirst = sizeof(TD) == 2 && kW == 4;
-  for (i64 row = i64(blockIdx.x) * warps + warp; row < kRows;
-       row += i64(gridDim.x) * warps) {
+  static_assert(!kStaged || (kW == 4 && (sizeof(TX) == 2 || sizeof(TX) == 4) &&
+                             (sizeof(TD) == 2 || sizeof(TD) == 4)),
+                "staged rows: chunks of 4 elements of 2 or 4 bytes");
+  // (Unused unless kStaged.)
+  char *stage = reinterpret_cast<char *>(warpSums + warps * kSums * C) +
+                warp * kLayernormStageBytes<C, TX, TD>;
+  TX *stageX = reinterpret_cast<TX *>(stage);
+  TD *stageDy = reinterpret_cast<TD *>(stage + C * sizeof(TX));
+  auto stageRow = [&](i64 r) {
+#pragma unroll
+    for (int j = 0; j < L::kChunks; ++j) {
+      const int c = L::column(j, lane);
+      if (c < C) {
+        copyChunkAsync(stageX + c, x + r * C + c);
+        copyChunkAsync(stageDy + c, dy + r * C + c);
+      }
+    }
+    commitCopies();
+  };
+  const i64 firstRow = i64(blockIdx.x) * warps + warp;
+  const i64 rowStride = i64(gridDim.x) * warps;
+  if constexpr (kStaged)
+    if (firstRow < kRows)
+      stageRow(firstRow);
+  for (i64 row = firstRow; row < kRows; row += rowStride) {
     const TD *dyRow = dy + row * C;
     [[maybe_unused]] uint2 dyChunks[kDyFirst ? L::kChunks : 1];
+    if constexpr (kStaged)
+      waitCopies<0>(); // this row's copies, the only ones in flight
     if constexpr (kDyFirst) {
 #pragma unroll
       for (int j = 0; j < L::kChunks; ++j)
         if (L::column(j, lane) < C)
-          dyChunks[j] = loadPacked4(dyRow + L::column(j, lane));
+          dyChunks[j] = kStaged ? *reinterpret_cast<const uint2 *>(
+                                      stageDy + L::column(j, lane))
+                                : loadPacked4(dyRow + L::column(j, lane));
     }
     RowChunks<C> v;
-    loadRow<C>(x + row * C, v);
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int j = 0; j < L::kChunks; ++j) {
+        const int c = L::column(j, lane);
+        if (c < C)
+          loadStagedChunk(stageX + c, v[j]);
+        else
+          for (int e = 0; e < kW; ++e)
+            v[j][e] = 0.0f;
+      }
+    } else {
+      loadRow<C>(x + row * C, v);
+    }
     float mean, rstd;
     rowStats<C>(v, eps, mean, rstd);
     float sumD = 0.0f, sumDX = 0.0f;
@@ -228,6 +308,8 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
       float g[kW], gm[kW], sg[kW], sb[kW];
       if constexpr (kDyFirst)
         unpack4<TD>(dyChunks[j], g);
+      else if constexpr (kStaged)
+        loadStagedChunk(stageDy + c, g);
       else
         loadW<kW>(dyRow + c, g);
       loadW<kW>(gamma + c, gm);
@@ -244,6 +326,11 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
       storeSharedW<kW>(sums + c, sg);
       storeSharedW<kW>(sums + C + c, sb);
     }
+    // The stage's values are in registers now (v, and the sums above):
+    // the next row's copies may take its place.
+    if constexpr (kStaged)
+      if (row + rowStride < kRows)
+        stageRow(row + rowStride);
     float meanD = warpSum(sumD) / float(C), meanDX = warpSum(sumDX) / float(C);
 #pragma unroll
     for (int j = 0; j < L::kChunks; ++j) {
@@ -251,7 +338,10 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
       if (c >= C)
         continue;
       float g[kW], gm[kW], out[kW];
-      loadW<kW>(dyRow + c, g);
+      if constexpr (kDyFirst && kStaged) // (the stage holds the next row's)
+        unpack4<TD>(dyChunks[j], g);
+      else // (2-byte dy: ptxas takes the values loaded first)
+        loadW<kW>(dyRow + c, g);
       loadW<kW>(gamma + c, gm);
       for (int e = 0; e < kW; ++e)
         out[e] = rstd * (g[e] * gm[e] - meanD - v[j][e] * meanDX);
@@ -298,13 +388,13 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
                          });
 }
 
-template <int C, i64 kRows, int kGroup, typename TX, typename TG, typename TD,
-          typename TDX, typename TDG, typename TDB>
+template <int C, i64 kRows, int kGroup, bool kStaged, typename TX, typename TG,
+          typename TD, typename TDX, typename TDG, typename TDB>
 __device__ void layernormBackward(const TX *x, const TG *gamma, const TD *dy,
                                   TDX *dx, TDG *dgamma, TDB *dbeta, float eps,
                                   float *partials, float *groupPartials,
                                   unsigned *counters) {
-  layernormBackwardWith<C, kRows, kGroup>(x, gamma, dy, StoreDx<TDX>{dx},
-                                          dgamma, dbeta, eps, partials,
-                                          groupPartials, counters);
+  layernormBackwardWith<C, kRows, kGroup, kStaged>(
+      x, gamma, dy, StoreDx<TDX>{dx}, dgamma, dbeta, eps, partials,
+      groupPartials, counters);
 }

@@ -299,6 +299,13 @@ __device__ __forceinline__ void copyAsync16(u32 address, const void *global) {
                "l"(global)
                : "memory");
 }
+/// 8 bytes the same way (cp.async.ca: L1-allocating, as PTX requires of a
+/// copy under 16 bytes); `address` 8-byte aligned.
+__device__ __forceinline__ void copyAsync8(u32 address, const void *global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(address),
+               "l"(global)
+               : "memory");
+}
 __device__ __forceinline__ void commitCopies() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
