@@ -209,9 +209,23 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
 }
 
 namespace {
-/// A launch with no variant but, for the bf16 loss gradient, its
-/// max-first form (emitCUDA's twin: the own kernel labelled "online").
-void expectOnlyLossGradientVariant(const rt::Launch &l) {
+/// A launch with no variant but emitCUDA's twins: for the bf16 loss
+/// gradient its max-first form (the own kernel labelled "online"), and
+/// where `staged` (sm_90a) for a layernorm gradient its staged form (the
+/// own kernel labelled "own"), launched alike in more shared memory.
+void expectOnlyTwinVariants(const rt::Launch &l, bool staged) {
+  if (staged &&
+      (l.kernel == "layernorm_grad" || l.kernel == "fused_layernorm_grad")) {
+    ASSERT_EQ(l.variants.size(), 1u);
+    EXPECT_EQ(l.variant, "own");
+    EXPECT_EQ(l.variants[0].label, cuda::kStagedLabel);
+    EXPECT_GT(l.variants[0].sharedBytes, l.sharedBytes);
+    for (int d = 0; d < 3; ++d) {
+      EXPECT_EQ(l.variants[0].grid[d], l.grid[d]);
+      EXPECT_EQ(l.variants[0].block[d], l.block[d]);
+    }
+    return;
+  }
   if (l.kernel != "cross_entropy_with_grad") {
     EXPECT_TRUE(l.variants.empty());
     EXPECT_EQ(l.variant, "");
@@ -273,7 +287,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       const bool backward = l.kernel == "flash_attention_grad" ||
                             l.kernel == "flash_attention_qkv_grad";
       if (!forward && !backward) {
-        expectOnlyLossGradientVariant(l);
+        expectOnlyTwinVariants(l, hopper);
         continue;
       }
       ++attention;
@@ -321,11 +335,12 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   rt::Program p = gpt2Launches(DType::BF16);
   cuda::emitCUDA(p, "sm_90a", autoForward);
   for (const rt::Launch &l : p.functions[0].launches)
-    EXPECT_EQ(l.variants.size(),
-              l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv"
-                  ? 7u
-              : l.kernel == "cross_entropy_with_grad" ? 1u
-                                                      : 0u)
+    EXPECT_EQ(
+        l.variants.size(),
+        l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv" ? 7u
+        : l.kernel == "cross_entropy_with_grad" || l.kernel == "layernorm_grad"
+            ? 1u
+            : 0u)
         << l.kernel;
   // --attention-backward=deterministic (sm_90a's default): the backwards
   // without float atomics alone, split, wgmma-split and wgmma-split-ss
@@ -341,7 +356,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (l.kernel != "flash_attention_grad" &&
           l.kernel != "flash_attention_qkv_grad") {
         SCOPED_TRACE(l.kernel);
-        expectOnlyLossGradientVariant(l);
+        expectOnlyTwinVariants(l, arch == "sm_90a");
         continue;
       }
       std::vector<std::string> labels;
@@ -360,8 +375,13 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   rt::Program f32 = gpt2Launches(DType::F32);
   cuda::emitCUDA(f32, "sm_90a", autoBoth);
   for (const rt::Launch &l : f32.functions[0].launches) {
-    EXPECT_TRUE(l.variants.empty()) << l.kernel;
-    EXPECT_EQ(l.variant, "") << l.kernel;
+    SCOPED_TRACE(l.kernel);
+    if (l.kernel == "cross_entropy_with_grad") { // (float32's: one form)
+      EXPECT_TRUE(l.variants.empty());
+      EXPECT_EQ(l.variant, "");
+    } else {
+      expectOnlyTwinVariants(l, true);
+    }
   }
 }
 
@@ -415,6 +435,8 @@ TEST(EmitCUDA, ASpilledKernelGetsItsUncappedTwinAsAVariant) {
       EXPECT_EQ(l.variant, algorithms ? "split"
                            : l.kernel == "cross_entropy_with_grad"
                                ? cuda::kOnlineLabel
+                           : l.kernel == "layernorm_grad" // (staged twin's)
+                               ? "own"
                                : cuda::kCappedLabel);
       cuda::EmitOptions uncapped;
       uncapped.capRegisters = false;
@@ -457,7 +479,7 @@ TEST(EmitCUDA, ASpilledKernelGetsItsUncappedTwinAsAVariant) {
                                       std::vector<bool>(kernels, false)),
             0u);
   for (const rt::Launch &l : p.functions[0].launches)
-    expectOnlyLossGradientVariant(l);
+    expectOnlyTwinVariants(l, true);
 }
 
 namespace {
