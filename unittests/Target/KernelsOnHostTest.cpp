@@ -1043,15 +1043,18 @@ TEST(TemplateKernelsOnHost, LayernormKernelsInEveryRowLayout) {
 // each row after a warp's first comes from its stage: 2,200 rows of 132
 // (two chunks a lane, the second partial), 256 blocks of 8 warps, 152 of
 // them with two rows. dy bf16 (8-byte copies, kept as loaded) and float32
-// (16-byte copies, read from the stage in the first pass).
+// (16-byte copies, read from the stage in the first pass), and bf16 x with
+// float32 dy (x's row of 264 bytes: dy's row starts at the next 16 bytes).
 TEST(TemplateKernelsOnHost, StagedLayernormGradientsWalkTheirRows) {
-  const DType f32 = DType::F32;
-  for (DType dyType : {DType::BF16, f32}) {
-    SCOPED_TRACE(dyType == f32 ? "float32 dy" : "bf16 dy");
+  const DType f32 = DType::F32, bf16 = DType::BF16;
+  for (auto [xType, dyType] :
+       {std::pair{f32, bf16}, std::pair{f32, f32}, std::pair{bf16, f32}}) {
+    SCOPED_TRACE(std::string(xType == f32 ? "float32" : "bf16") + " x, " +
+                 (dyType == f32 ? "float32" : "bf16") + " dy");
     const int64_t C = 132;
     const Shape shape = {2, 1100, C};
     Builder b;
-    int x = b.buf(f32, shape), gamma = b.buf(f32, {C}),
+    int x = b.buf(xType, shape), gamma = b.buf(f32, {C}),
         dy = b.buf(dyType, shape);
     int dx = b.buf(f32, shape), dgamma = b.buf(f32, {C}),
         dbeta = b.buf(f32, {C});

@@ -109,10 +109,12 @@ int Emitter::layernormGradLaunch(int64_t rows, int64_t C, int64_t sums) {
 std::string Emitter::layernormGradStaging(int64_t C) {
   if (!opts.layernormStaged)
     return "";
-  const int64_t stage =
-      ceilDiv(C * (rt::dtypeBytes(in(0).dtype) + rt::dtypeBytes(in(2).dtype)),
-              16) *
-      16;
+  // A row of x, then one of dy, each 16-byte aligned (layernorm.cuh's
+  // kLayernormStageBytes).
+  auto row16 = [&](rt::DType t) {
+    return ceilDiv(C * rt::dtypeBytes(t), 16) * 16;
+  };
+  const int64_t stage = row16(in(0).dtype) + row16(in(2).dtype);
   const int64_t bytes = l.sharedBytes + l.block[0] / 32 * stage;
   // (Rows not in chunks of 4, or a stage past two blocks an SM: unstaged,
   // the same source as without the option, so no twin.)

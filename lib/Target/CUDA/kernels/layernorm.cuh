@@ -186,11 +186,14 @@ __device__ __forceinline__ void copyChunkAsync(T *to, const T *from) {
     copyAsync8(sharedAddress(to), from);
 }
 
-/// Bytes of layernormBackwardWith's stage a warp (kStaged): a row of x and
-/// one of dy, 16-byte aligned.
+/// Bytes of layernormBackwardWith's stage a warp (kStaged): a row of x,
+/// then one of dy, each 16-byte aligned (EmitTemplates.cpp's
+/// layernormGradStaging counts the same).
+template <int C, typename T>
+constexpr int kLayernormStageRowBytes = (C * int(sizeof(T)) + 15) / 16 * 16;
 template <int C, typename TX, typename TD>
-constexpr int kLayernormStageBytes = (C * int(sizeof(TX) + sizeof(TD)) + 15) /
-                                     16 * 16;
+constexpr int kLayernormStageBytes =
+    kLayernormStageRowBytes<C, TX> + kLayernormStageRowBytes<C, TD>;
 
 /// layernormBackward with dx handed to `store(i, chunk, sums)` rather than
 /// written: gpt.fused_layernorm_grad's generated epilogue (struct Epilogue)
@@ -253,7 +256,7 @@ __device__ void layernormBackwardWith(const TX *x, const TG *gamma,
   char *stage = reinterpret_cast<char *>(warpSums + warps * kSums * C) +
                 warp * kLayernormStageBytes<C, TX, TD>;
   TX *stageX = reinterpret_cast<TX *>(stage);
-  TD *stageDy = reinterpret_cast<TD *>(stage + C * sizeof(TX));
+  TD *stageDy = reinterpret_cast<TD *>(stage + kLayernormStageRowBytes<C, TX>);
   auto stageRow = [&](i64 r) {
 #pragma unroll
     for (int j = 0; j < L::kChunks; ++j) {
