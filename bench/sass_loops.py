@@ -16,9 +16,9 @@ instructions; docs/benchmarks.md, thirty-eighth session).
 
 FILE is a cubin (disassembled with PATH, or $GPTC_NVDISASM: Debian's
 non-free nvidia-cuda-toolkit 11.8 has an nvdisasm that reads CUDA 13's
-sm_90a cubins once their ELF header is patched, as
-test/cuda/held_fragments.py --disassemble does) or nvdisasm's text. Loops
-of fewer than N instructions (default 20) are left out.
+sm_90a cubins once their ELF header is patched: sass_of, which
+test/cuda/held_fragments.py --disassemble runs too) or nvdisasm's text.
+Loops of fewer than N instructions (default 20) are left out.
 """
 import collections
 import os

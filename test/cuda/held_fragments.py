@@ -29,18 +29,20 @@ exits 1 if any.
   held_fragments.py kernel.sass...
   held_fragments.py --disassemble NVDISASM kernel.cubin > kernel.sass
 
---disassemble runs nvdisasm on a copy of a CUDA 13 sm_90a cubin whose ELF
-header says ABI version 7 and e_flags 0x5a055a, which is how an older
-nvdisasm (Debian's nvidia-cuda-toolkit 11.8, non-free) reads it; CUDA 13
-here ships none. It appends the labels of the control flow graph
-(`// label NAME ADDRESS`), which name the blocks the listing prints no
-label for.
+--disassemble prints bench/sass_loops.py's sass_of: nvdisasm's listing of
+a copy of a CUDA 13 sm_90a cubin whose ELF header says ABI version 7 and
+e_flags 0x5a055a, which is how an older nvdisasm (Debian's
+nvidia-cuda-toolkit 11.8, non-free) reads it (CUDA 13 here ships none),
+and the labels of its control flow graph (`// label NAME ADDRESS`), which
+name the blocks the listing prints no label for.
 """
+import os
 import re
-import struct
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "bench"))
+import sass_loops  # noqa: E402
 
 INSTRUCTION = re.compile(
     r"\s+/\*[0-9a-f]+\*/\s+(@!?U?P[T0-9]\s+)?([A-Z][A-Za-z0-9_.]*)\s*(.*?)\s*;")
@@ -49,10 +51,7 @@ LABEL = re.compile(r"^(\.L_x_\d+):")
 # (--disassemble appends them): the listing leaves out the label of a block
 # whose first instruction it cannot print, as at the top of wgmma-k128's
 # loop at D=64.
-ADDRESSED_LABEL = re.compile(r"^//\s*label\s+(\.L_x_\d+)\s+0x([0-9a-f]+)\s*$")
-GRAPH_NODE = re.compile(
-    r'^"(\.L_x_\d+)"\n\[label="\{<entry>(?:\.L_x_\d+:\\l)?([0-9a-f]+):',
-    re.MULTILINE)
+ADDRESSED_LABEL = sass_loops.ADDRESSED_LABEL
 ADDRESS = re.compile(r"\s+/\*([0-9a-f]+)\*/")
 BRANCH_TARGET = re.compile(r"\((\.L_x_\d+)\)")
 A_OPERAND = re.compile(r"R\d+, R(\d+)\b")
@@ -155,20 +154,11 @@ def check(path):
 
 
 def disassemble(nvdisasm, cubin):
-    image = bytearray(open(cubin, "rb").read())
-    image[8] = 7  # EI_ABIVERSION
-    struct.pack_into("<I", image, 48, 0x5A055A)  # e_flags
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(image)
-        f.flush()
-        listing = subprocess.run([nvdisasm, "-c", f.name], check=True,
-                                 capture_output=True, text=True).stdout
-        graph = subprocess.run([nvdisasm, "-bbcfg", "-poff", f.name],
-                               capture_output=True, text=True)
-    sys.stdout.write(listing)
-    if not graph.returncode:
-        for name, address in GRAPH_NODE.findall(graph.stdout):
-            print(f"// label {name} 0x{address}")
+    try:
+        sys.stdout.write(sass_loops.sass_of(cubin, nvdisasm))
+    except (OSError, ValueError) as e:
+        sys.exit(f"held_fragments.py: {cubin}: "
+                 f"{getattr(e, 'strerror', None) or e}")
     return 0
 
 
