@@ -26,10 +26,10 @@
 // Prints one line a kernel (µs a launch, the mean of `launches` after two
 // untimed ones, and the TFLOP/s that makes: causal attention's products,
 // 2·T²·D a head forward and 5·T²·D backward, as FlashAttention counts
-// them; the row dot has none) and exits non-zero if a variant's results stray from its
-// reference's by more than 2% of the reference's largest magnitude, part by
-// part, or if anything fails. A "probe-" kernel (prepare.sh: a variant
-// recompiled with a measurement hook of attention.cuh) is timed alone.
+// them; the row dot has none) and exits non-zero if a variant's results stray
+// from its reference's by more than 2% of the reference's largest magnitude,
+// part by part, or if anything fails. A "probe-" kernel (prepare.sh: a variant
+// recompiled with a measurement hook of the attention headers) is timed alone.
 
 #include "nvrtc_loader.h"
 
@@ -196,8 +196,8 @@ struct Bench {
 };
 
 /// A kernel named "probe-...": a variant recompiled with one of
-/// attention.cuh's measurement hooks (prepare.sh), which computes something
-/// else on purpose; it is timed, and its results are not checked.
+/// the attention headers' measurement hooks (prepare.sh), which computes
+/// something else on purpose; it is timed, and its results are not checked.
 bool isProbe(const Kernel &k) { return k.name.rfind("probe-", 0) == 0; }
 
 /// `k`'s cubin loaded (a .cu compiled first) and its entry found.

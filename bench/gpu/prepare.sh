@@ -206,9 +206,14 @@ import json, os, re, shutil, sys
 tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
 now = open(cuh).read()
 def baseline(source, entry, commit):
-    """source with commit's attention.cuh in place of today's."""
+    """source with commit's attention.cuh (one header then) in place of
+    today's attention headers: attention.cuh and the ones after it, up to
+    the generated code."""
     assert source.count(now) == 1, f"{entry}: attention.cuh not embedded"
-    source = source.replace(now, open(f"{tmp}/attention-{commit}.cuh").read())
+    start = source.index(now)
+    end = source.index("\n//===--- generated ---===//", start)
+    source = (source[:start] + open(f"{tmp}/attention-{commit}.cuh").read()
+              + source[end:])
     # The launch gives today's dynamic shared bytes, at least the old ones
     # (and today's alignment, which the old structs may not have).
     source = re.sub(r"static_assert\(sizeof\(\w+Shared<\d+>\)[^;]*;", "", source)

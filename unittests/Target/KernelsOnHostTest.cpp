@@ -65,8 +65,8 @@ void expectSame(const exec::HostTensor &want, const std::vector<float> &got,
 /// forward or backward that takes wgmma on sm_90a), "SplitTensorCores" (the
 /// split backward that does), "Mma" (mma.sync, the default forward and the
 /// backward), "Atomic" (the backward summing dq with atomics), "Simple", or
-/// "" for none. (The source holds all of attention.cuh; the entry's call is
-/// the line that starts with two spaces.)
+/// "" for none. (The source holds the direction's attention headers; the
+/// entry's call is the line that starts with two spaces.)
 std::string attentionImpl(const std::string &source) {
   for (const char *impl :
        {"TensorCores", "SplitTensorCores", "StoredDsTensorCores",

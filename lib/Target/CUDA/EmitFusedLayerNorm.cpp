@@ -34,7 +34,7 @@ void Emitter::emitFusedLayernorm() {
       unsupported("results differ in shape");
   if (in(nIn).numel() != C || in(nIn + 1).numel() != C)
     unsupported("gamma and beta are not [C]");
-  headers.insert("layernorm.cuh");
+  useHeader("layernorm.cuh");
   const int width = layernormChunk(C);
 
   os << "// The fused body at the " << width
@@ -95,7 +95,7 @@ void Emitter::emitFusedLayernormGrad() {
   }
   if (columnSums == int(l.outputs.size()) - 2)
     unsupported("no value of x's shape is written");
-  headers.insert("layernorm.cuh");
+  useHeader("layernorm.cuh");
   const int width = layernormChunk(C);
 
   os << "// The fused body at the " << width

@@ -250,7 +250,7 @@ void Emitter::emitMultiTensorReduce() {
   std::vector<int64_t> numels;
   for (int64_t t = 0; t < m.n; ++t)
     numels.push_back(in(t).numel());
-  headers.insert("multi_tensor.cuh");
+  useHeader("multi_tensor.cuh");
 
   begin(entry, 256);
   const int64_t chunks = multiTensorTables(m, numels);

@@ -20,7 +20,7 @@ void Emitter::emitEmbedding() {
   const Shape &table = in(0).shape;
   if (table.size() != 2 || in(1).dtype != DType::I32)
     unsupported("expected a [V, C] table and i32 ids");
-  headers.insert("embedding.cuh");
+  useHeader("embedding.cuh");
   begin(entry, 256);
   int64_t positions = in(1).numel();
   os << "  embeddingForward<" << table[1] << ", " << i64Literal(positions)
@@ -46,7 +46,7 @@ void Emitter::emitEmbeddingGrad() {
                      out(0).dtype != DType::F32 ||
                      storageOf(p, l.inputs.back()) != storageOf(p, l.outputs[0])))
     unsupported("accumulating needs a float32 result as its last operand");
-  headers.insert("embedding.cuh");
+  useHeader("embedding.cuh");
   int64_t C = table[1];
   // Blocks of up to 32 rows (strided) by a 256-column slice
   // (kernels/embedding.cuh): 32 KiB of float accumulators, whatever C is.
@@ -67,7 +67,7 @@ void Emitter::emitEmbeddingGrad() {
 void Emitter::emitLayernorm() {
   expectArity(3, 1);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
-  headers.insert("layernorm.cuh");
+  useHeader("layernorm.cuh");
   begin(entry, 256, opts.layernormBlocks);
   os << "  layernormForward<" << C << ", " << i64Literal(rows)
      << ">(in0, in1, in2, out0, " << floatLiteral(floatAttr("epsilon", 1e-5))
@@ -127,7 +127,7 @@ std::string Emitter::layernormGradStaging(int64_t C) {
 void Emitter::emitLayernormGrad() {
   expectArity(3, 3);
   int64_t C = in(0).shape.back(), rows = in(0).numel() / C;
-  headers.insert("layernorm.cuh");
+  useHeader("layernorm.cuh");
   begin(entry, layernormGradLaunch(rows, C, 2), layernormGradBlocks());
   os << "  layernormBackward<" << C << ", " << i64Literal(rows) << ", "
      << kLayernormGradGroup << layernormGradStaging(C)
@@ -182,7 +182,7 @@ void Emitter::emitReduceSum() {
       std::min<int64_t>(ceilDiv(R, int64_t(rt) * 8),
                         std::max<int64_t>(1, 1024 / gx)),
       1, 1024);
-  headers.insert("reduce.cuh");
+  useHeader("reduce.cuh");
 
   pre << "// offset(k, r): the input offset of term r of result k.\n"
       << "struct Index {\n  static __device__ __forceinline__ i64 offset(i64 k, "
@@ -222,7 +222,7 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   int64_t classes = intAttr("num_classes", V);
   bool hasIgnore = l.ints.count("ignore_index");
   int64_t ignore = intAttr("ignore_index", 0);
-  headers.insert("cross_entropy.cuh");
+  useHeader("cross_entropy.cuh");
   int threads = V >= 8192 ? 512 : 128;
   pre << "// Per-row loss terms and the arrival counter.\n";
   deviceScratch("double", "gptcLosses", rows);
@@ -285,31 +285,31 @@ static std::string packedRows(int64_t H, int64_t width, int64_t D, int64_t T) {
          std::to_string(D) + ", " + i64Literal(T * width) + ">";
 }
 
-/// sizeof(AtomicBackwardShared<D, keyTiles>) (attention.cuh): 64 x (D + 8)
-/// bf16 tiles of q and dout twice and of k keyTiles times, twice keyTiles
-/// 64 x 72 tiles of dS, and 4 x 64 floats of row terms.
+/// sizeof(AtomicBackwardShared<D, keyTiles>) (attention_backward_mma.cuh): 64 x
+/// (D + 8) bf16 tiles of q and dout twice and of k keyTiles times, twice
+/// keyTiles 64 x 72 tiles of dS, and 4 x 64 floats of row terms.
 static uint32_t atomicSharedBytes(int64_t D, int keyTiles) {
   return uint32_t((4 + keyTiles) * 64 * (D + 8) * 2 +
                   2 * keyTiles * 64 * 72 * 2 + 4 * 64 * 4);
 }
 
-/// sizeof(WgmmaBackwardShared<D>) (attention.cuh): six 64 x D bf16 tiles
-/// (q and dout twice, k, v), a 64 x 72 bf16 tile of dSᵀ, and 4 x 64 floats
-/// of row terms; with `bulk` (WgmmaBulkBackwardShared) 2,048 floats more,
-/// where dq's shares wait for their bulk reductions.
+/// sizeof(WgmmaBackwardShared<D>) (attention_backward_wgmma.cuh): six 64 x D
+/// bf16 tiles (q and dout twice, k, v), a 64 x 72 bf16 tile of dSᵀ, and 4 x 64
+/// floats of row terms; with `bulk` (WgmmaBulkBackwardShared) 2,048 floats
+/// more, where dq's shares wait for their bulk reductions.
 static uint32_t wgmmaBackwardSharedBytes(int64_t D, bool bulk) {
   return uint32_t(6 * 64 * D * 2 + 64 * 72 * 2 + 4 * 64 * 4 +
                   (bulk ? 2048 * 4 : 0));
 }
 
-/// sizeof(WgmmaSplitShared<D>) (attention.cuh): six 64 x D bf16 tiles
-/// (two kept, two walked twice) and 4 x 64 floats of row terms.
+/// sizeof(WgmmaSplitShared<D>) (attention_backward_wgmma_split.cuh): six 64 x D
+/// bf16 tiles (two kept, two walked twice) and 4 x 64 floats of row terms.
 static uint32_t wgmmaSplitSharedBytes(int64_t D) {
   return uint32_t(6 * 64 * D * 2 + 4 * 64 * 4);
 }
 
-/// sizeof(WgmmaStoredDsShared<D>) (attention.cuh): two 64 x D bf16 tiles
-/// of k and two 64 x 72 of dSᵀ.
+/// sizeof(WgmmaStoredDsShared<D>) (attention_backward_wgmma_split.cuh): two 64
+/// x D bf16 tiles of k and two 64 x 72 of dSᵀ.
 static uint32_t wgmmaStoredDsSharedBytes(int64_t D) {
   return uint32_t(2 * 64 * D * 2 + 2 * 64 * 72 * 2);
 }
@@ -398,7 +398,21 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                                a.S % 128 == 0 && (a.D == 32 || a.D == 64)
                            ? 2
                            : 1;
-  headers.insert("attention.cuh");
+  // The attention headers this direction's kernels take (attention.cuh
+  // lists them): the simple kernels need the first alone.
+  useHeader("attention.cuh");
+  if (mma) {
+    useHeader("attention_mma.cuh");
+    useHeader("attention_wgmma.cuh");
+    if (grad) {
+      useHeader("attention_backward_mma.cuh");
+      useHeader("attention_backward_wgmma.cuh");
+      useHeader("attention_backward_wgmma_split.cuh");
+    } else {
+      useHeader("attention_forward_mma.cuh");
+      useHeader("attention_forward_wgmma.cuh");
+    }
+  }
   std::string tmpl = std::to_string(a.D) + ", " + std::to_string(a.T) + ", " +
                      std::to_string(a.S) + ", " + (causal ? "true" : "false") +
                      ", " + a.lq + ", " + a.lk + ", " + a.lo;
@@ -663,7 +677,7 @@ void Emitter::emitAttentionRowDot() {
   int lanes = 1; // the most lanes, a power of two up to 32, with a chunk each
   while (lanes < 32 && lanes * 2 * width <= D)
     lanes *= 2;
-  headers.insert("attention.cuh");
+  useHeader("attention.cuh");
   begin(entry, 256);
   const int64_t rows = heads * T;
   os << "  attentionRowDot<" << D << ", " << T << ", " << i64Literal(rows)

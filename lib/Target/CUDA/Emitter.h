@@ -275,7 +275,13 @@ private:
   const rt::Program &p;
   Launch &l;
   EmitOptions opts;
-  std::set<std::string> headers;
+  /// The kernel templates the source takes, in this order (a header may
+  /// use what the ones before it define).
+  std::vector<std::string> headers;
+  void useHeader(const std::string &h) {
+    if (std::find(headers.begin(), headers.end(), h) == headers.end())
+      headers.push_back(h);
+  }
   std::ostringstream pre, os;
   std::string entry;
 };
