@@ -118,7 +118,7 @@ def batches(args, device):
         yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
 
-# Kernel kinds, as gptc's profile names them (CudaBackend.cpp, kernelKind):
+# Kernel kinds, as gptc's profile names them (CudaProfile.cpp, kernelKind):
 # flash attention (forward, backward and its preprocessing), cuBLAS's and
 # CUTLASS's GEMMs, the optimizer (clip_grad_norm_'s norms and fused AdamW),
 # and the rest (Triton's fused elementwise kernels, layernorm, the loss,
