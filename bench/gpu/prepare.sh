@@ -186,7 +186,9 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # the atomic wgmma backward as d497d2b had them (each wgmma's descriptor
 # made again from its address, products' accumulators zeroed first; the
 # overlap forward rescaling every tile): what the thirty-eighth session's
-# fewer instructions a loop trip are worth. (The wgmma forwards' k and
+# fewer instructions a loop trip are worth; and wgmma-split as 3a75100 had
+# it (its dq blocks issuing a half's products after the last half's dq
+# product): what the forty-second session's order is worth. (The wgmma forwards' k and
 # v tiles are 128-byte swizzled since the twenty-seventh session, whose
 # bench timed that as "wgmma-sw2". Older baselines, timed before -- ff2b93d,
 # b678291 and 085e28f on an H100 in the twenty-fourth session, f9f9cef on
@@ -197,23 +199,41 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
-for commit in d497d2b; do
-  git -C "$root" show "$commit:lib/Target/CUDA/kernels/attention.cuh" \
-    > "$tmp/attention-$commit.cuh"
+# Each baseline commit's attention headers: attention.cuh alone before
+# f2c6816, one header a kernel family from then on.
+for commit in d497d2b 3a75100; do
+  mkdir -p "$tmp/attention-$commit"
+  for h in $(git -C "$root" ls-tree --name-only "$commit" \
+               lib/Target/CUDA/kernels/ | grep '/attention[^/]*\.cuh$'); do
+    git -C "$root" show "$commit:$h" > "$tmp/attention-$commit/${h##*/}"
+  done
 done
-python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels/attention.cuh" <<'PY'
+python3 - "$tmp" "$att" "$root/lib/Target/CUDA/kernels" <<'PY'
 import json, os, re, shutil, sys
-tmp, att, cuh = sys.argv[1], sys.argv[2], sys.argv[3]
-now = open(cuh).read()
+tmp, att, kernels = sys.argv[1], sys.argv[2], sys.argv[3]
+def header(name, commit=None):
+    d = f"{tmp}/attention-{commit}" if commit else kernels
+    return open(f"{d}/{name}").read()
+now = header("attention.cuh")
 def baseline(source, entry, commit):
-    """source with commit's attention.cuh (one header then) in place of
-    today's attention headers: attention.cuh and the ones after it, up to
-    the generated code."""
+    """source with commit's attention headers in place of today's: each
+    header by its old self where the commit has the same ones, else (one
+    attention.cuh then) that one in place of all of today's, from
+    attention.cuh up to the generated code."""
     assert source.count(now) == 1, f"{entry}: attention.cuh not embedded"
-    start = source.index(now)
-    end = source.index("\n//===--- generated ---===//", start)
-    source = (source[:start] + open(f"{tmp}/attention-{commit}.cuh").read()
-              + source[end:])
+    old = sorted(os.listdir(f"{tmp}/attention-{commit}"))
+    if old != ["attention.cuh"]:
+        for name in old:
+            assert os.path.exists(f"{kernels}/{name}"), f"{commit}: {name}"
+            today = header(name)
+            if source.count(today) == 1:
+                source = source.replace(today, header(name, commit))
+            else:
+                assert today not in source, f"{entry}: {name} twice"
+    else:
+        start = source.index(now)
+        end = source.index("\n//===--- generated ---===//", start)
+        source = source[:start] + header("attention.cuh", commit) + source[end:]
     # The launch gives today's dynamic shared bytes, at least the old ones
     # (and today's alignment, which the old structs may not have).
     source = re.sub(r"static_assert\(sizeof\(\w+Shared<\d+>\)[^;]*;", "", source)
@@ -264,7 +284,10 @@ for role, name, dump, entry, bounds, old in (
         ("backward", "wgmma-ds", "wgmmads", "flash_attention_qkv_grad_0", None, None),
         ("backward", "split-4", "split", "flash_attention_qkv_grad_0", 4, None),
         ("backward", "wgmma-d497d2b", "wgmmabwd", "flash_attention_qkv_grad_0", None, "d497d2b"),
-        ("backward", "wgmma-split-d497d2b", "wgmmasplit", "flash_attention_qkv_grad_0", None, "d497d2b")):
+        ("backward", "wgmma-split-d497d2b", "wgmmasplit", "flash_attention_qkv_grad_0", None, "d497d2b"),
+        # wgmma-split before its dq blocks issued both halves' products at
+        # a key tile's top (the forty-second session).
+        ("backward", "wgmma-split-3a75100", "wgmmasplit", "flash_attention_qkv_grad_0", None, "3a75100")):
     if not os.path.exists(f"{tmp}/{dump}/manifest.json"):
         continue  # the wgmma kernels: sm_90a only
     manifest = json.load(open(f"{tmp}/{dump}/manifest.json"))

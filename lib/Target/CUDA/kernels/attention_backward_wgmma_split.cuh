@@ -28,8 +28,9 @@ template <int D> struct WgmmaSplitShared {
 /// 16w..), a key tile in halves of 32 keys: S = q·kᵀ and dP = dout·vᵀ
 /// (two groups: P is computed while dP's products run), then dq += dS·k
 /// with dS's A fragments straight from the accumulators; q's and dout's A
-/// fragments are held through the loop (wgmmaHoldRows). The first half's
-/// dq product lands with the second half's S.
+/// fragments are held through the loop (wgmmaHoldRows). Both halves' S
+/// and dP are issued at the top of a key tile; the first half's dq
+/// product lands with the second half's dP.
 template <int D, int S, bool kCausal, class LQ, class LK, class LO,
           bool kShared, typename TDQ>
 __device__ __forceinline__ void
@@ -82,43 +83,59 @@ wgmmaQueryTileDq(WgmmaSplitShared<D> &sm, const bf16 *q, const bf16 *k,
       commitCopies();
     }
     const wg::OperandTile<D> &sK = sm.walked[buf][0], &sV = sm.walked[buf][1];
+    // Rows queries (16 warp + g, + 8), columns keys 32 half + 8nt + 2tq
+    // (+ 1) of the tile. Both halves' S and dP are issued first (four
+    // groups: S0, dP0, S1, dP1), so that the second half's products run
+    // under the first half's exponentials: a half's chain (its products,
+    // their wait, P, dS, the dq product) no longer starts after the last.
+    float s[2][4][4], dp[2][4][4]; // (the products' first steps start them)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // Rows queries (16 warp + g, + 8), columns keys 32 half + 8nt + 2tq
-      // (+ 1) of the tile.
-      float s[4][4], dp[4][4]; // (the products' first steps start them)
-      wgmmaFenceKept(s, qRows, dp, dRows);
+      wgmmaFenceKept(s[half], qRows, dp[half], dRows);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        qRows.product(s, kc, sK.keysAlongN(kc, 32 * half));
+        qRows.product(s[half], kc, sK.keysAlongN(kc, 32 * half));
       wgmmaCommit();
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        dRows.product(dp, kc, sV.keysAlongN(kc, 32 * half));
+        dRows.product(dp[half], kc, sV.keysAlongN(kc, 32 * half));
       wgmmaCommit();
-      wgmmaWait<1>(); // S (and the first half's dq product)
-      wgmmaFenceOperands(s);
-      if (half == 1)
-        wgmmaFenceOperands(dqAcc);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // S0 (dP0, S1 and dP1 in flight); S1 (dP1 and dq0 in flight).
+      if (half == 0)
+        wgmmaWait<3>();
+      else
+        wgmmaWait<2>();
+      wgmmaFenceOperands(s[half]);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[nt][e] = fastExp2(fmaf(s[nt][e], scaleLog2, e < 2 ? lseLo : lseHi));
+          s[half][nt][e] =
+              fastExp2(fmaf(s[half][nt][e], scaleLog2, e < 2 ? lseLo : lseHi));
       if (kCausal && j0 == i0)
-        maskFuture<false, 4>(s, rLo, 0.0f, 4 * half);
-      wgmmaWait<0>();
-      wgmmaFenceOperands(dp);
+        maskFuture<false, 4>(s[half], rLo, 0.0f, 4 * half);
+      // dP0 (S1 and dP1 in flight); dP1 and the first half's dq product,
+      // long since issued, so that the second's may start dqAcc.
+      if (half == 0) {
+        wgmmaWait<2>();
+      } else {
+        wgmmaWait<0>();
+        wgmmaFenceOperands(dqAcc);
+      }
+      wgmmaFenceOperands(dp[half]);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[nt][e] *= dp[nt][e] - (e < 2 ? dotLo : dotHi);
+          s[half][nt][e] *= dp[half][nt][e] - (e < 2 ? dotLo : dotHi);
       // dS as A fragments, this half's keys as K.
       u32 dsa[2][4];
 #pragma unroll
       for (int kc = 0; kc < 2; ++kc)
-        accToA(dsa[kc], s, kc);
+        accToA(dsa[kc], s[half], kc);
       wgmmaFence(dqAcc, dsa);
 #pragma unroll
       for (int kc = 0; kc < 2; ++kc)
