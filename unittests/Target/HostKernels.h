@@ -62,7 +62,7 @@ public:
 private:
   void *symbol(const std::string &name) const;
   /// Throws std::runtime_error naming the first race (in shared or global
-  /// memory) the emulation saw since the last launch (HostKernels.cpp,
+  /// memory) the emulation saw since the last launch (emulation/threads.h,
   /// namespace race).
   void throwOnRaces();
 
