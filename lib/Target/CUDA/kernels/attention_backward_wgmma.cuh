@@ -1,8 +1,9 @@
 //===- attention_backward_wgmma.cuh - attention backward on wgmma ---------===//
 //
-// wgmmaKeysOnQueryHalf is a key tile's work on half a query tile (Sᵀ, dPᵀ,
-// P and dS, dv and dk) on warpgroup MMA (sm_90a, D of 32 or 64), which
-// every wgmma backward repeats. attentionBackwardWgmma is
+// What every wgmma backward (sm_90a, D of 32 or 64) shares: the query
+// tiles a dk/dv loop walks (WalkedQueryTiles), the rows a block keeps as
+// A (KeptRows), and wgmmaKeysOnQueryHalf, a key tile's work on half a query
+// tile (Sᵀ, dPᵀ, P and dS, dv and dk). attentionBackwardWgmma is
 // attentionBackwardAtomic's design on it: dk/dv blocks that add their
 // share of dq across blocks, with atomics, by bulk reductions at L2
 // (wgmma-bulk), or by those in a fixed order (wgmma-ordered).
