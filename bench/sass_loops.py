@@ -12,13 +12,17 @@ made rather than the PTX: ptxas drops or adds much (it kept zeroed
 accumulators as moves, and made each wgmma descriptor in five uniform
 instructions; docs/benchmarks.md, thirty-eighth session).
 
-  sass_loops.py [--nvdisasm PATH] [--min N] FILE...
+  sass_loops.py [--nvdisasm PATH] [--min N] [--branches] FILE...
 
 FILE is a cubin (disassembled with PATH, or $GPTC_NVDISASM: Debian's
 non-free nvidia-cuda-toolkit 11.8 has an nvdisasm that reads CUDA 13's
 sm_90a cubins once their ELF header is patched: sass_of, which
 test/cuda/held_fragments.py --disassemble runs too) or nvdisasm's text.
-Loops of fewer than N instructions (default 20) are left out.
+Loops of fewer than N instructions (default 20) are left out. With
+--branches, a line for each forward branch within a loop says how many
+instructions it skips (by address), so that a trip that takes none of the
+skipped paths (not the first tile, not the diagonal) can be counted: the
+loop's count less those of the branches such a trip takes.
 """
 import collections
 import os
@@ -68,8 +72,9 @@ def sass_of(path, nvdisasm):
 
 
 def loops(text):
-    """(first address, last address, Counter of opcodes) for each loop, in
-    address order."""
+    """(first address, last address, Counter of opcodes, forward branches)
+    for each loop, in address order; a forward branch within it is
+    (its address, its target's address)."""
     instructions, labels, pending, addressed = [], {}, [], {}
     for line in text.splitlines():
         m = ADDRESSED_LABEL.match(line)
@@ -97,29 +102,39 @@ def loops(text):
             body = collections.Counter(
                 o.split(".")[0] for a, o, _ in instructions
                 if start <= a <= address)
-            found.append((start, address, body))
+            forward = []
+            for a, o, rest in instructions:
+                f = BRANCH_TARGET.search(rest) if o.startswith("BRA") else None
+                to = labels.get(f.group(1)) if f else None
+                if start <= a < address and to is not None and a < to <= address:
+                    forward.append((a, to))
+            found.append((start, address, body, forward))
     return found
 
 
 def main(argv):
     nvdisasm, least, files = os.environ.get("GPTC_NVDISASM"), 20, []
+    branches = False
     args = iter(argv)
     for a in args:
         if a == "--nvdisasm":
             nvdisasm = next(args, None)
         elif a == "--min":
             least = int(next(args, "20"))
+        elif a == "--branches":
+            branches = True
         else:
             files.append(a)
     if not files:
-        sys.exit("usage: sass_loops.py [--nvdisasm PATH] [--min N] FILE...")
+        sys.exit("usage: sass_loops.py [--nvdisasm PATH] [--min N] "
+                 "[--branches] FILE...")
     for path in files:
         try:
             text = sass_of(path, nvdisasm)
         except (OSError, ValueError) as e:
             sys.exit(f"sass_loops.py: {path}: {getattr(e, 'strerror', None) or e}")
         name = os.path.basename(path)
-        for start, end, body in loops(text):
+        for start, end, body, forward in loops(text):
             n = (end - start) // 16 + 1
             if n < least:
                 continue
@@ -128,6 +143,9 @@ def main(argv):
             if missing:
                 mix += f", undecoded {missing}"
             print(f"{name}: loop {start:#x}..{end:#x}: {n} instructions: {mix}")
+            for at, to in forward if branches else []:
+                print(f"{name}: loop {start:#x}..{end:#x}: branch at {at:#x} "
+                      f"skips {(to - at) // 16 - 1} (to {to:#x})")
 
 
 if __name__ == "__main__":
