@@ -188,14 +188,14 @@ compile gpt2-large-bf16 gpt2-large bf16 $((batch / 2)) "$seq"
 # overlap forward rescaling every tile): what the thirty-eighth session's
 # fewer instructions a loop trip are worth; and wgmma-split as 3a75100 had
 # it (its dq blocks issuing a half's products after the last half's dq
-# product): what the forty-second session's order is worth. (The wgmma forwards' k and
-# v tiles are 128-byte swizzled since the twenty-seventh session, whose
-# bench timed that as "wgmma-sw2". Older baselines, timed before -- ff2b93d,
-# b678291 and 085e28f on an H100 in the twenty-fourth session, f9f9cef on
-# an H200 in the twenty-seventh, 4dc0bdd, 174e829 and 5d8ac01 in the
-# twenty-ninth -- are no longer built: each source costs the bench an
-# NVRTC compile.) The bench compiles sources with the GPU machine's NVRTC
-# and gptc's options.
+# product): what the forty-second session's order is worth. (The wgmma
+# forwards' k and v tiles are 128-byte swizzled since the twenty-seventh
+# session, whose bench timed that as "wgmma-sw2". Older baselines, timed
+# before -- ff2b93d, b678291 and 085e28f on an H100 in the twenty-fourth
+# session, f9f9cef on an H200 in the twenty-seventh, 4dc0bdd, 174e829 and
+# 5d8ac01 in the twenty-ninth -- are no longer built: each source costs
+# the bench an NVRTC compile.) The bench compiles sources with the GPU
+# machine's NVRTC and gptc's options.
 # It is host C++ on the driver API.
 att=$bundle/attention
 mkdir -p "$att"
