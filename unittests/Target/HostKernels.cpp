@@ -16,9 +16,27 @@ namespace gptc::test {
 
 namespace {
 
+struct EmbeddedHeader {
+  const char *name, *text;
+};
 /// The CUDA built-ins the kernels use, on the host, and types.cuh's
-/// replacement (emulation/*.h, embedded by EmbedEmulation.cmake).
-#include "Emulation.inc"
+/// replacement: emulation/*.h, embedded by EmbedKernels.cmake.
+#include "Emulation.inc" // kEmulationParts[]
+
+/// The emulation's parts joined in the order they build on each other.
+std::string emulation() {
+  std::string all;
+  for (const char *part : {"threads.h", "builtins.h", "wgmma.h"}) {
+    const EmbeddedHeader *h = nullptr;
+    for (const EmbeddedHeader &e : kEmulationParts)
+      if (std::string(e.name) == part)
+        h = &e;
+    if (!h)
+      throw std::logic_error(std::string("no embedded emulation part ") + part);
+    all += h->text;
+  }
+  return all;
+}
 
 /// The names a declaration (what follows `__shared__ ` up to its `;`)
 /// declares: `T a[2], b` has a and b.
@@ -113,7 +131,7 @@ std::string dims(const uint32_t (&d)[3]) {
 HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
   std::string src = std::string("#define GPTC_WGMMA ") +
                     (target == HostTarget::Sm90a ? "1" : "0") + "\n" +
-                    kEmulation;
+                    emulation();
   const std::string types = cuda::kernelTemplate("types.cuh");
   const std::vector<uint32_t> dynamicBytes = rt::dynamicSharedBytes(p);
   for (size_t k = 0; k < p.kernels.size(); ++k) {

@@ -1,9 +1,18 @@
-# Writes OUT: every DIR/*.cuh as a C++ array entry of raw string literals,
-# { "name.cuh", R"gptc_cuh(...)gptc_cuh" }, sorted by name.
-file(GLOB files "${DIR}/*.cuh")
+# Writes OUT: every DIR/*.EXT (cuh unless given) as a C++ array entry of raw
+# string literals, { "name.cuh", R"gptc_cuh(...)gptc_cuh" }, sorted by name,
+# in an array of EmbeddedHeader named VAR (kKernelHeaders unless given):
+# the kernel templates here, the host emulation of CUDA for the tests
+# (unittests/Target/emulation/*.h).
+if(NOT EXT)
+  set(EXT cuh)
+endif()
+if(NOT VAR)
+  set(VAR kKernelHeaders)
+endif()
+file(GLOB files "${DIR}/*.${EXT}")
 list(SORT files)
-set(content "// Generated from lib/Target/CUDA/kernels by EmbedKernels.cmake.\n")
-string(APPEND content "const EmbeddedHeader kKernelHeaders[] = {\n")
+set(content "// Generated from ${DIR} by EmbedKernels.cmake.\n")
+string(APPEND content "const EmbeddedHeader ${VAR}[] = {\n")
 foreach(file IN LISTS files)
   file(READ "${file}" text)
   get_filename_component(name "${file}" NAME)

@@ -1,9 +1,9 @@
 //===- builtins.h - CUDA built-ins and types.cuh on the host --------------===//
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
-// kernels it compiles for the CPU, in the order of EmbedEmulation.cmake's
-// list: threads.h, builtins.h, wgmma.h. Not a header to include: each part
-// uses what the ones before it define.
+// kernels it compiles for the CPU, joined by its emulation() in the order
+// threads.h, builtins.h, wgmma.h. Not a header to include: each part uses
+// what the ones before it define.
 //
 // threadIdx and the other indices, warp shuffles and votes, atomics, and
 // what types.cuh gives the kernels on a GPU: bf16, the vector loads and

@@ -1,9 +1,9 @@
 //===- wgmma.h - warpgroup MMA and bulk copies on the host ----------------===//
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
-// kernels it compiles for the CPU, in the order of EmbedEmulation.cmake's
-// list: threads.h, builtins.h, wgmma.h. Not a header to include: each part
-// uses what the ones before it define.
+// kernels it compiles for the CPU, joined by its emulation() in the order
+// threads.h, builtins.h, wgmma.h. Not a header to include: each part uses
+// what the ones before it define.
 //
 // sm_90a's instructions for the kernels' GPTC_WGMMA path: wgmma (its
 // fences, commit groups and waits, B and A read through descriptors),
