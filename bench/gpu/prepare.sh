@@ -90,6 +90,9 @@ if [[ $arch == sm_90a ]]; then
   # blocks ending on a step of one tile and of two).
   compile check-gpt2w-bf16-wgmmak128 gpt2 bf16 2 384 --n-layer=1 \
     --vocab-size=1000 --attention-forward=wgmma-k128
+  # The wgmma forward reading q from shared memory, 5 blocks an SM.
+  compile check-gpt2w-bf16-wgmmassf gpt2 bf16 2 192 --n-layer=1 \
+    --vocab-size=1000 --attention-forward=wgmma-ss
   # The split backward on wgmma (deterministic, no atomics).
   compile check-gpt2w-bf16-wgmmasplit gpt2 bf16 2 192 --n-layer=1 \
     --vocab-size=1000 --attention-backward=wgmma-split
@@ -119,6 +122,7 @@ if [[ $arch == sm_90a ]]; then
   dump_only wgmmaovf --attention-forward=wgmma-overlap
   dump_only wgmma128 --attention-forward=wgmma128
   dump_only wgmmak128 --attention-forward=wgmma-k128
+  dump_only wgmmassf --attention-forward=wgmma-ss
 fi
 # The backward attention with dq summed by atomics (FlashAttention-2's way;
 # the default recomputes the probabilities in separate dq blocks): checked
@@ -256,6 +260,7 @@ for role, name, dump, entry, bounds, old in (
         ("forward", "wgmma-overlap", "wgmmaovf", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma128", "wgmma128", "flash_attention_qkv_0", None, None),
         ("forward", "wgmma-k128", "wgmmak128", "flash_attention_qkv_0", None, None),
+        ("forward", "wgmma-ss", "wgmmassf", "flash_attention_qkv_0", None, None),
         # Probe (unchecked): the wgmma-overlap forward with its exponentials
         # as two fmas, to time how much the special-function unit holds it.
         ("forward", "probe-wgmma-overlap-noexp", "wgmmaovf", "flash_attention_qkv_0", None, None),

@@ -156,7 +156,7 @@ if want check; then
     check-gpt2w-bf16-wgmmads check-gpt2w-bf16-wgmmabulk \
     check-gpt2w-bf16-wgmmaord \
     check-gpt2w-bf16-wgmmaovf check-gpt2w-bf16-wgmma128 \
-    check-gpt2w-bf16-wgmmak128 \
+    check-gpt2w-bf16-wgmmak128 check-gpt2w-bf16-wgmmassf \
     check-gpt2w-bf16-wide check-gpt2w-bf16-mma2 check-gpt2w-bf16-pipe \
     check-gpt2w-bf16-mma \
     check-gpt2w-bf16-auto check-gpt2lw-bf16; do

@@ -25,6 +25,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-wgmmaovf.log              the same (T=256), --attention-forward=wgmma-overlap
   check-gpt2w-bf16-wgmma128.log              the same (T=256), --attention-forward=wgmma128
   check-gpt2w-bf16-wgmmak128.log             the same (T=384), --attention-forward=wgmma-k128
+  check-gpt2w-bf16-wgmmassf.log              the same, --attention-forward=wgmma-ss
   check-gpt2w-bf16-auto.log                  the same (T=256), both directions auto
   check-gpt2w-bf16-maxfirst.log              check-gpt2w-bf16's program with
                                              GPTC_VARIANT=maxfirst,own (the
@@ -203,6 +204,7 @@ def main():
                  "gpt2w-bf16-wgmmaord",
                  "gpt2w-bf16-wgmmaovf",
                  "gpt2w-bf16-wgmma128", "gpt2w-bf16-wgmmak128",
+                 "gpt2w-bf16-wgmmassf",
                  "gpt2w-bf16-wide",
                  "gpt2w-bf16-mma2", "gpt2w-bf16-pipe", "gpt2w-bf16-mma",
                  "gpt2w-bf16-auto", "gpt2w-bf16-maxfirst",

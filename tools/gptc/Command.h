@@ -126,7 +126,9 @@ struct KernelOptions {
                      "sm_90a), wgmma128 (two warpgroups, 128 queries a "
                      "block, sharing each key tile; sm_90a, T a multiple "
                      "of 128), wgmma-k128 (wgmma taking the keys 128 at a "
-                     "time under one softmax; sm_90a, T a multiple of 128) "
+                     "time under one softmax; sm_90a, T a multiple of "
+                     "128), wgmma-ss (wgmma reading q from shared memory, "
+                     "no fragments held: 5 blocks an SM; sm_90a) "
                      "or auto (every one of these the target has, "
                      "timed when the program loads; the fastest runs)"),
       llvm::cl::init("mma"), llvm::cl::cat(gptcCategory)};

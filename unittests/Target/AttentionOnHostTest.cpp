@@ -728,9 +728,32 @@ TEST(TemplateKernelsOnHost, EveryWgmmaBarrierAndFenceIsNeeded) {
       p, k,
       {"attentionForwardWgmma",
        2,
-       {"wgmmaFence(s, qa);", "wgmmaFence(acc, pa);"},
+       {"wgmmaFenceKept(s, qRows);", "wgmmaFence(acc, pa);"},
        {{"wgmmaFence(acc, pa);", "wgmmaFence(s, pa);"},
-        {"wgmmaFence(s, qa);", "wgmmaFence(acc, qa);"}},
+        {"wgmmaFenceKept(s, qRows);", "wgmmaFence(acc, qRows.a);"}},
+       2});
+}
+
+// The same for --attention-forward=wgmma-ss, whose scores' wgmma reads q
+// from shared memory: the fence before them names the scores alone (no A
+// fragments), and named for the wrong accumulators it is reported; q's
+// tile, read by every tile's products, is written once, before the loop.
+TEST(TemplateKernelsOnHost, EveryWgmmaSharedQueryForwardSyncIsNeeded) {
+  Builder b;
+  rt::Program &p = packedAttentionForRaces(
+      b, HostTarget::Sm90a, AttentionBackward::Split, "wgmma-ss");
+  ASSERT_EQ(p.kernels.size(), 3u);
+  const size_t k = kernelWithImpl(p, "TensorCores");
+  ASSERT_LT(k, p.kernels.size());
+  ASSERT_NE(p.kernels[k].source.find(", false, 1, true>("), std::string::npos)
+      << "the shared-query forward's instantiation";
+  expectEveryWgmmaForwardSyncNeeded(
+      p, k,
+      {"attentionForwardWgmma",
+       2,
+       {"wgmmaFenceKept(s, qRows);", "wgmmaFence(acc, pa);"},
+       {{"wgmmaFence(acc, pa);", "wgmmaFence(s, pa);"},
+        {"wgmmaFenceKept(s, qRows);", "wgmmaFence(acc);"}},
        2});
 }
 
@@ -787,13 +810,13 @@ TEST(TemplateKernelsOnHost,
        2});
 }
 
-// --attention-forward=wgmma-k128 against the CPU executor, at D = 64 and
-// 32, causal and not, T = 384 (six query blocks, three steps of 128
-// keys): causal blocks end on a step of one tile (the diagonal; the second
-// tile's products still run, its scores -inf) or of two (the diagonal
-// second). One block of 64 queries and 4 warps, as the wgmma forward's,
-// with 73 KB of dynamic shared memory at D = 64 (36 at 32).
-TEST(TemplateKernelsOnHost, WgmmaKeys128ForwardMatchesTheCpuExecutor) {
+/// --attention-forward=`label` against the CPU executor, at D = 64 and 32,
+/// causal and not, T = 384 (six query blocks of 64): its entry calls
+/// attentionForward`impl`, in blocks of 128 threads with `sharedBytes(D)`
+/// of dynamic shared memory.
+void expectForwardMatchesCpuExecutor(
+    const char *label, const std::string &impl,
+    const std::function<uint32_t(int64_t D)> &sharedBytes) {
   for (int64_t D : {64, 32})
     for (bool causal : {true, false}) {
       SCOPED_TRACE("D = " + std::to_string(D) + (causal ? ", causal" : ""));
@@ -805,17 +828,15 @@ TEST(TemplateKernelsOnHost, WgmmaKeys128ForwardMatchesTheCpuExecutor) {
       fa.ints = {{"causal", causal}, {"num_heads", H}};
       fa.floats["scale"] = 0.125;
       cuda::EmitOptions opts;
-      ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, "wgmma-k128"));
+      ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, label));
       rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, opts);
       ASSERT_EQ(p.kernels.size(), 1u);
-      EXPECT_NE(
-          p.kernels[0].source.find("  attentionForwardKeys128TensorCores<"),
-          std::string::npos);
+      EXPECT_NE(p.kernels[0].source.find("  attentionForward" + impl + "<"),
+                std::string::npos);
       const rt::Launch &l = p.functions[0].launches[0];
       EXPECT_EQ(l.grid[1], uint32_t(T / 64));
       EXPECT_EQ(l.block[0], 128u);
-      EXPECT_EQ(l.sharedBytes,
-                uint32_t(9 * 64 * D * 2 + (D == 64 ? 1024 : 128) - 16));
+      EXPECT_EQ(l.sharedBytes, sharedBytes(D));
       HostKernels kernels(p, HostTarget::Sm90a);
       ASSERT_TRUE(kernels.ok()) << kernels.error;
       std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 401);
@@ -824,6 +845,26 @@ TEST(TemplateKernelsOnHost, WgmmaKeys128ForwardMatchesTheCpuExecutor) {
       expectNear(fw[0], data[1].f32, 1e-2f, "flash_attention_qkv out");
       expectNear(fw[1], data[2].f32, 1e-5f, "flash_attention_qkv lse");
     }
+}
+
+// --attention-forward=wgmma-k128 (three steps of 128 keys): causal blocks
+// end on a step of one tile (the diagonal; the second tile's products
+// still run, its scores -inf) or of two (the diagonal second). One block
+// of 64 queries and 4 warps, as the wgmma forward's, with 73 KB of dynamic
+// shared memory at D = 64 (36 at 32).
+TEST(TemplateKernelsOnHost, WgmmaKeys128ForwardMatchesTheCpuExecutor) {
+  expectForwardMatchesCpuExecutor(
+      "wgmma-k128", "Keys128TensorCores", [](int64_t D) {
+        return uint32_t(9 * 64 * D * 2 + (D == 64 ? 1024 : 128) - 16);
+      });
+}
+
+// --attention-forward=wgmma-ss: the wgmma forward with q read from shared
+// memory by the scores' products (static shared memory, as the wgmma
+// forward's).
+TEST(TemplateKernelsOnHost, WgmmaSharedQueryForwardMatchesTheCpuExecutor) {
+  expectForwardMatchesCpuExecutor("wgmma-ss", "TensorCores",
+                                  [](int64_t) { return 0u; });
 }
 
 // And for the wgmma backward: the loop's two barriers (the tile's copies
@@ -1244,7 +1285,8 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
         Way{HostTarget::Sm90a, "wgmma"},
         Way{HostTarget::Sm90a, "wgmma-overlap"},
         Way{HostTarget::Sm90a, "wgmma128"},
-        Way{HostTarget::Sm90a, "wgmma-k128"}}) {
+        Way{HostTarget::Sm90a, "wgmma-k128"},
+        Way{HostTarget::Sm90a, "wgmma-ss"}}) {
     SCOPED_TRACE(way.forward);
     rt::Program p = f.b.p;
     cuda::EmitOptions opts;

@@ -250,12 +250,13 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
         label == "mma128" || label == "wgmma128-forward";
     o.rowPairAttentionForward = label == "mma2";
     o.pipelinedAttentionForward = label == "mma-pipe";
-    o.wgmmaAttention = label == "wgmma-forward" ||
-                       label == "wgmma-overlap-forward" ||
-                       label == "wgmma128-forward" ||
-                       label == "wgmma-k128-forward";
+    o.wgmmaAttention =
+        label == "wgmma-forward" || label == "wgmma-overlap-forward" ||
+        label == "wgmma128-forward" || label == "wgmma-k128-forward" ||
+        label == "wgmma-ss-forward";
     o.overlapWgmmaForward = label == "wgmma-overlap-forward";
     o.keys128AttentionForward = label == "wgmma-k128-forward";
+    o.sharedQueryWgmmaForward = label == "wgmma-ss-forward";
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";
     o.wgmmaAttentionBackward =
@@ -302,7 +303,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
       if (forward) // (last: the kernels' numbers in scripts stay)
         expected.push_back("mma-pipe");
       if (hopper && forward)
-        expected.insert(expected.end(), {"wgmma128", "wgmma-k128"});
+        expected.insert(expected.end(), {"wgmma128", "wgmma-k128", "wgmma-ss"});
       if (hopper && backward)
         expected.insert(expected.end(),
                         {"wgmma-split", "wgmma-split-ss", "wgmma-ds",
@@ -337,7 +338,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   for (const rt::Launch &l : p.functions[0].launches)
     EXPECT_EQ(
         l.variants.size(),
-        l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv" ? 7u
+        l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv" ? 8u
         : l.kernel == "cross_entropy_with_grad" || l.kernel == "layernorm_grad"
             ? 1u
             : 0u)

@@ -199,13 +199,13 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 
 // --attention-forward=auto --attention-backward=auto on sm_90a: the program
 // carries every attention algorithm (mma128, mma2, wgmma, wgmma-overlap,
-// mma-pipe, wgmma128 and wgmma-k128 beside mma; atomic, atomic128, wgmma,
-// wgmma-overlap, wgmma-split, wgmma-split-ss, wgmma-ds, wgmma-bulk and
-// wgmma-ordered beside split), and each variant, put in its launch's place
-// with its grid and shared memory, matches the CPU backend as the launch's
-// own kernel does (the tests above): nine programs, the first seven each
-// with a forward and a backward variant, the last two with a backward one,
-// the first
+// mma-pipe, wgmma128, wgmma-k128 and wgmma-ss beside mma; atomic,
+// atomic128, wgmma, wgmma-overlap, wgmma-split, wgmma-split-ss, wgmma-ds,
+// wgmma-bulk and wgmma-ordered beside split), and each variant, put in its
+// launch's place with its grid and shared memory, matches the CPU backend
+// as the launch's own kernel does (the tests above): nine programs, the
+// first eight each with a forward and a backward variant, the last with a
+// backward one, the first
 // also with the loss gradient's max-first form (emitCUDA's twin of every
 // bf16 cross_entropy_with_grad) and the layernorm gradients' staged form
 // (emitCUDA's twin of each on sm_90a).
@@ -228,12 +228,12 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBacke
     for (const std::string &label : labels)
       said += label + "; ";
     SCOPED_TRACE(said);
-    // (7 forward variants, 9 backward; the loss gradient's one, maxfirst,
+    // (8 forward variants, 9 backward; the loss gradient's one, maxfirst,
     // and the layernorm gradients' one, staged, with the first)
     EXPECT_EQ(labels.size(), v == 0  ? 4u
-                             : v < 7 ? 2u
+                             : v < 8 ? 2u
                                      : 1u)
-        << "a forward and a backward variant, the last two a backward alone";
+        << "a forward and a backward variant, the last a backward alone";
     expectHostMatchesCpu(q, HostTarget::Sm90a);
   }
 }

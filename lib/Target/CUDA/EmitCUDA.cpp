@@ -265,8 +265,8 @@ using namespace detail;
 
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
   static const std::vector<std::string> forwards = {
-      "mma",           "mma128",   "mma2",    "wgmma",
-      "wgmma-overlap", "mma-pipe", "wgmma128", "wgmma-k128"};
+      "mma",      "mma128",   "mma2",       "wgmma",   "wgmma-overlap",
+      "mma-pipe", "wgmma128", "wgmma-k128", "wgmma-ss"};
   static const std::vector<std::string> backwards = {
       "split",         "atomic",       "atomic128",      "wgmma",
       "wgmma-overlap", "wgmma-split",  "wgmma-split-ss", "wgmma-ds",
@@ -300,9 +300,11 @@ bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
     o.rowPairAttentionForward = label == "mma2";
     o.pipelinedAttentionForward = label == "mma-pipe";
     o.wgmmaAttention = label == "wgmma" || label == "wgmma-overlap" ||
-                       label == "wgmma128" || label == "wgmma-k128";
+                       label == "wgmma128" || label == "wgmma-k128" ||
+                       label == "wgmma-ss";
     o.overlapWgmmaForward = label == "wgmma-overlap";
     o.keys128AttentionForward = label == "wgmma-k128";
+    o.sharedQueryWgmmaForward = label == "wgmma-ss";
   } else {
     o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
     o.wideAttentionBackward = label == "atomic128";

@@ -440,6 +440,11 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   const bool keys128 = !grad && mma && opts.wgmmaAttention &&
                        !opts.overlapWgmmaForward && !wgmmaWide &&
                        opts.keys128AttentionForward && a.S % 128 == 0;
+  // --attention-forward=wgmma-ss: q read from shared memory by the scores'
+  // wgmma, no fragments held: 90 registers at D = 64, 5 blocks an SM.
+  const bool sharedQuery = !grad && mma && opts.wgmmaAttention &&
+                           !opts.overlapWgmmaForward && !wgmmaWide &&
+                           !keys128 && opts.sharedQueryWgmmaForward;
   // --attention-forward=mma-pipe: the next tile's scores under this one's
   // softmax, 32 registers more: 3 blocks an SM (168 registers).
   const bool pipelined = !grad && mma && !opts.wgmmaAttention && !wide &&
@@ -450,6 +455,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
       !mma ? 64 : wide || wgmmaWide || keyTiles == 2 ? 256 : 128;
   const int blocksPerSM = !mma                            ? 0
                           : keyTiles == 2                 ? 1
+                          : sharedQuery                   ? 5
                           : sharedRows                    ? 4
                           : overlap                       ? 2
                           : grad || pipelined || keys128  ? 3
@@ -524,6 +530,7 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
      << (wide                                      ? ", 8"
          : rowPairs                                ? ", 4, 2"
          : wgmmaWide                               ? ", false, 2"
+         : sharedQuery                             ? ", false, 1, true"
          : keyTiles == 2                           ? ", 2"
          : overlap || overlapForward || sharedRows ? ", true"
          : ordered                                 ? ", false, true, true"

@@ -129,6 +129,12 @@ EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
   wgFencedPairs[me][0] = {d, a, a + K};
   wgFencedPairs[me][1] = {d2, a2, a2 + K2};
 }
+template <int N> EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4]) {
+  int me = emu::current;
+  wgFenced[me] = true;
+  wgFencedPairs[me][0] = {d};
+  wgFencedPairs[me][1] = {};
+}
 template <int N, int N2>
 EMU_UNCHECKED inline void wgmmaFence(float (&d)[N][4], float (&d2)[N2][4]) {
   int me = emu::current;

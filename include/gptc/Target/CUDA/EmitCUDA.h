@@ -75,6 +75,12 @@ struct EmitOptions {
   /// Off by default: untimed on a GPU so far; sm_90a's default (auto) times
   /// it at load with the others.
   bool keys128AttentionForward = false;
+  /// With wgmmaAttention (and none of the three above): the scores' wgmma
+  /// reads q from shared memory, no fragments held, so that the kernel
+  /// fits 5 blocks an SM (attentionForwardWgmma's kSharedQuery;
+  /// --attention-forward=wgmma-ss). Off by default: untimed on a GPU so
+  /// far; sm_90a's default (auto) times it at load with the others.
+  bool sharedQueryWgmmaForward = false;
   /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
   /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
   /// atomics (five products a tile pair, against seven; dq's sums then
@@ -180,10 +186,10 @@ struct EmitOptions {
 
 /// The bf16 attention algorithms of one direction by their flag values,
 /// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
-/// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128 (sm_90a; the later ones
-/// last, so that the others keep their kernels' numbers); backward split,
-/// atomic, atomic128, wgmma, wgmma-overlap, wgmma-split, wgmma-split-ss,
-/// wgmma-ds, wgmma-bulk, wgmma-ordered (the wgmma ones sm_90a).
+/// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128, wgmma-ss (sm_90a;
+/// the later ones last, so that the others keep their kernels' numbers);
+/// backward split, atomic, atomic128, wgmma, wgmma-overlap, wgmma-split,
+/// wgmma-split-ss, wgmma-ds, wgmma-bulk, wgmma-ordered (the wgmma ones sm_90a).
 /// --attention-forward and
 /// --attention-backward take these (and auto); --attention-*=auto emits
 /// them all.

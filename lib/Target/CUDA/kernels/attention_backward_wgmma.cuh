@@ -37,49 +37,6 @@ template <int D, class LQ, class LO> struct WalkedQueryTiles {
   }
 };
 
-/// The A operand of the products a wgmma backward block repeats through
-/// its loop, rows of a tile it keeps (a dk/dv block's k or v, a
-/// wgmma-split dq block's q or dout): fragments held in registers from the
-/// loop's first tile on (hold: wgmmaHoldRows; zeroed first), or, kShared
-/// (--attention-backward=wgmma-split-ss), read by each product from the
-/// tile in shared memory. The pair of them held takes 32 registers at
-/// D = 64, the difference between wgmma-split's 3 blocks an SM and 4.
-template <int D, bool kShared> struct KeptRows {
-  const wg::OperandTile<D> &tile;
-  u32 a[D / 16][4] = {};
-  __device__ __forceinline__ void hold() { wgmmaHoldRows(a, tile); }
-  /// d += these rows' columns [16kc, +16) · b; the first step (kc 0)
-  /// starts d.
-  template <int N>
-  __device__ __forceinline__ void product(float (&d)[N][4], int kc,
-                                          unsigned long long b) {
-    wgmmaBf16<false>(d, a[kc], b, kc > 0);
-  }
-};
-template <int D> struct KeptRows<D, true> {
-  const wg::OperandTile<D> &tile;
-  __device__ __forceinline__ void hold() {}
-  template <int N>
-  __device__ __forceinline__ void product(float (&d)[N][4], int kc,
-                                          unsigned long long b) {
-    wgmmaBf16<false>(d, tile.rowsAlongM(kc), b, kc > 0);
-  }
-};
-/// wgmmaFence before a batch of two products on kept rows: into d with
-/// x's, into d2 with y's.
-template <int D, int N, int N2>
-__device__ __forceinline__ void
-wgmmaFenceKept(float (&d)[N][4], KeptRows<D, false> &x, float (&d2)[N2][4],
-               KeptRows<D, false> &y) {
-  wgmmaFence(d, x.a, d2, y.a);
-}
-template <int D, int N, int N2>
-__device__ __forceinline__ void
-wgmmaFenceKept(float (&d)[N][4], KeptRows<D, true> &, float (&d2)[N2][4],
-               KeptRows<D, true> &) {
-  wgmmaFence(d, d2);
-}
-
 /// Half `half` (32 queries) of query tile sQ, sDout (its row terms tileLse
 /// and tileDot) for a wgmma backward block's 64 keys, warp w's 16w.. (their
 /// k and v rows as A, kRows and vRows), as keyRowsOnQueries does it on

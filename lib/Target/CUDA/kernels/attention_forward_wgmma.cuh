@@ -1,7 +1,8 @@
 //===- attention_forward_wgmma.cuh - attention forward on wgmma -----------===//
 //
 // attentionForwardMma's work with both products on warpgroup MMA (sm_90a,
-// D of 32 or 64): attentionForwardWgmma (64 or 128 queries a block),
+// D of 32 or 64): attentionForwardWgmma (64 or 128 queries a block, q
+// held in registers or read from shared memory),
 // attentionForwardWgmmaKeys128 (128 keys a step) and
 // attentionForwardWgmmaOverlap (a tile's softmax under the next tile's
 // scores). attentionForwardTensorCores and
@@ -20,9 +21,13 @@
 /// 2, 128 queries) share each key tile's copies: a tile comes from L2 once
 /// for 128 queries rather than 64. At GPT-2's sizes the one-warpgroup
 /// kernel's copies move 428 MB from L2 a launch, 3.7 TB/s at its 116.5 µs
-/// on an H200.
+/// on an H200. kSharedQuery (--attention-forward=wgmma-ss): the scores'
+/// wgmma reads q from its tile in shared memory rather than from held
+/// fragments, 16 registers fewer (90 at D = 64, nvcc 13.0), so 5 blocks an
+/// SM where 4 fit: ncu saw the 4-block kernels' schedulers with a warp
+/// ready on 40% of cycles (docs/benchmarks.md, thirtieth session).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          int kGroups = 1, typename TO>
+          int kGroups = 1, bool kSharedQuery = false, typename TO>
 __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
                                       const bf16 *v, TO *out, float *lse,
                                       float scale) {
@@ -31,11 +36,11 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   static_assert(T % (64 * kGroups) == 0, "whole blocks of queries");
   using namespace mma;
   constexpr int kThreads = 128 * kGroups;
-  // q keeps its own tile, and its A fragments are loaded on the first key
-  // tile and held, zeroed before the loop. Loaded once before the loop
-  // and held, ptxas 13.0 gave the probabilities' A fragments the same
-  // registers at D=64, so from the second key tile on wgmma multiplied k
-  // by the last tile's probabilities instead of q (an H100 saw it, 78e8693;
+  // q keeps its own tile, and (unless kSharedQuery) its A fragments are
+  // loaded on the first key tile and held, zeroed before the loop. Loaded once
+  // before the loop and held, ptxas 13.0 gave the probabilities' A fragments
+  // the same registers at D=64, so from the second key tile on wgmma multiplied
+  // k by the last tile's probabilities instead of q (an H100 saw it, 78e8693;
   // they were then loaded again each tile: 4 ldmatrix.x4 a warp and 8 KB
   // of shared-memory reads a tile). Defined on every path, as here, the
   // SASS keeps them (wgmmaHoldRows).
@@ -63,7 +68,10 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // causal mask the others sit out the tiles wholly in their future.
   const int keyEnd = kCausal ? blockRow0 + 64 * kGroups : S;
   loadKeyTileAsync<LK, kThreads>(sK[0], sV[0], k, v, h, 0);
-  u32 qa[D / 16][4] = {};
+  // (One warpgroup's tile by a constant index: read from shared memory,
+  // its descriptors are then made in uniform registers, not moved there.)
+  KeptRows<D, kSharedQuery, wg::CoreTile<D>> qRows{
+      sQ[kGroups == 1 ? 0 : group]};
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
     prefetchNextKeyTile<LK, kThreads>(sK, sV, k, v, h, j0, keyEnd, buf);
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
@@ -71,12 +79,12 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
     // (uniform in each warpgroup, and the barriers stay outside)
     if (kGroups == 1 || !kCausal || j0 <= i0) {
       if (j0 == 0)
-        wgmmaHoldRows(qa, sQ[group]);
+        qRows.hold();
       float s[8][4];
-      wgmmaFence(s, qa);
+      wgmmaFenceKept(s, qRows);
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc)
-        wgmmaBf16<false>(s, qa[kc], sK[buf].keysAlongN(kc), kc > 0);
+        qRows.product(s, kc, sK[buf].keysAlongN(kc));
       wgmmaCommit();
       wgmmaWait<0>();
       wgmmaFenceOperands(s);
@@ -347,11 +355,12 @@ __device__ void attentionForwardWgmmaOverlap(const bf16 *q, const bf16 *k,
 
 /// The tensor-core forward the target has, emitted for
 /// --attention-forward=wgmma (and wgmma-overlap, kOverlap; wgmma128,
-/// kGroups 2): warpgroup MMA on sm_90a for D of 32 or 64, else mma.sync
-/// (with 4 kGroups warps a block; same results up to float32 summation
-/// order).
+/// kGroups 2; wgmma-ss, kSharedQuery): warpgroup MMA on sm_90a for D of 32
+/// or 64, else mma.sync (with 4 kGroups warps a block; same results up to
+/// float32 summation order).
 template <int D, int T, int S, bool kCausal, class LQ, class LK, class LO,
-          bool kOverlap = false, int kGroups = 1, typename TO>
+          bool kOverlap = false, int kGroups = 1, bool kSharedQuery = false,
+          typename TO>
 __device__ __forceinline__ void
 attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
                             TO *out, float *lse, float scale) {
@@ -360,8 +369,8 @@ attentionForwardTensorCores(const bf16 *q, const bf16 *k, const bf16 *v,
     attentionForwardWgmmaOverlap<D, T, S, kCausal, LQ, LK, LO>(q, k, v, out,
                                                                lse, scale);
   else if constexpr (D == 32 || D == 64)
-    attentionForwardWgmma<D, T, S, kCausal, LQ, LK, LO, kGroups>(q, k, v, out,
-                                                                 lse, scale);
+    attentionForwardWgmma<D, T, S, kCausal, LQ, LK, LO, kGroups, kSharedQuery>(
+        q, k, v, out, lse, scale);
   else
 #endif
     attentionForwardMma<D, T, S, kCausal, LQ, LK, LO, 4 * kGroups>(q, k, v, out,

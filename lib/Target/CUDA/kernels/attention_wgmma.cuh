@@ -238,4 +238,60 @@ __device__ __forceinline__ void wgmmaHoldRows(u32 (&a)[N][4], const Tile &t) {
   for (int kc = 0; kc < N; ++kc)
     loadMatrices(a[kc], t.block(warp * 16, kc * 16));
 }
+
+/// The A operand of the products a wgmma block repeats through its loop,
+/// rows of a tile it keeps (the forward's q; a backward dk/dv block's k or
+/// v, a wgmma-split dq block's q or dout): fragments held in registers
+/// from the loop's first tile on (hold: wgmmaHoldRows; zeroed first), or,
+/// kShared (--attention-forward=wgmma-ss, --attention-backward=
+/// wgmma-split-ss), read by each product from the tile in shared memory.
+/// The backward's pair of them held takes 32 registers at D = 64, the
+/// difference between wgmma-split's 3 blocks an SM and 4; the forward's q,
+/// 16 of its 113 (4 blocks an SM), where 90 fit 5.
+template <int D, bool kShared, class Tile = wg::OperandTile<D>>
+struct KeptRows {
+  const Tile &tile;
+  u32 a[D / 16][4] = {};
+  __device__ __forceinline__ void hold() { wgmmaHoldRows(a, tile); }
+  /// d += these rows' columns [16kc, +16) · b; the first step (kc 0)
+  /// starts d.
+  template <int N>
+  __device__ __forceinline__ void product(float (&d)[N][4], int kc,
+                                          unsigned long long b) {
+    wgmmaBf16<false>(d, a[kc], b, kc > 0);
+  }
+};
+template <int D, class Tile> struct KeptRows<D, true, Tile> {
+  const Tile &tile;
+  __device__ __forceinline__ void hold() {}
+  template <int N>
+  __device__ __forceinline__ void product(float (&d)[N][4], int kc,
+                                          unsigned long long b) {
+    wgmmaBf16<false>(d, tile.rowsAlongM(kc), b, kc > 0);
+  }
+};
+/// wgmmaFence before a batch of one product on kept rows x, into d.
+template <int D, class Tile, int N>
+__device__ __forceinline__ void wgmmaFenceKept(float (&d)[N][4],
+                                               KeptRows<D, false, Tile> &x) {
+  wgmmaFence(d, x.a);
+}
+template <int D, class Tile, int N>
+__device__ __forceinline__ void wgmmaFenceKept(float (&d)[N][4],
+                                               KeptRows<D, true, Tile> &) {
+  wgmmaFence(d);
+}
+/// The same before a batch of two: into d with x's rows, into d2 with y's.
+template <int D, class Tile, int N, int N2>
+__device__ __forceinline__ void
+wgmmaFenceKept(float (&d)[N][4], KeptRows<D, false, Tile> &x,
+               float (&d2)[N2][4], KeptRows<D, false, Tile> &y) {
+  wgmmaFence(d, x.a, d2, y.a);
+}
+template <int D, class Tile, int N, int N2>
+__device__ __forceinline__ void
+wgmmaFenceKept(float (&d)[N][4], KeptRows<D, true, Tile> &, float (&d2)[N2][4],
+               KeptRows<D, true, Tile> &) {
+  wgmmaFence(d, d2);
+}
 #endif // GPTC_WGMMA

@@ -402,8 +402,14 @@ __device__ __forceinline__ void wgmmaFence(float (&d)[N][4], u32 (&a)[K][4],
   wgmmaFenceOperands(a2);
   wgmmaFence(d, a);
 }
+/// wgmma.fence before a batch into d whose A is read from shared memory
+/// (no A fragments).
+template <int N> __device__ __forceinline__ void wgmmaFence(float (&d)[N][4]) {
+  wgmmaFenceOperands(d);
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 /// The same before a batch of two products whose A is read from shared
-/// memory (no A fragments): into d, and into d2.
+/// memory: into d, and into d2.
 template <int N, int N2>
 __device__ __forceinline__ void wgmmaFence(float (&d)[N][4],
                                            float (&d2)[N2][4]) {
@@ -519,9 +525,32 @@ __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                  "r"(int(accumulate)), "n"(int(kTransB)));
 }
-/// d += a · b, m64n32k16 with A read from shared memory too, through a
-/// descriptor (K-major: wg::SwizzledTile::rowsAlongM): no registers hold
-/// it, and each product reads its 2 KB again.
+/// d += a · b, m64n64k16 (N = 64) or m64n32k16 with A read from shared
+/// memory too, through a descriptor (K-major: wg::CoreTile::rowsAlongM,
+/// wg::SwizzledTile::rowsAlongM): no registers hold it, and each product
+/// reads its 2 KB again.
+template <bool kTransB>
+__device__ __forceinline__ void
+wgmmaBf16(float (&d)[8][4], unsigned long long a, unsigned long long b,
+          bool accumulate = true) {
+  // scale-d is a predicate: true, accumulate; false, d = a · b. A not
+  // transposed.
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
+               "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+               "%26, %27, %28, %29, %30, %31}, "
+               "%32, %33, p, 1, 1, 0, %35;\n}\n"
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
+}
 template <bool kTransB>
 __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4],
                                           unsigned long long a,
