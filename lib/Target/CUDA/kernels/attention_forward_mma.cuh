@@ -3,9 +3,9 @@
 // attentionForwardMma: a block's query rows against 64-key tiles, K and V
 // double-buffered through cp.async, the online softmax between the two
 // products (attention_mma.cuh); and attentionForwardMmaPipelined, which
-// computes the next tile's scores under this one's softmax. The wgmma
-// forwards (attention_forward_wgmma.cuh) copy their key tiles with the
-// helpers here.
+// computes the next tile's scores under this one's softmax. (The wgmma
+// forwards, attention_forward_wgmma.cuh, walk their key tiles with a
+// cursor, wg::WalkedRows, rather than these helpers.)
 //
 //===----------------------------------------------------------------------===//
 

@@ -54,8 +54,8 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   const int group = threadIdx.x / 128, i0 = blockRow0 + 64 * group;
   const int warp = threadIdx.x / 32 % 4, g = threadIdx.x % 32 / 4;
 
-  // q joins the first key tile's group (committed by loadKeyTileAsync) and
-  // is read after the loop's first wait and barrier.
+  // q joins the first key tile's group and is read after the loop's first
+  // wait and barrier.
 #pragma unroll
   for (int t = 0; t < kGroups; ++t)
     sQ[t].template loadAsync<kThreads>(q + LQ::head(h), kQ, blockRow0 + 64 * t);
@@ -67,13 +67,29 @@ __device__ void attentionForwardWgmma(const bf16 *q, const bf16 *k,
   // The block walks the key tiles its last warpgroup needs; with the
   // causal mask the others sit out the tiles wholly in their future.
   const int keyEnd = kCausal ? blockRow0 + 64 * kGroups : S;
-  loadKeyTileAsync<LK, kThreads>(sK[0], sV[0], k, v, h, 0);
+  // The key tiles' copies walk down k's rows, v's beside them (as the
+  // overlap forward's: given each tile's first row, ptxas worked out every
+  // chunk's address again, 64-bit multiplies included).
+  wg::WalkedRows<wg::OperandTile<D>, kThreads> keys(k + LK::head(h),
+                                                    LK::kRowStride, 0);
+  const i64 vBytes = keys.twinBytes(k, v);
+  keys.load(sK[0]);
+  keys.loadTwin(sV[0], vBytes);
+  commitCopies();
   // (One warpgroup's tile by a constant index: read from shared memory,
   // its descriptors are then made in uniform registers, not moved there.)
   KeptRows<D, kSharedQuery, wg::CoreTile<D>> qRows{
       sQ[kGroups == 1 ? 0 : group]};
   for (int j0 = 0, buf = 0; j0 < keyEnd; j0 += 64, buf ^= 1) {
-    prefetchNextKeyTile<LK, kThreads>(sK, sV, k, v, h, j0, keyEnd, buf);
+    if (j0 + 64 < keyEnd) { // the next tile into the other buffer
+      keys.step(64);
+      keys.load(sK[buf ^ 1]);
+      keys.loadTwin(sV[buf ^ 1], vBytes);
+      commitCopies();
+      waitCopies<1>(); // this tile's copies, not the next one's
+    } else {
+      waitCopies<0>();
+    }
     fenceProxyAsync(); // this thread's copies, to wgmma's reads
     __syncthreads();   // and every other thread's
     // (uniform in each warpgroup, and the barriers stay outside)
