@@ -485,27 +485,38 @@ __device__ __forceinline__ void waitForCount(const unsigned *count, unsigned n,
   }
 }
 
+// An m64nNk16 wgmma's accumulators d[0, N/8)[0, 4) as asm operands ("+f",
+// %0 on), and as the instruction's register list.
+#define GPTC_WGMMA_D(d, i)                                                     \
+  "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define GPTC_WGMMA_D_N32(d)                                                    \
+  GPTC_WGMMA_D(d, 0), GPTC_WGMMA_D(d, 1), GPTC_WGMMA_D(d, 2), GPTC_WGMMA_D(d, 3)
+#define GPTC_WGMMA_D_N64(d)                                                    \
+  GPTC_WGMMA_D_N32(d), GPTC_WGMMA_D(d, 4), GPTC_WGMMA_D(d, 5),                 \
+      GPTC_WGMMA_D(d, 6), GPTC_WGMMA_D(d, 7)
+#define GPTC_WGMMA_REGS_N32                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define GPTC_WGMMA_REGS_N64                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "     \
+  "%30, %31}"
+
+// (The instructions' strings as PTX reads them.)
+// clang-format off
 /// d += a · b, m64nNk16 (N = 64 or 32); kTransB: b is N-major (its 16-byte
 /// core-matrix rows run along N), else K-major. With accumulate false,
 /// d = a · b: a product's first k16 step starts it, and d need not be
 /// zeroed before (ptxas kept such zeroes as 16 to 32 moves a product).
+/// (scale-d is a predicate: true, accumulate; false, d = a · b.)
 template <bool kTransB>
 __device__ __forceinline__ void wgmmaBf16(float (&d)[8][4], const u32 (&a)[4],
                                           unsigned long long b,
                                           bool accumulate = true) {
-  // scale-d is a predicate: true, accumulate; false, d = a · b.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-               "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               GPTC_WGMMA_REGS_N64 ", {%32, %33, %34, %35}, %36, p, 1, 1, "
+               "%38;\n}\n"
+               : GPTC_WGMMA_D_N64(d)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                  "r"(int(accumulate)), "n"(int(kTransB)));
 }
@@ -513,60 +524,38 @@ template <bool kTransB>
 __device__ __forceinline__ void wgmmaBf16(float (&d)[4][4], const u32 (&a)[4],
                                           unsigned long long b,
                                           bool accumulate = true) {
-  // scale-d is a predicate: true, accumulate; false, d = a · b.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-               "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+               GPTC_WGMMA_REGS_N32 ", {%16, %17, %18, %19}, %20, p, 1, 1, "
+               "%22;\n}\n"
+               : GPTC_WGMMA_D_N32(d)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b),
                  "r"(int(accumulate)), "n"(int(kTransB)));
 }
 /// d += a · b, m64n64k16 (N = 64) or m64n32k16 with A read from shared
-/// memory too, through a descriptor (K-major: wg::CoreTile::rowsAlongM,
-/// wg::SwizzledTile::rowsAlongM): no registers hold it, and each product
-/// reads its 2 KB again.
+/// memory too, through a descriptor (K-major, not transposed:
+/// wg::CoreTile::rowsAlongM, wg::SwizzledTile::rowsAlongM): no registers
+/// hold it, and each product reads its 2 KB again.
 template <bool kTransB>
 __device__ __forceinline__ void
 wgmmaBf16(float (&d)[8][4], unsigned long long a, unsigned long long b,
           bool accumulate = true) {
-  // scale-d is a predicate: true, accumulate; false, d = a · b. A not
-  // transposed.
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
-               "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
-               "%26, %27, %28, %29, %30, %31}, "
-               "%32, %33, p, 1, 1, 0, %35;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                 "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                 "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+               GPTC_WGMMA_REGS_N64 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+               : GPTC_WGMMA_D_N64(d)
                : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
 }
 template <bool kTransB>
-__device__ __forceinline__ void wgmmaBf16(float (&d)[4][4],
-                                          unsigned long long a,
-                                          unsigned long long b,
-                                          bool accumulate = true) {
-  // scale-d is a predicate: true, accumulate; false, d = a · b. A not
-  // transposed.
+__device__ __forceinline__ void
+wgmmaBf16(float (&d)[4][4], unsigned long long a, unsigned long long b,
+          bool accumulate = true) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-               "%16, %17, p, 1, 1, 0, %19;\n}\n"
-               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                 "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+               GPTC_WGMMA_REGS_N32 ", %16, %17, p, 1, 1, 0, %19;\n}\n"
+               : GPTC_WGMMA_D_N32(d)
                : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
 }
+// clang-format on
 #endif // GPTC_WGMMA
 
