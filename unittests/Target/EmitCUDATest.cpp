@@ -668,6 +668,22 @@ TEST(CompileKernels, ResidentBlocksAsTheOccupancyCalculatorCounts) {
   EXPECT_EQ(cuda::residentBlocks("sm_90a", 0, 32, 0), -1);
 }
 
+// The registers one block more needs, which the kernel report gives each
+// register-bound kernel: 256 a warp at a time, so multiples of 8 a thread.
+TEST(CompileKernels, RegistersForBlocksIsTheMostThatFit) {
+  // The wgmma forward (128 threads, 40 KiB): 5 blocks at 96 registers
+  // (20 warps of 3,072), not 97 (3,328); 4 at 128; 6 never (shared memory).
+  EXPECT_EQ(cuda::registersForBlocks("sm_90a", 128, 40960, 5), 96);
+  EXPECT_EQ(cuda::residentBlocks("sm_90a", 128, 97, 40960), 4);
+  EXPECT_EQ(cuda::registersForBlocks("sm_90a", 128, 40960, 4), 128);
+  EXPECT_EQ(cuda::registersForBlocks("sm_90a", 128, 40960, 6), -1);
+  // One block of 1024 threads: up to 64 registers; more threads than an
+  // SM holds, or no table: -1.
+  EXPECT_EQ(cuda::registersForBlocks("sm_90a", 1024, 0, 1), 64);
+  EXPECT_EQ(cuda::registersForBlocks("sm_86", 1024, 0, 2), -1);
+  EXPECT_EQ(cuda::registersForBlocks("sm_75", 128, 0, 1), -1);
+}
+
 TEST(NVRTC, ParsesPtxasResourceLines) {
   rt::CompiledKernel k;
   rt::parsePtxasInfo(

@@ -43,6 +43,12 @@ struct KernelResources {
 int residentBlocks(const std::string &arch, int threads, int registers,
                    int sharedBytes);
 
+/// The most registers a thread (at most 255) at which `blocks` blocks of
+/// `threads` threads and `sharedBytes` fit one SM of `arch`
+/// (residentBlocks); -1 where none do (shared memory, threads, no table).
+int registersForBlocks(const std::string &arch, int threads, int sharedBytes,
+                       int blocks);
+
 struct CompileKernelsOptions {
   /// Non-empty: write NAME.cu, NAME.log and NAME.cubin per kernel,
   /// nvrtc-options.txt and manifest.json (each kernel's launches: function,
@@ -74,7 +80,10 @@ std::vector<KernelResources> compileKernels(rt::Program &p,
 
 /// The report's text for `resources`; `repeatsOnce`: the launch counts
 /// took grads_accumulate's repeats of grads' launches once, in grads
-/// (rt::repeatsGrads), which the legend then says.
+/// (rt::repeatsGrads), which the legend then says. After the table, the
+/// kernels whose registers alone hold them to fewer blocks an SM than
+/// their shared memory and threads allow, each with the registers a thread
+/// that one block more needs.
 void printKernelReport(const std::vector<KernelResources> &resources,
                        const std::string &arch, std::ostream &os,
                        bool repeatsOnce = false);
