@@ -35,8 +35,9 @@ template <int D> struct Tile {
   /// `stride` apart from `src` on (HeadRows), 16 bytes a thread with
   /// cp.async: in flight until the caller commits and waits for them.
   /// kThreads is the block's size (blockDim.x). Chunk c is row c / (D/8),
-  /// columns c % (D/8) · 8 on. A thread's chunks are kThreads apart (a
-  /// multiple of D/8): the same columns, rows kThreads / (D/8) apart, so
+  /// columns c % (D/8) · 8 on. A thread's chunks are kThreads apart, where
+  /// that is a multiple of D/8 (every D but 48): the same columns, rows
+  /// kThreads / (D/8) apart, so
   /// the unrolled copies' addresses differ by constants (sm_90a SASS: the
   /// forward's key tile is 8 consecutive LDGSTS; a loop over blockDim.x
   /// spent 22 instructions a copy on index arithmetic). !kUnrolled keeps
@@ -45,16 +46,26 @@ template <int D> struct Tile {
   template <int kThreads, bool kUnrolled = true>
   __device__ __forceinline__ void loadAsync(const bf16 *src, i64 stride,
                                             i64 row0) {
-    constexpr int kChunks = 64 * D / 8, kRowStep = kThreads / (D / 8);
-    static_assert(kThreads % (D / 8) == 0, "a thread's chunks share columns");
-    const int r = threadIdx.x / (D / 8), col = threadIdx.x % (D / 8) * 8;
-    const u32 to = sharedAddress(data) + 2 * (r * kStride + col);
-    const bf16 *from = src + (row0 + r) * stride + col;
+    constexpr int kChunks = 64 * D / 8;
+    if constexpr (kThreads % (D / 8) != 0) {
+      // (D = 48: 6 chunks a row, so a thread's chunks fall in different
+      // columns and each works out its own place.)
+      for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+        const int r = c / (D / 8), col = c % (D / 8) * 8;
+        copyAsync16(sharedAddress(data) + 2 * (r * kStride + col),
+                    src + (row0 + r) * stride + col);
+      }
+    } else {
+      constexpr int kRowStep = kThreads / (D / 8);
+      const int r = threadIdx.x / (D / 8), col = threadIdx.x % (D / 8) * 8;
+      const u32 to = sharedAddress(data) + 2 * (r * kStride + col);
+      const bf16 *from = src + (row0 + r) * stride + col;
 #pragma unroll(kUnrolled ? 8 : 1)
-    for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i)
-      if (kChunks % kThreads == 0 || threadIdx.x + i * kThreads < kChunks)
-        copyAsync16(to + 2 * i * kRowStep * kStride,
-                    from + i * kRowStep * stride);
+      for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i)
+        if (kChunks % kThreads == 0 || threadIdx.x + i * kThreads < kChunks)
+          copyAsync16(to + 2 * i * kRowStep * kStride,
+                      from + i * kRowStep * stride);
+    }
   }
   /// This lane's row address for loadMatrices of the 16 x 16 block at (r0,
   /// c0): matrix m is the 8 x 8 block at rows r0 + 8·(m % 2), columns c0 +
