@@ -258,6 +258,14 @@ inline bool withMutation(
   return true;
 }
 
+/// The other side of expectEachNeeded: with every statement in place, p's
+/// kernels run on random data with nothing reported (a report throws).
+inline void expectRunsUnreported(rt::Program &p, HostTarget target) {
+  HostKernels kernels(p, target);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  runOnRandomData(p, kernels, 7);
+}
+
 /// Takes each `statement` out of function `fn` of kernel `k`, one at a
 /// time, and expects the run to report `message`; returns how many.
 inline int expectEachNeeded(const rt::Program &p, size_t k,
