@@ -119,9 +119,13 @@ cuda::EmitOptions KernelOptions::emitOptions(const std::string &arch,
           : std::string(attentionBackward);
   cuda::selectAttentionAlgorithm(emit, true, forward);
   cuda::selectAttentionAlgorithm(emit, false, backward);
-  emit.forwardVariants = forward == "auto";
-  emit.backwardVariants = backward == "auto" || backward == "deterministic";
-  emit.deterministicVariants = backward == "deterministic";
+  using cuda::AttentionVariants;
+  if (forward == "auto")
+    emit.forwardVariants = AttentionVariants::All;
+  if (backward == "auto")
+    emit.backwardVariants = AttentionVariants::All;
+  if (backward == "deterministic")
+    emit.backwardVariants = AttentionVariants::Deterministic;
   return emit;
 }
 

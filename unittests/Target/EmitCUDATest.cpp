@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -201,7 +202,7 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
                 "  attentionForwardMma<"),
             std::string::npos);
   cuda::EmitOptions wgmma;
-  wgmma.wgmmaAttention = true;
+  wgmma.attentionForward = cuda::AttentionForward::Wgmma;
   cuda::emitCUDA(p, "sm_90a", wgmma);
   EXPECT_NE(p.kernels[ls[17].deviceKernel].source.find(
                 "  attentionForwardTensorCores<"),
@@ -244,37 +245,42 @@ void expectOnlyTwinVariants(const rt::Launch &l, bool staged) {
 /// bf16 loss gradient its max-first form), and an algorithm that gives a
 /// launch the same kernel (float32 attention) is not one.
 TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
+  // Each flag value's algorithm, written out here rather than taken from
+  // selectAttentionAlgorithm (the wgmma labels with their direction).
   auto withFlag = [](const std::string &label) {
+    using Fwd = cuda::AttentionForward;
+    using Bwd = cuda::AttentionBackward;
+    static const std::map<std::string, Fwd> forwards = {
+        {"mma", Fwd::Mma},
+        {"mma128", Fwd::Mma128},
+        {"mma2", Fwd::Mma2},
+        {"mma-pipe", Fwd::MmaPipe},
+        {"wgmma-forward", Fwd::Wgmma},
+        {"wgmma-overlap-forward", Fwd::WgmmaOverlap},
+        {"wgmma128-forward", Fwd::Wgmma128},
+        {"wgmma-k128-forward", Fwd::WgmmaK128},
+        {"wgmma-ss-forward", Fwd::WgmmaSs}};
+    static const std::map<std::string, Bwd> backwards = {
+        {"split", Bwd::Split},
+        {"atomic", Bwd::Atomic},
+        {"atomic128", Bwd::Atomic128},
+        {"wgmma-backward", Bwd::Wgmma},
+        {"wgmma-overlap-backward", Bwd::WgmmaOverlap},
+        {"wgmma-split-backward", Bwd::WgmmaSplit},
+        {"wgmma-split-ss-backward", Bwd::WgmmaSplitSs},
+        {"wgmma-ds-backward", Bwd::WgmmaDs},
+        {"wgmma-bulk-backward", Bwd::WgmmaBulk},
+        {"wgmma-ordered-backward", Bwd::WgmmaOrdered}};
     cuda::EmitOptions o;
-    o.wideAttentionForward =
-        label == "mma128" || label == "wgmma128-forward";
-    o.rowPairAttentionForward = label == "mma2";
-    o.pipelinedAttentionForward = label == "mma-pipe";
-    o.wgmmaAttention =
-        label == "wgmma-forward" || label == "wgmma-overlap-forward" ||
-        label == "wgmma128-forward" || label == "wgmma-k128-forward" ||
-        label == "wgmma-ss-forward";
-    o.overlapWgmmaForward = label == "wgmma-overlap-forward";
-    o.keys128AttentionForward = label == "wgmma-k128-forward";
-    o.sharedQueryWgmmaForward = label == "wgmma-ss-forward";
-    o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
-    o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward =
-        label == "wgmma-backward" || label == "wgmma-overlap-backward" ||
-        label == "wgmma-bulk-backward" || label == "wgmma-ordered-backward";
-    o.overlapWgmmaBackward = label == "wgmma-overlap-backward";
-    o.bulkWgmmaBackward =
-        label == "wgmma-bulk-backward" || label == "wgmma-ordered-backward";
-    o.orderedWgmmaBackward = label == "wgmma-ordered-backward";
-    o.splitWgmmaBackward = label == "wgmma-split-backward" ||
-                           label == "wgmma-split-ss-backward" ||
-                           label == "wgmma-ds-backward";
-    o.storedDsWgmmaBackward = label == "wgmma-ds-backward";
-    o.sharedRowsWgmmaBackward = label == "wgmma-split-ss-backward";
+    if (auto it = forwards.find(label); it != forwards.end())
+      o.attentionForward = it->second;
+    else
+      o.attentionBackward = backwards.at(label);
     return o;
   };
   cuda::EmitOptions autoBoth;
-  autoBoth.forwardVariants = autoBoth.backwardVariants = true;
+  autoBoth.forwardVariants = autoBoth.backwardVariants =
+      cuda::AttentionVariants::All;
   for (const std::string arch : {"sm_90a", "sm_80"}) {
     SCOPED_TRACE(arch);
     rt::Program p = gpt2Launches(DType::BF16);
@@ -332,7 +338,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   }
   // One direction alone; and float32 attention has one algorithm.
   cuda::EmitOptions autoForward;
-  autoForward.forwardVariants = true;
+  autoForward.forwardVariants = cuda::AttentionVariants::All;
   rt::Program p = gpt2Launches(DType::BF16);
   cuda::emitCUDA(p, "sm_90a", autoForward);
   for (const rt::Launch &l : p.functions[0].launches)
@@ -349,7 +355,7 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   // deterministic, is not among them: its scratch); on sm_80, split
   // alone, so no variants.
   cuda::EmitOptions deterministic;
-  deterministic.backwardVariants = deterministic.deterministicVariants = true;
+  deterministic.backwardVariants = cuda::AttentionVariants::Deterministic;
   for (const std::string arch : {"sm_90a", "sm_80"}) {
     rt::Program d = gpt2Launches(DType::BF16);
     cuda::emitCUDA(d, arch, deterministic);
@@ -394,7 +400,8 @@ TEST(EmitCUDA, ASpilledKernelGetsItsUncappedTwinAsAVariant) {
   for (bool autoBackward : {false, true}) {
     SCOPED_TRACE(autoBackward ? "--attention-backward=auto" : "defaults");
     cuda::EmitOptions opts;
-    opts.backwardVariants = autoBackward;
+    if (autoBackward)
+      opts.backwardVariants = cuda::AttentionVariants::All;
     rt::Program p = gpt2Launches(DType::BF16);
     cuda::emitCUDA(p, "sm_90a", opts);
     // Say every own kernel spilled: those that cap registers get a twin.
@@ -605,14 +612,14 @@ TEST(EmitCUDA, AttentionGridsTakeHeadsInGroupsLongestFirst) {
   EXPECT_EQ(forward, (Grid{96, 16, 2}));
   EXPECT_EQ(backward, (Grid{32, 32, 6})); // 16 dq and 16 dk/dv blocks
   cuda::EmitOptions opts;
-  opts.atomicAttentionBackward = true;
+  opts.attentionBackward = cuda::AttentionBackward::Atomic;
   EXPECT_EQ(attentionGrids(16, 12, DType::BF16, opts).second, (Grid{32, 16, 6}));
-  opts.wideAttentionBackward = opts.wideAttentionForward = true;
+  opts.attentionBackward = cuda::AttentionBackward::Atomic128;
+  opts.attentionForward = cuda::AttentionForward::Mma128;
   std::tie(forward, backward) = attentionGrids(16, 12, DType::BF16, opts);
   EXPECT_EQ(forward, (Grid{96, 8, 2}));
   EXPECT_EQ(backward, (Grid{32, 8, 6}));
-  opts.wideAttentionForward = false;
-  opts.rowPairAttentionForward = true; // 4 warps of 32 rows: 128 a block
+  opts.attentionForward = cuda::AttentionForward::Mma2; // 4 warps of 32 rows
   EXPECT_EQ(attentionGrids(16, 12, DType::BF16, opts).first,
             (Grid{96, 8, 2}));
   // B·H = 16·97: groups of 16 heads, the largest divisor up to 47 (or 96).

@@ -269,28 +269,22 @@ void HostKernels::throwOnRaces() {
                              " race" + (n > 1 ? "s" : "") + " in all)");
 }
 
-const char *backwardName(AttentionBackward backward) {
-  switch (backward) {
-  case AttentionBackward::Split: return "split";
-  case AttentionBackward::Atomic: return "atomic";
-  case AttentionBackward::Atomic128: return "atomic128";
-  case AttentionBackward::Wgmma: return "wgmma";
-  case AttentionBackward::WgmmaOverlap: return "wgmma-overlap";
-  case AttentionBackward::WgmmaBulk:
-    return "wgmma-bulk";
-  case AttentionBackward::WgmmaOrdered:
-    return "wgmma-ordered";
-  case AttentionBackward::WgmmaSplit: return "wgmma-split";
-  case AttentionBackward::WgmmaSplitSs: return "wgmma-split-ss";
-  case AttentionBackward::WgmmaDs: return "wgmma-ds";
-  }
-  return "?";
+cuda::AttentionForward hostForward(cuda::AttentionForward chosen,
+                                   HostTarget target) {
+  using Fwd = cuda::AttentionForward;
+  const bool wide = chosen == Fwd::Mma128 || chosen == Fwd::Wgmma128;
+  const bool wgmma =
+      cuda::attentionAlgorithmNeedsSm90a(cuda::attentionAlgorithmLabel(chosen));
+  if (target == HostTarget::Sm90a && !wgmma)
+    return wide ? Fwd::Wgmma128 : Fwd::Wgmma;
+  if (target == HostTarget::Sm80 && wgmma)
+    return wide ? Fwd::Mma128 : Fwd::Mma;
+  return chosen;
 }
 
 cuda::EmitOptions withBackward(cuda::EmitOptions opts,
                                AttentionBackward backward) {
-  if (!cuda::selectAttentionAlgorithm(opts, false, backwardName(backward)))
-    throw std::logic_error(std::string("no backward ") + backwardName(backward));
+  opts.attentionBackward = backward;
   return opts;
 }
 
@@ -301,7 +295,7 @@ rt::Program &emitForHost(rt::Program &p, HostTarget target,
 
 rt::Program &emitForHost(rt::Program &p, HostTarget target,
                          cuda::EmitOptions opts) {
-  opts.wgmmaAttention = target == HostTarget::Sm90a; // what sm_90a may run
+  opts.attentionForward = hostForward(opts.attentionForward, target);
   cuda::emitCUDA(p, target == HostTarget::Sm90a ? "sm_90a" : "sm_80", opts);
   return p;
 }

@@ -70,35 +70,31 @@ private:
   void *handle = nullptr;
 };
 
-/// The bf16 attention backward the emitter picks (EmitOptions), as
-/// --attention-backward=split, atomic, atomic128, wgmma, wgmma-overlap,
-/// wgmma-split, wgmma-split-ss, wgmma-ds, wgmma-bulk or wgmma-ordered
-/// choose it.
-enum class AttentionBackward {
-  Split,
-  Atomic,
-  Atomic128,
-  Wgmma,
-  WgmmaOverlap,
-  WgmmaSplit,
-  WgmmaSplitSs,
-  WgmmaDs,
-  WgmmaBulk,
-  WgmmaOrdered
-};
+/// The bf16 attention backward the emitter picks (EmitOptions).
+using cuda::AttentionBackward;
 
 /// Its --attention-backward label.
-const char *backwardName(AttentionBackward backward);
+inline const char *backwardName(AttentionBackward backward) {
+  return cuda::attentionAlgorithmLabel(backward);
+}
 
-/// `opts` with `backward`'s algorithm selected (selectAttentionAlgorithm).
+/// The forward attention a host run for `target` takes for `chosen`: on
+/// Sm90a the mma.sync forwards' warpgroup counterparts (mma128's is
+/// wgmma128, the others' wgmma), as sm_90a's programs run; on Sm80 the
+/// wgmma forwards' mma.sync ones (wgmma128's is mma128, the others' mma),
+/// which their sources fall back to there.
+cuda::AttentionForward hostForward(cuda::AttentionForward chosen,
+                                   HostTarget target);
+
+/// `opts` with `backward`'s algorithm selected.
 cuda::EmitOptions withBackward(cuda::EmitOptions opts,
                                AttentionBackward backward);
 
-/// Emits `p`'s kernels for `target` and returns it, for HostKernels; for
-/// Sm90a with the wgmma forward attention chosen (EmitOptions).
+/// Emits `p`'s kernels for `target` and returns it, for HostKernels, with
+/// the forward attention `target` may run (hostForward).
 rt::Program &emitForHost(rt::Program &p, HostTarget target = HostTarget::Sm80,
                          AttentionBackward backward = AttentionBackward::Split);
-/// The same with the emitter's other choices (wgmmaAttention is set as
+/// The same with the emitter's other choices (the forward mapped as
 /// above).
 rt::Program &emitForHost(rt::Program &p, HostTarget target,
                          cuda::EmitOptions opts);

@@ -212,7 +212,7 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
   rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
   cuda::EmitOptions opts;
-  opts.forwardVariants = opts.backwardVariants = true;
+  opts.forwardVariants = opts.backwardVariants = cuda::AttentionVariants::All;
   emitForHost(p, HostTarget::Sm90a, opts);
   for (size_t v = 0; v < 9; ++v) {
     rt::Program q = p;

@@ -244,12 +244,15 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
   const bool backward = kind == "flash_attention_grad" ||
                         kind == "flash_attention_qkv_grad";
   std::vector<std::pair<std::string, EmitOptions>> all;
-  if (!(forward && opts.forwardVariants) && !(backward && opts.backwardVariants))
+  const AttentionVariants variants = forward    ? opts.forwardVariants
+                                     : backward ? opts.backwardVariants
+                                                : AttentionVariants::None;
+  if (variants == AttentionVariants::None)
     return all;
   for (const std::string &label : attentionAlgorithmLabels(forward)) {
     if (attentionAlgorithmNeedsSm90a(label) && arch != "sm_90a")
       continue;
-    if (opts.deterministicVariants &&
+    if (variants == AttentionVariants::Deterministic &&
         !attentionAlgorithmIsDeterministicCandidate(forward, label))
       continue;
     EmitOptions o = opts;
@@ -263,14 +266,94 @@ attentionAlgorithms(const std::string &kind, const std::string &arch,
 
 using namespace detail;
 
+namespace {
+// Each direction's algorithms in their labels' order.
+constexpr AttentionForward kForwards[] = {
+    AttentionForward::Mma,          AttentionForward::Mma128,
+    AttentionForward::Mma2,         AttentionForward::Wgmma,
+    AttentionForward::WgmmaOverlap, AttentionForward::MmaPipe,
+    AttentionForward::Wgmma128,     AttentionForward::WgmmaK128,
+    AttentionForward::WgmmaSs};
+constexpr AttentionBackward kBackwards[] = {
+    AttentionBackward::Split,        AttentionBackward::Atomic,
+    AttentionBackward::Atomic128,    AttentionBackward::Wgmma,
+    AttentionBackward::WgmmaOverlap, AttentionBackward::WgmmaSplit,
+    AttentionBackward::WgmmaSplitSs, AttentionBackward::WgmmaDs,
+    AttentionBackward::WgmmaBulk,    AttentionBackward::WgmmaOrdered};
+
+template <typename Algorithm, size_t N>
+std::vector<std::string> labelsOf(const Algorithm (&all)[N]) {
+  std::vector<std::string> labels;
+  for (Algorithm a : all)
+    labels.push_back(attentionAlgorithmLabel(a));
+  return labels;
+}
+
+template <typename Algorithm, size_t N>
+bool selectByLabel(Algorithm &chosen, const Algorithm (&all)[N],
+                   const std::string &label) {
+  for (Algorithm a : all)
+    if (label == attentionAlgorithmLabel(a)) {
+      chosen = a;
+      return true;
+    }
+  return false;
+}
+} // namespace
+
+const char *attentionAlgorithmLabel(AttentionForward algorithm) {
+  switch (algorithm) {
+  case AttentionForward::Mma:
+    return "mma";
+  case AttentionForward::Mma128:
+    return "mma128";
+  case AttentionForward::Mma2:
+    return "mma2";
+  case AttentionForward::Wgmma:
+    return "wgmma";
+  case AttentionForward::WgmmaOverlap:
+    return "wgmma-overlap";
+  case AttentionForward::MmaPipe:
+    return "mma-pipe";
+  case AttentionForward::Wgmma128:
+    return "wgmma128";
+  case AttentionForward::WgmmaK128:
+    return "wgmma-k128";
+  case AttentionForward::WgmmaSs:
+    return "wgmma-ss";
+  }
+  return "?";
+}
+
+const char *attentionAlgorithmLabel(AttentionBackward algorithm) {
+  switch (algorithm) {
+  case AttentionBackward::Split:
+    return "split";
+  case AttentionBackward::Atomic:
+    return "atomic";
+  case AttentionBackward::Atomic128:
+    return "atomic128";
+  case AttentionBackward::Wgmma:
+    return "wgmma";
+  case AttentionBackward::WgmmaOverlap:
+    return "wgmma-overlap";
+  case AttentionBackward::WgmmaSplit:
+    return "wgmma-split";
+  case AttentionBackward::WgmmaSplitSs:
+    return "wgmma-split-ss";
+  case AttentionBackward::WgmmaDs:
+    return "wgmma-ds";
+  case AttentionBackward::WgmmaBulk:
+    return "wgmma-bulk";
+  case AttentionBackward::WgmmaOrdered:
+    return "wgmma-ordered";
+  }
+  return "?";
+}
+
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward) {
-  static const std::vector<std::string> forwards = {
-      "mma",      "mma128",   "mma2",       "wgmma",   "wgmma-overlap",
-      "mma-pipe", "wgmma128", "wgmma-k128", "wgmma-ss"};
-  static const std::vector<std::string> backwards = {
-      "split",         "atomic",       "atomic128",      "wgmma",
-      "wgmma-overlap", "wgmma-split",  "wgmma-split-ss", "wgmma-ds",
-      "wgmma-bulk",    "wgmma-ordered"};
+  static const std::vector<std::string> forwards = labelsOf(kForwards);
+  static const std::vector<std::string> backwards = labelsOf(kBackwards);
   return forward ? forwards : backwards;
 }
 
@@ -292,34 +375,8 @@ bool attentionAlgorithmIsDeterministicCandidate(bool forward,
 
 bool selectAttentionAlgorithm(EmitOptions &o, bool forward,
                               const std::string &label) {
-  const std::vector<std::string> &labels = attentionAlgorithmLabels(forward);
-  if (std::find(labels.begin(), labels.end(), label) == labels.end())
-    return false;
-  if (forward) {
-    o.wideAttentionForward = label == "mma128" || label == "wgmma128";
-    o.rowPairAttentionForward = label == "mma2";
-    o.pipelinedAttentionForward = label == "mma-pipe";
-    o.wgmmaAttention = label == "wgmma" || label == "wgmma-overlap" ||
-                       label == "wgmma128" || label == "wgmma-k128" ||
-                       label == "wgmma-ss";
-    o.overlapWgmmaForward = label == "wgmma-overlap";
-    o.keys128AttentionForward = label == "wgmma-k128";
-    o.sharedQueryWgmmaForward = label == "wgmma-ss";
-  } else {
-    o.atomicAttentionBackward = label == "atomic" || label == "atomic128";
-    o.wideAttentionBackward = label == "atomic128";
-    o.wgmmaAttentionBackward = label == "wgmma" || label == "wgmma-overlap" ||
-                               label == "wgmma-bulk" ||
-                               label == "wgmma-ordered";
-    o.bulkWgmmaBackward = label == "wgmma-bulk" || label == "wgmma-ordered";
-    o.orderedWgmmaBackward = label == "wgmma-ordered";
-    o.overlapWgmmaBackward = label == "wgmma-overlap";
-    o.splitWgmmaBackward = label == "wgmma-split" ||
-                           label == "wgmma-split-ss" || label == "wgmma-ds";
-    o.storedDsWgmmaBackward = label == "wgmma-ds";
-    o.sharedRowsWgmmaBackward = label == "wgmma-split-ss";
-  }
-  return true;
+  return forward ? selectByLabel(o.attentionForward, kForwards, label)
+                 : selectByLabel(o.attentionBackward, kBackwards, label);
 }
 
 std::string kernelTemplate(const std::string &name) { return embedded(name); }

@@ -359,43 +359,50 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // sizes its dq product splits over 4 warps.
   // --attention-backward=wgmma: the same on warpgroup MMA where the target
   // has it (attentionBackwardTensorCores), with the atomic kernel's scratch.
+  using Fwd = AttentionForward;
+  using Bwd = AttentionBackward;
+  const Fwd fwd = opts.attentionForward;
+  const Bwd bwd = opts.attentionBackward;
+  const bool wgmmaBwd = bwd == Bwd::Wgmma || bwd == Bwd::WgmmaOverlap ||
+                        bwd == Bwd::WgmmaBulk || bwd == Bwd::WgmmaOrdered;
   bool atomic = grad && mma &&
-                (opts.atomicAttentionBackward || opts.wgmmaAttentionBackward) &&
+                (bwd == Bwd::Atomic || bwd == Bwd::Atomic128 || wgmmaBwd) &&
                 (a.D == 16 || a.D == 32 || a.D == 64);
-  const bool wgmmaGrad = atomic && opts.wgmmaAttentionBackward;
+  const bool wgmmaGrad = atomic && wgmmaBwd;
   // --attention-backward=wgmma-split: the split kernel's blocks (no
   // atomics: deterministic) on warpgroup MMA where the target has it
   // (attentionBackwardSplitTensorCores), else the split kernel itself.
-  const bool wgmmaSplit = grad && mma && !atomic && opts.splitWgmmaBackward;
+  const bool wgmmaSplit = grad && mma &&
+                          (bwd == Bwd::WgmmaSplit || bwd == Bwd::WgmmaSplitSs ||
+                           bwd == Bwd::WgmmaDs);
   const bool wgmmaSplitD = wgmmaSplit && (a.D == 32 || a.D == 64);
   // --attention-backward=wgmma-ds: wgmma-split's dk/dv blocks store dSᵀ
   // for dq blocks that then need one product a tile pair rather than
   // three (attentionBackwardStoredDsTensorCores).
-  const bool storedDs = wgmmaSplitD && opts.storedDsWgmmaBackward;
+  const bool storedDs = wgmmaSplitD && bwd == Bwd::WgmmaDs;
   // --attention-backward=wgmma-split-ss: wgmma-split with the rows each
   // block keeps read from shared memory by every product, not held in
   // registers: 126 registers at D=64 (158 held), so 4 blocks an SM.
-  const bool sharedRows =
-      wgmmaSplitD && !storedDs && opts.sharedRowsWgmmaBackward;
+  const bool sharedRows = wgmmaSplitD && bwd == Bwd::WgmmaSplitSs;
   // --attention-backward=wgmma-overlap: dv and dk in flight longer, which
   // needs 170 registers at D=64, so 2 blocks an SM.
-  const bool overlap = wgmmaGrad && opts.overlapWgmmaBackward;
+  const bool overlap = wgmmaGrad && bwd == Bwd::WgmmaOverlap;
   // --attention-backward=wgmma-bulk: dq's shares summed by bulk reductions
   // from 8 KB more of shared memory (still 3 blocks an SM).
-  const bool bulk = wgmmaGrad && !overlap && opts.bulkWgmmaBackward;
+  const bool bulk =
+      wgmmaGrad && (bwd == Bwd::WgmmaBulk || bwd == Bwd::WgmmaOrdered);
   // --attention-backward=wgmma-ordered: the same shares added in one order
   // (deterministic), to two copies of the sums, each add waiting for the
   // one before it (a count a tile and copy).
-  const bool ordered = bulk && opts.orderedWgmmaBackward;
+  const bool ordered = bulk && bwd == Bwd::WgmmaOrdered;
   // --attention-forward=wgmma-overlap: a third V buffer, the same 4 blocks
   // an SM.
-  const bool overlapForward =
-      !grad && mma && opts.wgmmaAttention && opts.overlapWgmmaForward;
+  const bool overlapForward = !grad && mma && fwd == Fwd::WgmmaOverlap;
   // --attention-backward=atomic128: the same with 128 keys a block of 8
   // warps, as FlashAttention-2 takes them, where S is a multiple of 128
   // and the dq product has two n-tiles a warp (D of 32 or 64).
-  const int keyTiles = atomic && !wgmmaGrad && opts.wideAttentionBackward &&
-                               a.S % 128 == 0 && (a.D == 32 || a.D == 64)
+  const int keyTiles = atomic && bwd == Bwd::Atomic128 && a.S % 128 == 0 &&
+                               (a.D == 32 || a.D == 64)
                            ? 2
                            : 1;
   // The attention headers this direction's kernels take (attention.cuh
@@ -426,29 +433,24 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
   // blocks an SM (the same 128 registers a thread). --attention-forward=
   // mma2: 4 warps of 32 queries, 128 a block, at 2 blocks an SM (up to
   // 255 registers a thread).
-  const bool rows128 = !grad && mma && !opts.wgmmaAttention && a.T % 128 == 0;
-  const bool rowPairs = rows128 && opts.rowPairAttentionForward;
-  const bool wide = rows128 && !rowPairs && opts.wideAttentionForward;
+  const bool wgmmaForward =
+      attentionAlgorithmNeedsSm90a(attentionAlgorithmLabel(fwd));
+  const bool rows128 = !grad && mma && a.T % 128 == 0;
+  const bool rowPairs = rows128 && fwd == Fwd::Mma2;
+  const bool wide = rows128 && fwd == Fwd::Mma128;
   // --attention-forward=wgmma128: two warpgroups, 128 queries a block,
   // share each key tile's copies, at 2 blocks an SM (mma128 where the
   // target has no wgmma).
-  const bool wgmmaWide = !grad && mma && opts.wgmmaAttention &&
-                         !opts.overlapWgmmaForward &&
-                         opts.wideAttentionForward && a.T % 128 == 0;
+  const bool wgmmaWide = rows128 && fwd == Fwd::Wgmma128;
   // --attention-forward=wgmma-k128: 128 keys a step, two 64-key tiles of
   // k and v double-buffered in dynamic shared memory, at 3 blocks an SM.
-  const bool keys128 = !grad && mma && opts.wgmmaAttention &&
-                       !opts.overlapWgmmaForward && !wgmmaWide &&
-                       opts.keys128AttentionForward && a.S % 128 == 0;
+  const bool keys128 = !grad && mma && fwd == Fwd::WgmmaK128 && a.S % 128 == 0;
   // --attention-forward=wgmma-ss: q read from shared memory by the scores'
   // wgmma, no fragments held: 90 registers at D = 64, 5 blocks an SM.
-  const bool sharedQuery = !grad && mma && opts.wgmmaAttention &&
-                           !opts.overlapWgmmaForward && !wgmmaWide &&
-                           !keys128 && opts.sharedQueryWgmmaForward;
+  const bool sharedQuery = !grad && mma && fwd == Fwd::WgmmaSs;
   // --attention-forward=mma-pipe: the next tile's scores under this one's
   // softmax, 32 registers more: 3 blocks an SM (168 registers).
-  const bool pipelined = !grad && mma && !opts.wgmmaAttention && !wide &&
-                         !rowPairs && opts.pipelinedAttentionForward;
+  const bool pipelined = !grad && mma && fwd == Fwd::MmaPipe;
   // Two key tiles a block: 91 KB of shared memory, so at most 2 blocks an
   // SM, and 128 registers a thread spill: 1 block, 8 warps.
   const int threads =
@@ -462,17 +464,17 @@ void Emitter::emitAttention(const AttentionLayout &a, bool grad) {
                           : wide || rowPairs || wgmmaWide ? 2
                                                           : 4;
   begin(entry, threads, blocksPerSM);
-  // With opts.wgmmaAttention the forward picks wgmma or mma.sync by the
+  // With a wgmma algorithm the forward picks wgmma or mma.sync by the
   // target NVRTC compiles for (the runtime may compile the same source for
   // another); without, mma.sync.
-  const char *impl = !mma                  ? "Simple"
-                     : storedDs            ? "StoredDsTensorCores"
-                     : wgmmaSplit          ? "SplitTensorCores"
-                     : grad                ? "Mma"
-                     : keys128             ? "Keys128TensorCores"
-                     : opts.wgmmaAttention ? "TensorCores"
-                     : pipelined           ? "MmaPipelined"
-                                           : "Mma";
+  const char *impl = !mma           ? "Simple"
+                     : storedDs     ? "StoredDsTensorCores"
+                     : wgmmaSplit   ? "SplitTensorCores"
+                     : grad         ? "Mma"
+                     : keys128      ? "Keys128TensorCores"
+                     : wgmmaForward ? "TensorCores"
+                     : pipelined    ? "MmaPipelined"
+                                    : "Mma";
   if (atomic) {
     impl = wgmmaGrad ? "TensorCores" : "Atomic";
     // dq's float32 sums ([heads, T, D]) and each query tile's arrivals,

@@ -32,124 +32,126 @@ struct EmitError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Choices of the emitter that the Program does not make.
-struct EmitOptions {
-  /// The bf16 forward attention on warpgroup MMA where NVRTC compiles for
-  /// sm_90a and D is 32 or 64 (attentionForwardTensorCores), else on
-  /// mma.sync everywhere. Off here; gptc's CLI sets it for sm_90a unless
-  /// --attention-forward says otherwise: with its k and v tiles 128-byte
-  /// swizzled it took 116.5 µs a launch on an H200 at GPT-2's sizes against
-  /// mma.sync's 143.2 (docs/benchmarks.md, twenty-seventh session).
-  bool wgmmaAttention = false;
-  /// With wgmmaAttention: a key tile's softmax runs while the last tile's
-  /// output product is in flight (FlashAttention-3's overlap within a
-  /// warpgroup; attentionForwardWgmmaOverlap), with a third V buffer.
-  /// --attention-forward=wgmma-overlap. Off by default: slower on an H100
-  /// (246.8 µs a launch, as the wgmma forward's 246.0).
-  bool overlapWgmmaForward = false;
-  /// The mma.sync forward attention with 8 warps a block, 128 queries,
-  /// where T is a multiple of 128 (attentionForwardMma<..., 8>): each key
-  /// tile copied once for 128 queries rather than 64. Off by default: on
-  /// an H100 it took 159.8 µs a launch against mma's 163.1, too little to
-  /// move the defaults in the session that measured it. With
-  /// wgmmaAttention (and not overlapWgmmaForward): two warpgroups a block,
-  /// 128 queries, sharing each key tile (--attention-forward=wgmma128).
-  bool wideAttentionForward = false;
-  /// The mma.sync forward attention with 4 warps of 32 query rows (two
-  /// row tiles a warp), 128 queries a block, where T is a multiple of 128
-  /// (attentionForwardMma<..., 4, 2>): each k and v fragment read from
-  /// shared memory serves both row tiles, half the ldmatrix a product.
-  /// Off by default: as fast as mma on an H100 (163.0 µs against 163.1).
-  /// Wins over wideAttentionForward.
-  bool rowPairAttentionForward = false;
-  /// The mma.sync forward attention (4 warps, 64 queries a block) with the
-  /// next key tile's scores issued before this tile's softmax
-  /// (attentionForwardMmaPipelined): the tensor cores' products and the
-  /// softmax overlap within a warp, at 3 blocks an SM. The same bits as
-  /// the default. Off by default: untimed on a GPU so far.
-  bool pipelinedAttentionForward = false;
-  /// With wgmmaAttention (and neither overlapWgmmaForward nor
-  /// wideAttentionForward): the keys 128 at a time, two 64-key tiles a
-  /// step under one softmax (attentionForwardWgmmaKeys128), at 3 blocks an
-  /// SM, where S is a multiple of 128 (--attention-forward=wgmma-k128).
-  /// Off by default: untimed on a GPU so far; sm_90a's default (auto) times
-  /// it at load with the others.
-  bool keys128AttentionForward = false;
-  /// With wgmmaAttention (and none of the three above): the scores' wgmma
-  /// reads q from shared memory, no fragments held, so that the kernel
-  /// fits 5 blocks an SM (attentionForwardWgmma's kSharedQuery;
-  /// --attention-forward=wgmma-ss). Off by default: untimed on a GPU so
-  /// far; sm_90a's default (auto) times it at load with the others.
-  bool sharedQueryWgmmaForward = false;
-  /// The bf16 tensor-core backward attention as FlashAttention-2 does it,
-  /// for D of 16, 32 or 64: one block a key tile, dq summed in float32 with
-  /// atomics (five products a tile pair, against seven; dq's sums then
-  /// depend on the blocks' order). Off by default: slower on an H100
-  /// (docs/benchmarks.md).
-  bool atomicAttentionBackward = false;
-  /// With atomicAttentionBackward: 128 keys a block of 8 warps rather than
-  /// 64 of 4, where S is a multiple of 128 and D 32 or 64 (each query tile
-  /// copied, and its dq added to, once for 128 keys). Off by default:
-  /// slower on an H100 (docs/benchmarks.md).
-  bool wideAttentionBackward = false;
-  /// The bf16 backward attention on warpgroup MMA where NVRTC compiles for
-  /// sm_90a and D is 32 or 64 (attentionBackwardTensorCores: every product
-  /// a wgmma, dq summed with atomics as atomicAttentionBackward does), else
-  /// the atomic mma.sync backward. Wins over the two above. Off by default:
-  /// slower on an H100 (docs/benchmarks.md).
-  bool wgmmaAttentionBackward = false;
-  /// With wgmmaAttentionBackward: the first half of a query tile's dv and
-  /// dk products stay in flight through the second half's Sᵀ and dPᵀ
-  /// (FlashAttention-3's overlap), at 2 blocks an SM: at 3, ptxas has not
-  /// the registers and serializes every wgmma. --attention-backward=
-  /// wgmma-overlap. Off by default: slower on an H100 (docs/benchmarks.md).
-  bool overlapWgmmaBackward = false;
-  /// The split backward (a dq block a query tile, a dk/dv block a key
-  /// tile: no atomics, deterministic) with every product a warpgroup MMA,
-  /// where NVRTC compiles for sm_90a and D is 32 or 64
-  /// (attentionBackwardSplitTensorCores), else the split mma.sync kernel.
-  /// --attention-backward=wgmma-split. Off by default: slower on an H100.
-  bool splitWgmmaBackward = false;
-  /// With splitWgmmaBackward (D of 32 or 64): its dk/dv blocks also store
-  /// each tile pair's dSᵀ in module scratch (bf16: B·H·T²/2 · 2 bytes,
-  /// causal) and its dq blocks sum dS·k from those, one product a tile
-  /// pair rather than three (attentionBackwardStoredDsTensorCores):
-  /// deterministic. --attention-backward=wgmma-ds.
-  bool storedDsWgmmaBackward = false;
-  /// With splitWgmmaBackward and not storedDsWgmmaBackward (D of 32 or
-  /// 64): wgmma reads the rows each block keeps (q and dout, k and v) from
-  /// shared memory rather than from fragments held in registers, at 4
-  /// blocks an SM rather than 3. --attention-backward=wgmma-split-ss.
-  bool sharedRowsWgmmaBackward = false;
-  /// With wgmmaAttentionBackward and not overlapWgmmaBackward (D of 32 or
-  /// 64): each tile's dq share goes to shared memory and is added to the
+/// The bf16 tensor-core forward attention algorithms, by their
+/// --attention-forward labels (attentionAlgorithmLabels, in this order:
+/// the later ones last, so that the others keep their kernels' numbers).
+/// The wgmma ones are warpgroup MMA where NVRTC compiles for sm_90a and D
+/// is 32 or 64, else their mma.sync counterparts (the source picks by the
+/// target: the runtime may compile it for another). Which is fastest only
+/// a GPU says: sm_90a's default times them all at load (AttentionVariants).
+enum class AttentionForward {
+  /// mma.sync, 4 warps, 64 queries a block at 4 blocks an SM
+  /// (attentionForwardMma); the default but on sm_90a.
+  Mma,
+  /// 8 warps, 128 queries a block where T is a multiple of 128: each key
+  /// tile copied once for 128 queries (attentionForwardMma<..., 8>). On an
+  /// H100 159.8 µs a launch against mma's 163.1.
+  Mma128,
+  /// 4 warps of 32 query rows (two row tiles a warp), 128 queries a block
+  /// where T is a multiple of 128 (attentionForwardMma<..., 4, 2>): each k
+  /// and v fragment serves both row tiles. As fast as mma on an H100.
+  Mma2,
+  /// Warpgroup MMA with the k and v tiles 128-byte swizzled
+  /// (attentionForwardTensorCores): 116.5 µs a launch on an H200 at
+  /// GPT-2's sizes against mma's 143.2 (docs/benchmarks.md, twenty-seventh
+  /// session).
+  Wgmma,
+  /// Wgmma with a key tile's softmax under the last tile's output product
+  /// (FlashAttention-3's overlap within a warpgroup;
+  /// attentionForwardWgmmaOverlap), with a third V buffer.
+  WgmmaOverlap,
+  /// Mma with the next key tile's scores issued before this tile's
+  /// softmax (attentionForwardMmaPipelined), at 3 blocks an SM.
+  MmaPipe,
+  /// Two warpgroups, 128 queries a block, sharing each key tile, where T
+  /// is a multiple of 128 (mma128 where the target has no wgmma).
+  Wgmma128,
+  /// The keys 128 at a time, two 64-key tiles a step under one softmax
+  /// (attentionForwardWgmmaKeys128), at 3 blocks an SM, where S is a
+  /// multiple of 128.
+  WgmmaK128,
+  /// The scores' wgmma reads q from shared memory, no fragments held, so
+  /// that the kernel fits 5 blocks an SM (attentionForwardWgmma's
+  /// kSharedQuery).
+  WgmmaSs,
+};
+
+/// The bf16 tensor-core backward attention algorithms, by their
+/// --attention-backward labels (in this order); the wgmma ones as above.
+enum class AttentionBackward {
+  /// A dq block a query tile and a dk/dv block a key tile, the dq blocks
+  /// recomputing the probabilities: seven products a tile pair, no
+  /// atomics, deterministic (attentionBackwardSplit). The default but on
+  /// sm_90a.
+  Split,
+  /// FlashAttention-2's: one block a key tile, dq summed in float32 with
+  /// atomics (five products a tile pair; dq's sums then depend on the
+  /// blocks' order), for D of 16, 32 or 64 (attentionBackwardAtomic).
+  Atomic,
+  /// Atomic with 128 keys a block of 8 warps, where S is a multiple of 128
+  /// and D 32 or 64: each query tile copied, and its dq added to, once for
+  /// 128 keys.
+  Atomic128,
+  /// Atomic with every product a warpgroup MMA
+  /// (attentionBackwardTensorCores).
+  Wgmma,
+  /// Wgmma with the first half of a query tile's dv and dk products in
+  /// flight through the second half's Sᵀ and dPᵀ (FlashAttention-3's
+  /// overlap), at 2 blocks an SM: at 3, ptxas has not the registers and
+  /// serializes every wgmma.
+  WgmmaOverlap,
+  /// Split with every product a warpgroup MMA
+  /// (attentionBackwardSplitTensorCores): deterministic.
+  WgmmaSplit,
+  /// WgmmaSplit reading the rows each block keeps (q and dout, k and v)
+  /// from shared memory rather than from fragments held in registers, at 4
+  /// blocks an SM rather than 3.
+  WgmmaSplitSs,
+  /// WgmmaSplit whose dk/dv blocks also store each tile pair's dSᵀ in
+  /// module scratch (bf16: B·H·T²/2 · 2 bytes, causal) and whose dq blocks
+  /// sum dS·k from those, one product a tile pair rather than three
+  /// (attentionBackwardStoredDsTensorCores): deterministic.
+  WgmmaDs,
+  /// Wgmma with each tile's dq share put in shared memory and added to the
   /// float32 sums by bulk reductions (the TMA unit's cp.reduce.async.bulk)
-  /// rather than by the threads' 16-byte atomics. --attention-backward=
-  /// wgmma-bulk; not deterministic.
-  bool bulkWgmmaBackward = false;
-  /// With bulkWgmmaBackward: the shares added in one order every run
+  /// rather than by the threads' 16-byte atomics; not deterministic.
+  WgmmaBulk,
+  /// WgmmaBulk with the shares added in one order every run
   /// (deterministic: each block's adds to a query tile's sums wait for the
   /// block before it, in two copies of the sums that the last block adds
   /// in order), the query tiles walked from the last down.
-  /// --attention-backward=wgmma-ordered.
-  bool orderedWgmmaBackward = false;
-  /// --attention-forward=auto, --attention-backward=auto: each tensor-core
-  /// attention launch of that direction gets the default algorithm (mma,
-  /// split) as its own kernel and every other one the target has (mma128,
-  /// mma2, wgmma and wgmma-overlap on sm_90a, mma-pipe, wgmma128 on
-  /// sm_90a; atomic, atomic128, and wgmma, wgmma-overlap, wgmma-split,
-  /// wgmma-split-ss, wgmma-ds, wgmma-bulk and wgmma-ordered on sm_90a) as
-  /// rt::Launch::variants, which the
-  /// runtime times at load. Algorithms that give a launch the same source
-  /// (mma128 where T is not a multiple of 128, any of them for float32
-  /// attention) are one. The flags above then do not apply to that direction.
-  bool forwardVariants = false;
-  bool backwardVariants = false;
-  /// With backwardVariants: only the backward algorithms that give the
-  /// same bits run to run (split and wgmma-split: no float atomics;
-  /// attentionAlgorithmIsDeterministicCandidate) --
-  /// --attention-backward=deterministic, sm_90a's default.
-  bool deterministicVariants = false;
+  WgmmaOrdered,
+};
+
+/// Which of a direction's algorithms the emitter gives each bf16
+/// tensor-core attention launch.
+enum class AttentionVariants {
+  /// The one EmitOptions names.
+  None,
+  /// --attention-forward=auto, --attention-backward=auto: the default
+  /// algorithm (mma, split) as the launch's own kernel and every other one
+  /// the target has as rt::Launch::variants, which the runtime times at
+  /// load. Algorithms that give a launch the same source (mma128 where T is
+  /// not a multiple of 128, any of them for float32 attention) are one.
+  All,
+  /// --attention-backward=deterministic, sm_90a's default: All among the
+  /// algorithms that give the same bits run to run
+  /// (attentionAlgorithmIsDeterministicCandidate).
+  Deterministic,
+};
+
+/// Choices of the emitter that the Program does not make.
+struct EmitOptions {
+  /// The bf16 attention algorithm of each direction where the variants
+  /// below are None. gptc's CLI sets them from --attention-forward and
+  /// --attention-backward (selectAttentionAlgorithm).
+  AttentionForward attentionForward = AttentionForward::Mma;
+  AttentionBackward attentionBackward = AttentionBackward::Split;
+  /// Whether each direction's launches carry the other algorithms as
+  /// variants timed at load; where they do, the algorithm above does not
+  /// apply to that direction.
+  AttentionVariants forwardVariants = AttentionVariants::None;
+  AttentionVariants backwardVariants = AttentionVariants::None;
   /// The L2 bytes a group of heads of a tensor-core attention grid may
   /// share between its blocks (blockWork in attention.cuh): the groups are
   /// of the most heads that divide B·H and fit. An H100 has 50 MiB of L2,
@@ -184,16 +186,15 @@ struct EmitOptions {
   bool layernormStaged = false;
 };
 
-/// The bf16 attention algorithms of one direction by their flag values,
-/// the default first: forward mma, mma128, mma2, wgmma, wgmma-overlap
-/// (those two sm_90a), mma-pipe, wgmma128, wgmma-k128, wgmma-ss (sm_90a;
-/// the later ones last, so that the others keep their kernels' numbers);
-/// backward split, atomic, atomic128, wgmma, wgmma-overlap, wgmma-split,
-/// wgmma-split-ss, wgmma-ds, wgmma-bulk, wgmma-ordered (the wgmma ones sm_90a).
-/// --attention-forward and
-/// --attention-backward take these (and auto); --attention-*=auto emits
-/// them all.
+/// The --attention-forward (forward) or --attention-backward labels of
+/// AttentionForward's or AttentionBackward's values, in their order, the
+/// default first. Those flags take these (and auto, and deterministic for
+/// the backward).
 const std::vector<std::string> &attentionAlgorithmLabels(bool forward);
+
+/// One algorithm's label.
+const char *attentionAlgorithmLabel(AttentionForward algorithm);
+const char *attentionAlgorithmLabel(AttentionBackward algorithm);
 
 /// Whether `label`'s algorithm is warpgroup MMA, which only sm_90a has.
 bool attentionAlgorithmNeedsSm90a(const std::string &label);
@@ -204,7 +205,7 @@ bool attentionAlgorithmNeedsSm90a(const std::string &label);
 /// (wgmma-ordered).
 bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
 
-/// Whether `label` is among EmitOptions::deterministicVariants' candidates
+/// Whether `label` is among AttentionVariants::Deterministic's candidates
 /// (--attention-backward=deterministic, sm_90a's default): the
 /// deterministic algorithms but wgmma-ds, whose stored dS (module scratch:
 /// 214 MB for GPT-2 124M at B=16, T=1024) a program would carry whichever
@@ -215,8 +216,9 @@ bool attentionAlgorithmIsDeterministic(bool forward, const std::string &label);
 bool attentionAlgorithmIsDeterministicCandidate(bool forward,
                                                 const std::string &label);
 
-/// Sets opts to emit `label`'s algorithm in that direction (clearing the
-/// other algorithms' options); false for a label it does not know.
+/// Sets opts to emit `label`'s algorithm in that direction
+/// (EmitOptions::attentionForward or attentionBackward); false for a label
+/// it does not know.
 bool selectAttentionAlgorithm(EmitOptions &opts, bool forward,
                               const std::string &label);
 
