@@ -261,11 +261,12 @@ private:
   void emitEmbeddingGrad();
   void emitLayernorm();
   void emitLayernormGrad();
+  void emitReduceSum();
+  void emitCrossEntropy(bool withGrad);
   // EmitFusedLayerNorm.cpp
   void emitFusedLayernorm();
   void emitFusedLayernormGrad();
-  void emitReduceSum();
-  void emitCrossEntropy(bool withGrad);
+  // EmitAttention.cpp
   void emitFlashAttention(bool grad);
   void emitFlashAttentionQKV(bool grad);
   struct AttentionLayout;
