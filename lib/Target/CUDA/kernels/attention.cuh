@@ -11,7 +11,7 @@
 //
 // The kernels compute the definitions of lib/Executor/AttentionKernels.cpp.
 // One header a part, in the order a kernel's source takes them
-// (EmitTemplates.cpp; the row dot's takes this one alone):
+// (EmitAttention.cpp; the row dot's takes this one alone):
 // - attention.cuh: the layouts, the work split, attention*Simple (any
 //   dtype and shape, one thread per row, float32 on CUDA cores: correct,
 //   not fast; the fp32 and fp16 paths) and attentionRowDot.

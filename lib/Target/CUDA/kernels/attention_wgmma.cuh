@@ -204,7 +204,7 @@ template <class Tile, int kThreads> struct WalkedRows {
 /// The block's dynamic shared memory as a T, from its first alignof(T)
 /// boundary on: it is only 16-byte aligned, and a swizzled tile's pattern
 /// follows the address bits. Its launches ask for alignof(T) - 16 bytes
-/// more than sizeof(T) (EmitTemplates.cpp). The pointer is the array's
+/// more than sizeof(T) (EmitAttention.cpp). The pointer is the array's
 /// plus a pad, so the compiler still knows it for shared memory: rounded
 /// as an integer it did not, and the kernels' plain reads of their row
 /// terms were generic loads (LD, not LDS: 28 in wgmma-split-ss).
