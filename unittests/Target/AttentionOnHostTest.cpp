@@ -55,6 +55,38 @@ bool twoKeyTiles(const std::string &source) {
          source.find(", 2>) == ") != std::string::npos;
 }
 
+/// A packed forward attention (flash_attention_qkv, H heads, scale 1/8):
+/// the ids of its qkv, out and lse.
+struct PackedForward {
+  int qkv, out, lse;
+  int64_t H;
+  bool causal;
+};
+
+/// Appends one over qkv [B, T, 3·H·D] to `b`: `qkv` where given, else a
+/// new bf16 buffer.
+PackedForward packedForward(Builder &b, int64_t B, int64_t T, int64_t H,
+                            int64_t D, bool causal, int qkv = -1) {
+  const int64_t C = H * D;
+  PackedForward f{qkv >= 0 ? qkv : b.buf(DType::BF16, {B, T, 3 * C}),
+                  b.buf(DType::BF16, {B, T, C}), b.buf(DType::F32, {B, H, T}),
+                  H, causal};
+  auto &fa = b.launch("flash_attention_qkv", {f.qkv}, {f.out, f.lse});
+  fa.ints = {{"causal", causal}, {"num_heads", H}};
+  fa.floats["scale"] = 0.125;
+  return f;
+}
+
+/// `f`'s out and lse in `data` (a run's tensors by id) against the CPU
+/// executor's, to bf16 precision.
+void expectPackedForwardNear(const std::vector<exec::HostTensor> &data,
+                             const PackedForward &f) {
+  std::vector<exec::HostTensor> want =
+      exec::flashAttentionQKV(data[f.qkv], f.H, 0.125f, f.causal);
+  expectNear(want[0], data[f.out].f32, 1e-2f, "flash_attention_qkv out");
+  expectNear(want[1], data[f.lse].f32, 1e-5f, "flash_attention_qkv lse");
+}
+
 // The tensor-core attention with bf16 q, k, v, dout: two query and two key
 // tiles of 64, head dim 64, the mma.m16n8k16 fragments (and, for sm_90a,
 // the forward's wgmma) emulated as PTX defines them. Probabilities (and dS)
@@ -596,12 +628,7 @@ HostTarget wideTarget(WideForward w) {
 /// refilled), H heads of D, causal or not.
 rt::Program &wideForward(Builder &b, WideForward w, int64_t H, int64_t D,
                          bool causal) {
-  const int64_t T = 256, C = H * D;
-  int qkv = b.buf(DType::BF16, {1, T, 3 * C});
-  int o = b.buf(DType::BF16, {1, T, C}), lse = b.buf(DType::F32, {1, H, T});
-  auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-  fa.ints = {{"causal", causal}, {"num_heads", H}};
-  fa.floats["scale"] = 0.125;
+  packedForward(b, 1, 256, H, D, causal);
   cuda::EmitOptions opts;
   EXPECT_TRUE(cuda::selectAttentionAlgorithm(opts, true, wideName(w)));
   return emitForHost(b.p, wideTarget(w), opts);
@@ -636,11 +663,8 @@ TEST(TemplateKernelsOnHost, WideForwardAttentionMatchesTheCpuExecutor) {
         EXPECT_EQ(l.block[0], w == WideForward::RowPairs ? 128u : 256u);
         HostKernels kernels(p, wideTarget(w));
         ASSERT_TRUE(kernels.ok()) << kernels.error;
-        std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 400);
-        std::vector<exec::HostTensor> fw =
-            exec::flashAttentionQKV(data[0], H, 0.125f, causal);
-        expectNear(fw[0], data[1].f32, 1e-2f, "flash_attention_qkv out");
-        expectNear(fw[1], data[2].f32, 1e-5f, "flash_attention_qkv lse");
+        expectPackedForwardNear(runOnRandomData(p, kernels, 400),
+                                {0, 1, 2, H, causal});
       }
 }
 
@@ -829,13 +853,9 @@ void expectForwardMatchesCpuExecutor(
   for (int64_t D : {64, 32})
     for (bool causal : {true, false}) {
       SCOPED_TRACE("D = " + std::to_string(D) + (causal ? ", causal" : ""));
-      const int64_t H = 2, T = 384, C = H * D;
+      const int64_t T = 384;
       Builder b;
-      int qkv = b.buf(DType::BF16, {1, T, 3 * C});
-      int o = b.buf(DType::BF16, {1, T, C}), lse = b.buf(DType::F32, {1, H, T});
-      auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-      fa.ints = {{"causal", causal}, {"num_heads", H}};
-      fa.floats["scale"] = 0.125;
+      const PackedForward f = packedForward(b, 1, T, 2, D, causal);
       cuda::EmitOptions opts;
       ASSERT_TRUE(cuda::selectAttentionAlgorithm(opts, true, label));
       rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, opts);
@@ -848,11 +868,7 @@ void expectForwardMatchesCpuExecutor(
       EXPECT_EQ(l.sharedBytes, sharedBytes(D));
       HostKernels kernels(p, HostTarget::Sm90a);
       ASSERT_TRUE(kernels.ok()) << kernels.error;
-      std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 401);
-      std::vector<exec::HostTensor> fw =
-          exec::flashAttentionQKV(data[0], H, 0.125f, causal);
-      expectNear(fw[0], data[1].f32, 1e-2f, "flash_attention_qkv out");
-      expectNear(fw[1], data[2].f32, 1e-5f, "flash_attention_qkv lse");
+      expectPackedForwardNear(runOnRandomData(p, kernels, 401), f);
     }
 }
 
@@ -1233,21 +1249,12 @@ TEST(TemplateKernelsOnHost, PackedWgmmaAttentionMatchesTheCpuExecutor) {
   checkPackedAttention(/*tensorCores=*/true, HostTarget::Sm90a, 32);
 }
 
-/// Packed forward attentions over qkv [B, T, 3·H·D], causal and then not,
-/// scale 1/8: their out and lse ids appended to `results` in that order;
-/// qkv's id.
-int packedForwardsBothWays(Builder &b, int64_t B, int64_t H, int64_t D,
-                           int64_t T, std::vector<int> &results) {
-  const int64_t C = H * D;
-  const int qkv = b.buf(DType::BF16, {B, T, 3 * C});
-  for (int causal : {1, 0}) {
-    int o = b.buf(DType::BF16, {B, T, C}), lse = b.buf(DType::F32, {B, H, T});
-    auto &fa = b.launch("flash_attention_qkv", {qkv}, {o, lse});
-    fa.ints = {{"causal", causal}, {"num_heads", H}};
-    fa.floats["scale"] = 0.125;
-    results.insert(results.end(), {o, lse});
-  }
-  return qkv;
+/// Two packed forward attentions over one qkv [B, T, 3·H·D], causal and
+/// then not.
+std::vector<PackedForward>
+packedForwardsBothWays(Builder &b, int64_t B, int64_t H, int64_t D, int64_t T) {
+  const PackedForward causal = packedForward(b, B, T, H, D, true);
+  return {causal, packedForward(b, B, T, H, D, false, causal.qkv)};
 }
 
 /// The lazy-maxima tests' forwards (packedForwardsBothWays at B = 1, H =
@@ -1257,8 +1264,8 @@ int packedForwardsBothWays(Builder &b, int64_t B, int64_t H, int64_t D,
 struct GrowingKeysForwards {
   static constexpr int64_t B = 1, H = 2, T = 256, D = 64, C = H * D;
   Builder b;
-  std::vector<int> results; // out and lse, causal then not
-  int qkv = packedForwardsBothWays(b, B, H, D, T, results);
+  std::vector<PackedForward> forwards = packedForwardsBothWays(b, B, H, D, T);
+  int qkv = forwards[0].qkv;
   std::function<void(int, std::vector<float> &)> growingKeys =
       [q = qkv](int id, std::vector<float> &x) {
         if (id != q)
@@ -1298,14 +1305,9 @@ TEST(TemplateKernelsOnHost, ForwardAttentionRaisesItsMaximaLazily) {
     ASSERT_TRUE(kernels.ok()) << kernels.error;
     std::vector<exec::HostTensor> data =
         runOnRandomData(p, kernels, 43, 1, f.growingKeys);
-    for (int c = 0; c < 2; ++c) {
-      SCOPED_TRACE(c == 0 ? "causal" : "not causal");
-      std::vector<exec::HostTensor> want =
-          exec::flashAttentionQKV(data[f.qkv], f.H, 0.125f, c == 0);
-      expectNear(want[0], data[f.results[2 * c]].f32, 1e-2f,
-                 "flash_attention_qkv out");
-      expectNear(want[1], data[f.results[2 * c + 1]].f32, 1e-5f,
-                 "flash_attention_qkv lse");
+    for (const PackedForward &forward : f.forwards) {
+      SCOPED_TRACE(forward.causal ? "causal" : "not causal");
+      expectPackedForwardNear(data, forward);
     }
   }
 }
@@ -1356,8 +1358,8 @@ void expectForwardsGiveTheSameBits(int64_t B, int64_t H, int64_t D, int64_t T,
                                    const char *other, const char *marker,
                                    uint32_t seed) {
   Builder b;
-  std::vector<int> results;
-  const int qkv = packedForwardsBothWays(b, B, H, D, T, results);
+  const std::vector<PackedForward> forwards =
+      packedForwardsBothWays(b, B, H, D, T);
   std::vector<std::vector<exec::HostTensor>> runs;
   for (const char *forward : {reference, other}) {
     rt::Program p = b.p;
@@ -1370,15 +1372,10 @@ void expectForwardsGiveTheSameBits(int64_t B, int64_t H, int64_t D, int64_t T,
           << forward << " " << dk.name;
     runs.push_back(runOnRandomData(p, kernels, seed));
   }
-  for (int id : results)
-    expectSame(runs[0][id], runs[1][id].f32, other);
-  for (int c = 0; c < 2; ++c) {
-    std::vector<exec::HostTensor> want =
-        exec::flashAttentionQKV(runs[1][qkv], H, 0.125f, c == 0);
-    expectNear(want[0], runs[1][results[2 * c]].f32, 1e-2f,
-               "flash_attention_qkv out");
-    expectNear(want[1], runs[1][results[2 * c + 1]].f32, 1e-5f,
-               "flash_attention_qkv lse");
+  for (const PackedForward &f : forwards) {
+    expectSame(runs[0][f.out], runs[1][f.out].f32, other);
+    expectSame(runs[0][f.lse], runs[1][f.lse].f32, other);
+    expectPackedForwardNear(runs[1], f);
   }
 }
 
