@@ -1,8 +1,8 @@
 //===- EmitCUDA.cpp - CUDA C++ for a Program's launches -------------------===//
 //
-// The driver: one source per launch (Emitter::run picks the kind's emitter in
-// EmitGlue.cpp or EmitTemplates.cpp and prepends the templates it needs),
-// identical sources merged into one DeviceKernel.
+// The driver: one source per launch (Emitter::run picks the kind's emitter,
+// in one of the Emit*.cpp files Emitter.h lists, and prepends the templates
+// it needs), identical sources merged into one DeviceKernel.
 //
 //===----------------------------------------------------------------------===//
 

@@ -2,8 +2,11 @@
 //
 // Shared by the files of the CUDA emitter: EmitCUDA.cpp (the driver and the
 // source assembly), EmitGlue.cpp (kernels printed whole: shape glue and
-// fused elementwise bodies) and EmitTemplates.cpp (instantiations of the
-// kernels/*.cuh templates).
+// fused elementwise bodies), EmitMultiTensor.cpp (kernels over many tensors),
+// EmitTemplates.cpp (instantiations of the kernels/*.cuh templates),
+// EmitFusedLayerNorm.cpp (the layernorms with a fused prologue or epilogue),
+// EmitAttention.cpp (flash attention's kernels) and EmitGemmFallback.cpp
+// (the GEMM epilogues' kernels).
 //
 //===----------------------------------------------------------------------===//
 
