@@ -1,0 +1,416 @@
+//===- AttentionGraphTest.cpp - cuDNN's attention graphs on the CPU -------===//
+//
+// The graphs lib/Runtime/CudnnAttention.cpp hands cuDNN (AttentionGraph.h),
+// evaluated here op by op with cuDNN's semantics (each tensor read and
+// written through its own dims and strides, a reshape a second view of the
+// same elements, bf16 tensors rounded where they are stored and read), and
+// checked against the executor's attention on packed qkv rows: what cuDNN
+// computes from them on a GPU, if it computes what the graph says.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionGraph.h"
+#include "CudnnAttention.h"
+
+#include "gptc/Executor/HostTensor.h"
+#include "gptc/Executor/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+using namespace gptc;
+using gptc::exec::HostTensor;
+using namespace gptc::rt::attention;
+
+namespace {
+
+float roundBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7f800000u) != 0x7f800000u)
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+/// Where a tensor's elements are: its own storage (virtual tensors) or a
+/// bound buffer, from an element offset.
+struct View {
+  float *base = nullptr;
+  std::array<int64_t, 4> strides{};
+};
+
+class Interpreter {
+public:
+  explicit Interpreter(const AttentionGraph &g) : g(g) {}
+
+  void bind(GraphRole role, float *base) {
+    const int64_t uid = g.roles.at(role);
+    views[uid] = {base, g.tensor(uid).strides};
+  }
+
+  void run() {
+    for (const GraphTensor &t : g.tensors)
+      if (t.byValue) {
+        own[t.uid] = {t.value};
+        views[t.uid] = {own[t.uid].data(), t.strides};
+      }
+    for (const GraphOp &op : g.ops) {
+      const GraphTensor &y = g.tensor(op.output);
+      if (op.kind == GraphOp::Kind::Reshape) {
+        // The same elements through the output's strides.
+        views[y.uid] = {views.at(op.inputs[0]).base, y.strides};
+        continue;
+      }
+      storage(y);
+      if (op.kind == GraphOp::Kind::Matmul)
+        matmul(op);
+      else if (op.kind == GraphOp::Kind::Reduction)
+        reduce(op);
+      else
+        pointwise(op);
+    }
+  }
+
+  float read(int64_t uid, const std::array<int64_t, 4> &i) const {
+    const GraphTensor &t = g.tensor(uid);
+    const View &v = views.at(uid);
+    int64_t at = 0;
+    for (int d = 0; d < 4; ++d)
+      at += (t.dims[d] == 1 ? 0 : i[d]) * v.strides[d];
+    const float x = v.base[at];
+    return t.type == GraphType::BF16 ? roundBf16(x) : x;
+  }
+
+private:
+  void storage(const GraphTensor &t) {
+    if (views.count(t.uid))
+      return; // bound
+    // Stored as its strides say, so that a reshape sees its elements
+    // where cuDNN's would be; but where they overlap (cudnn-frontend's
+    // dout·out, a tensor no engine stores) densely.
+    int64_t span = 1, count = 1;
+    for (int d = 0; d < 4; ++d) {
+      span += (t.dims[d] - 1) * t.strides[d];
+      count *= t.dims[d];
+    }
+    std::vector<bool> used(static_cast<size_t>(span), false);
+    bool overlaps = false;
+    each(t.dims, [&](const std::array<int64_t, 4> &i) {
+      int64_t at = 0;
+      for (int d = 0; d < 4; ++d)
+        at += i[d] * t.strides[d];
+      overlaps |= used[size_t(at)];
+      used[size_t(at)] = true;
+    });
+    std::array<int64_t, 4> strides = t.strides;
+    if (overlaps) {
+      strides = {t.dims[1] * t.dims[2] * t.dims[3], t.dims[2] * t.dims[3],
+                 t.dims[3], 1};
+      span = count;
+    }
+    own[t.uid].assign(size_t(span), std::nanf(""));
+    views[t.uid] = {own[t.uid].data(), strides};
+  }
+  void write(const GraphTensor &t, const std::array<int64_t, 4> &i, float x) {
+    const View &v = views.at(t.uid);
+    int64_t at = 0;
+    for (int d = 0; d < 4; ++d)
+      at += i[d] * v.strides[d];
+    if (t.type == GraphType::BF16)
+      x = roundBf16(x);
+    else if (t.type == GraphType::Bool)
+      x = x != 0 ? 1.0f : 0.0f;
+    v.base[at] = x;
+  }
+  template <typename F>
+  static void each(const std::array<int64_t, 4> &dims, F f) {
+    std::array<int64_t, 4> i{};
+    for (i[0] = 0; i[0] < dims[0]; ++i[0])
+      for (i[1] = 0; i[1] < dims[1]; ++i[1])
+        for (i[2] = 0; i[2] < dims[2]; ++i[2])
+          for (i[3] = 0; i[3] < dims[3]; ++i[3])
+            f(i);
+  }
+
+  void matmul(const GraphOp &op) {
+    const GraphTensor &a = g.tensor(op.inputs[0]), &c = g.tensor(op.output);
+    ASSERT_EQ(a.dims[3], g.tensor(op.inputs[1]).dims[2]) << op.name;
+    ASSERT_EQ(c.dims[2], a.dims[2]) << op.name;
+    ASSERT_EQ(c.dims[3], g.tensor(op.inputs[1]).dims[3]) << op.name;
+    each(c.dims, [&](const std::array<int64_t, 4> &i) {
+      double sum = 0;
+      for (int64_t k = 0; k < a.dims[3]; ++k)
+        sum += double(read(op.inputs[0], {i[0], i[1], i[2], k})) *
+               double(read(op.inputs[1], {i[0], i[1], k, i[3]}));
+      write(c, i, float(sum));
+    });
+  }
+
+  void reduce(const GraphOp &op) {
+    const GraphTensor &x = g.tensor(op.inputs[0]), &y = g.tensor(op.output);
+    const bool max = op.reduction == ReductionMode::Max;
+    std::map<std::array<int64_t, 4>, double> acc;
+    each(x.dims, [&](const std::array<int64_t, 4> &i) {
+      std::array<int64_t, 4> o = i;
+      for (int d = 0; d < 4; ++d)
+        if (y.dims[d] == 1)
+          o[d] = 0;
+      const double v = read(x.uid, i);
+      auto [it, added] = acc.try_emplace(o, v);
+      if (!added)
+        it->second = max ? std::max(it->second, v) : it->second + v;
+    });
+    for (const auto &[i, v] : acc)
+      write(y, i, float(v));
+  }
+
+  void pointwise(const GraphOp &op) {
+    const GraphTensor &y = g.tensor(op.output);
+    each(y.dims, [&](const std::array<int64_t, 4> &i) {
+      auto in = [&](size_t n) { return read(op.inputs.at(n), i); };
+      float r = 0;
+      switch (op.pointwise) {
+      case PointwiseMode::Add:
+        r = in(0) + in(1);
+        break;
+      case PointwiseMode::Sub:
+        r = in(0) - in(1);
+        break;
+      case PointwiseMode::Mul:
+        r = in(0) * in(1);
+        break;
+      case PointwiseMode::Div:
+        r = in(0) / in(1);
+        break;
+      case PointwiseMode::Exp:
+        r = std::exp(in(0));
+        break;
+      case PointwiseMode::Log:
+        r = std::log(in(0));
+        break;
+      case PointwiseMode::Identity:
+        r = in(0);
+        break;
+      case PointwiseMode::GenIndex:
+        r = float(i.at(size_t(op.axis)));
+        break;
+      case PointwiseMode::CmpGe:
+        r = in(0) >= in(1) ? 1.0f : 0.0f;
+        break;
+      case PointwiseMode::BinarySelect:
+        r = in(2) != 0 ? in(0) : in(1);
+        break;
+      }
+      write(y, i, r);
+    });
+  }
+
+  const AttentionGraph &g;
+  std::map<int64_t, View> views;
+  std::map<int64_t, std::vector<float>> own;
+};
+
+HostTensor randomBf16(std::vector<int64_t> shape, uint32_t seed) {
+  HostTensor t = HostTensor::floats(std::move(shape));
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float &x : t.f32)
+    x = roundBf16(dist(gen));
+  return t;
+}
+
+/// GPT-2's packed layout at small sizes: qkv [B, T, 3C], out [B, T, C].
+struct Packed {
+  int64_t B, T, H, D;
+  bool causal;
+  int64_t C() const { return H * D; }
+  float scale() const { return 1.0f / std::sqrt(float(D)); }
+  AttentionShape shape() const {
+    AttentionShape s;
+    s.batch = B;
+    s.heads = H;
+    s.queries = s.keys = T;
+    s.headDim = D;
+    s.causal = causal;
+    s.scale = scale();
+    s.q = s.k = s.v = packedStrides(T, 3 * C(), D);
+    s.out = packedStrides(T, C(), D);
+    return s;
+  }
+};
+
+void expectNear(const std::vector<float> &got, const std::vector<float> &want,
+                double tolerance, const char *what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i;
+    if (double e = std::fabs(double(got[i]) - want[i]); e > worst) {
+      worst = e;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, tolerance) << what << ": element " << at << " is " << got[at]
+                              << ", the executor's " << want[at];
+}
+
+class AttentionGraphTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AttentionGraphTest, ForwardIsTheExecutorsAttention) {
+  const Packed p{2, 24, 3, 16, GetParam()};
+  const HostTensor qkv = randomBf16({p.B, p.T, 3 * p.C()}, 1);
+  const std::vector<HostTensor> want =
+      exec::flashAttentionQKV(qkv, p.H, p.scale(), p.causal);
+
+  const AttentionGraph g = attentionForwardGraph(p.shape());
+  std::vector<float> in = qkv.f32, out(size_t(p.B * p.T * p.C())),
+                     lse(size_t(p.B * p.H * p.T));
+  Interpreter run(g);
+  run.bind(GraphRole::Q, in.data());
+  run.bind(GraphRole::K, in.data() + p.C());
+  run.bind(GraphRole::V, in.data() + 2 * p.C());
+  run.bind(GraphRole::Out, out.data());
+  run.bind(GraphRole::Lse, lse.data());
+  run.run();
+  // out in bf16: one rounding of a value below 4 apart, at most.
+  expectNear(out, want[0].f32, 2e-2, "out");
+  expectNear(lse, want[1].f32, 1e-4, "lse");
+}
+
+// dq by way of the float32 sums, and straight.
+TEST_P(AttentionGraphTest, BackwardIsTheExecutorsGradient) {
+  const Packed p{2, 24, 3, 16, GetParam()};
+  const HostTensor qkv = randomBf16({p.B, p.T, 3 * p.C()}, 2);
+  const HostTensor dout = randomBf16({p.B, p.T, p.C()}, 3);
+  const std::vector<HostTensor> fwd =
+      exec::flashAttentionQKV(qkv, p.H, p.scale(), p.causal);
+  HostTensor out = fwd[0];
+  for (float &x : out.f32)
+    x = roundBf16(x);
+  const HostTensor want = exec::flashAttentionQKVGrad(
+      qkv, out, fwd[1], dout, p.H, p.scale(), p.causal)[0];
+
+  for (bool sums : {true, false}) {
+    SCOPED_TRACE(sums ? "dq sums" : "dq straight");
+    const AttentionGraph g = attentionBackwardGraph(p.shape(), sums);
+    EXPECT_EQ(g.workspaceOffset.count(GraphRole::DqSums), sums ? 1u : 0u);
+    std::vector<float> in = qkv.f32, o = out.f32, dO = dout.f32,
+                       lse = fwd[1].f32, dqkv(in.size(), std::nanf("")),
+                       work(size_t(g.workspaceBytes / 4));
+    Interpreter run(g);
+    run.bind(GraphRole::Q, in.data());
+    run.bind(GraphRole::K, in.data() + p.C());
+    run.bind(GraphRole::V, in.data() + 2 * p.C());
+    run.bind(GraphRole::Out, o.data());
+    run.bind(GraphRole::Dout, dO.data());
+    run.bind(GraphRole::Lse, lse.data());
+    run.bind(GraphRole::Dq, dqkv.data());
+    run.bind(GraphRole::Dk, dqkv.data() + p.C());
+    run.bind(GraphRole::Dv, dqkv.data() + 2 * p.C());
+    for (auto [role, offset] : g.workspaceOffset)
+      run.bind(role, work.data() + offset / 4);
+    run.run();
+    // Gradients of magnitude up to about 10, in bf16 (the executor's are
+    // float32): a few roundings of the largest.
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> got, expected;
+      for (size_t i = 0; i < dqkv.size(); ++i)
+        if (int64_t(i) % (3 * p.C()) / p.C() == part) {
+          got.push_back(dqkv[i]);
+          expected.push_back(want.f32[i]);
+        }
+      expectNear(got, expected, 0.1,
+                 part == 0   ? "dq"
+                 : part == 1 ? "dk"
+                             : "dv");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Causal, AttentionGraphTest, ::testing::Bool(),
+                         [](const auto &info) {
+                           return info.param ? "Causal" : "Full";
+                         });
+
+// The graph's bound tensors are the launch's operands, with the layouts it
+// gives; gptc's workspace holds what cuDNN's does not.
+TEST(AttentionGraph, BoundTensorsAndWorkspace) {
+  const Packed p{2, 24, 3, 16, true};
+  const AttentionGraph fwd = attentionForwardGraph(p.shape());
+  EXPECT_EQ(fwd.roles.size(), 5u);
+  EXPECT_EQ(fwd.workspaceBytes, 0);
+  const GraphTensor &k = fwd.tensor(fwd.roles.at(GraphRole::K));
+  // kᵀ: (b, h, d, key), each key a packed row of 3C further on.
+  EXPECT_EQ(k.dims, (std::array<int64_t, 4>{2, 3, 16, 24}));
+  EXPECT_EQ(k.strides, (std::array<int64_t, 4>{24 * 144, 16, 1, 144}));
+  const AttentionGraph bwd = attentionBackwardGraph(p.shape(), true);
+  EXPECT_EQ(bwd.roles.size(), 11u);
+  // Σ dout·out: 2·3·24 floats, 256-byte aligned; dq sums 2·3·24·16.
+  EXPECT_EQ(bwd.workspaceOffset.at(GraphRole::RowDot), 0);
+  EXPECT_EQ(bwd.workspaceOffset.at(GraphRole::DqSums), 768);
+  EXPECT_EQ(bwd.workspaceBytes, 768 + 2 * 3 * 24 * 16 * 4);
+  // Each op reads bound tensors, scalars and earlier ops' results only.
+  std::set<int64_t> known;
+  for (const GraphTensor &t : bwd.tensors)
+    if (!t.isVirtual)
+      known.insert(t.uid);
+  for (const GraphOp &op : bwd.ops) {
+    for (int64_t in : op.inputs)
+      EXPECT_TRUE(known.count(in))
+          << op.name << " reads tensor " << in << " before an op writes it";
+    known.insert(op.output);
+  }
+}
+
+// cuDNN takes every tensor and operation of the graphs (and, from 9.8 on,
+// the operation graph) without a GPU: what is left for one is the engines'
+// heuristics and the run, which the CUDA backend checks at load against
+// the launch's own kernel.
+TEST(AttentionGraph, CudnnTakesTheDescriptors) {
+  try {
+    gptc::rt::cudnn::cudnnVersion();
+  } catch (const gptc::rt::cudnn::CudnnError &e) {
+    GTEST_SKIP() << e.what();
+  }
+  for (bool causal : {false, true}) {
+    const Packed p{2, 24, 3, 16, causal};
+    std::vector<AttentionGraph> graphs;
+    graphs.push_back(attentionForwardGraph(p.shape()));
+    graphs.push_back(attentionBackwardGraph(p.shape(), true));
+    graphs.push_back(attentionBackwardGraph(p.shape(), false));
+    for (const AttentionGraph &g : graphs) {
+      int ops = 0;
+      EXPECT_NO_THROW(ops = gptc::rt::cudnn::checkDescriptors(g));
+      EXPECT_EQ(size_t(ops), g.ops.size());
+    }
+  }
+}
+
+// A graph cuDNN refuses is one error naming what it refused: here a matmul
+// whose operands' inner sizes differ.
+TEST(AttentionGraph, CudnnNamesWhatItRefuses) {
+  try {
+    gptc::rt::cudnn::cudnnVersion();
+  } catch (const gptc::rt::cudnn::CudnnError &e) {
+    GTEST_SKIP() << e.what();
+  }
+  AttentionGraph g = attentionForwardGraph(Packed{2, 24, 3, 16, true}.shape());
+  g.tensors[size_t(g.roles.at(GraphRole::K) - 1)].dims[2] = 8;
+  try {
+    gptc::rt::cudnn::checkDescriptors(g);
+    FAIL() << "cuDNN took a matmul of 16 by 8";
+  } catch (const gptc::rt::cudnn::CudnnError &e) {
+    EXPECT_NE(std::string(e.what()).find("q kT"), std::string::npos)
+        << e.what();
+  }
+}
+
+} // namespace
