@@ -439,6 +439,8 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
         s != CUBLAS_STATUS_SUCCESS)
       throw DeviceError("cuBLASLt failed in " + pl.label + ": " +
                         lt.cublasLtGetStatusName(s));
+  } else if (pl.cudnn >= 0) {
+    runCudnn(l, pl, stream);
   } else {
     throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +
                       (l.loc.empty() ? "?" : l.loc) + " (" + pl.label + ")");

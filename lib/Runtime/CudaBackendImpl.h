@@ -1,7 +1,7 @@
 //===- CudaBackendImpl.h - the CUDA backend's parts -----------*- C++ -*-===//
 //
 // CudaBackendImpl, the one implementation of CudaBackend, and what its
-// files share. The backend is four files, one job each:
+// files share. The backend is five files, one job each:
 // - CudaBackend.cpp: the device, the arena, loading a program's kernels,
 //   running launch ranges (checked, then as CUDA graphs), and the copies
 //   between host and device;
@@ -10,6 +10,8 @@
 //   an epilogue, and GEMM tuning at load;
 // - CudaVariants.cpp: kernel variants (Launch::variants) timed at load, and
 //   the comparison of results that tuning uses too;
+// - CudaCudnn.cpp: cuDNN's fused attention as more candidates of the
+//   attention launches timed at load (GPTC_CUDNN);
 // - CudaProfile.cpp: GPTC_PROFILE's table of kernels against their floors.
 // Without the CUDA headers at build time only the factory exists (it
 // throws), so everything here is behind GPTC_HAVE_CUDA_HEADERS.
@@ -24,6 +26,7 @@
 #if __has_include(<cuda.h>) && __has_include(<cublasLt.h>)
 #define GPTC_HAVE_CUDA_HEADERS 1
 #include "CudaApi.h"
+#include "CudnnAttention.h"
 #endif
 
 #ifdef GPTC_HAVE_CUDA_HEADERS
@@ -32,6 +35,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -57,6 +61,9 @@ constexpr size_t kChunkBytes = kStagingBytes / 4;
 /// Pinned host memory for downloadLater's copies (a loss is 4 bytes); when
 /// it is full, the next one synchronizes first.
 constexpr size_t kMailboxBytes = 64u << 10;
+/// LaunchVariant::deviceKernel of the candidates the backend adds to an
+/// attention launch: cuDNN's fused attention (CudaCudnn.cpp).
+constexpr int kCudnnAttention = -2;
 /// What ends the label of a kernel variant's launch timed at load.
 inline const std::string kTimedAtLoad = ", timed at load";
 
@@ -144,6 +151,7 @@ struct Prepared {
   std::vector<CUdeviceptr> args;
   std::vector<void *> argPtrs; // cuLaunchKernel's kernelParams, into args
   int gemm = -1;               // into gemms
+  int cudnn = -1;              // into cudnnPlans: cuDNN runs it, not fn
   int profileSlot = -1;
   double floorMs = 0; // the profile's floor of this launch (launchCost)
   std::string label;  // "forward launch 12: layernorm (k12) at loc"
@@ -204,6 +212,7 @@ public:
     tuneGemms = tune != "0";
     retimeGemms = tune == "time";
     chunkBytes = envChunkBytes();
+    cudnnPolicy = envSwitch("GPTC_CUDNN", {"1", "0", "all"});
     // GPTC_VARIANT=label[,label...]: the variants to run untimed; -label:
     // one to leave out of the timing.
     if (const char *v = std::getenv("GPTC_VARIANT"))
@@ -278,6 +287,10 @@ public:
       if (ltHandle)
         lt.cublasLtDestroy(ltHandle);
     }
+    for (CudnnPlan &p : cudnnPlans)
+      if (p.workspace)
+        cu.cuMemFree(p.workspace);
+    cudnnPlans.clear(); // (their cuDNN handles, while the context lives)
     if (arena)
       cu.cuMemFree(arena);
     for (CUdeviceptr w : {workspace, sideWorkspace, partialsScratch})
@@ -306,9 +319,12 @@ public:
     return int64_t(total - freeBytes);
   }
   int64_t bytesAllocated() const override {
+    int64_t cudnnBytes = 0;
+    for (const CudnnPlan &p : cudnnPlans)
+      cudnnBytes += p.workspace ? p.bytes : 0;
     return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0) +
            (sideWorkspace ? int64_t(kWorkspaceBytes) : 0) +
-           (partialsScratch ? int64_t(kPartialsBytes) : 0);
+           (partialsScratch ? int64_t(kPartialsBytes) : 0) + cudnnBytes;
   }
   bool profiling() const override { return profile; }
 
@@ -506,6 +522,34 @@ private:
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
+  /// A candidate's kernel name for lines and the profile: the program's
+  /// kernel, or "cuDNN".
+  std::string candidateName(const LaunchVariant &c) const {
+    return c.deviceKernel >= 0 ? prog->kernels[size_t(c.deviceKernel)].name
+                               : std::string("cuDNN");
+  }
+
+  /// GPTC_CUDNN: "1", "0" or "all" (CudaCudnn.cpp).
+  std::string cudnnPolicy;
+  /// cuDNN's attention plan for launches of one kind and shape, with its
+  /// workspace (plans run one at a time, on the compute stream), or why
+  /// cuDNN cannot take them (plan null).
+  struct CudnnPlan {
+    std::unique_ptr<cudnn::AttentionPlan> plan;
+    CUdeviceptr workspace = 0;
+    int64_t bytes = 0;
+    std::string why;
+  };
+  std::vector<CudnnPlan> cudnnPlans;
+  std::map<std::string, int> cudnnPlanIndex; // by kind, label and shape
+  /// The cuDNN candidates GPTC_CUDNN adds to an attention launch with
+  /// variants (none to others), labelled "cudnn" and "cudnn-dq-sums".
+  std::vector<LaunchVariant> cudnnCandidates(const Launch &l);
+  /// The plan of candidate `label` for l, made on first use; -1 with
+  /// `why` set where cuDNN cannot take the launch.
+  int cudnnPlan(const Launch &l, const std::string &label, std::string &why);
+  /// One run of pl's cuDNN plan on l's operands.
+  void runCudnn(const Launch &l, const Prepared &pl, CUstream stream);
   /// Each output of `l`, as the last run left it.
   std::vector<std::vector<uint8_t>> launchResults(const Launch &l);
   /// Why a variant's results (each output's bytes) are not the launch's

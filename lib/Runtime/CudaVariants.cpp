@@ -160,6 +160,17 @@ std::string variantChoiceFile(const std::string &deviceName,
   field(deviceName);
   field(deviceArch);
   for (const LaunchVariant &c : candidates) {
+    if (c.deviceKernel == kCudnnAttention) {
+      // cuDNN's engines are chosen anew with each version.
+      std::string version = "none";
+      try {
+        version = std::to_string(cudnn::cudnnVersion());
+      } catch (const cudnn::CudnnError &) {
+      }
+      for (const std::string &f : {c.label, "cuDNN " + version})
+        field(f);
+      continue;
+    }
     const DeviceKernel &k = prog.kernels[c.deviceKernel];
     char shape[96];
     std::snprintf(shape, sizeof shape, "(%u,%u,%u) (%u,%u,%u) %u", c.grid[0],
@@ -203,9 +214,12 @@ void CudaBackendImpl::timeVariants() {
   std::set<std::string> labels; // every candidate's, for the error
   for (const Function &f : prog->functions)
     for (const Launch &l : f.launches)
-      if (!l.variants.empty())
+      if (!l.variants.empty()) {
         for (const LaunchVariant &c : launchCandidates(l))
           labels.insert(c.label);
+        for (const LaunchVariant &c : cudnnCandidates(l))
+          labels.insert(c.label);
+      }
   const bool timeAgain = std::find(forcedVariants.begin(), forcedVariants.end(),
                                    kTimeAgain) != forcedVariants.end();
   std::set<std::string> leftOut; // GPTC_VARIANT's -label
@@ -248,7 +262,7 @@ void CudaBackendImpl::timeVariants() {
   auto labelOf = [&](const Function &f, size_t i, const LaunchVariant &c) {
     const Launch &l = f.launches[i];
     return f.name + " launch " + std::to_string(i) + ": " + l.kernel + " (" +
-           prog->kernels[c.deviceKernel].name + ", " + c.label + ") at " +
+           candidateName(c) + ", " + c.label + ") at " +
            (l.loc.empty() ? "?" : l.loc);
   };
   // The candidate GPTC_VARIANT picks, or -1.
@@ -288,6 +302,8 @@ void CudaBackendImpl::timeVariants() {
         continue;
       Prepared &pl = launches[&f][i];
       std::vector<LaunchVariant> candidates = launchCandidates(l);
+      for (const LaunchVariant &c : cudnnCandidates(l))
+        candidates.push_back(c);
       // (GPTC_VARIANT's -label: not the own kernel, the first)
       candidates.erase(std::remove_if(candidates.begin() + 1, candidates.end(),
                                       [&](const LaunchVariant &c) {
@@ -305,11 +321,21 @@ void CudaBackendImpl::timeVariants() {
               ? variantChoiceFile(deviceName, deviceArch, *prog, candidates)
               : std::string();
       size_t kept = 0;
+      std::string why; // cuDNN's, where it cannot take the launch
+      // A candidate this run can launch: cuDNN's needs its plan.
+      auto usable = [&](const LaunchVariant &c) {
+        return c.deviceKernel != kCudnnAttention ||
+               cudnnPlan(l, c.label, why) >= 0;
+      };
       if (forced >= 0) {
         order.push_back(k);
         t.best = candidates[forced];
+        if (!usable(t.best))
+          throw DeviceError("GPTC_VARIANT=" + t.best.label + ": " +
+                            labelOf(f, i, t.best) + ": " + why);
       } else if (added && !timeAgain &&
-                 readVariantChoice(choiceFile, candidates, kept, t.times)) {
+                 readVariantChoice(choiceFile, candidates, kept, t.times) &&
+                 usable(candidates[kept])) {
         order.push_back(k);
         t.best = candidates[kept];
         t.kept = true;
@@ -323,8 +349,16 @@ void CudaBackendImpl::timeVariants() {
                          .data());
         const auto clobbered = clobberedInputs(l);
         for (const LaunchVariant &c : candidates) {
+          int plan = -1;
+          if (c.deviceKernel == kCudnnAttention &&
+              (plan = cudnnPlan(l, c.label, why)) < 0) {
+            t.times += (t.times.empty() ? "" : ", ") + c.label +
+                       " (not used: " + why.substr(0, 240) + ")";
+            continue;
+          }
           Prepared &trial = *trials.emplace_back(new Prepared(pl));
-          trial.fn = entries[c.deviceKernel];
+          trial.fn = c.deviceKernel >= 0 ? entries[c.deviceKernel] : nullptr;
+          trial.cudnn = plan;
           trial.kernel = c;
           trial.argPtrs.clear();
           for (CUdeviceptr &a : trial.args)
@@ -362,12 +396,16 @@ void CudaBackendImpl::timeVariants() {
         saveVariantChoice(choiceFile, t.best.label, t.times);
       }
       ++t.launches;
-      pl.fn = entries[t.best.deviceKernel];
+      pl.fn = t.best.deviceKernel >= 0 ? entries[t.best.deviceKernel] : nullptr;
+      pl.cudnn = t.best.deviceKernel == kCudnnAttention
+                     ? cudnnPlan(l, t.best.label, why)
+                     : -1;
+      if (t.best.deviceKernel == kCudnnAttention && pl.cudnn < 0)
+        throw DeviceError(labelOf(f, i, t.best) + ": " + why);
       pl.kernel = t.best;
       pl.label = labelOf(f, i, t.best);
       if (profile)
-        pl.profileSlot =
-            profileSlot(prog->kernels[t.best.deviceKernel].name, l);
+        pl.profileSlot = profileSlot(candidateName(t.best), l);
     }
   synchronize();
   lastLaunch = nullptr;
@@ -378,9 +416,8 @@ void CudaBackendImpl::timeVariants() {
     const Timed &t = byCandidates[k];
     if (t.times.empty()) {
       std::fprintf(stderr, "gptc: GPTC_VARIANT: %s (%s) runs for %d launch%s\n",
-                   t.best.label.c_str(),
-                   prog->kernels[t.best.deviceKernel].name.c_str(), t.launches,
-                   t.launches == 1 ? "" : "es");
+                   t.best.label.c_str(), candidateName(t.best).c_str(),
+                   t.launches, t.launches == 1 ? "" : "es");
       continue;
     }
     std::fprintf(stderr,
@@ -390,8 +427,7 @@ void CudaBackendImpl::timeVariants() {
                           "GPTC_VARIANT=time times them again)"
                         : "",
                  t.launches, t.launches == 1 ? "" : "es", t.times.c_str(),
-                 t.best.label.c_str(),
-                 prog->kernels[t.best.deviceKernel].name.c_str());
+                 t.best.label.c_str(), candidateName(t.best).c_str());
   }
 }
 

@@ -572,6 +572,64 @@ TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
                     .f32);
 }
 
+// An attention launch with variants has cuDNN's fused attention as one
+// more candidate (GPTC_CUDNN, on by default); where cuDNN cannot take the
+// launch (here: float32 operands), the line says why and the others are
+// timed as ever. GPTC_CUDNN=0 offers none; GPTC_VARIANT=cudnn on such a
+// launch is one error saying why; any other GPTC_CUDNN is one error too.
+TEST(CudaBackendFake, CudnnIsACandidateOfAttentionLaunches) {
+  Program p = programWithVariants();
+  for (Launch &l : p.functions[0].launches)
+    if (l.deviceKernel == 0)
+      l.kernel = "flash_attention";
+  auto timings = [&](std::unique_ptr<CudaBackend> b) {
+    // (The fake is loaded with the first backend.)
+    auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+    kernelMs("k_gelu", 0.5f);
+    kernelMs("k_gelu_atomic", 0.2f);
+    kernelMs("k_gelu_wgmma", 0.35f);
+    testing::internal::CaptureStderr();
+    b->load(p);
+    kernelMs(nullptr, 0);
+    return testing::internal::GetCapturedStderr();
+  };
+  {
+    REQUIRE_FAKE(b);
+    EXPECT_EQ(timings(std::move(b)),
+              "gptc: kernel variants timed at load for 2 launches: split "
+              "0.100 ms, atomic 0.040 ms, wgmma 0.070 ms, cudnn (not used: "
+              "cuDNN's fused attention is bf16 here, not f32); atomic "
+              "(k_gelu_atomic) runs\n");
+  }
+  {
+    FreshCacheDir fresh;
+    auto b = fakeBackendWith("GPTC_CUDNN", "0");
+    ASSERT_TRUE(b);
+    EXPECT_EQ(timings(std::move(b)),
+              "gptc: kernel variants timed at load for 2 launches: split "
+              "0.100 ms, atomic 0.040 ms, wgmma 0.070 ms; atomic "
+              "(k_gelu_atomic) runs\n");
+  }
+  {
+    FreshCacheDir fresh;
+    auto b = fakeBackendWith("GPTC_VARIANT", "cudnn");
+    ASSERT_TRUE(b);
+    expectLoadRefused(
+        *b, p,
+        "GPTC_VARIANT=cudnn: forward launch 3: flash_attention "
+        "(cuDNN, cudnn) at fake.cpp:8: cuDNN's fused attention is "
+        "bf16 here, not f32");
+  }
+  ScopedEnv sometimes("GPTC_CUDNN", "sometimes");
+  try {
+    createCudaBackend();
+    ADD_FAILURE() << "GPTC_CUDNN=sometimes was taken";
+  } catch (const DeviceError &e) {
+    EXPECT_NE(std::string(e.what()).find("GPTC_CUDNN"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A variant whose results are not its launch's own kernel's on the same
 // operands (within 2% of the largest, finite where those are) is not used,
 // however fast, and the line says why.
