@@ -34,7 +34,8 @@
 # forward and wgmma-split backward, then of the atomic wgmma backward;
 # GPT-2 124M with --attention-forward=auto
 # --attention-backward=auto (every attention algorithm timed at load, the
-# fastest run), and that program with GPTC_VARIANT naming one algorithm a
+# fastest run; cuDNN's among them where it loads, then again with
+# GPTC_CUDNN=all), and that program with GPTC_VARIANT naming one algorithm a
 # direction (wide: mma2,atomic128; wgmma; atomic); --check-kernels of
 # gpt2-tiny bf16 with GPTC_GEMM_FALLBACK=1 (the kernels that stand in for
 # a refused cuBLASLt epilogue) and with GPTC_GEMM_DGELU=cublaslt; GPT-2
@@ -94,6 +95,19 @@ if ! ldconfig -p | grep -q 'libcublasLt.so.13' &&
   lt=$(find /usr /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -n 1)
   [[ -n $lt ]] && export GPTC_CUBLASLT=$lt
 fi
+# cuDNN (optional: its fused attention is one more candidate of each
+# attention launch timed at load): the loader's or the toolkit's, else the
+# one PyTorch's wheels bring, whose sub-libraries then load from its
+# directory.
+if [[ -z ${GPTC_CUDNN_LIBRARY:-} ]] && ! ldconfig -p | grep -q 'libcudnn.so.9' &&
+   [[ ! -f /usr/local/cuda/lib64/libcudnn.so.9 ]]; then
+  cudnn=$(find /usr /opt -name 'libcudnn.so.9' 2>/dev/null | head -n 1)
+  if [[ -n $cudnn ]]; then
+    export GPTC_CUDNN_LIBRARY=$cudnn
+    export LD_LIBRARY_PATH=$(dirname "$cudnn")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+fi
+echo "cuDNN: ${GPTC_CUDNN_LIBRARY:-libcudnn.so.9 from the loader path, if any}"
 export GPTC_CACHE_DIR=${GPTC_CACHE_DIR:-/tmp/gptc-cache}
 # Every load times its kernel variants afresh: a choice an earlier step
 # kept in the cache would leave a step's "timed at load" line an old one.
@@ -380,6 +394,10 @@ auto_variant=$GPTC_VARIANT
 if want auto && [[ -f $P/gpt2-bf16-auto ]]; then
   GPTC_VARIANT=$auto_variant step 90 gpt2-bf16-auto "${lib[@]}" \
     "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=15 --seed=1
+  # cuDNN's dq-sums backward among the candidates too.
+  GPTC_VARIANT=$auto_variant GPTC_CUDNN=all step 90 gpt2-bf16-auto-cudnn-all \
+    "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=15 \
+    --seed=1
   GPTC_VARIANT=$auto_variant GPTC_PROFILE=1 step 90 gpt2-bf16-auto-profile \
     "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=8 \
     --seed=1

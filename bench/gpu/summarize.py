@@ -52,7 +52,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-dgelu.log                        GPTC_GEMM_DGELU=cublaslt
   gpt2-bf16-recompute.log                    --recompute=gelu,layernorm
   gpt2-bf16-wgmma.log                        GPTC_VARIANT=mma,wgmma
-  gpt2-bf16-auto{,-profile}.log              --attention-forward=auto
+  gpt2-bf16-auto{,-profile,-cudnn-all}.log   --attention-forward=auto
                                              --attention-backward=auto
   gpt2-bf16-atomic.log                       GPTC_VARIANT=mma,atomic
   gpt2-{medium,large}-bf16.log               GPT-2 medium (B) and large (B/2) timed
@@ -274,6 +274,8 @@ def main():
                          ("gptc, recompute", "gpt2-bf16-recompute", 1),
                          ("gptc, wgmma attention backward", "gpt2-bf16-wgmma", 1),
                          ("gptc, attention auto", "gpt2-bf16-auto", 1),
+                         ("gptc, attention auto, GPTC_CUDNN=all",
+                          "gpt2-bf16-auto-cudnn-all", 1),
                          ("gptc, 4 micro-batches a step", "gpt2-bf16-accum4", 4),
                          ("gptc, 4 micro-batches, sums by the add",
                           "gpt2-bf16-addaccum4", 4)):

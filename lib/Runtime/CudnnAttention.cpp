@@ -58,7 +58,7 @@ struct Api {
 
 Api loadApi() {
   std::vector<std::string> candidates;
-  if (const char *path = std::getenv("GPTC_CUDNN"); path && *path)
+  if (const char *path = std::getenv("GPTC_CUDNN_LIBRARY"); path && *path)
     candidates.push_back(path);
   candidates.push_back("libcudnn.so.9");
   for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
@@ -70,8 +70,8 @@ Api loadApi() {
     if ((h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL)))
       break;
   if (!h)
-    throw CudnnError("cuDNN not found (libcudnn.so.9; GPTC_CUDNN may name "
-                     "the library)");
+    throw CudnnError("cuDNN not found (libcudnn.so.9; GPTC_CUDNN_LIBRARY may "
+                     "name the library)");
   Api a;
 #define GPTC_RESOLVE(fn)                                                       \
   if (!(a.fn = reinterpret_cast<decltype(a.fn)>(dlsym(h, #fn))))               \

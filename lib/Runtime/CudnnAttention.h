@@ -29,8 +29,8 @@ struct CudnnError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Loads cuDNN once per process ($GPTC_CUDNN, libcudnn.so.9, then the CUDA
-/// toolkit's): its version (91900 for 9.19.0), or throws CudnnError.
+/// Loads cuDNN once per process ($GPTC_CUDNN_LIBRARY, libcudnn.so.9, then the
+/// CUDA toolkit's): its version (91900 for 9.19.0), or throws CudnnError.
 int cudnnVersion();
 
 /// Builds every tensor and operation descriptor of `g` and finalizes each,

@@ -33,14 +33,14 @@
 //                      GEMM (GELU_AUX_BIAS as BIAS and gptc's GELU), time each
 //                      way and keep the fastest whose results agree with
 //                      the GEMM's own plan's on varied operands (one stderr
-//                      line gives the counts and both totals). The choice is kept in the
-//                      kernel cache directory (kernelCacheDir()/gemms, one
-//                      file a GEMM shape on a kind of GPU and cuBLASLt),
-//                      and later runs take it untimed: the same algorithms,
-//                      so the same bits, run to run and across a resume.
-//                      time: time again and keep the new choice. 0: the
-//                      heuristic's first choice and the default way,
-//                      untimed. Where gptc's pass reads what the GEMM
+//                      line gives the counts and both totals). The choice is
+//                      kept in the kernel cache directory
+//                      (kernelCacheDir()/gemms, one file a GEMM shape on a kind
+//                      of GPU and cuBLASLt), and later runs take it untimed:
+//                      the same algorithms, so the same bits, run to run and
+//                      across a resume. time: time again and keep the new
+//                      choice. 0: the heuristic's first choice and the default
+//                      way, untimed. Where gptc's pass reads what the GEMM
 //                      wrote (GELU after BIAS, GELU's derivative after a
 //                      plain GEMM), tuning also times that way in loops of
 //                      rows, each loop's pass right after its GEMM (or
@@ -70,6 +70,16 @@
 //                      own kernel, whatever its label; time: time the
 //                      candidates again and keep the new choice); a label
 //                      no launch has is an error that lists the program's
+// An attention launch with variants also has cuDNN's fused flash attention
+// among its candidates where libcudnn.so.9 loads (cuDNN 9 is optional):
+// timed and checked against the launch's own kernel like gptc's.
+//   GPTC_CUDNN=1|all|0  1 (default): the forward and the backward whose dq
+//                      is dS·k straight, labelled cudnn; all: also the
+//                      backward that adds dq in float32 sums across key
+//                      tiles (cudnn-dq-sums: not the same bits run to run);
+//                      0: no cuDNN candidates
+//   GPTC_CUDNN_LIBRARY=path  the libcudnn.so.9 to load (else the loader's,
+//                      then $CUDA_HOME's and /usr/local/cuda's)
 //
 //===----------------------------------------------------------------------===//
 
