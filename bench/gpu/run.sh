@@ -159,6 +159,25 @@ fi
 
 # A failing launch's outputs (device and reference) land in
 # $logs/dump-<check>/ (logs.tar.gz), to be read here with numpy.
+# cuDNN's attention (a candidate the runtime adds where libcudnn.so.9
+# loads) in every attention launch of gpt2-tiny bf16 and of one layer at
+# GPT-2's widths, each launch against the CPU backend: the forward and
+# the deterministic backward, then the dq-sums backward. Each step fails
+# alone, naming cuDNN's reason, where cuDNN cannot take the launches.
+cudnn_checks() {
+  local limit=$1
+  GPTC_VARIANT=cudnn step "$limit" check-tiny-bf16-cudnn "${lib[@]}" \
+    "$P/tiny-bf16" --device=cuda --check-kernels \
+    --check-dump="$logs/dump-tiny-bf16-cudnn"
+  GPTC_VARIANT=cudnn step "$limit" check-gpt2w-bf16-cudnn "${lib[@]}" \
+    "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
+    --check-dump="$logs/dump-gpt2w-bf16-cudnn"
+  GPTC_CUDNN=all GPTC_VARIANT=cudnn-dq-sums,cudnn step "$limit" \
+    check-gpt2w-bf16-cudnn-dq-sums "${lib[@]}" "$P/check-gpt2w-bf16" \
+    --device=cuda --check-kernels \
+    --check-dump="$logs/dump-gpt2w-bf16-cudnn-dq-sums"
+}
+
 if want check; then
   for prec in fp32 bf16; do
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
@@ -182,6 +201,8 @@ if want check; then
   GPTC_VARIANT=maxfirst,own \
     step 100 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
+  # cuDNN's fused attention in every attention launch (where it loads).
+  cudnn_checks 100
   # The layernorm gradients' uncapped twins, whichever the timing chose.
   [[ -x $P/check-gpt2lw-bf16 ]] && GPTC_VARIANT=uncapped \
     step 100 check-gpt2lw-bf16-uncapped "${lib[@]}" "$P/check-gpt2lw-bf16" \
@@ -198,6 +219,7 @@ if want quickcheck; then
   GPTC_VARIANT=maxfirst,own \
     step 60 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
+  cudnn_checks 60
   # The backward whose blocks wait for each other (wgmma-ordered): its
   # first run on a GPU, where a wait for a block not started would give
   # up after seconds with a trap (waitForCount), failing this step alone.

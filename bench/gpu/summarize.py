@@ -30,6 +30,10 @@ Inputs, all in the results directory (missing ones show as "-", or as
   check-gpt2w-bf16-maxfirst.log              check-gpt2w-bf16's program with
                                              GPTC_VARIANT=maxfirst,own (the
                                              loss gradient's max-first form)
+  check-tiny-bf16-cudnn.log,                 check-tiny-bf16 and check-gpt2w-bf16's
+  check-gpt2w-bf16-cudnn{,-dq-sums}.log      programs with GPTC_VARIANT=cudnn (cuDNN's
+                                             attention), and with GPTC_CUDNN=all
+                                             GPTC_VARIANT=cudnn-dq-sums,cudnn
   check-gpt2lw-bf16{,-uncapped}.log          the same at C=1280 (GPT-2 large's
                                              width), as timed and with
                                              GPTC_VARIANT=uncapped
@@ -208,6 +212,8 @@ def main():
                  "gpt2w-bf16-wide",
                  "gpt2w-bf16-mma2", "gpt2w-bf16-pipe", "gpt2w-bf16-mma",
                  "gpt2w-bf16-auto", "gpt2w-bf16-maxfirst",
+                 "bf16-cudnn", "gpt2w-bf16-cudnn",
+                 "gpt2w-bf16-cudnn-dq-sums",
                  "gpt2lw-bf16",
                  "gpt2lw-bf16-uncapped"):
         log = (f"check-{prec}.log" if prec.startswith(("gpt2w", "gpt2lw"))

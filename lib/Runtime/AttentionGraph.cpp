@@ -108,45 +108,38 @@ public:
                   {s.heads * s.queries, s.queries, 1, 1});
   }
 
-  int64_t op(GraphOp o) {
-    g.ops.push_back(std::move(o));
-    return g.ops.back().output;
+  /// Appends an op of `kind` and returns it, for the caller to fill in.
+  GraphOp &op(GraphOp::Kind kind, const std::string &name,
+              std::vector<int64_t> inputs, int64_t output) {
+    GraphOp &o = g.ops.emplace_back();
+    o.kind = kind;
+    o.name = name;
+    o.inputs = std::move(inputs);
+    o.output = output;
+    return o;
   }
   int64_t pointwise(const std::string &name, PointwiseMode mode,
                     std::vector<int64_t> inputs, int64_t output,
                     GraphType compute = GraphType::F32, int axis = -1) {
-    GraphOp o{GraphOp::Kind::Pointwise};
-    o.name = name;
+    GraphOp &o = op(GraphOp::Kind::Pointwise, name, std::move(inputs), output);
     o.pointwise = mode;
-    o.inputs = std::move(inputs);
-    o.output = output;
     o.compute = compute;
     o.axis = axis;
-    return op(std::move(o));
+    return output;
   }
   int64_t matmul(const std::string &name, int64_t a, int64_t b,
                  int64_t output) {
-    GraphOp o{GraphOp::Kind::Matmul};
-    o.name = name;
-    o.inputs = {a, b};
-    o.output = output;
-    return op(std::move(o));
+    op(GraphOp::Kind::Matmul, name, {a, b}, output);
+    return output;
   }
   int64_t reduction(const std::string &name, ReductionMode mode, int64_t x,
                     int64_t output) {
-    GraphOp o{GraphOp::Kind::Reduction};
-    o.name = name;
-    o.reduction = mode;
-    o.inputs = {x};
-    o.output = output;
-    return op(std::move(o));
+    op(GraphOp::Kind::Reduction, name, {x}, output).reduction = mode;
+    return output;
   }
   int64_t reshape(const std::string &name, int64_t x, int64_t output) {
-    GraphOp o{GraphOp::Kind::Reshape};
-    o.name = name;
-    o.inputs = {x};
-    o.output = output;
-    return op(std::move(o));
+    op(GraphOp::Kind::Reshape, name, {x}, output);
+    return output;
   }
 
   /// Scores above the diagonal (key column > query row) set to -inf:

@@ -59,7 +59,8 @@ enum class ReductionMode { Max, Add };
 /// reduced); reshape: the same elements seen through the output's dims and
 /// strides (how the graph transposes a virtual tensor).
 struct GraphOp {
-  enum class Kind { Matmul, Pointwise, Reduction, Reshape } kind;
+  enum class Kind { Matmul, Pointwise, Reduction, Reshape };
+  Kind kind = Kind::Pointwise;
   std::string name;
   std::vector<int64_t> inputs;
   int64_t output = 0;

@@ -64,6 +64,11 @@ constexpr size_t kMailboxBytes = 64u << 10;
 /// LaunchVariant::deviceKernel of the candidates the backend adds to an
 /// attention launch: cuDNN's fused attention (CudaCudnn.cpp).
 constexpr int kCudnnAttention = -2;
+/// cuDNN refused a run (an API error, not a fault on the device): while
+/// candidates are timed, that candidate is dropped and the rest go on.
+struct CudnnRunError : DeviceError {
+  using DeviceError::DeviceError;
+};
 /// What ends the label of a kernel variant's launch timed at load.
 inline const std::string kTimedAtLoad = ", timed at load";
 
@@ -548,6 +553,15 @@ private:
   /// The plan of candidate `label` for l, made on first use; -1 with
   /// `why` set where cuDNN cannot take the launch.
   int cudnnPlan(const Launch &l, const std::string &label, std::string &why);
+  /// For an attention backward timed on trial operands: its row dot input
+  /// (delta) set to Σ dout·out of its trial out and dout, as the row dot
+  /// launch before it would. cuDNN's backward computes those sums itself
+  /// and gptc's read delta: on unrelated values they could not agree.
+  void agreeRowDot(const Launch &l);
+  /// Frees the plans and workspaces no launch runs after the timing (the
+  /// backward's can hold hundreds of MiB), so that only what runs counts
+  /// in the memory the program takes.
+  void releaseUnusedCudnnPlans();
   /// One run of pl's cuDNN plan on l's operands.
   void runCudnn(const Launch &l, const Prepared &pl, CUstream stream);
   /// Each output of `l`, as the last run left it.

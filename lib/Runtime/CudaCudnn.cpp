@@ -21,6 +21,7 @@
 #ifdef GPTC_HAVE_CUDA_HEADERS
 
 #include "CudnnAttention.h"
+#include "gptc/Executor/Kernels.h"
 
 namespace gptc::rt::detail {
 
@@ -142,6 +143,47 @@ int CudaBackendImpl::cudnnPlan(const Launch &l, const std::string &label,
   return cudnnPlans.back().plan ? index : -1;
 }
 
+void CudaBackendImpl::agreeRowDot(const Launch &l) {
+  const bool packed = isPacked(l);
+  const size_t outAt = packed ? 1 : 3, doutAt = packed ? 3 : 5,
+               deltaAt = packed ? 4 : 6;
+  if (!isBackward(l) || l.inputs.size() <= deltaAt ||
+      buffer(l.inputs[deltaAt]).dtype != DType::F32)
+    return;
+  // The CPU backend's row dot (gpt.attention_row_dot) on the trial values.
+  auto tensor = [&](int id) {
+    const Buffer &b = buffer(id);
+    std::vector<uint8_t> bytes(size_t(b.bytes()));
+    download(id, bytes.data());
+    exec::HostTensor t = exec::HostTensor::floats(b.shape);
+    for (size_t i = 0; i < t.f32.size(); ++i)
+      t.f32[i] =
+          float(elementValue(&bytes[i * size_t(dtypeBytes(b.dtype))], b.dtype));
+    return t;
+  };
+  const exec::HostTensor delta = exec::attentionRowDot(
+      tensor(l.inputs[outAt]), tensor(l.inputs[doutAt]),
+      packed && l.ints.count("num_heads") ? l.ints.at("num_heads") : 0);
+  if (delta.f32.size() == size_t(buffer(l.inputs[deltaAt]).numel()))
+    upload(l.inputs[deltaAt], encodeFloats(delta.f32, DType::F32).data());
+}
+
+void CudaBackendImpl::releaseUnusedCudnnPlans() {
+  std::set<int> used;
+  for (const auto &[f, prepared] : launches)
+    for (const Prepared &pl : prepared)
+      used.insert(pl.cudnn);
+  for (size_t i = 0; i < cudnnPlans.size(); ++i)
+    if (CudnnPlan &p = cudnnPlans[i]; p.plan && !used.count(int(i))) {
+      if (p.workspace)
+        cu.cuMemFree(p.workspace);
+      p.workspace = 0;
+      p.bytes = 0;
+      p.plan.reset();
+      p.why = "not chosen, released";
+    }
+}
+
 void CudaBackendImpl::runCudnn(const Launch &l, const Prepared &pl,
                                CUstream stream) {
   const CudnnPlan &p = cudnnPlans.at(size_t(pl.cudnn));
@@ -187,7 +229,7 @@ void CudaBackendImpl::runCudnn(const Launch &l, const Prepared &pl,
   try {
     p.plan->run(stream, at, reinterpret_cast<void *>(p.workspace));
   } catch (const cudnn::CudnnError &e) {
-    throw DeviceError("cuDNN failed in " + pl.label + ": " + e.what());
+    throw CudnnRunError("cuDNN failed in " + pl.label + ": " + e.what());
   }
 }
 

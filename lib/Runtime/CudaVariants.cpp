@@ -347,6 +347,7 @@ void CudaBackendImpl::timeVariants() {
           upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(),
                                    uint64_t(in))
                          .data());
+        agreeRowDot(l);
         const auto clobbered = clobberedInputs(l);
         for (const LaunchVariant &c : candidates) {
           int plan = -1;
@@ -368,7 +369,14 @@ void CudaBackendImpl::timeVariants() {
           for (const auto &[in, bytes] : clobbered)
             upload(in, bytes.data());
           timedVariant = &c == &candidates[0] ? "" : c.label;
-          enqueue(l, trial, false); // warm-up, and the results compared
+          try {
+            enqueue(l, trial, false); // warm-up, and the results compared
+          } catch (const CudnnRunError &e) {
+            t.times += (t.times.empty() ? "" : ", ") + c.label +
+                       " (not used: " + std::string(e.what()).substr(0, 240) +
+                       ")";
+            continue;
+          }
           std::vector<std::vector<uint8_t>> mine = launchResults(l);
           const double each =
               msPerRun(start, stop, kRuns, [&] { enqueue(l, trial, false); });
@@ -410,6 +418,7 @@ void CudaBackendImpl::timeVariants() {
   synchronize();
   lastLaunch = nullptr;
   timedVariant.clear();
+  releaseUnusedCudnnPlans();
   cu.cuEventDestroy(start);
   cu.cuEventDestroy(stop);
   for (const std::string &k : order) {
