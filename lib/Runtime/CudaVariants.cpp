@@ -349,12 +349,16 @@ void CudaBackendImpl::timeVariants() {
                          .data());
         agreeRowDot(l);
         const auto clobbered = clobberedInputs(l);
+        // A candidate cuDNN cannot plan or run, and why, in the line.
+        auto notUsed = [&](const LaunchVariant &c, const std::string &why) {
+          t.times += (t.times.empty() ? "" : ", ") + c.label +
+                     " (not used: " + why.substr(0, 240) + ")";
+        };
         for (const LaunchVariant &c : candidates) {
           int plan = -1;
           if (c.deviceKernel == kCudnnAttention &&
               (plan = cudnnPlan(l, c.label, why)) < 0) {
-            t.times += (t.times.empty() ? "" : ", ") + c.label +
-                       " (not used: " + why.substr(0, 240) + ")";
+            notUsed(c, why);
             continue;
           }
           Prepared &trial = *trials.emplace_back(new Prepared(pl));
@@ -372,9 +376,7 @@ void CudaBackendImpl::timeVariants() {
           try {
             enqueue(l, trial, false); // warm-up, and the results compared
           } catch (const CudnnRunError &e) {
-            t.times += (t.times.empty() ? "" : ", ") + c.label +
-                       " (not used: " + std::string(e.what()).substr(0, 240) +
-                       ")";
+            notUsed(c, e.what());
             continue;
           }
           std::vector<std::vector<uint8_t>> mine = launchResults(l);
@@ -413,7 +415,12 @@ void CudaBackendImpl::timeVariants() {
       pl.kernel = t.best;
       pl.label = labelOf(f, i, t.best);
       if (profile)
-        pl.profileSlot = profileSlot(candidateName(t.best), l);
+        // (cuDNN's by op: "cuDNN flash_attention_qkv_grad", of the
+        // profile's attention kind, forward and backward apart.)
+        pl.profileSlot =
+            profileSlot(t.best.deviceKernel >= 0 ? candidateName(t.best)
+                                                 : "cuDNN " + l.kernel,
+                        l);
     }
   synchronize();
   lastLaunch = nullptr;
