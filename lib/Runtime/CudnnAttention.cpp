@@ -327,6 +327,10 @@ struct AttentionPlan::Impl {
   AttentionGraph graph;
   cudnnHandle_t handle = nullptr;
   Built built;
+  /// The heuristics and their engine configurations, kept while the plan
+  /// that names one lives (as cudnn-frontend keeps them).
+  Descriptor heuristics;
+  std::vector<Descriptor> configs;
   Descriptor plan;
   int64_t cudnnWorkspace = 0; // rounded up to 256 bytes
   std::string engine;
@@ -335,6 +339,8 @@ struct AttentionPlan::Impl {
 
   ~Impl() {
     plan = Descriptor();
+    configs.clear();
+    heuristics = Descriptor();
     built = Built();
     if (handle)
       api().cudnnDestroy(handle);
@@ -349,7 +355,8 @@ AttentionPlan::AttentionPlan(AttentionGraph graph) : impl(new Impl) {
   buildOperations(p.graph, p.built);
   buildGraph(p.built, p.handle);
 
-  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics");
+  Descriptor &heuristics = p.heuristics =
+      Descriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics");
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, p.built.graph);
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -361,7 +368,7 @@ AttentionPlan::AttentionPlan(AttentionGraph graph) : impl(new Impl) {
         "the heuristics' result count");
   if (count == 0)
     throw CudnnError("cuDNN's heuristics have no engine for the graph");
-  std::vector<Descriptor> configs;
+  std::vector<Descriptor> &configs = p.configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) {
     configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,

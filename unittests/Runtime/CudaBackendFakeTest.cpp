@@ -41,6 +41,9 @@ template <typename F> F hook(const char *name) {
 std::unique_ptr<CudaBackend> fakeBackend() {
   static bool loaded = [] {
     setenv("GPTC_CUBLASLT", GPTC_FAKE_CUDA, 1);
+#ifdef GPTC_FAKE_CUDNN
+    setenv("GPTC_CUDNN_LIBRARY", GPTC_FAKE_CUDNN, 1);
+#endif
     return dlopen(GPTC_FAKE_CUDA, RTLD_NOW | RTLD_GLOBAL) != nullptr;
   }();
   if (!loaded)
@@ -629,6 +632,166 @@ TEST(CudaBackendFake, CudnnIsACandidateOfAttentionLaunches) {
         << e.what();
   }
 }
+
+#ifdef GPTC_FAKE_CUDNN
+/// A hook of the fake cuDNN (FakeCudnn.cpp), loaded by the backend.
+template <typename F> F cudnnHook(const char *name) {
+  void *lib = dlopen(GPTC_FAKE_CUDNN, RTLD_NOW | RTLD_NOLOAD);
+  return lib ? reinterpret_cast<F>(dlsym(lib, name)) : nullptr;
+}
+
+/// gpt.flash_attention_qkv and its gradient at B=2, T=16, two heads of 8,
+/// causal, in one function, each launch with a variant (so that cuDNN is
+/// a candidate); the buffers in this order.
+enum : int { QKV, OUT, LSE, DOUT, DELTA, DQKV };
+Program attentionProgram() {
+  Program p;
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("qkv", DType::BF16, {2, 16, 48}, Role::Param),
+               buffer("out", DType::BF16, {2, 16, 16}, Role::Output),
+               buffer("lse", DType::F32, {2, 2, 16}, Role::Output),
+               buffer("dout", DType::BF16, {2, 16, 16}, Role::Param),
+               buffer("delta", DType::F32, {2, 2, 16}, Role::Param),
+               buffer("dqkv", DType::BF16, {2, 16, 48}, Role::Output)};
+  Launch fwd = launch("flash_attention_qkv", {QKV}, {OUT, LSE});
+  Launch bwd =
+      launch("flash_attention_qkv_grad", {QKV, OUT, LSE, DOUT, DELTA}, {DQKV});
+  for (Launch *l : {&fwd, &bwd}) {
+    l->ints["num_heads"] = 2;
+    l->ints["causal"] = 1;
+    l->floats["scale"] = 1 / std::sqrt(8.0);
+    l->deviceKernel = int(p.kernels.size());
+    l->variant = "own";
+    LaunchVariant other;
+    other.label = "other";
+    other.deviceKernel = l->deviceKernel;
+    l->variants = {other};
+    DeviceKernel k;
+    k.name = "k_" + l->kernel;
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E', 'C', 'U', 'B', 'I', 'N'};
+    p.kernels.push_back(k);
+  }
+  Function f;
+  f.name = "forward";
+  f.launches = {fwd, bwd};
+  p.functions.push_back(f);
+  planMemory(p);
+  return p;
+}
+
+std::vector<float> downloaded(CudaBackend &b, const Program &p, int id) {
+  const Buffer &buf = p.buffers[size_t(id)];
+  std::vector<uint8_t> bytes(size_t(buf.bytes()));
+  b.download(id, bytes.data());
+  std::vector<float> v(size_t(buf.numel()));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = float(
+        elementValue(&bytes[i * size_t(dtypeBytes(buf.dtype))], buf.dtype));
+  return v;
+}
+
+void expectWithin(const std::vector<float> &got, const std::vector<float> &want,
+                  double tolerance, const char *what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tolerance) && bad++ == 0)
+      first = i;
+  EXPECT_EQ(bad, 0u) << what << ", the first at " << first << ": " << got[first]
+                     << " against " << want[first];
+}
+
+// Where cuDNN runs an attention launch (here the fake cuDNN: the graph the
+// backend builds, run on the host), it reads the launch's operands where
+// the backend binds them (q, k and v in place in the packed rows, dq, dk
+// and dv likewise, gptc's workspace after cuDNN's) and writes the
+// executor's attention: forward and backward, dq straight and by float32
+// sums, run eagerly, captured into a CUDA graph and replayed.
+TEST(CudaBackendFake, CudnnRunsTheLaunchesOnTheirOperands) {
+  for (const char *policy : {"1", "all"}) {
+    SCOPED_TRACE(std::string("GPTC_CUDNN=") + policy);
+    FreshCacheDir fresh;
+    ScopedEnv cudnn("GPTC_CUDNN", policy);
+    auto b = fakeBackendWith("GPTC_VARIANT", std::string(policy) == "all"
+                                                 ? "cudnn-dq-sums,cudnn"
+                                                 : "cudnn");
+    if (!b)
+      GTEST_SKIP() << "the fake driver did not load";
+    Program p = attentionProgram();
+    testing::internal::CaptureStderr();
+    b->load(p);
+    const std::string said = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(said, std::string(policy) == "all"
+                        ? "gptc: GPTC_VARIANT: cudnn (cuDNN) runs for 1 "
+                          "launch\ngptc: GPTC_VARIANT: cudnn-dq-sums (cuDNN) "
+                          "runs for 1 launch\n"
+                        : "gptc: GPTC_VARIANT: cudnn (cuDNN) runs for 1 "
+                          "launch\ngptc: GPTC_VARIANT: cudnn (cuDNN) runs "
+                          "for 1 launch\n");
+    auto runs = cudnnHook<int (*)()>("gptcFakeCudnnRuns");
+    auto runError = cudnnHook<const char *(*)()>("gptcFakeCudnnRunError");
+    ASSERT_TRUE(runs && runError);
+    const int before = runs();
+
+    const HostTensor qkv = tensor({2, 16, 48}, random(2 * 16 * 48, 7)),
+                     dout = tensor({2, 16, 16}, random(2 * 16 * 16, 8));
+    b->upload(QKV, encodeFloats(qkv.f32, DType::BF16).data());
+    b->upload(DOUT, encodeFloats(dout.f32, DType::BF16).data());
+    const Function &f = p.functions[0];
+    for (int run = 0; run < 3; ++run) { // eager, captured, replayed
+      SCOPED_TRACE("run " + std::to_string(run));
+      for (int id : {OUT, DQKV})
+        b->upload(id,
+                  std::vector<uint8_t>(size_t(p.buffers[id].bytes())).data());
+      b->run(f, 0, f.launches.size());
+      b->synchronize();
+      // The executor from the same bf16 operands.
+      HostTensor q = tensor({2, 16, 48}, downloaded(*b, p, QKV));
+      const std::vector<HostTensor> want =
+          gptc::exec::flashAttentionQKV(q, 2, float(1 / std::sqrt(8.0)), true);
+      expectWithin(downloaded(*b, p, OUT), want[0].f32, 2e-2, "out");
+      expectWithin(downloaded(*b, p, LSE), want[1].f32, 1e-4, "lse");
+      const HostTensor wantDqkv = gptc::exec::flashAttentionQKVGrad(
+          q, tensor({2, 16, 16}, downloaded(*b, p, OUT)),
+          tensor({2, 2, 16}, downloaded(*b, p, LSE)),
+          tensor({2, 16, 16}, downloaded(*b, p, DOUT)), 2,
+          float(1 / std::sqrt(8.0)), true)[0];
+      expectWithin(downloaded(*b, p, DQKV), wantDqkv.f32, 0.05, "dqkv");
+    }
+    EXPECT_EQ(runs() - before, 6); // two launches, three runs
+    EXPECT_STREQ(runError(), "");
+  }
+}
+
+// Timed at load, cuDNN's runs are compared with the launch's own kernel
+// like any candidate's: here the own kernels (the fake's, which compute
+// nothing) leave other values than cuDNN's attention, so cuDNN is not
+// used, and the lines say why.
+TEST(CudaBackendFake, CudnnThatDisagreesIsNotUsed) {
+  REQUIRE_FAKE(b);
+  hook<void (*)(int)>("gptcFakeSetArgCount")(3);
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  kernelMs("k_flash_attention_qkv", 0.5f);
+  kernelMs("k_flash_attention_qkv_grad", 0.5f);
+  Program p = attentionProgram();
+  testing::internal::CaptureStderr();
+  b->load(p);
+  const std::string said = testing::internal::GetCapturedStderr();
+  kernelMs(nullptr, 0);
+  for (const char *kernel :
+       {"k_flash_attention_qkv)", "k_flash_attention_qkv_grad)"})
+    EXPECT_NE(said.find(std::string("; own (") + kernel + " runs"),
+              std::string::npos)
+        << said;
+  size_t dropped = 0;
+  for (size_t at = 0; (at = said.find(" ms, cudnn 0.100 ms (result 0 off by",
+                                      at)) != std::string::npos;
+       ++at)
+    ++dropped;
+  EXPECT_EQ(dropped, 2u) << said;
+}
+#endif
 
 // A variant whose results are not its launch's own kernel's on the same
 // operands (within 2% of the largest, finite where those are) is not used,

@@ -125,6 +125,11 @@ uint64_t gptcFakeLaunchArg(int i, int arg) { return launchArgs.at(i).at(arg); }
 void gptcFakeFailSync(int n) { failSyncIn = n; }
 void gptcFakeFailLaunch(int n) { failLaunchIn = n; }
 void gptcFakeSetArgCount(int n) { argCount = n; }
+/// Host work on `stream`, in its order (captured where a CUDA graph is
+/// being captured): how the fake cuDNN (FakeCudnn.cpp) runs a plan.
+void gptcFakeSubmitHost(void (*fn)(void *), void *data, CUstream stream) {
+  submit([fn, data] { fn(data); }, stream);
+}
 /// From now on (on != 0) streams created at the least priority run late:
 /// Stream. How much work they held back so far: gptcFakeDeferredWork.
 void gptcFakeDeferLowPriorityStreams(int on) { deferLowPriority = on != 0; }
