@@ -164,14 +164,21 @@ fi
 # GPT-2's widths, each launch against the CPU backend: the forward and
 # the deterministic backward, then the dq-sums backward. Each step fails
 # alone, naming cuDNN's reason, where cuDNN cannot take the launches.
+# Where the layer's check fails, the steps after it run without cuDNN
+# (GPTC_CUDNN=0), so that a cuDNN that fails on this GPU costs the call
+# its cuDNN figures and nothing else.
 cudnn_checks() {
   local limit=$1
   GPTC_VARIANT=cudnn step "$limit" check-tiny-bf16-cudnn "${lib[@]}" \
     "$P/tiny-bf16" --device=cuda --check-kernels \
     --check-dump="$logs/dump-tiny-bf16-cudnn"
-  GPTC_VARIANT=cudnn step "$limit" check-gpt2w-bf16-cudnn "${lib[@]}" \
+  if ! GPTC_VARIANT=cudnn step "$limit" check-gpt2w-bf16-cudnn "${lib[@]}" \
     "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
-    --check-dump="$logs/dump-gpt2w-bf16-cudnn"
+    --check-dump="$logs/dump-gpt2w-bf16-cudnn"; then
+    echo "   cuDNN's attention failed its check: the steps after run with GPTC_CUDNN=0"
+    export GPTC_CUDNN=0
+    return
+  fi
   GPTC_CUDNN=all GPTC_VARIANT=cudnn-dq-sums,cudnn step "$limit" \
     check-gpt2w-bf16-cudnn-dq-sums "${lib[@]}" "$P/check-gpt2w-bf16" \
     --device=cuda --check-kernels \
@@ -416,10 +423,12 @@ auto_variant=$GPTC_VARIANT
 if want auto && [[ -f $P/gpt2-bf16-auto ]]; then
   GPTC_VARIANT=$auto_variant step 90 gpt2-bf16-auto "${lib[@]}" \
     "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=15 --seed=1
-  # cuDNN's dq-sums backward among the candidates too.
-  GPTC_VARIANT=$auto_variant GPTC_CUDNN=all step 90 gpt2-bf16-auto-cudnn-all \
-    "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=15 \
-    --seed=1
+  # cuDNN's dq-sums backward among the candidates too (unless cuDNN
+  # failed its check above).
+  [[ ${GPTC_CUDNN:-1} != 0 ]] &&
+    GPTC_VARIANT=$auto_variant GPTC_CUDNN=all step 90 \
+      gpt2-bf16-auto-cudnn-all "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda \
+      --data="$data" --steps=15 --seed=1
   GPTC_VARIANT=$auto_variant GPTC_PROFILE=1 step 90 gpt2-bf16-auto-profile \
     "${lib[@]}" "$P/gpt2-bf16-auto" --device=cuda --data="$data" --steps=8 \
     --seed=1
