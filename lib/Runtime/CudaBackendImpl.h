@@ -157,6 +157,11 @@ struct Prepared {
   std::vector<void *> argPtrs; // cuLaunchKernel's kernelParams, into args
   int gemm = -1;               // into gemms
   int cudnn = -1;              // into cudnnPlans: cuDNN runs it, not fn
+  /// A launch whose results only launches up to this index read, each
+  /// of which runs cuDNN and ignores them (the row dot before cuDNN's
+  /// attention backward): skipped where a range holds those readers
+  /// (skipWhatCudnnIgnores). -1: never skipped.
+  int ignoredUpTo = -1;
   int profileSlot = -1;
   double floorMs = 0; // the profile's floor of this launch (launchCost)
   std::string label;  // "forward launch 12: layernorm (k12) at loc"
@@ -558,6 +563,9 @@ private:
   /// launch before it would. cuDNN's backward computes those sums itself
   /// and gptc's read delta: on unrelated values they could not agree.
   void agreeRowDot(const Launch &l);
+  /// Marks the launches whose results only cuDNN's launches read, and
+  /// ignore (Prepared::ignoredUpTo), and says how many there are.
+  void skipWhatCudnnIgnores();
   /// Frees the plans and workspaces no launch runs after the timing (the
   /// backward's can hold hundreds of MiB), so that only what runs counts
   /// in the memory the program takes.

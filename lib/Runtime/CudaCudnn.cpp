@@ -168,6 +168,51 @@ void CudaBackendImpl::agreeRowDot(const Launch &l) {
     upload(l.inputs[deltaAt], encodeFloats(delta.f32, DType::F32).data());
 }
 
+namespace {
+/// Whether cuDNN's plan for l leaves its input `at` unread: the backward's
+/// row dot (delta), which its graph computes itself.
+bool cudnnIgnores(const Launch &l, size_t at) {
+  return isBackward(l) && at == (isPacked(l) ? 4u : 6u);
+}
+} // namespace
+
+void CudaBackendImpl::skipWhatCudnnIgnores() {
+  std::map<std::string, int> skipped; // by kernel, for the line
+  for (const Function &f : prog->functions) {
+    std::vector<Prepared> &pls = launches[&f];
+    for (size_t i = 0; i < f.launches.size(); ++i) {
+      const Launch &l = f.launches[i];
+      if (l.outputs.empty() || isGemm(l.kernel) || l.stream != 0)
+        continue;
+      // Temps only: nothing outside this function reads them.
+      std::set<int> roots;
+      bool temps = true;
+      for (int out : l.outputs) {
+        roots.insert(prog->root(out));
+        temps &= prog->buffers[size_t(prog->root(out))].role == Role::Temp;
+      }
+      int last = -1;
+      bool ignored = temps;
+      for (size_t j = 0; j < f.launches.size() && ignored; ++j)
+        for (size_t k = 0; j != i && k < f.launches[j].inputs.size(); ++k)
+          if (roots.count(prog->root(f.launches[j].inputs[k]))) {
+            ignored =
+                j > i && pls[j].cudnn >= 0 && cudnnIgnores(f.launches[j], k);
+            last = std::max(last, int(j));
+          }
+      if (ignored && last > int(i)) {
+        pls[i].ignoredUpTo = last;
+        ++skipped[l.kernel];
+      }
+    }
+  }
+  for (const auto &[kernel, count] : skipped)
+    std::fprintf(stderr,
+                 "gptc: %d %s launch%s skipped: only cuDNN's launches read "
+                 "their results, and cuDNN computes them itself\n",
+                 count, kernel.c_str(), count == 1 ? "" : "es");
+}
+
 void CudaBackendImpl::releaseUnusedCudnnPlans() {
   std::set<int> used;
   for (const auto &[f, prepared] : launches)

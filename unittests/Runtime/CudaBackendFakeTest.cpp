@@ -642,20 +642,25 @@ template <typename F> F cudnnHook(const char *name) {
 
 /// gpt.flash_attention_qkv and its gradient at B=2, T=16, two heads of 8,
 /// causal, in one function, each launch with a variant (so that cuDNN is
-/// a candidate); the buffers in this order.
+/// a candidate); the buffers in this order. With `rowDot`, the gradient's
+/// delta is a temp that a gpt.attention_row_dot launch between them
+/// writes, as gpt-autodiff has it.
 enum : int { QKV, OUT, LSE, DOUT, DELTA, DQKV };
-Program attentionProgram() {
+Program attentionProgram(bool rowDot = false) {
   Program p;
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("qkv", DType::BF16, {2, 16, 48}, Role::Param),
                buffer("out", DType::BF16, {2, 16, 16}, Role::Output),
                buffer("lse", DType::F32, {2, 2, 16}, Role::Output),
                buffer("dout", DType::BF16, {2, 16, 16}, Role::Param),
-               buffer("delta", DType::F32, {2, 2, 16}, Role::Param),
+               buffer("delta", DType::F32, {2, 2, 16},
+                      rowDot ? Role::Temp : Role::Param),
                buffer("dqkv", DType::BF16, {2, 16, 48}, Role::Output)};
   Launch fwd = launch("flash_attention_qkv", {QKV}, {OUT, LSE});
   Launch bwd =
       launch("flash_attention_qkv_grad", {QKV, OUT, LSE, DOUT, DELTA}, {DQKV});
+  Launch dot = launch("attention_row_dot", {OUT, DOUT}, {DELTA});
+  dot.ints["num_heads"] = 2;
   for (Launch *l : {&fwd, &bwd}) {
     l->ints["num_heads"] = 2;
     l->ints["causal"] = 1;
@@ -675,6 +680,13 @@ Program attentionProgram() {
   Function f;
   f.name = "forward";
   f.launches = {fwd, bwd};
+  if (rowDot) {
+    dot.deviceKernel = int(p.kernels.size());
+    DeviceKernel k = p.kernels.back();
+    k.name = "k_attention_row_dot";
+    p.kernels.push_back(k);
+    f.launches.insert(f.launches.begin() + 1, dot);
+  }
   p.functions.push_back(f);
   planMemory(p);
   return p;
@@ -762,6 +774,50 @@ TEST(CudaBackendFake, CudnnRunsTheLaunchesOnTheirOperands) {
     EXPECT_EQ(runs() - before, 6); // two launches, three runs
     EXPECT_STREQ(runError(), "");
   }
+}
+
+// Where cuDNN runs the attention backward, the row dot launch before it is
+// skipped in a range that holds the backward (cuDNN sums dout·out itself;
+// the load says so), and runs where it runs alone, as --check-kernels
+// runs each launch. The gradient is the executor's either way.
+TEST(CudaBackendFake, TheRowDotCudnnIgnoresIsSkipped) {
+  FreshCacheDir fresh;
+  auto b = fakeBackendWith("GPTC_VARIANT", "cudnn");
+  if (!b)
+    GTEST_SKIP() << "the fake driver did not load";
+  hook<void (*)(int)>("gptcFakeSetArgCount")(2);
+  Program p = attentionProgram(true);
+  testing::internal::CaptureStderr();
+  b->load(p);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("gptc: 1 attention_row_dot launch skipped: only "
+                      "cuDNN's launches read their results, and cuDNN "
+                      "computes them itself\n"),
+            std::string::npos)
+      << said;
+  const HostTensor qkv = tensor({2, 16, 48}, random(2 * 16 * 48, 9)),
+                   dout = tensor({2, 16, 16}, random(2 * 16 * 16, 10));
+  b->upload(QKV, encodeFloats(qkv.f32, DType::BF16).data());
+  b->upload(DOUT, encodeFloats(dout.f32, DType::BF16).data());
+  auto launches = hook<int (*)()>("gptcFakeLaunchCount");
+  const Function &f = p.functions[0];
+  int before = launches();
+  b->run(f, 0, f.launches.size());
+  b->synchronize();
+  EXPECT_EQ(launches() - before, 0); // cuDNN twice, the row dot skipped
+  HostTensor q = tensor({2, 16, 48}, downloaded(*b, p, QKV));
+  const HostTensor want = gptc::exec::flashAttentionQKVGrad(
+      q, tensor({2, 16, 16}, downloaded(*b, p, OUT)),
+      tensor({2, 2, 16}, downloaded(*b, p, LSE)),
+      tensor({2, 16, 16}, downloaded(*b, p, DOUT)), 2,
+      float(1 / std::sqrt(8.0)), true)[0];
+  expectWithin(downloaded(*b, p, DQKV), want.f32, 0.05, "dqkv");
+  before = launches();
+  b->run(f, 1, 2);
+  b->synchronize();
+  ASSERT_EQ(launches() - before, 1);
+  EXPECT_STREQ(hook<const char *(*)(int)>("gptcFakeLaunchName")(before),
+               "k_attention_row_dot");
 }
 
 // Timed at load, cuDNN's runs are compared with the launch's own kernel
