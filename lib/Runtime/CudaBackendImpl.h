@@ -464,6 +464,10 @@ private:
   void loadKernels();
   void prepare(const Function &f);
   int planGemm(const Launch &l, const std::string &label);
+  /// A GEMM plan's matrix layouts, pointers, shape (for lines and the
+  /// profile), beta and workspace, from the launch and its mapping.
+  GemmPlan gemmLayouts(const Launch &l, const GemmMapping &map, bool accumulate,
+                       const std::string &label);
   /// The epilogue of a matmul_epilogue (BIAS, GELU_BIAS, GELU_AUX_BIAS),
   /// matmul_gelu_grad (DGELU, DGELU_BGRAD) or matmul_bias_grad (BGRADA),
   /// as far as `level` asks cuBLASLt for it; its name ("DGELU_BGRAD").

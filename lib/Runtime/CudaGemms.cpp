@@ -218,14 +218,54 @@ void saveGemmChoice(const std::string &path, const GemmChoice &c) {
   keepInCache(path, text);
 }
 
-} // namespace
+/// A cuBLASLt call's failure as one line naming the launch and the call.
+void checkLt(const Lt &lt, cublasStatus_t s, const std::string &label,
+             const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw DeviceError(label + ": " + what +
+                      " failed: " + lt.cublasLtGetStatusName(s));
+}
 
-int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
-  // The operands: a, b first; then the epilogue's.
-  //   matmul            a, b              -> result
-  //   matmul_epilogue   a, b, bias        -> result [, pre-activation]
-  //   matmul_gelu_grad  a, b, pre         -> result [, bias gradient]
-  //   matmul_bias_grad  a, b              -> result, bias gradient
+using PreferenceOwner =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                    cublasStatus_t (*)(cublasLtMatmulPreference_t)>;
+
+/// What the heuristic may choose from: algorithms within cuBLASLt's
+/// workspace and the operands' alignments (left, right, and the result's
+/// for C and D).
+PreferenceOwner gemmPreference(const Lt &lt, const uint32_t (&align)[3],
+                               const std::string &label) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  checkLt(lt, lt.cublasLtMatmulPreferenceCreate(&pref), label,
+          "cublasLtMatmulPreferenceCreate");
+  PreferenceOwner owner(pref, lt.cublasLtMatmulPreferenceDestroy);
+  uint64_t wsBytes = kWorkspaceBytes;
+  cublasLtMatmulPreferenceAttributes_t alignAttr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  checkLt(lt,
+          lt.cublasLtMatmulPreferenceSetAttribute(
+              pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
+              sizeof(wsBytes)),
+          label, "setting MAX_WORKSPACE_BYTES");
+  for (int i = 0; i < 4; ++i)
+    checkLt(lt,
+            lt.cublasLtMatmulPreferenceSetAttribute(
+                pref, alignAttr[i], &align[std::min(i, 2)], sizeof(uint32_t)),
+            label, "setting MIN_ALIGNMENT");
+  return owner;
+}
+
+/// Checks a GEMM launch's operands and results against its kind's;
+/// returns whether it accumulates into its result. The operands: a, b
+/// first; then the epilogue's.
+///   matmul            a, b              -> result
+///   matmul_epilogue   a, b, bias        -> result [, pre-activation]
+///   matmul_gelu_grad  a, b, pre         -> result [, bias gradient]
+///   matmul_bias_grad  a, b              -> result, bias gradient
+bool checkGemmOperands(const Launch &l, const std::string &label) {
   struct Arity {
     const char *kernel;
     size_t inputs, minOutputs, maxOutputs;
@@ -255,24 +295,24 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   if (accumulate && l.inputs.back() != l.outputs[0])
     throw DeviceError(label + ": an accumulating " + l.kernel +
                       " takes its own result as its last operand");
-  bool epilogue = l.kernel != "matmul";
+  return accumulate;
+}
+
+} // namespace
+
+GemmPlan CudaBackendImpl::gemmLayouts(const Launch &l, const GemmMapping &map,
+                                      bool accumulate,
+                                      const std::string &label) {
   const Lt &lt = cublasLt();
-  if (!ltHandle) {
-    if (cublasStatus_t s = lt.cublasLtCreate(&ltHandle);
-        s != CUBLAS_STATUS_SUCCESS)
-      throw DeviceError(std::string("cublasLtCreate failed: ") +
-                        lt.cublasLtGetStatusName(s));
-    check(cu.cuMemAlloc(&workspace, kWorkspaceBytes),
-          "cuMemAlloc (cuBLASLt workspace)");
-  }
+  auto ltCheck = [&](cublasStatus_t s, const char *what) {
+    checkLt(lt, s, label, what);
+  };
   const Buffer &a = buffer(l.inputs[0]), &b = buffer(l.inputs[1]),
                &d = buffer(l.outputs[0]);
   auto flag = [&](const char *name) {
     auto it = l.ints.find(name);
     return it != l.ints.end() && it->second != 0;
   };
-  bool ta = flag("transpose_a"), tb = flag("transpose_b");
-  GemmMapping map = mapMatmul(a, b, d, ta, tb, label);
   GemmPlan g;
   g.beta = accumulate ? 1.0f : 0.0f;
   g.loops = int(map.loops);
@@ -280,25 +320,12 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   g.outStride = uint64_t(map.outLoopStride * dtypeBytes(d.dtype));
   cudaDataType_t ab = cudaType(a.dtype), bb = cudaType(b.dtype),
                  db = cudaType(d.dtype);
-  // 16-bit operands accumulate in fp32; fp32 uses the tensor cores' tf32
-  // only when the program was compiled for it.
-  cublasComputeType_t computeType = CUBLAS_COMPUTE_32F;
-  auto precision = prog->meta.find("precision");
-  if (a.dtype == DType::F32 && precision != prog->meta.end() &&
-      precision->second == "tf32")
-    computeType = CUBLAS_COMPUTE_32F_FAST_TF32;
   g.shape = std::to_string(map.n) + "x" + std::to_string(map.m) + "x" +
             std::to_string(map.k) +
             (map.batch > 1 ? "x" + std::to_string(map.batch) : std::string()) +
             (g.loops > 1 ? " (" + std::to_string(g.loops) + " GEMMs)" : "") +
-            " " + dtypeName(a.dtype) + (ta ? " tA" : "") + (tb ? " tB" : "") +
-            (accumulate ? " +C" : "");
-
-  auto ltCheck = [&](cublasStatus_t s, const char *what) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-      throw DeviceError(label + ": " + what +
-                        " failed: " + lt.cublasLtGetStatusName(s));
-  };
+            " " + dtypeName(a.dtype) + (flag("transpose_a") ? " tA" : "") +
+            (flag("transpose_b") ? " tB" : "") + (accumulate ? " +C" : "");
   ltCheck(lt.cublasLtMatrixLayoutCreate(&g.left, bb, uint64_t(map.leftRows),
                                         uint64_t(map.leftCols), map.leftLd),
           "cublasLtMatrixLayoutCreate");
@@ -327,30 +354,46 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
   g.rightPtr = address(l.inputs[0]);
   g.outPtr = address(l.outputs[0]);
   g.workspace = l.stream == 1 && sideWorkspace ? sideWorkspace : workspace;
+  return g;
+}
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  ltCheck(lt.cublasLtMatmulPreferenceCreate(&pref),
-          "cublasLtMatmulPreferenceCreate");
-  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
-                  cublasStatus_t (*)(cublasLtMatmulPreference_t)>
-      prefOwner(pref, lt.cublasLtMatmulPreferenceDestroy);
-  uint64_t wsBytes = kWorkspaceBytes;
+int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
+  const bool accumulate = checkGemmOperands(l, label);
+  bool epilogue = l.kernel != "matmul";
+  const Lt &lt = cublasLt();
+  if (!ltHandle) {
+    if (cublasStatus_t s = lt.cublasLtCreate(&ltHandle);
+        s != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError(std::string("cublasLtCreate failed: ") +
+                        lt.cublasLtGetStatusName(s));
+    check(cu.cuMemAlloc(&workspace, kWorkspaceBytes),
+          "cuMemAlloc (cuBLASLt workspace)");
+  }
+  const Buffer &a = buffer(l.inputs[0]), &b = buffer(l.inputs[1]),
+               &d = buffer(l.outputs[0]);
+  auto flag = [&](const char *name) {
+    auto it = l.ints.find(name);
+    return it != l.ints.end() && it->second != 0;
+  };
+  bool ta = flag("transpose_a"), tb = flag("transpose_b");
+  GemmMapping map = mapMatmul(a, b, d, ta, tb, label);
+  GemmPlan g = gemmLayouts(l, map, accumulate, label);
+  auto ltCheck = [&](cublasStatus_t s, const char *what) {
+    checkLt(lt, s, label, what);
+  };
+  // 16-bit operands accumulate in fp32; fp32 uses the tensor cores' tf32
+  // only when the program was compiled for it.
+  cublasComputeType_t computeType = CUBLAS_COMPUTE_32F;
+  auto precision = prog->meta.find("precision");
+  if (a.dtype == DType::F32 && precision != prog->meta.end() &&
+      precision->second == "tf32")
+    computeType = CUBLAS_COMPUTE_32F_FAST_TF32;
+
   uint32_t align[3] = {alignmentOf(g.leftPtr | g.leftStride),
                        alignmentOf(g.rightPtr | g.rightStride),
                        alignmentOf(g.outPtr | g.outStride)};
-  cublasLtMatmulPreferenceAttributes_t alignAttr[4] = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  ltCheck(lt.cublasLtMatmulPreferenceSetAttribute(
-              pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
-              sizeof(wsBytes)),
-          "setting MAX_WORKSPACE_BYTES");
-  for (int i = 0; i < 4; ++i)
-    ltCheck(lt.cublasLtMatmulPreferenceSetAttribute(
-                pref, alignAttr[i], &align[std::min(i, 2)], sizeof(uint32_t)),
-            "setting MIN_ALIGNMENT");
+  const PreferenceOwner prefOwner = gemmPreference(lt, align, label);
+  cublasLtMatmulPreference_t pref = prefOwner.get();
 
   // The fused epilogue first; where cuBLASLt has no algorithm for it, less
   // of it, the rest as rt::GemmFallback kernels. GPTC_GEMM_FALLBACK=1 goes
@@ -547,9 +590,7 @@ void CudaBackendImpl::planRowLoops(
   // partials sum the same chunks of rows in the same order as unchunked.
   const Lt &lt = cublasLt();
   auto ltCheck = [&](cublasStatus_t s, const char *what) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-      throw DeviceError(label + ": " + what +
-                        " failed: " + lt.cublasLtGetStatusName(s));
+    checkLt(lt, s, label, what);
   };
   const Buffer &a = buffer(l.inputs[0]), &d = buffer(l.outputs[0]);
   const bool biasGrad = l.kernel == "matmul_gelu_grad" && l.outputs.size() > 1;
@@ -626,9 +667,7 @@ std::string CudaBackendImpl::setEpilogue(const Launch &l,
                                          EpilogueLevel level) {
   const Lt &lt = cublasLt();
   auto ltCheck = [&](cublasStatus_t s, const char *what) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-      throw DeviceError(label + ": " + what +
-                        " failed: " + lt.cublasLtGetStatusName(s));
+    checkLt(lt, s, label, what);
   };
   auto set = [&](cublasLtMatmulDescAttributes_t attr, const void *value,
                  size_t size, const char *what) {
