@@ -13,6 +13,9 @@
 // A launch cuDNN cannot take (not bf16, a head dimension not a multiple of
 // 8 or over 128, a GPU before sm_80, no libcudnn.so.9, no engine for the
 // graph) keeps its own candidates; the stderr line of its timing says why.
+// Also here: the trial row dot that lets cuDNN's backward and gptc's agree
+// at load (agreeRowDot), the plans not chosen freed after it, and the row
+// dot launches that only cuDNN's backward would read, skipped.
 //
 //===----------------------------------------------------------------------===//
 
