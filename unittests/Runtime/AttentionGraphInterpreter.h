@@ -15,6 +15,8 @@
 
 #include "AttentionGraph.h"
 
+#include "gptc/Executor/Precision.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,16 +25,6 @@
 #include <vector>
 
 namespace gptc::rt::attention::testing {
-
-inline float roundBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7f800000u) != 0x7f800000u)
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-  bits &= 0xffff0000u;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
 
 class Interpreter {
 public:
@@ -97,7 +89,7 @@ public:
     } else {
       x = static_cast<const float *>(v.base)[at];
     }
-    return t.type == GraphType::BF16 ? roundBf16(x) : x;
+    return t.type == GraphType::BF16 ? exec::roundToBF16(x) : x;
   }
 
 private:
@@ -153,13 +145,11 @@ private:
     for (int d = 0; d < 4; ++d)
       at += i[d] * v.strides[d];
     if (t.type == GraphType::BF16)
-      x = roundBf16(x);
+      x = exec::roundToBF16(x);
     else if (t.type == GraphType::Bool)
       x = x != 0 ? 1.0f : 0.0f;
     if (v.bf16) {
-      uint32_t bits;
-      std::memcpy(&bits, &x, 4);
-      static_cast<uint16_t *>(v.base)[at] = uint16_t(bits >> 16);
+      static_cast<uint16_t *>(v.base)[at] = exec::bf16BitsOf(x);
     } else {
       static_cast<float *>(v.base)[at] = x;
     }

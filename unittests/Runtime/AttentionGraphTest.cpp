@@ -14,6 +14,7 @@
 
 #include "gptc/Executor/HostTensor.h"
 #include "gptc/Executor/Kernels.h"
+#include "gptc/Executor/Precision.h"
 
 #include <gtest/gtest.h>
 
@@ -27,7 +28,6 @@ using namespace gptc;
 using gptc::exec::HostTensor;
 using namespace gptc::rt::attention;
 using gptc::rt::attention::testing::Interpreter;
-using gptc::rt::attention::testing::roundBf16;
 
 namespace {
 
@@ -36,7 +36,7 @@ HostTensor randomBf16(std::vector<int64_t> shape, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float &x : t.f32)
-    x = roundBf16(dist(gen));
+    x = gptc::exec::roundToBF16(dist(gen));
   return t;
 }
 
@@ -108,7 +108,7 @@ TEST_P(AttentionGraphTest, BackwardIsTheExecutorsGradient) {
       exec::flashAttentionQKV(qkv, p.H, p.scale(), p.causal);
   HostTensor out = fwd[0];
   for (float &x : out.f32)
-    x = roundBf16(x);
+    x = gptc::exec::roundToBF16(x);
   const HostTensor want = exec::flashAttentionQKVGrad(
       qkv, out, fwd[1], dout, p.H, p.scale(), p.causal)[0];
 
