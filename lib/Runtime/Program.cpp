@@ -152,6 +152,16 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
   }
   for (int id : l.outputs)
     c.bytes += p.buffers.at(id).bytes();
+  // The scatter-add in place (dy, ids, the table): at most one row of the
+  // table read and written a position.
+  if (l.kernel == "embedding_grad" && accumulates(l) && l.inputs.size() == 3 &&
+      l.outputs.size() == 1) {
+    const Buffer &table = p.buffers.at(l.outputs[0]);
+    const int64_t positions = p.buffers.at(l.inputs[1]).numel();
+    if (table.shape.size() == 2 && positions < table.shape[0])
+      c.bytes -= 2 * (table.shape[0] - positions) * table.shape[1] *
+                 dtypeBytes(table.dtype);
+  }
   auto flag = [&](const char *name) {
     auto it = l.ints.find(name);
     return it != l.ints.end() && it->second != 0;

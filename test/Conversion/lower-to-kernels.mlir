@@ -483,3 +483,70 @@ func.func @grads(%x: tensor<4x3xbf16> {gpt.param = "x"})
   %g = gpt.reduce_sum %x {axes = [0]} : tensor<4x3xbf16> -> tensor<3xbf16>
   return %g : tensor<3xbf16>
 }
+
+// -----
+
+// A tied table's gradient (LowerToKernels.cpp's writeTableGradientInPlace):
+// in grads the lm_head-like GEMM writes the leading 5 rows of its [8, 2]
+// product straight into the gradient, and the scatter-add adds to them in
+// place (accumulate: the gradient as its last operand, no addend). Of the
+// [8, 2] product only grads_accumulate's temp is left: that function
+// keeps the addend form (the host's rounding, old + (addend + sum); here
+// through the add, which keeps one gradient).
+// CHECK-LABEL: param {{ *}}f32[3x8] {{.*}} dl_tied
+// CHECK: %[[GT:[0-9]+]] {{ *}}grad {{ *}}f32[5x2] {{.*}} t
+// CHECK-NOT: f32[8x2]
+// CHECK: temp {{ *}}f32[8x2] {{.*}} %0.acc
+// CHECK-NOT: f32[8x2]
+// CHECK: func grads: 2 launches
+// CHECK: %[[GT]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[5x2]
+// CHECK-NEXT: %[[GT]] = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %[[GT]]) {accumulate=1} : f32[5x2]
+// CHECK: func grads_accumulate: 3 launches
+// CHECK: %[[P:[0-9]+]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[8x2]
+// CHECK-NEXT: // %[[V:[0-9]+]] = view of %[[P]] : f32[5x2]
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %[[V]]) : f32[5x2]
+func.func @grads(%dl: tensor<3x8xf32> {gpt.param = "dl_tied"}, %x: tensor<3x2xf32> {gpt.param = "x"},
+                 %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
+    -> (tensor<5x2xf32> {gpt.grad = "t"}) {
+  %mm = gpt.matmul %dl, %x {transpose_a} : tensor<3x8xf32>, tensor<3x2xf32> -> tensor<8x2xf32>
+  %head = gpt.slice %mm : tensor<8x2xf32> -> tensor<5x2xf32>
+  %g = gpt.embedding_grad %dy, %ids, %head : tensor<3x2xf32>, tensor<3xi32>, tensor<5x2xf32> -> tensor<5x2xf32>
+  return %g : tensor<5x2xf32>
+}
+
+// -----
+
+// Declined: another launch reads the product too (its sum, here a
+// gradient of its own), so it keeps its temp and the scatter-add its
+// addend.
+// CHECK-LABEL: param {{ *}}f32[3x8] {{.*}} dl_read
+// CHECK: func grads: 3 launches
+// CHECK: %[[P:[0-9]+]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[8x2]
+// CHECK: = reduce_sum(%[[P]])
+// CHECK: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) : f32[5x2]
+// CHECK-NEXT: func grads_accumulate
+func.func @grads(%dl: tensor<3x8xf32> {gpt.param = "dl_read"}, %x: tensor<3x2xf32> {gpt.param = "x"},
+                 %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
+    -> (tensor<5x2xf32> {gpt.grad = "t"}, tensor<f32> {gpt.grad = "s"}) {
+  %mm = gpt.matmul %dl, %x {transpose_a} : tensor<3x8xf32>, tensor<3x2xf32> -> tensor<8x2xf32>
+  %s = gpt.reduce_sum %mm : tensor<8x2xf32> -> tensor<f32>
+  %head = gpt.slice %mm : tensor<8x2xf32> -> tensor<5x2xf32>
+  %g = gpt.embedding_grad %dy, %ids, %head : tensor<3x2xf32>, tensor<3xi32>, tensor<5x2xf32> -> tensor<5x2xf32>
+  return %g, %s : tensor<5x2xf32>, tensor<f32>
+}
+
+// -----
+
+// Declined: the addend is no GEMM's product (a parameter), so nothing can
+// write the gradient before the scatter-add.
+// CHECK-LABEL: param {{ *}}f32[5x2] {{.*}} h_param
+// CHECK: func grads: 1 launches
+// CHECK-NEXT: arguments:
+// CHECK-NEXT: results:
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) : f32[5x2]
+func.func @grads(%h: tensor<5x2xf32> {gpt.param = "h_param"},
+                 %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
+    -> (tensor<5x2xf32> {gpt.grad = "t"}) {
+  %g = gpt.embedding_grad %dy, %ids, %h : tensor<3x2xf32>, tensor<3xi32>, tensor<5x2xf32> -> tensor<5x2xf32>
+  return %g : tensor<5x2xf32>
+}

@@ -760,6 +760,55 @@ TEST(TemplateKernelsOnHost, EmbeddingGradSumsInPositionOrder) {
   }
 }
 
+// embedding_grad in place (the tied table's gradient in grads, which its
+// GEMM wrote there; grads_accumulate's gathered tables): the table is its
+// own last operand and there is no addend, so a row some id hits becomes
+// old + its float32 sum in position order, and every other row keeps its
+// bytes. 5,000 rows (157 groups) of 301 columns (the last slice 45 wide),
+// 1,203 positions whose ids fall in the first 1,500 rows, a third of them
+// one frequent id; the rows are -0.0, which an add of a zero sum would
+// turn into +0.0.
+TEST(TemplateKernelsOnHost, EmbeddingGradInPlaceKeepsRowsNoIdHits) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  const int64_t positions = 1203, C = 301, V = 5000;
+  Builder b;
+  int ids = b.buf(i32, {positions}), dy = b.buf(f32, {positions, C});
+  int table = b.buf(f32, {V, C});
+  b.launch("embedding_grad", {dy, ids, table}, {table}).ints["accumulate"] = 1;
+  HostKernels kernels(emitForHost(b.p));
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+
+  exec::HostTensor grad = randomFloats({positions, C}, 41);
+  exec::HostTensor idT = exec::HostTensor::ids({positions});
+  std::mt19937 rng(43);
+  for (int32_t &id : idT.i32)
+    id = rng() % 3 == 0 ? 1201 : int32_t(rng() % 1500);
+  std::vector<float> old(size_t(V * C), -0.0f);
+  for (int64_t i = 0; i < 1500 * C; ++i)
+    old[i] = float(rng() % 1000) / 250.0f - 2.0f;
+  std::vector<float> got = old;
+  kernels.run(0, {grad.f32.data(), idT.i32.data(), got.data(), got.data()});
+
+  std::vector<float> sum(size_t(V * C), 0.0f);
+  std::vector<bool> hit(size_t(V), false);
+  for (int64_t p = 0; p < positions; ++p) {
+    hit[idT.i32[p]] = true;
+    for (int64_t k = 0; k < C; ++k)
+      sum[idT.i32[p] * C + k] += grad.f32[p * C + k];
+  }
+  int64_t kept = 0;
+  for (int64_t r = 0; r < V; ++r)
+    for (int64_t k = 0; k < C; ++k) {
+      const int64_t i = r * C + k;
+      const float want = hit[r] ? old[i] + sum[i] : old[i];
+      ASSERT_EQ(std::memcmp(&want, &got[i], 4), 0)
+          << "row " << r << " column " << k << ": " << got[i] << " for "
+          << want;
+      kept += !hit[r];
+    }
+  EXPECT_GT(kept, (V - 1500) * C); // the -0.0 rows, and some of the first
+}
+
 // The layernorm kernels in each row layout: C = 36 (chunks of 4, some lanes
 // idle), 132 (two chunks a lane, the second partial) and 37 (single
 // elements). 300 rows: 38 blocks of the backward, so the dgamma/dbeta sums

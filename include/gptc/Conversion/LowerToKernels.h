@@ -1,4 +1,4 @@
-//===- LowerToKernels.h - the fused step as a kernel-level Program -*- C++ -*-===//
+//===- LowerToKernels.h - the fused step as a kernel Program -*- C++ -*-===//
 //
 // Lowers the functions of the fused training step (gptc/Pipeline/Pipeline.h,
 // stage "fused") to a gptc::rt::Program: one Launch per op, every value a
@@ -12,10 +12,10 @@
 //   gpt.adam_v, gpt.input, gpt.hyper, gpt.output -> Output.
 // - A result computed by a launch of its function is written straight into
 //   its bound buffer (the launch's output is that buffer). A result that is
-//   an argument, a view (gpt.reshape, a prefix gpt.slice), a constant, or a value already bound
-//   to another result is copied into its bound buffer by an identity
-//   fused_elementwise launch at the end of the function (float dtypes only;
-//   the fused step never needs one).
+//   an argument, a view (gpt.reshape, a prefix gpt.slice), a constant, or a
+//   value already bound to another result is copied into its bound buffer by an
+//   identity fused_elementwise launch at the end of the function (float dtypes
+//   only; the fused step never needs one).
 // - In place: a result bound to the buffer of one of the function's
 //   arguments (update's params and moments) is written over it. The
 //   lowering checks that this is safe: the launch is fused_elementwise or
@@ -45,6 +45,13 @@
 //   as one more input after its operands (a GEMM's: cuBLASLt's beta = 1),
 //   and the add skips it. A program whose gradients are not all float32
 //   has no grads_accumulate.
+// - Then, in grads alone, a tied table's gradient is written in place: an
+//   embedding_grad whose addend is (a view of the leading rows of) a
+//   matmul's float32 temp that nothing else touches gets that matmul
+//   writing the leading rows of its product straight into the Grad
+//   buffer, and becomes a scatter-add into it (`accumulate` = 1, the
+//   gradient its last operand, no addend); the temp and its views are
+//   erased. Same bits; grads_accumulate keeps the addend form.
 //
 //===----------------------------------------------------------------------===//
 

@@ -31,7 +31,8 @@ void Emitter::emitEmbedding() {
 
 void Emitter::emitEmbeddingGrad() {
   // dy, ids[, the addend: the tied lm_head's gradient][, with `accumulate`
-  // (grads_accumulate) the sum it adds to, its own result]
+  // its own result, which it adds to: grads_accumulate's sum so far, or in
+  // grads the tied lm_head's gradient, which its GEMM wrote there]
   const bool accumulate = rt::accumulates(l);
   const size_t sum = accumulate ? 1 : 0;
   const bool addend = l.inputs.size() == 3 + sum;

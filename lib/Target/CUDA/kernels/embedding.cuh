@@ -18,9 +18,12 @@
 // side by side, each with 16 rows of loads in flight a thread. The ids
 // (B·T int32) stay in L2 across blocks. With an addend (float32, the tied
 // lm_head's gradient) an element is written as addend + sum, the bits of
-// the sum and an add after it; with `old` (gradient accumulation: the sum
-// so far, out's own bytes, each element read by the thread that writes
-// it) as old + that, one more add.
+// the sum and an add after it; with `old` (out's own bytes, each element
+// read by the thread that writes it: the sum so far under gradient
+// accumulation, or the tied lm_head's gradient that its GEMM wrote there)
+// as old + that, one more add. With `old` and no addend, rows no id hit
+// keep their bytes: of GPT-2's 50,257 rows a batch of 16,384 positions
+// hits a few thousand, so the kernel reads and writes those alone.
 //
 //===----------------------------------------------------------------------===//
 
@@ -113,6 +116,10 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
   __shared__ float acc[kRowsPerBlock * kEmbeddingGradSlice];
   __shared__ int hits[kRound]; // local row · kRound + position in the round
   __shared__ int warpCounts[kEmbeddingGradThreads / 32];
+  // The local rows some id hit: every thread that owns columns adds every
+  // hit, so each knows them all.
+  static_assert(kRowsPerBlock <= 32, "a bit a local row");
+  unsigned rowsHit = 0;
   for (int r = 0; r < kRowsPerBlock; ++r)
     acc[r * kEmbeddingGradSlice + slot] =
         acc[r * kEmbeddingGradSlice + slot + 1] = 0.0f;
@@ -165,9 +172,11 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
 #pragma unroll
       for (int j = 0; j < kAhead; ++j)
         if (h0 + j < numHits) {
-          float *a = acc + (hits[h0 + j] / kRound) * kEmbeddingGradSlice + slot;
+          const int row = hits[h0 + j] / kRound;
+          float *a = acc + row * kEmbeddingGradSlice + slot;
           a[0] += g[j][0];
           a[1] += g[j][1];
+          rowsHit |= 1u << row;
         }
     }
   };
@@ -216,8 +225,11 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
     return;
   // Both columns as one 8-byte access where they are (float32, C even).
   const int cols = c + 1 < C ? 2 : 1;
+  const bool inPlace = old && !addend;
 #pragma unroll 8
   for (int r = 0; r < rows; ++r) {
+    if (inPlace && !(rowsHit >> r & 1u))
+      continue;
     const i64 at = i64(group + r * kGroups) * C + c;
     const float *sum = acc + r * kEmbeddingGradSlice + slot;
     if constexpr (C % 2 == 0 && sizeof(TO) == 4) {
