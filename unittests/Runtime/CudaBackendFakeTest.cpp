@@ -849,6 +849,72 @@ TEST(CudaBackendFake, CudnnThatDisagreesIsNotUsed) {
 }
 #endif
 
+// gptc's own attention kernels as the fake runs them below: the executor's
+// on attentionProgram's bf16 operands, the backward reading the row dot
+// from delta (in4), as gptc's kernels do.
+HostTensor onDevice(uint64_t at, std::vector<int64_t> shape, DType t) {
+  HostTensor h = HostTensor::floats(std::move(shape));
+  const auto *bytes = reinterpret_cast<const uint8_t *>(at);
+  for (size_t i = 0; i < h.f32.size(); ++i)
+    h.f32[i] = float(elementValue(bytes + i * size_t(dtypeBytes(t)), t));
+  return h;
+}
+void toDevice(uint64_t at, const HostTensor &h, DType t) {
+  const std::vector<uint8_t> bytes = encodeFloats(h.f32, t);
+  std::memcpy(reinterpret_cast<void *>(at), bytes.data(), bytes.size());
+}
+void ownAttentionForward(const uint64_t *args) {
+  const std::vector<HostTensor> r =
+      gptc::exec::flashAttentionQKV(onDevice(args[0], {2, 16, 48}, DType::BF16),
+                                    2, float(1 / std::sqrt(8.0)), true);
+  toDevice(args[1], r[0], DType::BF16);
+  toDevice(args[2], r[1], DType::F32);
+}
+void ownAttentionBackward(const uint64_t *args) {
+  const HostTensor delta = onDevice(args[4], {2, 2, 16}, DType::F32);
+  const HostTensor dqkv = gptc::exec::flashAttentionQKVGrad(
+      onDevice(args[0], {2, 16, 48}, DType::BF16),
+      onDevice(args[1], {2, 16, 16}, DType::BF16),
+      onDevice(args[2], {2, 2, 16}, DType::F32),
+      onDevice(args[3], {2, 16, 16}, DType::BF16), 2, float(1 / std::sqrt(8.0)),
+      true, {}, &delta)[0];
+  toDevice(args[5], dqkv, DType::BF16);
+}
+
+// The timing at load gives the backward's trial operands a delta that is
+// the CPU backend's row dot of the trial out and dout (agreeRowDot), which
+// cuDNN's graph computes for itself: so cuDNN, faster, agrees with a
+// launch's own kernel that reads delta, and runs. (With a random delta, as
+// the other trial operands are, the two could never agree.)
+TEST(CudaBackendFake, CudnnAgreesOnTheTrialRowDot) {
+  FreshCacheDir fresh;
+  ScopedEnv cudnn("GPTC_CUDNN", "1");
+  auto b = fakeBackendWith("GPTC_VARIANT", "time");
+  if (!b)
+    GTEST_SKIP() << "the fake driver did not load";
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  onHost("k_flash_attention_qkv", 3, ownAttentionForward);
+  onHost("k_flash_attention_qkv_grad", 6, ownAttentionBackward);
+  kernelMs("k_flash_attention_qkv", 1.0f); // (timed as 0.2 ms a run)
+  kernelMs("k_flash_attention_qkv_grad", 1.0f);
+  kernelMs("cudnn", 0.5f);
+  Program p = attentionProgram();
+  testing::internal::CaptureStderr();
+  b->load(p);
+  const std::string said = testing::internal::GetCapturedStderr();
+  kernelMs(nullptr, 0);
+  onHost(nullptr, 0, nullptr);
+  EXPECT_EQ(said.find("off by"), std::string::npos) << said;
+  size_t runs = 0;
+  for (size_t at = 0;
+       (at = said.find("; cudnn (cuDNN) runs\n", at)) != std::string::npos;
+       ++at)
+    ++runs;
+  EXPECT_EQ(runs, 2u) << said; // the forward and the backward
+}
+
 // A variant whose results are not its launch's own kernel's on the same
 // operands (within 2% of the largest, finite where those are) is not used,
 // however fast, and the line says why.

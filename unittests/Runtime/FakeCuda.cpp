@@ -320,6 +320,9 @@ extern "C" void gptcFakeKernelMs(const char *name, float ms) {
   else
     kernelMs[name] = ms;
 }
+/// A library's own launch (the fake cuDNN's plans): timing then sees it
+/// take what gptcFakeKernelMs set for `name`, as a generated kernel's.
+extern "C" void gptcFakeLaunched(const char *name) { lastKernel = name; }
 CUresult CUDAAPI cuEventElapsedTime(float *ms, CUevent, CUevent) {
   if (auto it = kernelMs.find(lastKernel); it != kernelMs.end()) {
     *ms = it->second;
@@ -475,6 +478,19 @@ extern "C" void gptcFakeKernelScribbles(const char *name) {
   addOrClear(scribblers, name);
 }
 
+/// Kernels that, launched, run a host function on their `args` pointers
+/// (the test's own computation of what the kernel computes), where the fake
+/// runs no generated kernel otherwise.
+using HostKernel = void (*)(const uint64_t *args);
+static std::map<std::string, std::pair<int, HostKernel>> hostKernels;
+extern "C" void gptcFakeKernelRunsOnHost(const char *name, int args,
+                                         HostKernel fn) {
+  if (!name)
+    hostKernels.clear();
+  else
+    hostKernels[name] = {args, fn};
+}
+
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
                                 unsigned, unsigned, unsigned, unsigned shared,
                                 CUstream stream, void **params, void **) {
@@ -493,34 +509,43 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   lastKernel = name;
   int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
+  auto host = hostKernels.find(name);
+  HostKernel onHost = host == hostKernels.end() ? nullptr : host->second.second;
   std::vector<uint64_t> args;
-  for (int i = 0; i < (fallback ? fallbackArgs : argCount); ++i)
+  for (int i = 0; i < (fallback ? fallbackArgs
+                       : onHost ? host->second.first
+                                : argCount);
+       ++i)
     args.push_back(*static_cast<uint64_t *>(params[i]));
-  submit([name, args, fallback, shared] {
-    if (fallback)
-      runGemmFallback(name, args);
-    // An incrementer reads element 0, a next-reader element 1.
-    auto listed = [&](const std::vector<std::string> &names) {
-      return std::find(names.begin(), names.end(), name) != names.end();
-    };
-    if (!args.empty() && (listed(incrementers) || listed(nextReaders))) {
-      float x;
-      std::memcpy(&x,
-                  reinterpret_cast<float *>(args.front()) +
-                      (listed(incrementers) ? 0 : 1),
-                  4);
-      x += 1.0f;
-      std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
-    }
-    if (!args.empty() && listed(scribblers)) {
-      float nan = std::nanf("");
-      std::memcpy(reinterpret_cast<void *>(args.back()), &nan, 4);
-    }
-    launchNames.push_back(name);
-    launchGemmsBefore.push_back(gemmsExecuted);
-    launchArgs.push_back(args);
-    launchShared.push_back(shared);
-  }, stream);
+  submit(
+      [name, args, fallback, shared, onHost] {
+        if (fallback)
+          runGemmFallback(name, args);
+        if (onHost)
+          onHost(args.data());
+        // An incrementer reads element 0, a next-reader element 1.
+        auto listed = [&](const std::vector<std::string> &names) {
+          return std::find(names.begin(), names.end(), name) != names.end();
+        };
+        if (!args.empty() && (listed(incrementers) || listed(nextReaders))) {
+          float x;
+          std::memcpy(&x,
+                      reinterpret_cast<float *>(args.front()) +
+                          (listed(incrementers) ? 0 : 1),
+                      4);
+          x += 1.0f;
+          std::memcpy(reinterpret_cast<void *>(args.back()), &x, 4);
+        }
+        if (!args.empty() && listed(scribblers)) {
+          float nan = std::nanf("");
+          std::memcpy(reinterpret_cast<void *>(args.back()), &nan, 4);
+        }
+        launchNames.push_back(name);
+        launchGemmsBefore.push_back(gemmsExecuted);
+        launchArgs.push_back(args);
+        launchShared.push_back(shared);
+      },
+      stream);
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuStreamBeginCapture(CUstream, CUstreamCaptureMode) {
