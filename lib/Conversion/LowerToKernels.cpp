@@ -808,8 +808,11 @@ void Lowering::writeTableGradientInPlace(rt::Function &grads) {
     }
     if (other || gemm < 0)
       continue;
+    // One 2-D GEMM (rt::mapMatmul's leading rows need it).
     rt::Launch &matmul = grads.launches[gemm];
-    if (matmul.kernel != "matmul" || rt::accumulates(matmul))
+    if (matmul.kernel != "matmul" || rt::accumulates(matmul) ||
+        program.buffers[matmul.inputs[0]].shape.size() != 2 ||
+        program.buffers[matmul.inputs[1]].shape.size() != 2)
       continue;
     matmul.outputs[0] = table;
     scatter.inputs[2] = table;

@@ -22,8 +22,9 @@
 // read by the thread that writes it: the sum so far under gradient
 // accumulation, or the tied lm_head's gradient that its GEMM wrote there)
 // as old + that, one more add. With `old` and no addend, rows no id hit
-// keep their bytes: of GPT-2's 50,257 rows a batch of 16,384 positions
-// hits a few thousand, so the kernel reads and writes those alone.
+// keep their bytes: of GPT-2's 50,257 rows a batch of 16,384 positions of
+// Brown hits 3,327 to 4,002 (five batches), and the kernel reads and
+// writes those alone.
 //
 //===----------------------------------------------------------------------===//
 
