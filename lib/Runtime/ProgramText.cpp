@@ -185,6 +185,22 @@ void printLaunch(const Program &p, const Function &f, const Launch &l,
                                                        : "?");
     }
   }
+  // A GEMM whose result holds the leading rows of its product
+  // (CudaBackend.h's mapMatmul: grads' tied table gradient) says so, since
+  // its types alone look like a mismatch.
+  if (isGemm(l.kernel) && !l.inputs.empty() && !l.outputs.empty() &&
+      size_t(l.inputs[0]) < p.buffers.size() &&
+      size_t(l.outputs[0]) < p.buffers.size()) {
+    const std::vector<int64_t> &a = p.buffers[l.inputs[0]].shape,
+                               &d = p.buffers[l.outputs[0]].shape;
+    auto ta = l.ints.find("transpose_a");
+    const bool transposed = ta != l.ints.end() && ta->second != 0;
+    if (a.size() == 2 && d.size() == 2) {
+      const int64_t rows = transposed ? a[1] : a[0];
+      if (d[0] < rows)
+        os << " [the first " << d[0] << " of " << rows << " rows]";
+    }
+  }
   // `kernel<<<grid, block, shared>>>`, labelled when there are variants.
   auto kernel = [&](const LaunchVariant &v) {
     if (!v.label.empty() && !l.variants.empty())
