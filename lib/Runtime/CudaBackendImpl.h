@@ -536,6 +536,39 @@ private:
   void tune();
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
+  // timeVariants' parts (CudaVariants.cpp).
+  /// The choice for one set of candidates, which every launch with the
+  /// same candidates (every layer's attention) shares.
+  struct VariantChoice {
+    LaunchVariant best;
+    int launches = 0;
+    std::string times; ///< "split 1.089 ms, atomic 0.812 ms"; "": forced
+    bool kept = false; ///< an earlier run's choice, not timed now
+  };
+  /// Every label of a candidate of some launch; throws the one error for a
+  /// GPTC_VARIANT label that is none, and fills `leftOut` with its
+  /// "-label"s.
+  std::set<std::string> variantLabels(std::set<std::string> &leftOut);
+  /// "grads launch 7: flash_attention_qkv_grad (its kernel, atomic) at loc"
+  std::string variantLabel(const Function &f, size_t i,
+                           const LaunchVariant &c) const;
+  /// The inputs l writes over (in place: the cross entropy's gradient over
+  /// the logits), as they are now: each candidate starts from them.
+  std::vector<std::pair<int, std::vector<uint8_t>>>
+  clobberedInputs(const Launch &l);
+  /// Times each candidate of launch i of f (prepared as `pl`) on trial
+  /// operands, keeping the fastest that agrees with the first (the own
+  /// kernel) in `choice`; `trials` keeps each run's Prepared until the
+  /// device is done.
+  void timeCandidates(const Function &f, size_t i, const Prepared &pl,
+                      const std::vector<LaunchVariant> &candidates,
+                      CUevent start, CUevent stop,
+                      std::vector<std::unique_ptr<Prepared>> &trials,
+                      VariantChoice &choice);
+  /// One stderr line a set of candidates: the times and the choice, or
+  /// what GPTC_VARIANT picked.
+  static void reportVariantChoice(const VariantChoice &choice,
+                                  const std::string &name);
   /// A candidate's kernel name for lines and the profile: the program's
   /// kernel, or "cuDNN".
   std::string candidateName(const LaunchVariant &c) const {

@@ -210,7 +210,11 @@ void saveVariantChoice(const std::string &path, const std::string &label,
 
 } // namespace
 
-void CudaBackendImpl::timeVariants() {
+/// Runs of each candidate timed, after its warm-up.
+constexpr int kTimedRuns = 5;
+
+std::set<std::string>
+CudaBackendImpl::variantLabels(std::set<std::string> &leftOut) {
   std::set<std::string> labels; // every candidate's, for the error
   for (const Function &f : prog->functions)
     for (const Launch &l : f.launches)
@@ -220,9 +224,6 @@ void CudaBackendImpl::timeVariants() {
         for (const LaunchVariant &c : cudnnCandidates(l))
           labels.insert(c.label);
       }
-  const bool timeAgain = std::find(forcedVariants.begin(), forcedVariants.end(),
-                                   kTimeAgain) != forcedVariants.end();
-  std::set<std::string> leftOut; // GPTC_VARIANT's -label
   for (std::string forced : forcedVariants) {
     if (forced.size() > 1 && forced[0] == '-') {
       forced.erase(0, 1);
@@ -238,32 +239,135 @@ void CudaBackendImpl::timeVariants() {
           "' (this program's: " + (known.empty() ? "none" : known) + ")");
     }
   }
-  if (labels.empty())
+  return labels;
+}
+
+std::string CudaBackendImpl::variantLabel(const Function &f, size_t i,
+                                          const LaunchVariant &c) const {
+  const Launch &l = f.launches[i];
+  return f.name + " launch " + std::to_string(i) + ": " + l.kernel + " (" +
+         candidateName(c) + ", " + c.label + ") at " +
+         (l.loc.empty() ? "?" : l.loc);
+}
+
+std::vector<std::pair<int, std::vector<uint8_t>>>
+CudaBackendImpl::clobberedInputs(const Launch &l) {
+  std::vector<std::pair<int, std::vector<uint8_t>>> saved;
+  for (int in : l.inputs) {
+    const CUdeviceptr a = address(in), aEnd = a + buffer(in).bytes();
+    bool written = false;
+    for (int out : l.outputs)
+      written |= a < address(out) + buffer(out).bytes() && address(out) < aEnd;
+    if (written) {
+      saved.emplace_back(in, std::vector<uint8_t>(size_t(aEnd - a)));
+      download(in, saved.back().second.data());
+    }
+  }
+  return saved;
+}
+
+void CudaBackendImpl::timeCandidates(
+    const Function &f, size_t i, const Prepared &pl,
+    const std::vector<LaunchVariant> &candidates, CUevent start, CUevent stop,
+    std::vector<std::unique_ptr<Prepared>> &trials, VariantChoice &t) {
+  const Launch &l = f.launches[i];
+  double bestMs = -1;
+  std::vector<std::vector<uint8_t>> own; // the own kernel's results
+  for (int in : l.inputs)
+    upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(), uint64_t(in))
+                   .data());
+  agreeRowDot(l);
+  const auto clobbered = clobberedInputs(l);
+  // A candidate cuDNN cannot plan or run, and why, in the line.
+  auto notUsed = [&](const LaunchVariant &c, const std::string &why) {
+    t.times += (t.times.empty() ? "" : ", ") + c.label +
+               " (not used: " + why.substr(0, 240) + ")";
+  };
+  for (const LaunchVariant &c : candidates) {
+    int plan = -1;
+    std::string why;
+    if (c.deviceKernel == kCudnnAttention &&
+        (plan = cudnnPlan(l, c.label, why)) < 0) {
+      notUsed(c, why);
+      continue;
+    }
+    Prepared &trial = *trials.emplace_back(new Prepared(pl));
+    trial.fn = c.deviceKernel >= 0 ? entries[c.deviceKernel] : nullptr;
+    trial.cudnn = plan;
+    trial.kernel = c;
+    trial.argPtrs.clear();
+    for (CUdeviceptr &a : trial.args)
+      trial.argPtrs.push_back(&a);
+    trial.profileSlot = -1;
+    trial.label = variantLabel(f, i, c) + kTimedAtLoad;
+    for (const auto &[in, bytes] : clobbered)
+      upload(in, bytes.data());
+    timedVariant = &c == &candidates[0] ? "" : c.label;
+    try {
+      enqueue(l, trial, false); // warm-up, and the results compared
+    } catch (const CudnnRunError &e) {
+      notUsed(c, e.what());
+      continue;
+    }
+    std::vector<std::vector<uint8_t>> mine = launchResults(l);
+    const double each =
+        msPerRun(start, stop, kTimedRuns, [&] { enqueue(l, trial, false); });
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%s %.3f ms",
+                  t.times.empty() ? "" : ", ", c.label.c_str(), each);
+    t.times += line;
+    // A variant is kept only if it computes what the launch's own kernel
+    // does on the same operands: a kernel wrong on this GPU (untested here,
+    // or miscompiled) must not win by being fast.
+    if (own.empty()) {
+      own = std::move(mine);
+    } else if (std::string differs = resultsDiffer(l, own, mine);
+               !differs.empty()) {
+      std::snprintf(line, sizeof line, " (%s: not used)", differs.c_str());
+      t.times += line;
+      continue;
+    }
+    if (bestMs < 0 || each < bestMs) {
+      bestMs = each;
+      t.best = c;
+    }
+  }
+}
+
+void CudaBackendImpl::reportVariantChoice(const VariantChoice &t,
+                                          const std::string &name) {
+  if (t.times.empty()) {
+    std::fprintf(stderr, "gptc: GPTC_VARIANT: %s (%s) runs for %d launch%s\n",
+                 t.best.label.c_str(), name.c_str(), t.launches,
+                 t.launches == 1 ? "" : "es");
     return;
+  }
+  std::fprintf(stderr,
+               "gptc: kernel variants timed at load%s for %d launch%s: %s; "
+               "%s (%s) runs\n",
+               t.kept ? " of an earlier run (kept in the cache; "
+                        "GPTC_VARIANT=time times them again)"
+                      : "",
+               t.launches, t.launches == 1 ? "" : "es", t.times.c_str(),
+               t.best.label.c_str(), name.c_str());
+}
+
+void CudaBackendImpl::timeVariants() {
+  std::set<std::string> leftOut; // GPTC_VARIANT's -label
+  if (variantLabels(leftOut).empty())
+    return;
+  const bool timeAgain = std::find(forcedVariants.begin(), forcedVariants.end(),
+                                   kTimeAgain) != forcedVariants.end();
   check(cu.cuMemsetD8Async(arena, 0x3f,
                            size_t(std::max<int64_t>(arenaBytes, 256)), compute),
         "cuMemsetD8Async");
   CUevent start = newEvent(true), stop = newEvent(true);
-  constexpr int kRuns = 5;
   auto key = [](const LaunchVariant &v) {
     char k[160];
     std::snprintf(k, sizeof k, "%d (%u,%u,%u) (%u,%u,%u) %u;", v.deviceKernel,
                   v.grid[0], v.grid[1], v.grid[2], v.block[0], v.block[1],
                   v.block[2], v.sharedBytes);
     return std::string(k);
-  };
-  struct Timed {
-    LaunchVariant best;
-    int launches = 0;
-    std::string times; // "split 1.089 ms, atomic 0.812 ms"; "": forced
-    bool kept = false; // an earlier run's choice, not timed now
-  };
-  // "grads launch 7: flash_attention_qkv_grad (its kernel, atomic) at loc"
-  auto labelOf = [&](const Function &f, size_t i, const LaunchVariant &c) {
-    const Launch &l = f.launches[i];
-    return f.name + " launch " + std::to_string(i) + ": " + l.kernel + " (" +
-           candidateName(c) + ", " + c.label + ") at " +
-           (l.loc.empty() ? "?" : l.loc);
   };
   // The candidate GPTC_VARIANT picks, or -1.
   auto forcedOf = [&](const std::vector<LaunchVariant> &candidates) {
@@ -273,25 +377,7 @@ void CudaBackendImpl::timeVariants() {
           return int(c);
     return -1;
   };
-  // The inputs a launch writes over (in place: the cross entropy's
-  // gradient over the logits), as they were before its first run: each
-  // candidate starts from them, so that it sees what the own kernel saw.
-  auto clobberedInputs = [&](const Launch &l) {
-    std::vector<std::pair<int, std::vector<uint8_t>>> saved;
-    for (int in : l.inputs) {
-      const CUdeviceptr a = address(in), aEnd = a + buffer(in).bytes();
-      bool written = false;
-      for (int out : l.outputs)
-        written |=
-            a < address(out) + buffer(out).bytes() && address(out) < aEnd;
-      if (written) {
-        saved.emplace_back(in, std::vector<uint8_t>(size_t(aEnd - a)));
-        download(in, saved.back().second.data());
-      }
-    }
-    return saved;
-  };
-  std::map<std::string, Timed> byCandidates;
+  std::map<std::string, VariantChoice> byCandidates;
   std::vector<std::string> order; // as first met, for the lines
   // Each trial lives until the device is done: an error names its label.
   std::vector<std::unique_ptr<Prepared>> trials;
@@ -314,7 +400,7 @@ void CudaBackendImpl::timeVariants() {
       for (const LaunchVariant &c : candidates)
         k += key(c);
       auto [it, added] = byCandidates.try_emplace(k);
-      Timed &t = it->second;
+      VariantChoice &t = it->second;
       const int forced = added ? forcedOf(candidates) : -1;
       const std::string choiceFile =
           added && forced < 0
@@ -332,7 +418,7 @@ void CudaBackendImpl::timeVariants() {
         t.best = candidates[forced];
         if (!usable(t.best))
           throw DeviceError("GPTC_VARIANT=" + t.best.label + ": " +
-                            labelOf(f, i, t.best) + ": " + why);
+                            variantLabel(f, i, t.best) + ": " + why);
       } else if (added && !timeAgain &&
                  readVariantChoice(choiceFile, candidates, kept, t.times) &&
                  usable(candidates[kept])) {
@@ -341,68 +427,7 @@ void CudaBackendImpl::timeVariants() {
         t.kept = true;
       } else if (added) {
         order.push_back(k);
-        double bestMs = -1;
-        std::vector<std::vector<uint8_t>> own; // the own kernel's results
-        for (int in : l.inputs)
-          upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(),
-                                   uint64_t(in))
-                         .data());
-        agreeRowDot(l);
-        const auto clobbered = clobberedInputs(l);
-        // A candidate cuDNN cannot plan or run, and why, in the line.
-        auto notUsed = [&](const LaunchVariant &c, const std::string &why) {
-          t.times += (t.times.empty() ? "" : ", ") + c.label +
-                     " (not used: " + why.substr(0, 240) + ")";
-        };
-        for (const LaunchVariant &c : candidates) {
-          int plan = -1;
-          if (c.deviceKernel == kCudnnAttention &&
-              (plan = cudnnPlan(l, c.label, why)) < 0) {
-            notUsed(c, why);
-            continue;
-          }
-          Prepared &trial = *trials.emplace_back(new Prepared(pl));
-          trial.fn = c.deviceKernel >= 0 ? entries[c.deviceKernel] : nullptr;
-          trial.cudnn = plan;
-          trial.kernel = c;
-          trial.argPtrs.clear();
-          for (CUdeviceptr &a : trial.args)
-            trial.argPtrs.push_back(&a);
-          trial.profileSlot = -1;
-          trial.label = labelOf(f, i, c) + kTimedAtLoad;
-          for (const auto &[in, bytes] : clobbered)
-            upload(in, bytes.data());
-          timedVariant = &c == &candidates[0] ? "" : c.label;
-          try {
-            enqueue(l, trial, false); // warm-up, and the results compared
-          } catch (const CudnnRunError &e) {
-            notUsed(c, e.what());
-            continue;
-          }
-          std::vector<std::vector<uint8_t>> mine = launchResults(l);
-          const double each =
-              msPerRun(start, stop, kRuns, [&] { enqueue(l, trial, false); });
-          char line[160];
-          std::snprintf(line, sizeof line, "%s%s %.3f ms",
-                        t.times.empty() ? "" : ", ", c.label.c_str(), each);
-          t.times += line;
-          // A variant is kept only if it computes what the launch's own
-          // kernel does on the same operands: a kernel wrong on this GPU
-          // (untested here, or miscompiled) must not win by being fast.
-          if (own.empty()) {
-            own = std::move(mine);
-          } else if (std::string differs = resultsDiffer(l, own, mine);
-                     !differs.empty()) {
-            std::snprintf(line, sizeof line, " (%s: not used)",
-                          differs.c_str());
-            t.times += line;
-            continue;
-          }
-          if (bestMs < 0 || each < bestMs) {
-            bestMs = each;
-            t.best = c;
-          }
-        }
+        timeCandidates(f, i, pl, candidates, start, stop, trials, t);
         saveVariantChoice(choiceFile, t.best.label, t.times);
       }
       ++t.launches;
@@ -411,9 +436,9 @@ void CudaBackendImpl::timeVariants() {
                      ? cudnnPlan(l, t.best.label, why)
                      : -1;
       if (t.best.deviceKernel == kCudnnAttention && pl.cudnn < 0)
-        throw DeviceError(labelOf(f, i, t.best) + ": " + why);
+        throw DeviceError(variantLabel(f, i, t.best) + ": " + why);
       pl.kernel = t.best;
-      pl.label = labelOf(f, i, t.best);
+      pl.label = variantLabel(f, i, t.best);
       if (profile)
         // (cuDNN's by op: "cuDNN flash_attention_qkv_grad", of the
         // profile's attention kind, forward and backward apart.)
@@ -428,23 +453,8 @@ void CudaBackendImpl::timeVariants() {
   releaseUnusedCudnnPlans();
   cu.cuEventDestroy(start);
   cu.cuEventDestroy(stop);
-  for (const std::string &k : order) {
-    const Timed &t = byCandidates[k];
-    if (t.times.empty()) {
-      std::fprintf(stderr, "gptc: GPTC_VARIANT: %s (%s) runs for %d launch%s\n",
-                   t.best.label.c_str(), candidateName(t.best).c_str(),
-                   t.launches, t.launches == 1 ? "" : "es");
-      continue;
-    }
-    std::fprintf(stderr,
-                 "gptc: kernel variants timed at load%s for %d launch%s: %s; "
-                 "%s (%s) runs\n",
-                 t.kept ? " of an earlier run (kept in the cache; "
-                          "GPTC_VARIANT=time times them again)"
-                        : "",
-                 t.launches, t.launches == 1 ? "" : "es", t.times.c_str(),
-                 t.best.label.c_str(), candidateName(t.best).c_str());
-  }
+  for (const std::string &k : order)
+    reportVariantChoice(byCandidates[k], candidateName(byCandidates[k].best));
 }
 
 } // namespace gptc::rt::detail
