@@ -534,6 +534,15 @@ private:
   CUstream loopStream = nullptr;
   CUevent loopFork = nullptr, loopJoin = nullptr;
   void tune();
+  /// For tune(): of a GEMM's ways to its epilogue (its own plan first, each
+  /// with its fastest candidate wayIndex[w], timed at wayMs[w] ms, -1 if it
+  /// did not run), the fastest whose results on l's trial operands are the
+  /// own plan's; `notUsed` says why each faster one was not.
+  size_t fastestWayThatAgrees(const Launch &l,
+                              const std::vector<GemmPlan *> &ways,
+                              const std::vector<double> &wayMs,
+                              const std::vector<size_t> &wayIndex,
+                              std::vector<std::string> &notUsed);
   std::vector<std::string> forcedVariants; // GPTC_VARIANT, in order
   void timeVariants();
   // timeVariants' parts (CudaVariants.cpp).

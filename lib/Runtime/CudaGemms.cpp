@@ -938,6 +938,97 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
 // GPU with the same cuBLASLt take it untimed, with the same bits run to
 // run and across a resume. GPTC_GEMM_TUNE=time times again;
 // GPTC_GEMM_TUNE=0 takes the heuristic's first choice and the default way.
+namespace {
+
+/// One GEMM shape's tuning, shared by every GEMM of that shape and epilogue.
+struct Tuned {
+  GemmChoice choice; // way 0 (the GEMM's own plan), candidate 0: unchanged
+  int gemms = 0;
+  bool kept = false; // an earlier run's choice, not timed now
+  bool otherWays = false;
+  std::string timedWays; // "DEFAULT + gptc 0.271 (kept), ..." if timed
+};
+
+/// tune()'s lines: the step's GEMMs untuned and tuned, where the kept
+/// algorithms lie in the heuristic's lists, and each GEMM's ways timed now.
+void reportTuning(const std::map<std::string, Tuned> &byKey,
+                  size_t gemmLaunches) {
+  double first = 0, best = 0;
+  int changed = 0, otherWay = 0, otherWays = 0, kept = 0;
+  for (const auto &[key, t] : byKey) {
+    first += t.choice.first * t.gemms;
+    best += t.choice.best * t.gemms;
+    changed += t.choice.way > 0 || t.choice.index > 0;
+    otherWay += t.choice.way > 0;
+    otherWays += t.otherWays;
+    kept += t.kept;
+  }
+  char earlier[160] = "";
+  if (kept > 0)
+    std::snprintf(earlier, sizeof earlier,
+                  " (%d of them by an earlier run, kept in the cache; "
+                  "GPTC_GEMM_TUNE=time times them again)",
+                  kept);
+  std::fprintf(stderr,
+               "gptc: GPTC_GEMM_TUNE: up to %d cuBLASLt algorithms timed for "
+               "each of %zu GEMM shapes%s, %d changed (%d of the %d with "
+               "other ways to their epilogue took another); all %zu GEMM "
+               "launches once: %.3f ms with the heuristic's first choice, "
+               "%.3f ms tuned\n",
+               kTuneCandidates, byKey.size(), earlier, changed, otherWay,
+               otherWays, gemmLaunches, first, best);
+  // Where in the heuristic's list each shape's kept algorithm lies.
+  std::map<size_t, int> places;
+  for (const auto &[key, t] : byKey)
+    ++places[t.choice.index];
+  std::string listed;
+  for (const auto &[place, shapes] : places)
+    listed += (listed.empty() ? "" : ", ") + std::to_string(place + 1) +
+              (shapes > 1 ? " (" + std::to_string(shapes) + " shapes)" : "");
+  std::fprintf(stderr,
+               "gptc: GPTC_GEMM_TUNE: the kept algorithms' places in the "
+               "heuristic's lists: %s\n",
+               listed.c_str());
+  // Each GEMM whose ways to its epilogue were timed now: every way's best.
+  for (const auto &[key, t] : byKey)
+    if (!t.timedWays.empty())
+      std::fprintf(stderr, "gptc: GPTC_GEMM_TUNE: %s\n", t.timedWays.c_str());
+}
+
+} // namespace
+
+size_t CudaBackendImpl::fastestWayThatAgrees(
+    const Launch &l, const std::vector<GemmPlan *> &ways,
+    const std::vector<double> &wayMs, const std::vector<size_t> &wayIndex,
+    std::vector<std::string> &notUsed) {
+  for (int in : l.inputs)
+    upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(), uint64_t(in))
+                   .data());
+  auto runWay = [&](size_t w) {
+    if (runGemm(*ways[w], ways[w]->candidates[wayIndex[w]], ways[w]->tuneKey) !=
+        CUBLAS_STATUS_SUCCESS)
+      return std::vector<std::vector<uint8_t>>();
+    return launchResults(l);
+  };
+  const auto own = runWay(0);
+  std::vector<size_t> byTime;
+  for (size_t w = 0; w < ways.size(); ++w)
+    if (wayMs[w] >= 0)
+      byTime.push_back(w);
+  std::stable_sort(byTime.begin(), byTime.end(),
+                   [&](size_t x, size_t y) { return wayMs[x] < wayMs[y]; });
+  for (size_t w : byTime) {
+    std::string differs = "it did not run";
+    if (w != 0 && !own.empty())
+      if (const auto mine = runWay(w); !mine.empty())
+        differs = resultsDiffer(l, own, mine);
+    if (w == 0 || differs.empty())
+      return w;
+    notUsed[w] = differs;
+  }
+  return 0;
+}
+
 void CudaBackendImpl::tune() {
   CUevent start = nullptr, stop = nullptr;
   auto readyToTime = [&] { // the 0x3f operands, once something is timed
@@ -969,13 +1060,6 @@ void CudaBackendImpl::tune() {
       }
     }
     return best >= 0;
-  };
-  struct Tuned {
-    GemmChoice choice; // way 0 (the GEMM's own plan), candidate 0: unchanged
-    int gemms = 0;
-    bool kept = false; // an earlier run's choice, not timed now
-    bool otherWays = false;
-    std::string timedWays; // "DEFAULT + gptc 0.271 (kept), ..." if timed
   };
   std::map<std::string, Tuned> byKey;
   const size_t ltVersion = cublasLt().cublasLtGetVersion();
@@ -1032,38 +1116,10 @@ void CudaBackendImpl::tune() {
         std::vector<std::string> notUsed(ways.size());
         auto it = launchOf.find(int(i));
         if (best >= 0 && c.way != 0 && wayMs[0] >= 0 && it != launchOf.end()) {
-          const Launch &l = *it->second;
-          for (int in : l.inputs)
-            upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(),
-                                     uint64_t(in))
-                           .data());
-          auto runWay = [&](size_t w) {
-            if (runGemm(*ways[w], ways[w]->candidates[wayIndex[w]],
-                        ways[w]->tuneKey) != CUBLAS_STATUS_SUCCESS)
-              return std::vector<std::vector<uint8_t>>();
-            return launchResults(l);
-          };
-          const auto own = runWay(0);
-          std::vector<size_t> byTime;
-          for (size_t w = 0; w < ways.size(); ++w)
-            if (wayMs[w] >= 0)
-              byTime.push_back(w);
-          std::stable_sort(
-              byTime.begin(), byTime.end(),
-              [&](size_t x, size_t y) { return wayMs[x] < wayMs[y]; });
-          for (size_t w : byTime) {
-            std::string differs = "it did not run";
-            if (w != 0 && !own.empty())
-              if (const auto mine = runWay(w); !mine.empty())
-                differs = resultsDiffer(l, own, mine);
-            if (w == 0 || differs.empty()) {
-              c.way = w;
-              c.index = wayIndex[w];
-              best = wayMs[w];
-              break;
-            }
-            notUsed[w] = differs;
-          }
+          c.way =
+              fastestWayThatAgrees(*it->second, ways, wayMs, wayIndex, notUsed);
+          c.index = wayIndex[c.way];
+          best = wayMs[c.way];
         }
         if (best >= 0) { // (else nothing ran: the heuristic's first)
           c.best = best;
@@ -1099,46 +1155,7 @@ void CudaBackendImpl::tune() {
     cu.cuEventDestroy(start);
     cu.cuEventDestroy(stop);
   }
-  double first = 0, best = 0;
-  int changed = 0, otherWay = 0, otherWays = 0, kept = 0;
-  for (const auto &[key, t] : byKey) {
-    first += t.choice.first * t.gemms;
-    best += t.choice.best * t.gemms;
-    changed += t.choice.way > 0 || t.choice.index > 0;
-    otherWay += t.choice.way > 0;
-    otherWays += t.otherWays;
-    kept += t.kept;
-  }
-  char earlier[160] = "";
-  if (kept > 0)
-    std::snprintf(earlier, sizeof earlier,
-                  " (%d of them by an earlier run, kept in the cache; "
-                  "GPTC_GEMM_TUNE=time times them again)",
-                  kept);
-  std::fprintf(stderr,
-               "gptc: GPTC_GEMM_TUNE: up to %d cuBLASLt algorithms timed for "
-               "each of %zu GEMM shapes%s, %d changed (%d of the %d with "
-               "other ways to their epilogue took another); all %zu GEMM "
-               "launches once: %.3f ms with the heuristic's first choice, "
-               "%.3f ms tuned\n",
-               kTuneCandidates, byKey.size(), earlier, changed, otherWay,
-               otherWays, gemms.size(), first, best);
-  // Where in the heuristic's list each shape's kept algorithm lies.
-  std::map<size_t, int> places;
-  for (const auto &[key, t] : byKey)
-    ++places[t.choice.index];
-  std::string listed;
-  for (const auto &[place, shapes] : places)
-    listed += (listed.empty() ? "" : ", ") + std::to_string(place + 1) +
-              (shapes > 1 ? " (" + std::to_string(shapes) + " shapes)" : "");
-  std::fprintf(stderr,
-               "gptc: GPTC_GEMM_TUNE: the kept algorithms' places in the "
-               "heuristic's lists: %s\n",
-               listed.c_str());
-  // Each GEMM whose ways to its epilogue were timed now: every way's best.
-  for (const auto &[key, t] : byKey)
-    if (!t.timedWays.empty())
-      std::fprintf(stderr, "gptc: GPTC_GEMM_TUNE: %s\n", t.timedWays.c_str());
+  reportTuning(byKey, gemms.size());
 }
 
 } // namespace gptc::rt::detail
