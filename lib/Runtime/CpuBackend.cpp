@@ -252,11 +252,12 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["matmul"] = [](const Launch &l, const Inputs &in, const Outputs &out) {
       HostTensor product = exec::matmul(*in[0], *in[1], flag(l, "transpose_a"),
                                         flag(l, "transpose_b"));
-      // A 2-D result of the product's leading rows (CudaBackend.h's
-      // mapMatmul): the rest are not kept.
+      // A result of the product's leading rows (truncatedProductRows): the
+      // rest are not kept.
       const std::vector<int64_t> &want = out[0]->shape;
-      if (product.shape.size() == 2 && want.size() == 2 &&
-          want[1] == product.shape[1] && want[0] < product.shape[0]) {
+      if (truncatedProductRows(in[0]->shape, in[1]->shape, want,
+                               flag(l, "transpose_a"),
+                               flag(l, "transpose_b")) > 0) {
         product.f32.resize(size_t(want[0] * want[1]));
         product.shape = want;
       }

@@ -30,8 +30,7 @@ GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
   // table's gradient: V of the padded vocabulary's Vp): a's rows beyond
   // them are not read, and a keeps its stride.
   int64_t rows = M;
-  if (ra == 2 && rb == 2 && out.shape.size() == 2 && out.shape[1] == N &&
-      out.shape[0] > 0 && out.shape[0] < M)
+  if (truncatedProductRows(a.shape, b.shape, out.shape, ta, tb) > 0)
     rows = out.shape[0];
   if (kb != K || out.numel() != batch * rows * N ||
       (rb == ra && b.numel() != batch * K * N))
