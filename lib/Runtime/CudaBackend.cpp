@@ -176,7 +176,9 @@ void CudaBackendImpl::load(const Program &program) {
       for (size_t i = 0; i < f.launches.size(); ++i)
         if (Prepared &pl = launches[&f][i]; pl.gemm >= 0)
           pl.profileSlot =
-              profileSlot("cuBLASLt " + gemms[pl.gemm].shape, f.launches[i]);
+              profileSlot((gemms[pl.gemm].desc ? "cuBLASLt " : "gptc GEMM ") +
+                              gemms[pl.gemm].shape,
+                          f.launches[i]);
 }
 
 void CudaBackendImpl::prepareSideStream() {

@@ -99,6 +99,8 @@ std::vector<uint8_t> trialOperands(DType t, int64_t n, uint64_t seed);
 /// A gpt.matmul ready for cuBLASLt (the mapping: GemmMapping), with its
 /// algorithm chosen once at load.
 struct GemmPlan {
+  /// cuBLASLt's call; null in a plan of gptc's own GEMM (planOwnGemm),
+  /// whose kernel is its one Followup.
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t left = nullptr, right = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -122,11 +124,13 @@ struct GemmPlan {
   std::string way;
   /// rt::GemmFallback kernels after the GEMM, for the part of its epilogue
   /// cuBLASLt had no algorithm for: 1-D blocks of 256 threads, arguments
-  /// of 8 bytes each (pointers and i64 sizes).
+  /// of 8 bytes each (pointers and i64 sizes). (Or, without desc, the
+  /// GEMM itself.)
   struct Followup {
     CUfunction fn = nullptr;
     uint32_t grid[2] = {1, 1};
     std::vector<uint64_t> args;
+    uint32_t sharedBytes = 0; ///< dynamic shared memory a block
     /// Row chunks (loops of one GEMM's rows): added to args at each loop,
     /// the kernel launched right after that loop's GEMM, while its rows
     /// are still in L2. Empty: launched once, after the last loop.
@@ -485,6 +489,11 @@ private:
                const uint32_t (&align)[3], const std::string &label,
                const std::function<bool(GemmPlan &, EpilogueLevel)> &describeAt,
                std::vector<GemmPlan> &others);
+  /// gptc's own GEMM for l (kernels/gemm_wgmma.cuh: GELU's GEMM with its
+  /// bias, on sm_90a), another way for tuning to time: a plan with no
+  /// cuBLASLt call, its one kernel in `after`. False where the program
+  /// lacks the kernel or l's operands are not what it takes.
+  bool planOwnGemm(const Launch &l, const GemmMapping &map, GemmPlan &own);
   /// The kernels after a GEMM planned at `level` < Full.
   void planFollowups(const Launch &l, const GemmMapping &map, GemmPlan &g,
                      const std::string &label, EpilogueLevel level);

@@ -567,6 +567,9 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
         others);
     refused = refusedBefore;
   }
+  // gptc's own GEMM with GELU's epilogue (sm_90a programs).
+  if (GemmPlan own; otherWays && geluAfterBias && planOwnGemm(l, map, own))
+    others.push_back(std::move(own));
   if (kept != EpilogueLevel::Full) {
     planFollowups(l, map, g, label, kept);
     g.shape += ownDgelu ? " + gptc epilogue" : " + fallback epilogue";
@@ -778,6 +781,54 @@ CUfunction CudaBackendImpl::fallbackKernel(GemmFallback kind, DType t,
                     "gptc)");
 }
 
+bool CudaBackendImpl::planOwnGemm(const Launch &l, const GemmMapping &map,
+                                  GemmPlan &own) {
+  const DType t = DType::BF16;
+  const std::string name = gemmFallbackKernel(GemmFallback::WgmmaBiasGelu, t);
+  if (!hasKernel(name) || l.kernel != "matmul_epilogue" ||
+      l.inputs.size() != 3 || l.outputs.size() != 2 || map.loops != 1 ||
+      map.batch != 1 || accumulates(l))
+    return false;
+  for (int id :
+       {l.inputs[0], l.inputs[1], l.inputs[2], l.outputs[0], l.outputs[1]})
+    if (buffer(id).dtype != t)
+      return false;
+  for (const char *flag : {"transpose_a", "transpose_b"})
+    if (auto it = l.ints.find(flag); it != l.ints.end() && it->second != 0)
+      return false;
+  // a [m, k] and b [k, n], dense; the results [m, n].
+  const Buffer &a = buffer(l.inputs[0]), &b = buffer(l.inputs[1]);
+  if (b.shape.size() != 2 || a.shape.empty() || a.shape.back() != b.shape[0])
+    return false;
+  const int64_t k = b.shape[0], n = b.shape[1], m = a.numel() / k;
+  if (m % 128 != 0 || n % 128 != 0 || k % 64 != 0 || k == 0 ||
+      m / 128 > 65535 || buffer(l.outputs[0]).numel() != m * n ||
+      buffer(l.outputs[1]).numel() != m * n || buffer(l.inputs[2]).numel() != n)
+    return false;
+  if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
+      (address(l.inputs[2]) | address(l.outputs[0]) | address(l.outputs[1])) %
+              4 !=
+          0)
+    return false;
+  own.shape = std::to_string(m) + "x" + std::to_string(n) + "x" +
+              std::to_string(k) + " bf16 + GELU";
+  own.way = "gptc wgmma GEMM";
+  own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
+  own.candidates = {cublasLtMatmulAlgo_t{}};
+  own.outPtr = address(l.outputs[0]);
+  GemmPlan::Followup f;
+  f.fn = fallbackKernel(GemmFallback::WgmmaBiasGelu, t, l.kernel);
+  f.grid[0] = uint32_t(n / 128);
+  f.grid[1] = uint32_t(m / 128);
+  f.sharedBytes = kGemmWgmmaSharedBytes;
+  f.args = {address(l.inputs[0]),  address(l.inputs[1]),
+            address(l.inputs[2]),  address(l.outputs[0]),
+            address(l.outputs[1]), uint64_t(m),
+            uint64_t(n),           uint64_t(k)};
+  own.after.push_back(std::move(f));
+  return true;
+}
+
 void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,
                                     GemmPlan &g, const std::string &label,
                                     EpilogueLevel level) {
@@ -872,6 +923,11 @@ cublasStatus_t CudaBackendImpl::runGemm(const GemmPlan &g,
     stream = compute;
   // (planGemm makes such plans only for the compute stream's launches.)
   const CUstream loops = g.passesBeside ? loopStream : stream;
+  if (!g.desc) { // gptc's own GEMM: its kernel is the plan
+    for (const GemmPlan::Followup &f : g.after)
+      launchFollowup(f, 0, label, stream);
+    return CUBLAS_STATUS_SUCCESS;
+  }
   for (int i = 0; i < g.loops; ++i) {
     auto at = [&](CUdeviceptr p, uint64_t stride) {
       return reinterpret_cast<void *>(p + stride * uint64_t(i));
@@ -918,7 +974,7 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
     params[i] = &values[i];
   }
   if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1, 1,
-                                     0, stream, params, nullptr);
+                                     f.sharedBytes, stream, params, nullptr);
       r != CUDA_SUCCESS)
     throw DeviceError("cannot launch the epilogue fallback of " + label + ": " +
                       cuError(cu, r));

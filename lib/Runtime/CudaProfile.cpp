@@ -64,12 +64,12 @@ void CudaBackendImpl::resetProfile() {
 
 /// A profiled kernel's kind, for setting the profile beside another
 /// framework's (bench/gpu/torch_gpt2.py --profile sorts PyTorch's kernels
-/// the same way): cuBLASLt's GEMMs; the attention kernels (forward,
-/// backward, the row dot); the optimizer (AdamW and the gradient norm);
-/// and the rest: elementwise groups, layernorm, the loss, embeddings, and
-/// the passes that stand in for GEMM epilogues.
+/// the same way): cuBLASLt's GEMMs and gptc's own; the attention kernels
+/// (forward, backward, the row dot); the optimizer (AdamW and the gradient
+/// norm); and the rest: elementwise groups, layernorm, the loss, embeddings,
+/// and the passes that stand in for GEMM epilogues.
 static const char *kernelKind(const std::string &kernel) {
-  if (kernel.rfind("cuBLASLt", 0) == 0)
+  if (kernel.rfind("cuBLASLt", 0) == 0 || kernel.rfind("gptc GEMM", 0) == 0)
     return "GEMM";
   if (kernel.find("attention") != std::string::npos)
     return "attention";

@@ -92,6 +92,8 @@ std::vector<uint8_t> paramCopyBytes(const Buffer &copy, const float *param,
 
 std::vector<uint32_t> dynamicSharedBytes(const Program &p) {
   std::vector<uint32_t> bytes(p.kernels.size(), 0);
+  for (size_t k = 0; k < p.kernels.size(); ++k)
+    bytes[k] = gemmFallbackSharedBytes(p.kernels[k].name);
   for (const Function &f : p.functions)
     for (const Launch &l : f.launches)
       for (const LaunchVariant &v : launchCandidates(l))
@@ -216,6 +218,8 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
 }
 
 std::string gemmFallbackKernel(GemmFallback kind, DType t) {
+  if (kind == GemmFallback::WgmmaBiasGelu)
+    return std::string("gemm_wgmma_bias_gelu_") + dtypeName(t);
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"
                      : kind == GemmFallback::Gelu     ? "gelu"

@@ -2009,6 +2009,77 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterGeluWay) {
   }
 }
 
+/// c_fc's forward at its tiles' sizes, all bf16: x [256, 64] by w [64,
+/// 128], GELU with its pre-activation kept; with gptc's own GEMM for it
+/// (an sm_90a program's) beside the fallback kernels.
+Function ownGemmEpilogue(Program &p) {
+  enum : int { X, W, B, H, PRE };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {2, 128, 64}, Role::Param),
+               buffer("w", DType::BF16, {64, 128}, Role::Param),
+               buffer("b", DType::BF16, {128}, Role::Param),
+               buffer("h", DType::BF16, {2, 128, 128}, Role::Output),
+               buffer("pre", DType::BF16, {2, 128, 128}, Role::Output)};
+  DeviceKernel k;
+  k.name = gemmFallbackKernel(GemmFallback::WgmmaBiasGelu, DType::BF16);
+  k.arch = "sm_90a";
+  k.cubin = {'F', 'A', 'K', 'E'};
+  p.kernels.push_back(k);
+  Function f;
+  f.name = "forward";
+  Launch gelu = launch("matmul_epilogue", {X, W, B}, {H, PRE});
+  gelu.ints["gelu"] = 1;
+  f.launches = {gelu};
+  return f;
+}
+
+/// Writes 0 where the fake's reference of gptc's wgmma GEMM wrote (its
+/// out, args[3]: m·n bf16): a GEMM that computes something else.
+void zeroOwnGemmResult(const uint64_t *args) {
+  std::memset(reinterpret_cast<void *>(args[3]), 0,
+              size_t(args[5] * args[6]) * 2);
+}
+
+/// gptc's own GEMM (kernels/gemm_wgmma.cuh) is one more way to GELU's
+/// epilogue that tuning times, where the program has it and the shapes fit
+/// its tiles: faster, it runs in place of cuBLASLt (no GEMM in the run,
+/// 99,312 bytes of dynamic shared memory a block, grid 1 x 2), and its
+/// results match the CPU backend's; slower, or faster but wrong, cuBLASLt
+/// keeps the launch.
+TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemm) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  const char *own = "gemm_wgmma_bias_gelu_bf16";
+  struct Case {
+    float ms;   // the own kernel's
+    bool wrong; // it writes zeros
+    bool kept;
+  };
+  for (const Case &c : {Case{0.01f, false, true}, Case{5.0f, false, false},
+                        Case{0.01f, true, false}}) {
+    SCOPED_TRACE(std::to_string(c.ms) + (c.wrong ? " wrong" : ""));
+    kernelMs(own, c.ms);
+    if (c.wrong)
+      onHost(own, 8, zeroOwnGemmResult);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmEpilogue, "time", &names);
+    kernelMs(nullptr, 0.0f);
+    onHost(nullptr, 0, nullptr);
+    EXPECT_NE(err.find("gptc wgmma GEMM"), std::string::npos) << err;
+    EXPECT_EQ(err.find("gptc wgmma GEMM 0.002 (kept)") != std::string::npos,
+              c.kept)
+        << err;
+    if (c.wrong)
+      EXPECT_NE(err.find("not used"), std::string::npos) << err;
+    EXPECT_EQ(contains(names, own), c.kept);
+    EXPECT_EQ(run.empty(), c.kept) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(ownGemmEpilogue);
+  }
+}
+
 /// c_fc's forward and backward at 256 rows, all bf16: GELU with its
 /// pre-activation kept, and GELU's derivative with the bias gradient
 /// (transpose_b, as c_proj's weight is read there).

@@ -665,7 +665,8 @@ double geluSlope(double x) {
 }
 } // namespace
 
-/// The rt::GemmFallback kernels as Program.h defines them, on the host.
+/// The rt::GemmFallback kernels as Program.h defines them (gptc's wgmma
+/// GEMM among them), on the host.
 /// The GEMM-epilogue fallbacks are the only kernels the fake runs, so a
 /// test can check their plumbing (which kernels, pointers and sizes)
 /// against the CPU backend; the CUDA source itself runs on the host in
@@ -707,6 +708,18 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
           sum += x;
         }
         partial[k * cols + c] = float(sum);
+      }
+  } else if (name.rfind("gemm_wgmma_bias_gelu_", 0) == 0) {
+    // gptc's own GEMM: pre = a·b + bias, out = gelu(pre); a [m, k], b [k, n].
+    int64_t m = num(5), n = num(6), k = num(7);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int64_t e = 0; e < k; ++e)
+          sum += load(ptr(0), t, i * k + e) * load(ptr(1), t, e * n + j);
+        const float v = sum + load(ptr(2), t, j);
+        store(ptr(4), t, i * n + j, v);
+        store(ptr(3), t, i * n + j, gelu(v));
       }
   } else if (name.rfind("gemm_fallback_column_sums_", 0) == 0) {
     int64_t chunks = num(2), cols = num(3);

@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <tuple>
 
 using namespace gptc;
 using namespace gptc::test;
@@ -1514,4 +1515,75 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
                uint32_t((cols + 31) / 32));
   expectNear(exec::reduceSum(dF, {cols}), sumsF, 1e-5f,
              "column sums in float32");
+}
+
+// gptc's own GEMM (gemm_wgmma.cuh) on the host's emulation of wgmma, with
+// the race checker: pre = x·w + bias and out = GELU(pre) against the CPU
+// executor's fused GEMM, each bf16 result its rounding or one ulp from it
+// (the products summed in another order; GELU's sigmoid form). 2 x 2
+// blocks of 128 x 128, 5 steps of 64 through 3 stages, so every stage is
+// filled again. The emitter adds the kernel for sm_90a alone, and only
+// for GELU GEMMs whose shapes fit its tiles.
+TEST(TemplateKernelsOnHost, WgmmaGemmWithGeluMatchesTheCpuExecutor) {
+  const DType bf16 = DType::BF16;
+  const int64_t m = 256, n = 256, k = 320;
+  Builder b;
+  int x = b.buf(bf16, {2, m / 2, k}), w = b.buf(bf16, {k, n}),
+      bias = b.buf(bf16, {n}), out = b.buf(bf16, {2, m / 2, n}),
+      pre = b.buf(bf16, {2, m / 2, n});
+  b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  rt::Program sm80 = b.p;
+  emitForHost(sm80, HostTarget::Sm80);
+  for (const rt::DeviceKernel &dk : sm80.kernels)
+    EXPECT_NE(dk.name, "gemm_wgmma_bias_gelu_bf16") << "on sm_80";
+  // Shapes off its tiles: rows, columns or depth.
+  for (auto [rows, cols, depth] :
+       {std::tuple<int64_t, int64_t, int64_t>{200, 256, 64},
+        {256, 192, 64},
+        {256, 256, 96}}) {
+    Builder off;
+    int ox = off.buf(bf16, {rows, depth}), ow = off.buf(bf16, {depth, cols}),
+        ob = off.buf(bf16, {cols}), oo = off.buf(bf16, {rows, cols}),
+        op = off.buf(bf16, {rows, cols});
+    off.launch("matmul_epilogue", {ox, ow, ob}, {oo, op}).ints["gelu"] = 1;
+    emitForHost(off.p, HostTarget::Sm90a);
+    for (const rt::DeviceKernel &dk : off.p.kernels)
+      EXPECT_NE(dk.name, "gemm_wgmma_bias_gelu_bf16")
+          << rows << " x " << cols << " x " << depth;
+  }
+
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  HostKernels kernels(p, HostTarget::Sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  EXPECT_EQ(rt::dynamicSharedBytes(p).back(), rt::kGemmWgmmaSharedBytes);
+  std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 21)),
+                        wBits = bf16Bits(randomFloats({k, n}, 22)),
+                        biasBits = bf16Bits(randomFloats({n}, 23)),
+                        outBits(size_t(m * n), 0xffff),
+                        preBits(size_t(m * n), 0xffff);
+  auto address = [](auto &v) {
+    return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
+  };
+  kernels.call("gemm_wgmma_bias_gelu_bf16",
+               {address(xBits), address(wBits), address(biasBits),
+                address(outBits), address(preBits), uint64_t(m), uint64_t(n),
+                uint64_t(k)},
+               uint32_t(n / 128), uint32_t(m / 128));
+  std::vector<exec::HostTensor> fused = exec::matmulEpilogue(
+      fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
+      fromBf16Bits(biasBits, {n}), false, false, true, true);
+  expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
+  // GELU: below about -9 the sigmoid form's tiny negatives (down to
+  // -2^-126) stand where the executor's tanh form gives -0; elsewhere one
+  // ulp, as the pre-activation.
+  const exec::HostTensor got = fromBf16Bits(outBits, {m, n}),
+                         want = fromBf16Bits(bf16Bits(fused[0]), {m, n});
+  int64_t tiny = 0;
+  for (int64_t i = 0; i < m * n; ++i) {
+    const float g = got.f32[size_t(i)], w = want.f32[size_t(i)];
+    tiny += w == 0.0f && g != 0.0f;
+    ASSERT_LE(std::fabs(g - w), std::ldexp(std::fabs(w), -7) + 1e-6f)
+        << "GELU(x·w + bias) element " << i << ": " << g << " against " << w;
+  }
+  EXPECT_GT(tiny, 0) << "no pre-activation far enough below 0 to tell";
 }

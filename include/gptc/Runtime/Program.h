@@ -206,8 +206,9 @@ struct Program;
 LaunchCost launchCost(const Program &p, const Launch &l);
 
 /// Per kernel of p.kernels, the most dynamic shared memory a launch of it
-/// asks for (Launch::sharedBytes): what the runtime opts each function in
-/// to, and what a block of it uses beside its static shared memory.
+/// asks for (Launch::sharedBytes), or a GemmFallback kernel's
+/// (gemmFallbackSharedBytes): what the runtime opts each function in to,
+/// and what a block of it uses beside its static shared memory.
 std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 
 /// The kernels the runtime runs after a GEMM whose fused epilogue cuBLASLt
@@ -234,22 +235,51 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    whole epilogue in one pass)
 ///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
 ///                                    grid ceil(cols / 32)
+/// And one that is the whole GEMM, gptc's own (kernels/gemm_wgmma.cuh,
+/// sm_90a programs alone, bf16), a way GEMM tuning times against
+/// cuBLASLt's:
+///   WgmmaBiasGelu   (const T *a, const T *b, const T *bias, T *out,
+///                    T *pre, i64 m, i64 n, i64 k)   grid (n / 128,
+///                                    m / 128), gemmWgmmaSharedBytes of
+///                                    dynamic shared memory: pre = a·b +
+///                                    bias, out = gelu(pre); a [m, k], b
+///                                    [k, n], m and n multiples of 128, k
+///                                    of 64
 /// All are 1-D blocks of 256 threads.
-enum class GemmFallback { Bias, GeluGrad, Gelu, ColumnPartials, ColumnSums };
-/// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...
+enum class GemmFallback {
+  Bias,
+  GeluGrad,
+  Gelu,
+  ColumnPartials,
+  ColumnSums,
+  WgmmaBiasGelu
+};
+/// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...,
+/// "gemm_wgmma_bias_gelu_bf16".
 std::string gemmFallbackKernel(GemmFallback kind, DType t);
 /// How many (8-byte) arguments the GemmFallback kernel `name` takes, 0 if
 /// `name` is none. Inline: the fake driver and host tests use it alone.
 inline int gemmFallbackArgCount(std::string_view name) {
-  for (auto [prefix, count] : {std::pair<std::string_view, int>{
-                                   "gemm_fallback_bias_", 6},
-                               {"gemm_fallback_gelu_grad_", 3},
-                               {"gemm_fallback_gelu_", 3},
-                               {"gemm_fallback_column_partials_", 6},
-                               {"gemm_fallback_column_sums_", 4}})
+  for (auto [prefix, count] :
+       {std::pair<std::string_view, int>{"gemm_fallback_bias_", 6},
+        {"gemm_fallback_gelu_grad_", 3},
+        {"gemm_fallback_gelu_", 3},
+        {"gemm_fallback_column_partials_", 6},
+        {"gemm_fallback_column_sums_", 4},
+        {"gemm_wgmma_bias_gelu_", 8}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;
   return 0;
+}
+/// The dynamic shared memory of gptc's wgmma GEMM (WgmmaBiasGelu): three
+/// stages of four 8 KB tiles, and 1,008 bytes to align them to 1,024
+/// (the kernel's kGemmWgmmaSharedBytes, which its source asserts equal).
+inline constexpr uint32_t kGemmWgmmaSharedBytes = 3 * 4 * 8192 + 1024 - 16;
+/// What a GemmFallback kernel `name` asks for beside its static shared
+/// memory: kGemmWgmmaSharedBytes for the wgmma GEMM, else 0.
+inline uint32_t gemmFallbackSharedBytes(std::string_view name) {
+  return name.substr(0, 21) == "gemm_wgmma_bias_gelu_" ? kGemmWgmmaSharedBytes
+                                                       : 0;
 }
 
 struct Function {

@@ -479,7 +479,7 @@ void emitCUDA(rt::Program &p, const std::string &arch,
                   /*sameSharedBytes=*/false);
         }
   }
-  addGemmFallbackKernels(p);
+  addGemmFallbackKernels(p, arch);
 }
 
 bool isLayernormKernel(const std::string &kind) {

@@ -44,6 +44,10 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
   case GemmFallback::ColumnSums:
     return {"const float *partial, " + T + " *out, i64 chunks, i64 cols",
             "gemmFallbackColumnSums(partial, out, chunks, cols)"};
+  case GemmFallback::WgmmaBiasGelu:
+    return {"const " + T + " *a, const " + T + " *b, const " + T + " *bias, " +
+                T + " *out, " + T + " *pre, i64 m, i64 n, i64 k",
+            "gemmWgmmaBiasGelu(a, b, bias, out, pre, m, n, k)"};
   }
   return {};
 }
@@ -52,12 +56,29 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
 /// registers), so that one wave of them (partialRows) has its rows in
 /// flight on every SM.
 std::string launchBounds(GemmFallback kind) {
-  return kind == GemmFallback::ColumnPartials ? "256, 4" : "256";
+  return kind == GemmFallback::ColumnPartials  ? "256, 4"
+         : kind == GemmFallback::WgmmaBiasGelu ? "256, 2"
+                                               : "256";
+}
+
+/// Whether gptc's wgmma GEMM (kernels/gemm_wgmma.cuh) can take the GELU
+/// GEMM `l`: a [m, k] by b [k, n], neither transposed, m and n multiples
+/// of its 128-square tiles, k of its 64-deep steps.
+bool wgmmaGemmFits(const rt::Program &p, const Launch &l) {
+  for (const char *flag : {"transpose_a", "transpose_b"})
+    if (auto it = l.ints.find(flag); it != l.ints.end() && it->second != 0)
+      return false;
+  const Buffer &a = p.buffers.at(l.inputs[0]), &b = p.buffers.at(l.inputs[1]);
+  if (b.shape.size() != 2 || a.shape.empty())
+    return false;
+  const int64_t k = b.shape[0], n = b.shape[1];
+  return a.shape.back() == k && a.numel() % (k * 128) == 0 && n % 128 == 0 &&
+         k % 64 == 0 && k > 0;
 }
 
 } // namespace
 
-void addGemmFallbackKernels(rt::Program &p) {
+void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
   // What each fused GEMM would need if its epilogue were refused.
   std::set<std::pair<GemmFallback, DType>> needed;
   for (const rt::Function &f : p.functions)
@@ -70,8 +91,14 @@ void addGemmFallbackKernels(rt::Program &p) {
         // GELU after cuBLASLt's BIAS epilogue: where GELU_AUX_BIAS is
         // refused, and a way GEMM tuning times against it.
         auto gelu = l.ints.find("gelu");
-        if (gelu != l.ints.end() && gelu->second != 0)
+        if (gelu != l.ints.end() && gelu->second != 0) {
           needed.insert({GemmFallback::Gelu, d});
+          // gptc's own GEMM, where the target has wgmma and it fits
+          // (the runtime checks the layouts).
+          if (arch == "sm_90a" && d == DType::BF16 && l.outputs.size() == 2 &&
+              wgmmaGemmFits(p, l))
+            needed.insert({GemmFallback::WgmmaBiasGelu, d});
+        }
       } else if (l.kernel == "matmul_gelu_grad") {
         // With a bias gradient, ColumnPartials applies GELU's derivative
         // on its way.
@@ -92,13 +119,23 @@ void addGemmFallbackKernels(rt::Program &p) {
     rt::DeviceKernel k;
     k.name = rt::gemmFallbackKernel(kind, t);
     auto [params, call] = signature(kind, t);
-    k.source = "// gptc: a cuBLASLt epilogue's fallback\n" +
-               std::string(embedded("types.cuh")) + "\n" +
-               embedded("gemm_fallback.cuh") +
+    const bool own = kind == GemmFallback::WgmmaBiasGelu;
+    k.source = std::string(own ? "// gptc: a GEMM of gptc's own\n"
+                               : "// gptc: a cuBLASLt epilogue's fallback\n") +
+               embedded("types.cuh") + "\n" + embedded("gemm_fallback.cuh") +
+               (own ? std::string("\n") + embedded("attention_wgmma.cuh") +
+                          "\n" + embedded("gemm_wgmma.cuh") +
+                          "\n#if GPTC_WGMMA\nstatic_assert("
+                          "kGemmWgmmaSharedBytes == " +
+                          std::to_string(rt::kGemmWgmmaSharedBytes) +
+                          "u, \"the runtime's figure\");\n#endif\n"
+                    : std::string()) +
                "\n//===--- generated ---===//\n\n"
                "extern \"C\" __global__ void __launch_bounds__(" +
-               launchBounds(kind) + ")\n" +
-               k.name + "(" + params + ") {\n  " + call + ";\n}\n";
+               launchBounds(kind) + ")\n" + k.name + "(" + params + ") {\n" +
+               (own ? "#if GPTC_WGMMA\n  " + call + ";\n#endif\n"
+                    : "  " + call + ";\n") +
+               "}\n";
     p.kernels.push_back(std::move(k));
   }
 }

@@ -30,8 +30,9 @@ namespace gptc::cuda::detail {
 const char *embedded(const std::string &name);
 
 /// Appends to p.kernels the rt::GemmFallback kernels its fused GEMMs could
-/// need (EmitGemmFallback.cpp).
-void addGemmFallbackKernels(rt::Program &p);
+/// need (EmitGemmFallback.cpp), and for sm_90a gptc's own wgmma GEMM where
+/// a GELU GEMM fits it.
+void addGemmFallbackKernels(rt::Program &p, const std::string &arch);
 
 using rt::Buffer;
 using rt::DType;

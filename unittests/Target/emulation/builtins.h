@@ -158,6 +158,15 @@ inline void store2(float *p, const float (&x)[2]) {
   }
   p[0] = x[0], p[1] = x[1];
 }
+template <typename T> inline void store2(T *p, const float (&x)[2]) {
+  if (reinterpret_cast<unsigned long long>(p) % (2 * sizeof(T))) {
+    std::fprintf(stderr, "misaligned %d-byte global access\n",
+                 int(2 * sizeof(T)));
+    std::abort();
+  }
+  for (int i = 0; i < 2; ++i)
+    p[i] = fromFloat<T>(x[i]);
+}
 inline void load4AtL2(const float *p, float (&x)[4]) {
   globalAligned16(p);
   for (int i = 0; i < 4; ++i)

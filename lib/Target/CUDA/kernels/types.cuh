@@ -170,6 +170,11 @@ __device__ __forceinline__ void load2(const T *p, float (&x)[2]) {
 __device__ __forceinline__ void store2(float *p, const float (&x)[2]) {
   *reinterpret_cast<float2 *>(p) = make_float2(x[0], x[1]);
 }
+template <typename T>
+__device__ __forceinline__ void store2(T *p, const float (&x)[2]) {
+  *reinterpret_cast<u32 *>(p) =
+      u32(fromFloat<T>(x[0]).bits) | u32(fromFloat<T>(x[1]).bits) << 16;
+}
 
 /// Four float32 at L2 (ld.global.cg.v4): partial sums other blocks wrote
 /// in this launch; p is 16-byte aligned.
