@@ -185,6 +185,30 @@ cudnn_checks() {
     --check-dump="$logs/dump-gpt2w-bf16-cudnn-dq-sums"
 }
 
+# gptc's own wgmma GEMMs (c_fc's forward and backward, gemm_wgmma.cuh;
+# GEMM tuning times them against cuBLASLt's ways, GPTC_GEMM_OWN): each
+# block shape run wherever it fits (GPTC_GEMM_OWN=narrow, wide) in one
+# layer at GPT-2's widths, each launch against the CPU backend, then all
+# timed among the other ways (their "ms a run" lines). Where a check
+# fails, the steps after it run without them (GPTC_GEMM_OWN=0), so that a
+# fault costs the call their figures and nothing else.
+own_gemm_checks() {
+  local limit=$1 shape
+  for shape in narrow wide; do
+    if ! GPTC_GEMM_OWN=$shape step "$limit" check-gpt2w-bf16-own-$shape \
+      "${lib[@]}" "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
+      --check-dump="$logs/dump-gpt2w-bf16-own-$shape"; then
+      echo "   gptc's own GEMMs ($shape) failed their check: the steps after run with GPTC_GEMM_OWN=0"
+      export GPTC_GEMM_OWN=0
+      return
+    fi
+  done
+  GPTC_GEMM_TUNE=time step "$limit" check-gpt2w-bf16-gemmways "${lib[@]}" \
+    "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
+    --check-dump="$logs/dump-gpt2w-bf16-gemmways"
+  grep "gptc wgmma GEMM" "$logs/check-gpt2w-bf16-gemmways.log" | sed 's/^/   /'
+}
+
 if want check; then
   for prec in fp32 bf16; do
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
@@ -210,6 +234,7 @@ if want check; then
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
   # cuDNN's fused attention in every attention launch (where it loads).
   cudnn_checks 100
+  own_gemm_checks 100
   # The layernorm gradients' uncapped twins, whichever the timing chose.
   [[ -x $P/check-gpt2lw-bf16 ]] && GPTC_VARIANT=uncapped \
     step 100 check-gpt2lw-bf16-uncapped "${lib[@]}" "$P/check-gpt2lw-bf16" \
@@ -227,6 +252,7 @@ if want quickcheck; then
     step 60 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
   cudnn_checks 60
+  own_gemm_checks 60
   # The backward whose blocks wait for each other (wgmma-ordered): its
   # first run on a GPU, where a wait for a block not started would give
   # up after seconds with a trap (waitForCount), failing this step alone.

@@ -222,6 +222,12 @@ public:
     forceGemmFallback = envOn("GPTC_GEMM_FALLBACK");
     dgeluInCublasLt =
         envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
+    const std::string own =
+        envSwitch("GPTC_GEMM_OWN", {"1", "0", "narrow", "wide"});
+    ownGemms = own == "0"        ? OwnGemms::Never
+               : own == "narrow" ? OwnGemms::Narrow
+               : own == "wide"   ? OwnGemms::Wide
+                                 : OwnGemms::Timed;
     const std::string tune = envSwitch("GPTC_GEMM_TUNE", {"1", "0", "time"});
     tuneGemms = tune != "0";
     retimeGemms = tune == "time";
@@ -489,11 +495,14 @@ private:
                const uint32_t (&align)[3], const std::string &label,
                const std::function<bool(GemmPlan &, EpilogueLevel)> &describeAt,
                std::vector<GemmPlan> &others);
-  /// gptc's own GEMM for l (kernels/gemm_wgmma.cuh: GELU's GEMM with its
-  /// bias, on sm_90a), another way for tuning to time: a plan with no
-  /// cuBLASLt call, its one kernel in `after`. False where the program
-  /// lacks the kernel or l's operands are not what it takes.
-  bool planOwnGemm(const Launch &l, const GemmMapping &map, GemmPlan &own);
+  /// gptc's own GEMMs for l (kernels/gemm_wgmma.cuh: GELU's GEMM with its
+  /// bias, or GELU's derivative's, on sm_90a), in blocks of 128 x 128 and
+  /// (where n allows) 128 x 256, other ways for tuning to time: plans with
+  /// no cuBLASLt call, each its one kernel in `after`. None where the
+  /// program lacks the kernels or l is not what they take
+  /// (rt::wgmmaGemmFit, and the operands' alignment); as GPTC_GEMM_OWN
+  /// says.
+  std::vector<GemmPlan> planOwnGemms(const Launch &l, const GemmMapping &map);
   /// The kernels after a GEMM planned at `level` < Full.
   void planFollowups(const Launch &l, const GemmMapping &map, GemmPlan &g,
                      const std::string &label, EpilogueLevel level);
@@ -526,6 +535,10 @@ private:
   bool profile = false, syncEach = false, useGraphs = true;
   bool forceGemmFallback = false;  // GPTC_GEMM_FALLBACK=1
   bool dgeluInCublasLt = false;    // GPTC_GEMM_DGELU=cublaslt
+  /// GPTC_GEMM_OWN: gptc's own GEMMs timed among the ways (1), never
+  /// (0), or one block shape alone, untimed (narrow, wide).
+  enum class OwnGemms { Timed, Never, Narrow, Wide };
+  OwnGemms ownGemms = OwnGemms::Timed;
   bool tuneGemms = true;           // GPTC_GEMM_TUNE=1 (or time), the default
   bool retimeGemms = false;        // GPTC_GEMM_TUNE=time
   std::vector<int64_t> chunkBytes; // GPTC_GEMM_CHUNK_BYTES

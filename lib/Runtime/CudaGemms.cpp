@@ -567,9 +567,19 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
         others);
     refused = refusedBefore;
   }
-  // gptc's own GEMM with GELU's epilogue (sm_90a programs).
-  if (GemmPlan own; otherWays && geluAfterBias && planOwnGemm(l, map, own))
-    others.push_back(std::move(own));
+  // gptc's own GEMMs with GELU's epilogue or its derivative (sm_90a):
+  // other ways, or with GPTC_GEMM_OWN=narrow or wide the launch's one plan.
+  const bool ownOnly =
+      ownGemms == OwnGemms::Narrow || ownGemms == OwnGemms::Wide;
+  if (otherWays || ownOnly)
+    if (std::vector<GemmPlan> own = planOwnGemms(l, map); !own.empty()) {
+      if (ownOnly) {
+        gemms.push_back(std::move(own[0]));
+        return int(gemms.size() - 1);
+      }
+      for (GemmPlan &way : own)
+        others.push_back(std::move(way));
+    }
   if (kept != EpilogueLevel::Full) {
     planFollowups(l, map, g, label, kept);
     g.shape += ownDgelu ? " + gptc epilogue" : " + fallback epilogue";
@@ -781,52 +791,50 @@ CUfunction CudaBackendImpl::fallbackKernel(GemmFallback kind, DType t,
                     "gptc)");
 }
 
-bool CudaBackendImpl::planOwnGemm(const Launch &l, const GemmMapping &map,
-                                  GemmPlan &own) {
-  const DType t = DType::BF16;
-  const std::string name = gemmFallbackKernel(GemmFallback::WgmmaBiasGelu, t);
-  if (!hasKernel(name) || l.kernel != "matmul_epilogue" ||
-      l.inputs.size() != 3 || l.outputs.size() != 2 || map.loops != 1 ||
-      map.batch != 1 || accumulates(l))
-    return false;
-  for (int id :
-       {l.inputs[0], l.inputs[1], l.inputs[2], l.outputs[0], l.outputs[1]})
-    if (buffer(id).dtype != t)
-      return false;
-  for (const char *flag : {"transpose_a", "transpose_b"})
-    if (auto it = l.ints.find(flag); it != l.ints.end() && it->second != 0)
-      return false;
-  // a [m, k] and b [k, n], dense; the results [m, n].
-  const Buffer &a = buffer(l.inputs[0]), &b = buffer(l.inputs[1]);
-  if (b.shape.size() != 2 || a.shape.empty() || a.shape.back() != b.shape[0])
-    return false;
-  const int64_t k = b.shape[0], n = b.shape[1], m = a.numel() / k;
-  if (m % 128 != 0 || n % 128 != 0 || k % 64 != 0 || k == 0 ||
-      m / 128 > 65535 || buffer(l.outputs[0]).numel() != m * n ||
-      buffer(l.outputs[1]).numel() != m * n || buffer(l.inputs[2]).numel() != n)
-    return false;
+std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
+                                                    const GemmMapping &map) {
+  std::vector<GemmPlan> ways;
+  const std::optional<WgmmaGemmFit> fit = wgmmaGemmFit(*prog, l);
+  if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
+    return ways;
+  // 16-byte copies of a and b; two-element accesses of the rest.
   if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
-      (address(l.inputs[2]) | address(l.outputs[0]) | address(l.outputs[1])) %
+      (address(l.inputs[2]) | address(l.outputs[0]) |
+       (l.outputs.size() > 1 ? address(l.outputs[1]) : 0)) %
               4 !=
           0)
-    return false;
-  own.shape = std::to_string(m) + "x" + std::to_string(n) + "x" +
-              std::to_string(k) + " bf16 + GELU";
-  own.way = "gptc wgmma GEMM";
-  own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
-  own.candidates = {cublasLtMatmulAlgo_t{}};
-  own.outPtr = address(l.outputs[0]);
-  GemmPlan::Followup f;
-  f.fn = fallbackKernel(GemmFallback::WgmmaBiasGelu, t, l.kernel);
-  f.grid[0] = uint32_t(n / 128);
-  f.grid[1] = uint32_t(m / 128);
-  f.sharedBytes = kGemmWgmmaSharedBytes;
-  f.args = {address(l.inputs[0]),  address(l.inputs[1]),
-            address(l.inputs[2]),  address(l.outputs[0]),
-            address(l.outputs[1]), uint64_t(m),
-            uint64_t(n),           uint64_t(k)};
-  own.after.push_back(std::move(f));
-  return true;
+    return ways;
+  const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
+  for (bool wide : {false, true}) {
+    const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
+    if ((wide && !fit->wide) || (ownGemms == OwnGemms::Narrow && wide) ||
+        (ownGemms == OwnGemms::Wide && !wide) ||
+        !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
+      continue;
+    GemmPlan own;
+    own.shape = std::to_string(fit->m) + "x" + std::to_string(fit->n) + "x" +
+                std::to_string(fit->k) + " bf16" +
+                (biasGelu ? " + GELU" : " tB + GELU's derivative") +
+                (wide ? ", 128x256 blocks" : ", 128x128 blocks");
+    own.way = wide ? "gptc wgmma GEMM 128x256" : "gptc wgmma GEMM 128x128";
+    own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
+    own.candidates = {cublasLtMatmulAlgo_t{}};
+    own.outPtr = address(l.outputs[0]);
+    GemmPlan::Followup f;
+    f.fn = fallbackKernel(kind, DType::BF16, l.kernel);
+    f.grid[0] = uint32_t(fit->n / (wide ? 256 : 128));
+    f.grid[1] = uint32_t(fit->m / 128);
+    f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
+    // (a, b, the bias or pre-activation, then the results, then m, n, k.)
+    f.args = {address(l.inputs[0]), address(l.inputs[1]), address(l.inputs[2])};
+    for (int id : l.outputs)
+      f.args.push_back(address(id));
+    for (int64_t size : {fit->m, fit->n, fit->k})
+      f.args.push_back(uint64_t(size));
+    own.after.push_back(std::move(f));
+    ways.push_back(std::move(own));
+  }
+  return ways;
 }
 
 void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,

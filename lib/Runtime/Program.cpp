@@ -220,6 +220,12 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
 std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   if (kind == GemmFallback::WgmmaBiasGelu)
     return std::string("gemm_wgmma_bias_gelu_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaGeluGrad)
+    return std::string("gemm_wgmma_gelu_grad_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaWideBiasGelu)
+    return std::string("gemm_wgmma_wide_bias_gelu_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaWideGeluGrad)
+    return std::string("gemm_wgmma_wide_gelu_grad_") + dtypeName(t);
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"
                      : kind == GemmFallback::Gelu     ? "gelu"
@@ -227,6 +233,47 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
                          ? "column_partials"
                          : "column_sums";
   return std::string("gemm_fallback_") + what + "_" + dtypeName(t);
+}
+
+std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
+  auto flag = [&](const char *name) {
+    auto it = l.ints.find(name);
+    return it != l.ints.end() && it->second != 0;
+  };
+  if (l.inputs.size() != 3 || flag("transpose_a") || accumulates(l))
+    return std::nullopt;
+  WgmmaGemmFit fit{};
+  if (l.kernel == "matmul_epilogue" && flag("gelu") && l.outputs.size() == 2 &&
+      !flag("transpose_b"))
+    fit.kind = GemmFallback::WgmmaBiasGelu;
+  else if (l.kernel == "matmul_gelu_grad" && l.outputs.size() == 1 &&
+           flag("transpose_b"))
+    fit.kind = GemmFallback::WgmmaGeluGrad;
+  else
+    return std::nullopt;
+  for (const std::vector<int> *ids : {&l.inputs, &l.outputs})
+    for (int id : *ids)
+      if (p.buffers.at(id).dtype != DType::BF16)
+        return std::nullopt;
+  const Buffer &a = p.buffers.at(l.inputs[0]), &b = p.buffers.at(l.inputs[1]);
+  if (b.shape.size() != 2 || a.shape.empty())
+    return std::nullopt;
+  const bool biasGelu = fit.kind == GemmFallback::WgmmaBiasGelu;
+  fit.k = biasGelu ? b.shape[0] : b.shape[1];
+  fit.n = biasGelu ? b.shape[1] : b.shape[0];
+  if (fit.k <= 0 || fit.k % 64 != 0 || fit.n % 128 != 0 ||
+      a.shape.back() != fit.k || a.numel() % (fit.k * 128) != 0)
+    return std::nullopt;
+  fit.m = a.numel() / fit.k;
+  // The third operand: the bias [n], or the pre-activation [m, n].
+  const int64_t third = biasGelu ? fit.n : fit.m * fit.n;
+  if (fit.m / 128 > 65535 || p.buffers.at(l.inputs[2]).numel() != third)
+    return std::nullopt;
+  for (int id : l.outputs)
+    if (p.buffers.at(id).numel() != fit.m * fit.n)
+      return std::nullopt;
+  fit.wide = fit.n % 256 == 0;
+  return fit;
 }
 
 const char *roleName(Role r) {

@@ -2009,74 +2009,131 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterGeluWay) {
   }
 }
 
-/// c_fc's forward at its tiles' sizes, all bf16: x [256, 64] by w [64,
-/// 128], GELU with its pre-activation kept; with gptc's own GEMM for it
-/// (an sm_90a program's) beside the fallback kernels.
-Function ownGemmEpilogue(Program &p) {
-  enum : int { X, W, B, H, PRE };
+/// c_fc's forward and backward at gptc's wgmma GEMMs' tile sizes, all
+/// bf16: x [256, 64] by w [64, 256], GELU with its pre-activation kept;
+/// dy [256, 64] by wt [256, 64] (transpose_b), GELU's derivative at that
+/// pre-activation. With gptc's own GEMMs for them (an sm_90a program's,
+/// in blocks of 128 x 128 and of 128 x 256) beside the fallback kernels.
+Function ownGemmEpilogues(Program &p) {
+  enum : int { X, W, B, H, PRE, DY, WT, DP };
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("x", DType::BF16, {2, 128, 64}, Role::Param),
-               buffer("w", DType::BF16, {64, 128}, Role::Param),
-               buffer("b", DType::BF16, {128}, Role::Param),
-               buffer("h", DType::BF16, {2, 128, 128}, Role::Output),
-               buffer("pre", DType::BF16, {2, 128, 128}, Role::Output)};
-  DeviceKernel k;
-  k.name = gemmFallbackKernel(GemmFallback::WgmmaBiasGelu, DType::BF16);
-  k.arch = "sm_90a";
-  k.cubin = {'F', 'A', 'K', 'E'};
-  p.kernels.push_back(k);
+               buffer("w", DType::BF16, {64, 256}, Role::Param),
+               buffer("b", DType::BF16, {256}, Role::Param),
+               buffer("h", DType::BF16, {2, 128, 256}, Role::Output),
+               buffer("pre", DType::BF16, {2, 128, 256}, Role::Output),
+               buffer("dy", DType::BF16, {256, 64}, Role::Param),
+               buffer("wt", DType::BF16, {256, 64}, Role::Param),
+               buffer("dp", DType::BF16, {256, 256}, Role::Output)};
+  for (GemmFallback kind :
+       {GemmFallback::WgmmaBiasGelu, GemmFallback::WgmmaGeluGrad,
+        GemmFallback::WgmmaWideBiasGelu, GemmFallback::WgmmaWideGeluGrad}) {
+    DeviceKernel k;
+    k.name = gemmFallbackKernel(kind, DType::BF16);
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E'};
+    p.kernels.push_back(k);
+  }
   Function f;
   f.name = "forward";
   Launch gelu = launch("matmul_epilogue", {X, W, B}, {H, PRE});
   gelu.ints["gelu"] = 1;
-  f.launches = {gelu};
+  f.launches = {gelu, launch("matmul_gelu_grad", {DY, WT, PRE}, {DP}, true)};
   return f;
 }
 
-/// Writes 0 where the fake's reference of gptc's wgmma GEMM wrote (its
-/// out, args[3]: m·n bf16): a GEMM that computes something else.
-void zeroOwnGemmResult(const uint64_t *args) {
+/// Zeros where the fake's reference of a wgmma GEMM wrote its result
+/// (out, args[3], m·n bf16; m and n from `at` on): a GEMM that computes
+/// something else.
+template <int at> void zeroOwnGemmResult(const uint64_t *args) {
   std::memset(reinterpret_cast<void *>(args[3]), 0,
-              size_t(args[5] * args[6]) * 2);
+              size_t(args[at] * args[at + 1]) * 2);
 }
 
-/// gptc's own GEMM (kernels/gemm_wgmma.cuh) is one more way to GELU's
-/// epilogue that tuning times, where the program has it and the shapes fit
-/// its tiles: faster, it runs in place of cuBLASLt (no GEMM in the run,
-/// 99,312 bytes of dynamic shared memory a block, grid 1 x 2), and its
-/// results match the CPU backend's; slower, or faster but wrong, cuBLASLt
-/// keeps the launch.
-TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemm) {
+/// gptc's own GEMMs (kernels/gemm_wgmma.cuh) in each block shape are more
+/// ways to GELU's epilogue and to its derivative's that tuning times,
+/// where the program has them and the shapes fit their tiles: the faster
+/// shape, faster than cuBLASLt, runs in its place (no cuBLASLt GEMM in the
+/// run; 99,312 or 197,616 bytes of dynamic shared memory a block, which
+/// the fake refuses without the runtime's opt-in), and the results match
+/// the CPU backend's; slower, or faster but wrong, cuBLASLt keeps the
+/// launches. GPTC_GEMM_OWN=narrow, =wide and =0 decide without timing.
+TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
   REQUIRE_FAKE(plain);
   plain.reset();
   auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
   auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
       "gptcFakeKernelRunsOnHost");
-  const char *own = "gemm_wgmma_bias_gelu_bf16";
-  struct Case {
-    float ms;   // the own kernel's
-    bool wrong; // it writes zeros
-    bool kept;
+  // Forward and backward, in 128 x 128 blocks then 128 x 256.
+  const std::vector<std::string> own = {
+      "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_gelu_grad_bf16",
+      "gemm_wgmma_wide_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16"};
+  auto time = [&](float narrow, float wide) {
+    for (int i = 0; i < 4; ++i)
+      kernelMs(own[size_t(i)].c_str(), i < 2 ? narrow : wide);
   };
-  for (const Case &c : {Case{0.01f, false, true}, Case{5.0f, false, false},
-                        Case{0.01f, true, false}}) {
-    SCOPED_TRACE(std::to_string(c.ms) + (c.wrong ? " wrong" : ""));
-    kernelMs(own, c.ms);
-    if (c.wrong)
-      onHost(own, 8, zeroOwnGemmResult);
+  struct Case {
+    float narrowMs, wideMs;
+    bool wrong;       // both write zeros
+    const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
+  };
+  for (const Case &c :
+       {Case{0.01f, 5.0f, false, "128x128"},
+        Case{5.0f, 0.01f, false, "128x256"}, Case{5.0f, 5.0f, false, ""},
+        Case{0.01f, 0.01f, true, ""}}) {
+    SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
+                 (c.wrong ? " wrong" : ""));
+    time(c.narrowMs, c.wideMs);
+    if (c.wrong) {
+      onHost(own[0].c_str(), 8, zeroOwnGemmResult<5>);
+      onHost(own[1].c_str(), 7, zeroOwnGemmResult<4>);
+      onHost(own[2].c_str(), 8, zeroOwnGemmResult<5>);
+      onHost(own[3].c_str(), 7, zeroOwnGemmResult<4>);
+    }
     std::vector<std::string> names;
-    auto [err, run] = loadAndRun(ownGemmEpilogue, "time", &names);
+    auto [err, run] = loadAndRun(ownGemmEpilogues, "time", &names);
     kernelMs(nullptr, 0.0f);
     onHost(nullptr, 0, nullptr);
-    EXPECT_NE(err.find("gptc wgmma GEMM"), std::string::npos) << err;
-    EXPECT_EQ(err.find("gptc wgmma GEMM 0.002 (kept)") != std::string::npos,
-              c.kept)
-        << err;
-    if (c.wrong)
-      EXPECT_NE(err.find("not used"), std::string::npos) << err;
-    EXPECT_EQ(contains(names, own), c.kept);
-    EXPECT_EQ(run.empty(), c.kept) << "cuBLASLt GEMMs in the run";
-    expectKeptChoiceMatchesCpu(ownGemmEpilogue);
+    const std::string kept = c.kept;
+    expectOtherWaysTook(err, kept.empty() ? "0" : "2", 2);
+    for (const char *key : {"matmul_epilogue 256x256x64 bf16, ms a run:",
+                            "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:"}) {
+      const size_t line = err.find(key);
+      ASSERT_NE(line, std::string::npos) << key << "\n" << err;
+      const std::string timed = err.substr(line, err.find('\n', line) - line);
+      for (const char *shape : {"128x128", "128x256"})
+        EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
+                             " 0.002 (kept)") != std::string::npos,
+                  kept == shape)
+            << timed;
+      if (c.wrong)
+        EXPECT_NE(timed.find("not used"), std::string::npos) << timed;
+    }
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(contains(names, own[size_t(i)]),
+                kept == (i < 2 ? "128x128" : "128x256"))
+          << own[size_t(i)];
+    EXPECT_EQ(run.empty(), !kept.empty()) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(ownGemmEpilogues);
+  }
+  // GPTC_GEMM_OWN=narrow or wide: that shape runs even where slower,
+  // untimed against cuBLASLt (a check's way to it), and matches the CPU
+  // backend; GPTC_GEMM_OWN=0: never, even where faster.
+  for (const char *value : {"narrow", "wide", "0"}) {
+    SCOPED_TRACE(value);
+    const std::string v = value;
+    time(v == "0" ? 0.01f : 5.0f, v == "0" ? 0.01f : 5.0f);
+    ScopedEnv env("GPTC_GEMM_OWN", value);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmEpilogues, "time", &names);
+    kernelMs(nullptr, 0.0f);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(contains(names, own[size_t(i)]),
+                v == (i < 2 ? "narrow" : "wide"))
+          << own[size_t(i)];
+    EXPECT_EQ(run.empty(), v != "0") << "cuBLASLt GEMMs in the run";
+    EXPECT_EQ(err.find("gptc wgmma GEMM"), std::string::npos) << err;
+    expectKeptChoiceMatchesCpu(ownGemmEpilogues);
   }
 }
 

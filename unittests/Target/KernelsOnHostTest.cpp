@@ -1517,14 +1517,43 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
              "column sums in float32");
 }
 
-// gptc's own GEMM (gemm_wgmma.cuh) on the host's emulation of wgmma, with
-// the race checker: pre = x·w + bias and out = GELU(pre) against the CPU
-// executor's fused GEMM, each bf16 result its rounding or one ulp from it
-// (the products summed in another order; GELU's sigmoid form). 2 x 2
-// blocks of 128 x 128, 5 steps of 64 through 3 stages, so every stage is
-// filled again. The emitter adds the kernel for sm_90a alone, and only
-// for GELU GEMMs whose shapes fit its tiles.
-TEST(TemplateKernelsOnHost, WgmmaGemmWithGeluMatchesTheCpuExecutor) {
+/// Each of got's bf16 values within one ulp of want's (2^-7 of it, so
+/// one ulp at the top of a binade too), or within `tinyAt` of it: where the
+/// executor's tanh form saturates to 0, GELU's sigmoid form gives tiny
+/// values (down to -2^-126) and its derivative's values within 4e-6 of
+/// float64's (gemm_fallback.cuh), times the product it scales. Returns how
+/// many values stood where the executor's were 0.
+int64_t expectWithinOneUlpOrTiny(const std::vector<uint16_t> &want,
+                                 const std::vector<uint16_t> &got,
+                                 const char *what, float tinyAt = 1e-6f) {
+  EXPECT_EQ(want.size(), got.size()) << what;
+  const int64_t n = int64_t(got.size());
+  const exec::HostTensor g = fromBf16Bits(got, {n}),
+                         w = fromBf16Bits(want, {n});
+  int64_t tiny = 0;
+  for (int64_t i = 0; i < n && i < int64_t(want.size()); ++i) {
+    const float x = g.f32[size_t(i)], y = w.f32[size_t(i)];
+    tiny += y == 0.0f && x != 0.0f;
+    if (!(std::fabs(x - y) <= std::ldexp(std::fabs(y), -7) + tinyAt)) {
+      ADD_FAILURE() << what << " element " << i << ": " << x << " against "
+                    << y;
+      break;
+    }
+  }
+  return tiny;
+}
+
+// gptc's own GEMMs (gemm_wgmma.cuh) on the host's emulation of wgmma, with
+// the race checker, against the CPU executor's fused GEMMs: pre = x·w +
+// bias and out = GELU(pre) (w [k, n]); GELU's derivative, gelu'(pre) ·
+// (dy·wtᵀ) (wt [n, k]). Each bf16 result is the executor's rounding or one
+// ulp from it (the products summed in another order; GELU's sigmoid
+// form), but where that form's tiny values stand for the executor's 0.
+// 2 x 2 blocks of 128 x 128 (5 steps of 64 through 3 stages, so every
+// stage is filled again), and 1 x 2 of 128 x 256 (through 4). The emitter
+// adds the kernels for sm_90a alone, and only for GEMMs whose shapes fit
+// their tiles.
+TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 320;
   Builder b;
@@ -1532,11 +1561,22 @@ TEST(TemplateKernelsOnHost, WgmmaGemmWithGeluMatchesTheCpuExecutor) {
       bias = b.buf(bf16, {n}), out = b.buf(bf16, {2, m / 2, n}),
       pre = b.buf(bf16, {2, m / 2, n});
   b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  int wt = b.buf(bf16, {n, k}), dp = b.buf(bf16, {m, n});
+  b.launch("matmul_gelu_grad", {x, wt, pre}, {dp}).ints["transpose_b"] = 1;
+  // Each in blocks of 128 x 128 and of 128 x 256.
+  const std::vector<std::string> own = {
+      "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_gelu_grad_bf16",
+      "gemm_wgmma_wide_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16"};
+  auto ownKernels = [&](const rt::Program &p) {
+    std::vector<std::string> names;
+    for (const rt::DeviceKernel &dk : p.kernels)
+      if (dk.name.rfind("gemm_wgmma_", 0) == 0)
+        names.push_back(dk.name);
+    return names;
+  };
   rt::Program sm80 = b.p;
-  emitForHost(sm80, HostTarget::Sm80);
-  for (const rt::DeviceKernel &dk : sm80.kernels)
-    EXPECT_NE(dk.name, "gemm_wgmma_bias_gelu_bf16") << "on sm_80";
-  // Shapes off its tiles: rows, columns or depth.
+  EXPECT_TRUE(ownKernels(emitForHost(sm80, HostTarget::Sm80)).empty());
+  // Shapes off their tiles: rows, columns or depth.
   for (auto [rows, cols, depth] :
        {std::tuple<int64_t, int64_t, int64_t>{200, 256, 64},
         {256, 192, 64},
@@ -1544,46 +1584,68 @@ TEST(TemplateKernelsOnHost, WgmmaGemmWithGeluMatchesTheCpuExecutor) {
     Builder off;
     int ox = off.buf(bf16, {rows, depth}), ow = off.buf(bf16, {depth, cols}),
         ob = off.buf(bf16, {cols}), oo = off.buf(bf16, {rows, cols}),
-        op = off.buf(bf16, {rows, cols});
+        op = off.buf(bf16, {rows, cols}), owt = off.buf(bf16, {cols, depth}),
+        odp = off.buf(bf16, {rows, cols});
     off.launch("matmul_epilogue", {ox, ow, ob}, {oo, op}).ints["gelu"] = 1;
-    emitForHost(off.p, HostTarget::Sm90a);
-    for (const rt::DeviceKernel &dk : off.p.kernels)
-      EXPECT_NE(dk.name, "gemm_wgmma_bias_gelu_bf16")
-          << rows << " x " << cols << " x " << depth;
+    off.launch("matmul_gelu_grad", {ox, owt, op}, {odp}).ints["transpose_b"] =
+        1;
+    EXPECT_TRUE(ownKernels(emitForHost(off.p, HostTarget::Sm90a)).empty())
+        << rows << " x " << cols << " x " << depth;
+  }
+  // 384 columns: the 128-column blocks alone.
+  {
+    Builder narrow;
+    int nx = narrow.buf(bf16, {128, 64}), nw = narrow.buf(bf16, {64, 384}),
+        nb = narrow.buf(bf16, {384}), no = narrow.buf(bf16, {128, 384}),
+        np = narrow.buf(bf16, {128, 384});
+    narrow.launch("matmul_epilogue", {nx, nw, nb}, {no, np}).ints["gelu"] = 1;
+    EXPECT_EQ(ownKernels(emitForHost(narrow.p, HostTarget::Sm90a)),
+              std::vector<std::string>{own[0]});
   }
 
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  EXPECT_EQ(ownKernels(p), own);
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
-  EXPECT_EQ(rt::dynamicSharedBytes(p).back(), rt::kGemmWgmmaSharedBytes);
-  std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 21)),
-                        wBits = bf16Bits(randomFloats({k, n}, 22)),
-                        biasBits = bf16Bits(randomFloats({n}, 23)),
-                        outBits(size_t(m * n), 0xffff),
-                        preBits(size_t(m * n), 0xffff);
-  auto address = [](auto &v) {
+  const std::vector<uint32_t> shared = rt::dynamicSharedBytes(p);
+  EXPECT_EQ(shared[shared.size() - 3], rt::kGemmWgmmaSharedBytes);
+  EXPECT_EQ(shared.back(), rt::kGemmWgmmaWideSharedBytes);
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 21)),
+                              wBits = bf16Bits(randomFloats({k, n}, 22)),
+                              biasBits = bf16Bits(randomFloats({n}, 23)),
+                              wtBits = bf16Bits(randomFloats({n, k}, 24));
+  auto address = [](const auto &v) {
     return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
   };
-  kernels.call("gemm_wgmma_bias_gelu_bf16",
-               {address(xBits), address(wBits), address(biasBits),
-                address(outBits), address(preBits), uint64_t(m), uint64_t(n),
-                uint64_t(k)},
-               uint32_t(n / 128), uint32_t(m / 128));
-  std::vector<exec::HostTensor> fused = exec::matmulEpilogue(
+  const std::vector<exec::HostTensor> fused = exec::matmulEpilogue(
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
       fromBf16Bits(biasBits, {n}), false, false, true, true);
-  expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
-  // GELU: below about -9 the sigmoid form's tiny negatives (down to
-  // -2^-126) stand where the executor's tanh form gives -0; elsewhere one
-  // ulp, as the pre-activation.
-  const exec::HostTensor got = fromBf16Bits(outBits, {m, n}),
-                         want = fromBf16Bits(bf16Bits(fused[0]), {m, n});
-  int64_t tiny = 0;
-  for (int64_t i = 0; i < m * n; ++i) {
-    const float g = got.f32[size_t(i)], w = want.f32[size_t(i)];
-    tiny += w == 0.0f && g != 0.0f;
-    ASSERT_LE(std::fabs(g - w), std::ldexp(std::fabs(w), -7) + 1e-6f)
-        << "GELU(x·w + bias) element " << i << ": " << g << " against " << w;
+  for (int wide = 0; wide < 2; ++wide) {
+    SCOPED_TRACE(wide ? "128 x 256 blocks" : "128 x 128 blocks");
+    const uint32_t columns = wide ? 256 : 128;
+    std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
+        preBits(size_t(m * n), 0xffff), dpBits(size_t(m * n), 0xffff);
+    kernels.call(own[2 * wide],
+                 {address(xBits), address(wBits), address(biasBits),
+                  address(outBits), address(preBits), uint64_t(m), uint64_t(n),
+                  uint64_t(k)},
+                 uint32_t(n / columns), uint32_t(m / 128));
+    expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
+    EXPECT_GT(expectWithinOneUlpOrTiny(bf16Bits(fused[0]), outBits,
+                                       "GELU(x·w + bias)"),
+              0)
+        << "no pre-activation far enough below 0 to tell";
+
+    // GELU's derivative at that pre-activation.
+    kernels.call(own[2 * wide + 1],
+                 {address(xBits), address(wtBits), address(preBits),
+                  address(dpBits), uint64_t(m), uint64_t(n), uint64_t(k)},
+                 uint32_t(n / columns), uint32_t(m / 128));
+    const std::vector<exec::HostTensor> dgelu = exec::matmulGeluGrad(
+        fromBf16Bits(xBits, {m, k}), fromBf16Bits(wtBits, {n, k}),
+        fromBf16Bits(preBits, {m, n}), false, true, false);
+    // (The products here are up to about 100: 4e-6 of them.)
+    expectWithinOneUlpOrTiny(bf16Bits(dgelu[0]), dpBits, "gelu'(pre) · (x·wtᵀ)",
+                             4e-4f);
   }
-  EXPECT_GT(tiny, 0) << "no pre-activation far enough below 0 to tell";
 }

@@ -49,6 +49,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -235,16 +236,18 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    whole epilogue in one pass)
 ///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
 ///                                    grid ceil(cols / 32)
-/// And one that is the whole GEMM, gptc's own (kernels/gemm_wgmma.cuh,
-/// sm_90a programs alone, bf16), a way GEMM tuning times against
-/// cuBLASLt's:
+/// And two that are the whole GEMM, gptc's own (kernels/gemm_wgmma.cuh,
+/// sm_90a programs alone, bf16), ways GEMM tuning times against
+/// cuBLASLt's; grid (n / 128, m / 128), kGemmWgmmaSharedBytes of dynamic
+/// shared memory, a [m, k], m and n multiples of 128, k of 64:
 ///   WgmmaBiasGelu   (const T *a, const T *b, const T *bias, T *out,
-///                    T *pre, i64 m, i64 n, i64 k)   grid (n / 128,
-///                                    m / 128), gemmWgmmaSharedBytes of
-///                                    dynamic shared memory: pre = a·b +
-///                                    bias, out = gelu(pre); a [m, k], b
-///                                    [k, n], m and n multiples of 128, k
-///                                    of 64
+///                    T *pre, i64 m, i64 n, i64 k)   pre = a·b + bias,
+///                                    out = gelu(pre); b [k, n]
+///   WgmmaGeluGrad   (const T *a, const T *b, const T *pre, T *out,
+///                    i64 m, i64 n, i64 k)   out = gelu'(pre) · (a·bᵀ);
+///                                    b [n, k]
+/// and each again in blocks of 128 x 256 (WgmmaWide*: grid (n / 256,
+/// m / 128), kGemmWgmmaWideSharedBytes), where n is a multiple of 256.
 /// All are 1-D blocks of 256 threads.
 enum class GemmFallback {
   Bias,
@@ -252,10 +255,18 @@ enum class GemmFallback {
   Gelu,
   ColumnPartials,
   ColumnSums,
-  WgmmaBiasGelu
+  WgmmaBiasGelu,
+  WgmmaGeluGrad,
+  WgmmaWideBiasGelu,
+  WgmmaWideGeluGrad
 };
+/// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu: WgmmaWideBiasGelu).
+inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaBiasGelu ? GemmFallback::WgmmaWideBiasGelu
+                                             : GemmFallback::WgmmaWideGeluGrad;
+}
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...,
-/// "gemm_wgmma_bias_gelu_bf16".
+/// "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16".
 std::string gemmFallbackKernel(GemmFallback kind, DType t);
 /// How many (8-byte) arguments the GemmFallback kernel `name` takes, 0 if
 /// `name` is none. Inline: the fake driver and host tests use it alone.
@@ -266,20 +277,39 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_fallback_gelu_", 3},
         {"gemm_fallback_column_partials_", 6},
         {"gemm_fallback_column_sums_", 4},
-        {"gemm_wgmma_bias_gelu_", 8}})
+        {"gemm_wgmma_bias_gelu_", 8},
+        {"gemm_wgmma_gelu_grad_", 7},
+        {"gemm_wgmma_wide_bias_gelu_", 8},
+        {"gemm_wgmma_wide_gelu_grad_", 7}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;
   return 0;
 }
-/// The dynamic shared memory of gptc's wgmma GEMM (WgmmaBiasGelu): three
-/// stages of four 8 KB tiles, and 1,008 bytes to align them to 1,024
-/// (the kernel's kGemmWgmmaSharedBytes, which its source asserts equal).
-inline constexpr uint32_t kGemmWgmmaSharedBytes = 3 * 4 * 8192 + 1024 - 16;
+/// Which of gptc's wgmma GEMMs a GEMM launch of p fits, with its m, n and
+/// k: a bf16 matmul_epilogue with GELU that keeps its pre-activation (b
+/// [k, n]), or a bf16 matmul_gelu_grad without a bias gradient (b [n, k],
+/// transpose_b); neither accumulating nor with a transposed a; m and n
+/// multiples of 128, k of 64. The emitter adds the kernel for sm_90a
+/// where one fits; the runtime also checks the operands' alignment.
+struct WgmmaGemmFit {
+  GemmFallback kind; ///< WgmmaBiasGelu or WgmmaGeluGrad
+  int64_t m, n, k;
+  bool wide; ///< n is a multiple of 256: the wide blocks fit too
+};
+std::optional<WgmmaGemmFit> wgmmaGemmFit(const struct Program &p,
+                                         const struct Launch &l);
+/// The dynamic shared memory of gptc's wgmma GEMMs: three stages of four
+/// 8 KB tiles (the wide blocks: four of six), and 1,008 bytes to align
+/// them to 1,024 (gemm_wgmma.cuh's figures, which the kernels' source
+/// asserts equal).
+inline constexpr uint32_t kGemmWgmmaSharedBytes = 3 * 4 * 8192 + 1024 - 16,
+                          kGemmWgmmaWideSharedBytes = 4 * 6 * 8192 + 1024 - 16;
 /// What a GemmFallback kernel `name` asks for beside its static shared
-/// memory: kGemmWgmmaSharedBytes for the wgmma GEMM, else 0.
+/// memory: the wgmma GEMMs' figures, else 0.
 inline uint32_t gemmFallbackSharedBytes(std::string_view name) {
-  return name.substr(0, 21) == "gemm_wgmma_bias_gelu_" ? kGemmWgmmaSharedBytes
-                                                       : 0;
+  if (name.substr(0, 16) == "gemm_wgmma_wide_")
+    return kGemmWgmmaWideSharedBytes;
+  return name.substr(0, 11) == "gemm_wgmma_" ? kGemmWgmmaSharedBytes : 0;
 }
 
 struct Function {

@@ -45,35 +45,42 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
     return {"const float *partial, " + T + " *out, i64 chunks, i64 cols",
             "gemmFallbackColumnSums(partial, out, chunks, cols)"};
   case GemmFallback::WgmmaBiasGelu:
+  case GemmFallback::WgmmaWideBiasGelu:
     return {"const " + T + " *a, const " + T + " *b, const " + T + " *bias, " +
                 T + " *out, " + T + " *pre, i64 m, i64 n, i64 k",
-            "gemmWgmmaBiasGelu(a, b, bias, out, pre, m, n, k)"};
+            std::string("gemmWgmmaBiasGelu<") +
+                (kind == GemmFallback::WgmmaWideBiasGelu ? "true" : "false") +
+                ">(a, b, bias, out, pre, m, n, k)"};
+  case GemmFallback::WgmmaGeluGrad:
+  case GemmFallback::WgmmaWideGeluGrad:
+    return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
+                T + " *out, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaGeluGrad<") +
+                (kind == GemmFallback::WgmmaWideGeluGrad ? "true" : "false") +
+                ">(a, b, pre, out, m, n, k)"};
   }
   return {};
 }
 
-/// 256 threads; the column partials at least 4 blocks an SM (64
-/// registers), so that one wave of them (partialRows) has its rows in
-/// flight on every SM.
-std::string launchBounds(GemmFallback kind) {
-  return kind == GemmFallback::ColumnPartials  ? "256, 4"
-         : kind == GemmFallback::WgmmaBiasGelu ? "256, 2"
-                                               : "256";
+bool isWideWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaWideBiasGelu ||
+         kind == GemmFallback::WgmmaWideGeluGrad;
+}
+bool isWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaBiasGelu ||
+         kind == GemmFallback::WgmmaGeluGrad || isWideWgmmaGemm(kind);
 }
 
-/// Whether gptc's wgmma GEMM (kernels/gemm_wgmma.cuh) can take the GELU
-/// GEMM `l`: a [m, k] by b [k, n], neither transposed, m and n multiples
-/// of its 128-square tiles, k of its 64-deep steps.
-bool wgmmaGemmFits(const rt::Program &p, const Launch &l) {
-  for (const char *flag : {"transpose_a", "transpose_b"})
-    if (auto it = l.ints.find(flag); it != l.ints.end() && it->second != 0)
-      return false;
-  const Buffer &a = p.buffers.at(l.inputs[0]), &b = p.buffers.at(l.inputs[1]);
-  if (b.shape.size() != 2 || a.shape.empty())
-    return false;
-  const int64_t k = b.shape[0], n = b.shape[1];
-  return a.shape.back() == k && a.numel() % (k * 128) == 0 && n % 128 == 0 &&
-         k % 64 == 0 && k > 0;
+/// 256 threads; the column partials at least 4 blocks an SM (64
+/// registers), so that one wave of them (partialRows) has its rows in
+/// flight on every SM; the narrow wgmma GEMMs 2 (128 registers), so that
+/// one block's epilogue runs under the other's products, the wide ones 1
+/// (their 192 KB of stages).
+std::string launchBounds(GemmFallback kind) {
+  return kind == GemmFallback::ColumnPartials ? "256, 4"
+         : isWideWgmmaGemm(kind)              ? "256, 1"
+         : isWgmmaGemm(kind)                  ? "256, 2"
+                                              : "256";
 }
 
 } // namespace
@@ -86,19 +93,21 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
       if (l.outputs.empty() || l.inputs.size() < 2)
         continue;
       DType d = p.buffers.at(l.outputs[0]).dtype;
+      // gptc's own GEMM, where the target has wgmma and the launch fits
+      // it (the runtime also checks the alignments).
+      if (arch == "sm_90a")
+        if (auto fit = rt::wgmmaGemmFit(p, l)) {
+          needed.insert({fit->kind, d});
+          if (fit->wide)
+            needed.insert({rt::wideWgmmaGemm(fit->kind), d});
+        }
       if (l.kernel == "matmul_epilogue") {
         needed.insert({GemmFallback::Bias, d});
         // GELU after cuBLASLt's BIAS epilogue: where GELU_AUX_BIAS is
         // refused, and a way GEMM tuning times against it.
         auto gelu = l.ints.find("gelu");
-        if (gelu != l.ints.end() && gelu->second != 0) {
+        if (gelu != l.ints.end() && gelu->second != 0)
           needed.insert({GemmFallback::Gelu, d});
-          // gptc's own GEMM, where the target has wgmma and it fits
-          // (the runtime checks the layouts).
-          if (arch == "sm_90a" && d == DType::BF16 && l.outputs.size() == 2 &&
-              wgmmaGemmFits(p, l))
-            needed.insert({GemmFallback::WgmmaBiasGelu, d});
-        }
       } else if (l.kernel == "matmul_gelu_grad") {
         // With a bias gradient, ColumnPartials applies GELU's derivative
         // on its way.
@@ -119,7 +128,7 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
     rt::DeviceKernel k;
     k.name = rt::gemmFallbackKernel(kind, t);
     auto [params, call] = signature(kind, t);
-    const bool own = kind == GemmFallback::WgmmaBiasGelu;
+    const bool own = isWgmmaGemm(kind);
     k.source = std::string(own ? "// gptc: a GEMM of gptc's own\n"
                                : "// gptc: a cuBLASLt epilogue's fallback\n") +
                embedded("types.cuh") + "\n" + embedded("gemm_fallback.cuh") +
@@ -128,7 +137,9 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
                           "\n#if GPTC_WGMMA\nstatic_assert("
                           "kGemmWgmmaSharedBytes == " +
                           std::to_string(rt::kGemmWgmmaSharedBytes) +
-                          "u, \"the runtime's figure\");\n#endif\n"
+                          "u && kGemmWgmmaWideSharedBytes == " +
+                          std::to_string(rt::kGemmWgmmaWideSharedBytes) +
+                          "u, \"the runtime's figures\");\n#endif\n"
                     : std::string()) +
                "\n//===--- generated ---===//\n\n"
                "extern \"C\" __global__ void __launch_bounds__(" +

@@ -101,7 +101,7 @@ struct WgInFlight {
 struct WgAccumulators {
   float *d;
   int floats, inFlight;
-  float value[32];
+  float value[128]; // up to m64n256's 128 a thread
 };
 constexpr u32 kWgPoison = 0x7fcadbadu; // a quiet NaN
 struct WgThread {
@@ -152,17 +152,20 @@ EMU_UNCHECKED inline void wgmmaCommit() {
 /// descriptor. Without swizzling: 8 x 8 core matrices, (n%8)·16 + (n/8)·SBO
 /// + (k%8)·2 + (k/8)·LBO bytes K-major, (n%8)·2 + (n/8)·SBO + (k%8)·16 +
 /// (k/8)·LBO N-major. SWIZZLE_128B: rows of 128 bytes, (n%8)·128 +
-/// (n/8)·SBO + k·2 K-major, (k%8)·128 + (k/8)·SBO + n·2 N-major (N up to
-/// 64, one atom), then the address's bits 4-6 XORed with its bits 7-9 (the
-/// 16-byte chunk with the row within 8), as the device does it to the
+/// (n/8)·SBO + k·2 K-major, (k%8)·128 + (k/8)·SBO + (n%64)·2 + (n/64)·LBO
+/// N-major (LBO from one atom of 64 columns to the next: the PTX ISA's
+/// canonical MN-major layout), then the address's bits 4-6 XORed with its bits
+/// 7-9 (the 16-byte chunk with the row within 8), as the device does it to the
 /// shared address: here to the host address, the __shared__ variables
 /// being host statics aligned as declared.
 inline const char *wgmmaElement(u32 address, u32 lbo, u32 sbo, bool transB,
                                 bool swizzled, int n, int k) {
   u32 at;
   if (swizzled)
-    at = transB ? u32((k % 8) * 128 + (k / 8) * sbo + n * 2)
-                : u32((n % 8) * 128 + (n / 8) * sbo + k * 2);
+    at =
+        transB
+            ? u32((k % 8) * 128 + (k / 8) * sbo + (n % 64) * 2 + (n / 64) * lbo)
+            : u32((n % 8) * 128 + (n / 8) * sbo + k * 2);
   else
     at = transB
              ? u32((n % 8) * 2 + (n / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo)
@@ -263,6 +266,8 @@ EMU_UNCHECKED inline void wgmmaInFlight(const WgInFlight &op) {
     if (x.d == op.d)
       acc = &x;
   if (!acc) {
+    if (op.nt > 32)
+      emu::race::misuse("wgmma with more than 256 columns");
     t.accs.push_back({op.d, 4 * op.nt, 0, {}});
     acc = &t.accs.back();
     std::memcpy(acc->value, op.d, 4 * acc->floats);

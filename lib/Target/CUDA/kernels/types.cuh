@@ -499,12 +499,40 @@ __device__ __forceinline__ void waitForCount(const unsigned *count, unsigned n,
 #define GPTC_WGMMA_D_N64(d)                                                    \
   GPTC_WGMMA_D_N32(d), GPTC_WGMMA_D(d, 4), GPTC_WGMMA_D(d, 5),                 \
       GPTC_WGMMA_D(d, 6), GPTC_WGMMA_D(d, 7)
+#define GPTC_WGMMA_D_N128(d)                                                   \
+  GPTC_WGMMA_D_N64(d), GPTC_WGMMA_D(d, 8), GPTC_WGMMA_D(d, 9),                 \
+      GPTC_WGMMA_D(d, 10), GPTC_WGMMA_D(d, 11), GPTC_WGMMA_D(d, 12),           \
+      GPTC_WGMMA_D(d, 13), GPTC_WGMMA_D(d, 14), GPTC_WGMMA_D(d, 15)
+#define GPTC_WGMMA_D_N256(d)                                                   \
+  GPTC_WGMMA_D_N128(d), GPTC_WGMMA_D(d, 16), GPTC_WGMMA_D(d, 17),              \
+      GPTC_WGMMA_D(d, 18), GPTC_WGMMA_D(d, 19), GPTC_WGMMA_D(d, 20),           \
+      GPTC_WGMMA_D(d, 21), GPTC_WGMMA_D(d, 22), GPTC_WGMMA_D(d, 23),           \
+      GPTC_WGMMA_D(d, 24), GPTC_WGMMA_D(d, 25), GPTC_WGMMA_D(d, 26),           \
+      GPTC_WGMMA_D(d, 27), GPTC_WGMMA_D(d, 28), GPTC_WGMMA_D(d, 29),           \
+      GPTC_WGMMA_D(d, 30), GPTC_WGMMA_D(d, 31)
 #define GPTC_WGMMA_REGS_N32                                                    \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define GPTC_WGMMA_REGS_N64                                                    \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "     \
   "%30, %31}"
+#define GPTC_WGMMA_REGS_N256                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, "         \
+  "%15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, "     \
+  "%29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "     \
+  "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "     \
+  "%57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, "     \
+  "%71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, "     \
+  "%85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, "     \
+  "%99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "          \
+  "%110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, "         \
+  "%121, %122, %123, %124, %125, %126, %127}"
+#define GPTC_WGMMA_REGS_N128                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "    \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "     \
+  "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "     \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "     \
+  "%58, %59, %60, %61, %62, %63}"
 
 // (The instructions' strings as PTX reads them.)
 // clang-format off
@@ -549,6 +577,29 @@ wgmmaBf16(float (&d)[8][4], unsigned long long a, unsigned long long b,
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
                GPTC_WGMMA_REGS_N64 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
                : GPTC_WGMMA_D_N64(d)
+               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
+}
+/// m64n256k16 with A from shared memory (gptc's wide GEMM blocks).
+template <bool kTransB>
+__device__ __forceinline__ void
+wgmmaBf16(float (&d)[32][4], unsigned long long a, unsigned long long b,
+          bool accumulate = true) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+               GPTC_WGMMA_REGS_N256 ", %128, %129, p, 1, 1, 0, %131;\n}\n"
+               : GPTC_WGMMA_D_N256(d)
+               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
+}
+/// m64n128k16 with A from shared memory (gptc's GEMMs, gemm_wgmma.cuh):
+/// A's 2 KB read once for 128 columns, where two m64n64k16 read it twice.
+template <bool kTransB>
+__device__ __forceinline__ void
+wgmmaBf16(float (&d)[16][4], unsigned long long a, unsigned long long b,
+          bool accumulate = true) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+               GPTC_WGMMA_REGS_N128 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+               : GPTC_WGMMA_D_N128(d)
                : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
 }
 template <bool kTransB>
