@@ -1649,3 +1649,76 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
                              4e-4f);
   }
 }
+
+// The race checker and the emulation's in-flight poison see each of the
+// wgmma GEMMs' syncs: taken out of gemmWgmma one at a time (each of its 2
+// barriers, its fence.proxy.async), or a wait for products raised by one
+// (wgmmaWait<1> lets a stage be filled again under the products reading
+// it; wgmmaWait<0> lets the epilogue read accumulators still in flight),
+// a block of either shape races, is refused or writes other bits.
+TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
+  const DType bf16 = DType::BF16;
+  // 6 steps of 64: each of the wide blocks' 4 stages filled, and 2 again.
+  const int64_t m = 128, n = 256, k = 384;
+  Builder b;
+  int x = b.buf(bf16, {m, k}), w = b.buf(bf16, {k, n}), bias = b.buf(bf16, {n}),
+      out = b.buf(bf16, {m, n}), pre = b.buf(bf16, {m, n});
+  b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 31)),
+                              wBits = bf16Bits(randomFloats({k, n}, 32)),
+                              biasBits = bf16Bits(randomFloats({n}, 33));
+  // The kernel's out and pre, on a grid of blocks `columns` wide.
+  auto run = [&](HostKernels &kernels, const std::string &name,
+                 uint32_t columns) {
+    std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
+        preBits(size_t(m * n), 0xffff);
+    auto address = [](const auto &v) {
+      return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
+    };
+    kernels.call(name,
+                 {address(xBits), address(wBits), address(biasBits),
+                  address(outBits), address(preBits), uint64_t(m), uint64_t(n),
+                  uint64_t(k)},
+                 uint32_t(n / columns), uint32_t(m / 128));
+    outBits.insert(outBits.end(), preBits.begin(), preBits.end());
+    return outBits;
+  };
+  for (auto [name, columns] :
+       {std::pair<std::string, uint32_t>{"gemm_wgmma_bias_gelu_bf16", 128},
+        {"gemm_wgmma_wide_bias_gelu_bf16", 256}}) {
+    SCOPED_TRACE(name);
+    size_t kernel = p.kernels.size();
+    for (size_t i = 0; i < p.kernels.size(); ++i)
+      if (p.kernels[i].name == name)
+        kernel = i;
+    ASSERT_LT(kernel, p.kernels.size());
+    HostKernels whole(p, HostTarget::Sm90a);
+    ASSERT_TRUE(whole.ok()) << whole.error;
+    const std::vector<uint16_t> want = run(whole, name, columns);
+    const std::string source = p.kernels[kernel].source;
+    auto [from, to] = functionSpan(source, "gemmWgmma");
+    ASSERT_NE(from, std::string::npos);
+    int mutations = 0;
+    for (auto [statement, replacement] :
+         {std::pair<std::string, std::string>{"__syncthreads();", ""},
+          {"fenceProxyAsync();", ""},
+          {"wgmmaWait<1>", "wgmmaWait<2>"},
+          {"wgmmaWait<0>", "wgmmaWait<1>"}})
+      for (size_t at = source.find(statement, from); at < to;
+           at = source.find(statement, at + 1), ++mutations)
+        withMutation(p, kernel, at, statement.size(), replacement,
+                     HostTarget::Sm90a,
+                     [&](rt::Program &, HostKernels &kernels, size_t line) {
+                       try {
+                         EXPECT_NE(run(kernels, name, columns), want)
+                             << statement << " at line " << line
+                             << " replaced by '" << replacement
+                             << "': nothing reported, the same bits";
+                       } catch (const std::runtime_error &) {
+                         // (a race or a misuse: reported)
+                       }
+                     });
+    EXPECT_EQ(mutations, 5) << "2 barriers, a fence, 2 waits";
+  }
+}

@@ -18,10 +18,11 @@
 // one) come 64 columns of k at a time through kStages buffers of wg::
 // SwizzledTiles, copied by every thread with cp.async kStages - 1 steps
 // ahead of the products, which read them from shared memory (no A
-// fragments). m is a multiple of 128, n of the block's columns, k of 64;
-// every pointer 16-byte aligned. The tiles walk n fastest: a block's 128
-// rows of a stay in L2 for the blocks beside it, and b (GPT-2's 4.7 MB)
-// for all.
+// fragments); one step's products stay in flight while the block waits
+// for the next step's copies. m is a multiple of 128, n of the block's columns,
+// k of 64; every pointer 16-byte aligned. The tiles walk n fastest: a block's
+// 128 rows of a stay in L2 for the blocks beside it, and b (GPT-2's 4.7 MB) for
+// all.
 //
 //===----------------------------------------------------------------------===//
 
@@ -108,13 +109,10 @@ __device__ __forceinline__ void gemmWgmma(const bf16 *a, const bf16 *b, i64 n,
     const int s = dt % kStages;
     waitCopies<kStages - 2>(); // depth tile dt's copies, this thread's
     fenceProxyAsync();
-    // Every thread's copies of dt landed, and every product of dt - 1
-    // (each thread waited for its warpgroup's) is done with its stage,
-    // which the next copies fill.
-    __syncthreads();
-    if (dt + kStages - 1 < depthTiles)
-      load(dt + kStages - 1, (dt + kStages - 1) % kStages);
-    commitCopies();
+    __syncthreads(); // every thread's copies of dt landed
+    // dt's products queue behind dt - 1's, which may still run (the same
+    // accumulators and shape: the ISA orders them), so the tensor cores
+    // need not wait for this loop's barriers and copies.
     const Stage &st = t.stage[s];
     wgmmaFence(d);
 #pragma unroll
@@ -122,9 +120,16 @@ __device__ __forceinline__ void gemmWgmma(const bf16 *a, const bf16 *b, i64 n,
       wgmmaBf16<!kKMajorB>(d, st.a[group].rowsAlongM(kc), bTiles(st, kc),
                            dt > 0 || kc > 0);
     wgmmaCommit();
-    wgmmaWait<0>();
-    wgmmaFenceOperands(d);
+    wgmmaWait<1>(); // this warpgroup's products of dt - 1
+    // Both warpgroups' products of dt - 1 are done with its stage, which
+    // depth tile dt + kStages - 1 fills.
+    __syncthreads();
+    if (dt + kStages - 1 < depthTiles)
+      load(dt + kStages - 1, (dt + kStages - 1) % kStages);
+    commitCopies();
   }
+  wgmmaWait<0>();
+  wgmmaFenceOperands(d);
   // Warp w of the warpgroup holds its rows 16w + lane/4 and 8 below, each
   // 8-column step j at columns 2(lane % 4) and one more.
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
