@@ -709,30 +709,26 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
         }
         partial[k * cols + c] = float(sum);
       }
-  } else if (name.rfind("gemm_wgmma_bias_gelu_", 0) == 0 ||
-             name.rfind("gemm_wgmma_wide_bias_gelu_", 0) == 0) {
-    // gptc's own GEMM: pre = a·b + bias, out = gelu(pre); a [m, k], b [k, n].
-    int64_t m = num(5), n = num(6), k = num(7);
+  } else if (name.rfind("gemm_wgmma_", 0) == 0) {
+    // gptc's own GEMMs: pre = a·b + bias, out = gelu(pre), b [k, n]; or
+    // out = gelu'(pre) · (a·bᵀ), b [n, k]. a [m, k]; m, n, k last.
+    const bool biasGelu = name.find("bias_gelu") != std::string::npos;
+    const int sizes = biasGelu ? 5 : 4;
+    int64_t m = num(sizes), n = num(sizes + 1), k = num(sizes + 2);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         float sum = 0;
         for (int64_t e = 0; e < k; ++e)
-          sum += load(ptr(0), t, i * k + e) * load(ptr(1), t, e * n + j);
-        const float v = sum + load(ptr(2), t, j);
-        store(ptr(4), t, i * n + j, v);
-        store(ptr(3), t, i * n + j, gelu(v));
-      }
-  } else if (name.rfind("gemm_wgmma_gelu_grad_", 0) == 0 ||
-             name.rfind("gemm_wgmma_wide_gelu_grad_", 0) == 0) {
-    // out = gelu'(pre) · (a·bᵀ); a [m, k], b [n, k].
-    int64_t m = num(4), n = num(5), k = num(6);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        float sum = 0;
-        for (int64_t e = 0; e < k; ++e)
-          sum += load(ptr(0), t, i * k + e) * load(ptr(1), t, j * k + e);
-        store(ptr(3), t, i * n + j,
-              float(sum * geluSlope(load(ptr(2), t, i * n + j))));
+          sum += load(ptr(0), t, i * k + e) *
+                 load(ptr(1), t, biasGelu ? e * n + j : j * k + e);
+        if (biasGelu) {
+          const float v = sum + load(ptr(2), t, j);
+          store(ptr(4), t, i * n + j, v);
+          store(ptr(3), t, i * n + j, gelu(v));
+        } else {
+          store(ptr(3), t, i * n + j,
+                float(sum * geluSlope(load(ptr(2), t, i * n + j))));
+        }
       }
   } else if (name.rfind("gemm_fallback_column_sums_", 0) == 0) {
     int64_t chunks = num(2), cols = num(3);
