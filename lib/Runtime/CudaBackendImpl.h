@@ -183,6 +183,7 @@ public:
     char name[256] = {};
     check(cu.cuDeviceGetName(name, sizeof(name) - 1, dev), "cuDeviceGetName");
     deviceName = name;
+    smCount = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     ccMajor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
     ccMinor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
     maxSharedOptin =
@@ -531,6 +532,7 @@ private:
   CUevent computeMark = nullptr, copyMark = nullptr;
   std::string deviceName, deviceArch;
   int ccMajor = 0, ccMinor = 0, maxSharedOptin = 0;
+  int smCount = 1; // streaming multiprocessors: the wide wgmma GEMM's grid
   double peakBytesPerSecond = 0;
   bool profile = false, syncEach = false, useGraphs = true;
   bool forceGemmFallback = false;  // GPTC_GEMM_FALLBACK=1

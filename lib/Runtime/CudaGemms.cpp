@@ -797,7 +797,8 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   const std::optional<WgmmaGemmFit> fit = wgmmaGemmFit(*prog, l);
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
-  // 16-byte copies of a and b; two-element accesses of the rest.
+  // 16-byte copies of a and b (and the wide blocks' bulk copies of the
+  // results, which the narrow ones store two elements at a time).
   if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
       (address(l.inputs[2]) | address(l.outputs[0]) |
        (l.outputs.size() > 1 ? address(l.outputs[1]) : 0)) %
@@ -807,7 +808,11 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
   for (bool wide : {false, true}) {
     const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
-    if ((wide && !fit->wide) || (ownGemms == OwnGemms::Narrow && wide) ||
+    bool resultsAligned = true;
+    for (int id : l.outputs)
+      resultsAligned &= address(id) % 16 == 0;
+    if ((wide && (!fit->wide || !resultsAligned)) ||
+        (ownGemms == OwnGemms::Narrow && wide) ||
         (ownGemms == OwnGemms::Wide && !wide) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
       continue;
@@ -822,8 +827,11 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     own.outPtr = address(l.outputs[0]);
     GemmPlan::Followup f;
     f.fn = fallbackKernel(kind, DType::BF16, l.kernel);
-    f.grid[0] = uint32_t(fit->n / (wide ? 256 : 128));
-    f.grid[1] = uint32_t(fit->m / 128);
+    // The wide blocks walk their tiles, one block an SM.
+    const int64_t tiles = fit->m / 128 * (fit->n / 256);
+    f.grid[0] = wide ? uint32_t(std::min<int64_t>(tiles, smCount))
+                     : uint32_t(fit->n / 128);
+    f.grid[1] = wide ? 1 : uint32_t(fit->m / 128);
     f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
     // (a, b, the bias or pre-activation, then the results, then m, n, k.)
     f.args = {address(l.inputs[0]), address(l.inputs[1]), address(l.inputs[2])};

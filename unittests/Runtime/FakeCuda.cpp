@@ -187,9 +187,10 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice) {
-  // An H100 SXM's: compute capability 9.0, 2619 MHz HBM3 on a 5120-bit
-  // bus (3.35 TB/s); 227 KiB of opt-in shared memory for the rest.
-  *v = a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? 9
+  // An H100 SXM's: compute capability 9.0, 132 SMs, 2619 MHz HBM3 on a
+  // 5120-bit bus (3.35 TB/s); 227 KiB of opt-in shared memory for the rest.
+  *v = a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT       ? 132
+       : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
        : a == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? 0
        : a == CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE        ? 2619000
        : a == CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH  ? 5120

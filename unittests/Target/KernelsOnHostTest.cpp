@@ -1550,7 +1550,8 @@ int64_t expectWithinOneUlpOrTiny(const std::vector<uint16_t> &want,
 // ulp from it (the products summed in another order; GELU's sigmoid
 // form), but where that form's tiny values stand for the executor's 0.
 // 2 x 2 blocks of 128 x 128 (5 steps of 64 through 3 stages, so every
-// stage is filled again), and 1 x 2 of 128 x 256 (through 4). The emitter
+// stage is filled again), and one block walking 2 tiles of 128 x 256
+// (through 4 stages, then staged for its bulk copies). The emitter
 // adds the kernels for sm_90a alone, and only for GEMMs whose shapes fit
 // their tiles.
 TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
@@ -1621,15 +1622,17 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
       fromBf16Bits(biasBits, {n}), false, false, true, true);
   for (int wide = 0; wide < 2; ++wide) {
-    SCOPED_TRACE(wide ? "128 x 256 blocks" : "128 x 128 blocks");
-    const uint32_t columns = wide ? 256 : 128;
+    SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 blocks");
+    // The wide kernel's one block walks both of its tiles.
+    const uint32_t gx = wide ? 1 : uint32_t(n / 128),
+                   gy = wide ? 1 : uint32_t(m / 128);
     std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
         preBits(size_t(m * n), 0xffff), dpBits(size_t(m * n), 0xffff);
     kernels.call(own[2 * wide],
                  {address(xBits), address(wBits), address(biasBits),
                   address(outBits), address(preBits), uint64_t(m), uint64_t(n),
                   uint64_t(k)},
-                 uint32_t(n / columns), uint32_t(m / 128));
+                 gx, gy);
     expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
     EXPECT_GT(expectWithinOneUlpOrTiny(bf16Bits(fused[0]), outBits,
                                        "GELU(x·w + bias)"),
@@ -1640,7 +1643,7 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
     kernels.call(own[2 * wide + 1],
                  {address(xBits), address(wtBits), address(preBits),
                   address(dpBits), uint64_t(m), uint64_t(n), uint64_t(k)},
-                 uint32_t(n / columns), uint32_t(m / 128));
+                 gx, gy);
     const std::vector<exec::HostTensor> dgelu = exec::matmulGeluGrad(
         fromBf16Bits(xBits, {m, k}), fromBf16Bits(wtBits, {n, k}),
         fromBf16Bits(preBits, {m, n}), false, true, false);
@@ -1651,15 +1654,18 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
 }
 
 // The race checker and the emulation's in-flight poison see each of the
-// wgmma GEMMs' syncs: taken out of gemmWgmma one at a time (each of its 2
-// barriers, its fence.proxy.async), or a wait for products raised by one
-// (wgmmaWait<1> lets a stage be filled again under the products reading
-// it; wgmmaWait<0> lets the epilogue read accumulators still in flight),
-// a block of either shape races, is refused or writes other bits.
+// wgmma GEMMs' syncs: taken out one at a time (each barrier, each proxy
+// fence), or a wait raised by one, in either block shape, a run races, is
+// refused or writes other bits. In gemmWgmmaTile: 2 barriers, a fence,
+// wgmmaWait<1> (a stage filled again under the products reading it) and
+// wgmmaWait<0> (the epilogue reading accumulators still in flight). In
+// the wide kernel's walk of 2 tiles: 3 barriers, a fence, the wait for the
+// bulk copies to read the staged rows (before the stages fill again) and
+// for them to write (before the block ends).
 TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   const DType bf16 = DType::BF16;
   // 6 steps of 64: each of the wide blocks' 4 stages filled, and 2 again.
-  const int64_t m = 128, n = 256, k = 384;
+  const int64_t m = 256, n = 256, k = 384;
   Builder b;
   int x = b.buf(bf16, {m, k}), w = b.buf(bf16, {k, n}), bias = b.buf(bf16, {n}),
       out = b.buf(bf16, {m, n}), pre = b.buf(bf16, {m, n});
@@ -1668,9 +1674,8 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 31)),
                               wBits = bf16Bits(randomFloats({k, n}, 32)),
                               biasBits = bf16Bits(randomFloats({n}, 33));
-  // The kernel's out and pre, on a grid of blocks `columns` wide.
-  auto run = [&](HostKernels &kernels, const std::string &name,
-                 uint32_t columns) {
+  // The kernel's out and pre, on its grid (the wide kernel's one block).
+  auto run = [&](HostKernels &kernels, const std::string &name, bool wide) {
     std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
         preBits(size_t(m * n), 0xffff);
     auto address = [](const auto &v) {
@@ -1680,13 +1685,26 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
                  {address(xBits), address(wBits), address(biasBits),
                   address(outBits), address(preBits), uint64_t(m), uint64_t(n),
                   uint64_t(k)},
-                 uint32_t(n / columns), uint32_t(m / 128));
+                 wide ? 1 : uint32_t(n / 128), wide ? 1 : uint32_t(m / 128));
     outBits.insert(outBits.end(), preBits.begin(), preBits.end());
     return outBits;
   };
-  for (auto [name, columns] :
-       {std::pair<std::string, uint32_t>{"gemm_wgmma_bias_gelu_bf16", 128},
-        {"gemm_wgmma_wide_bias_gelu_bf16", 256}}) {
+  struct Mutation {
+    const char *fn, *statement, *replacement;
+    bool wideOnly;
+  };
+  const Mutation mutations[] = {
+      {"gemmWgmmaTile", "__syncthreads();", "", false},
+      {"gemmWgmmaTile", "fenceProxyAsync();", "", false},
+      {"gemmWgmmaTile", "wgmmaWait<1>", "wgmmaWait<2>", false},
+      {"gemmWgmmaTile", "wgmmaWait<0>", "wgmmaWait<1>", false},
+      {"gemmWgmmaWide", "__syncthreads();", "", true},
+      {"gemmWgmmaWide", "fenceProxyAsync();", "", true},
+      {"gemmWgmmaWide", "bulkWaitRead<0>", "bulkWaitRead<1>", true},
+      {"gemmWgmmaWide", "bulkWait<0>", "bulkWait<1>", true}};
+  for (bool wide : {false, true}) {
+    const std::string name =
+        wide ? "gemm_wgmma_wide_bias_gelu_bf16" : "gemm_wgmma_bias_gelu_bf16";
     SCOPED_TRACE(name);
     size_t kernel = p.kernels.size();
     for (size_t i = 0; i < p.kernels.size(); ++i)
@@ -1695,30 +1713,30 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
     ASSERT_LT(kernel, p.kernels.size());
     HostKernels whole(p, HostTarget::Sm90a);
     ASSERT_TRUE(whole.ok()) << whole.error;
-    const std::vector<uint16_t> want = run(whole, name, columns);
+    const std::vector<uint16_t> want = run(whole, name, wide);
     const std::string source = p.kernels[kernel].source;
-    auto [from, to] = functionSpan(source, "gemmWgmma");
-    ASSERT_NE(from, std::string::npos);
-    int mutations = 0;
-    for (auto [statement, replacement] :
-         {std::pair<std::string, std::string>{"__syncthreads();", ""},
-          {"fenceProxyAsync();", ""},
-          {"wgmmaWait<1>", "wgmmaWait<2>"},
-          {"wgmmaWait<0>", "wgmmaWait<1>"}})
+    int done = 0;
+    for (const Mutation &mu : mutations) {
+      if (mu.wideOnly && !wide)
+        continue;
+      auto [from, to] = functionSpan(source, mu.fn);
+      ASSERT_NE(from, std::string::npos) << mu.fn;
+      const std::string statement = mu.statement;
       for (size_t at = source.find(statement, from); at < to;
-           at = source.find(statement, at + 1), ++mutations)
-        withMutation(p, kernel, at, statement.size(), replacement,
+           at = source.find(statement, at + 1), ++done)
+        withMutation(p, kernel, at, statement.size(), mu.replacement,
                      HostTarget::Sm90a,
                      [&](rt::Program &, HostKernels &kernels, size_t line) {
                        try {
-                         EXPECT_NE(run(kernels, name, columns), want)
+                         EXPECT_NE(run(kernels, name, wide), want)
                              << statement << " at line " << line
-                             << " replaced by '" << replacement
+                             << " replaced by '" << mu.replacement
                              << "': nothing reported, the same bits";
                        } catch (const std::runtime_error &) {
                          // (a race or a misuse: reported)
                        }
                      });
-    EXPECT_EQ(mutations, 5) << "2 barriers, a fence, 2 waits";
+    }
+    EXPECT_EQ(done, wide ? 11 : 5);
   }
 }

@@ -295,6 +295,7 @@ struct BulkOp {
   long long group;
   bool read;
   std::vector<float> data;
+  bool store = false; // bulkStore: dst = the bytes read, not dst + them
 };
 struct BulkThread {
   std::vector<BulkOp> ops;
@@ -320,6 +321,27 @@ EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
                    {}});
   ++t.uncommitted;
 }
+/// cp.async.bulk.global.shared::cta: the bytes at `shared` copied to
+/// `global`, read and written as late as bulkReduceAdd's.
+EMU_UNCHECKED inline void bulkStore(void *global, u32 shared, u32 bytes) {
+  const char *src = aligned16(shared);
+  globalAligned16(global);
+  if (bytes == 0 || bytes % 16) {
+    std::fprintf(stderr, "bulk copy of %u bytes\n", bytes);
+    std::abort();
+  }
+  emu::race::access(src, bytes, false, false, "a bulk copy");
+  emu::race::Busy guard;
+  BulkThread &t = bulkThreads[emu::current];
+  t.ops.push_back({static_cast<float *>(global),
+                   reinterpret_cast<const float *>(src),
+                   int(bytes / 4),
+                   t.committed,
+                   false,
+                   {},
+                   true});
+  ++t.uncommitted;
+}
 EMU_UNCHECKED inline void bulkCommit() {
   BulkThread &t = bulkThreads[emu::current];
   if (t.uncommitted)
@@ -338,7 +360,9 @@ EMU_UNCHECKED inline void bulkRetire(int n, bool sums) {
       op.data.assign(op.src, op.src + op.floats);
       op.read = true;
     }
-    if (op.group < done && sums)
+    if (op.group < done && sums && op.store)
+      std::memcpy(op.dst, op.data.data(), 4 * size_t(op.floats));
+    else if (op.group < done && sums)
       for (int i = 0; i < op.floats; ++i)
         op.dst[i] += op.data[i];
     else

@@ -443,6 +443,16 @@ __device__ __forceinline__ void bulkReduceAdd(float *global, u32 shared,
                "r"(shared), "r"(bytes)
                : "memory");
 }
+/// The same unit's plain copy: global[0, bytes) = the bytes at `shared`
+/// (cp.async.bulk.global.shared::cta), with the same alignment, groups
+/// and waits as bulkReduceAdd.
+__device__ __forceinline__ void bulkStore(void *global, u32 shared, u32 bytes) {
+  asm volatile(
+      "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
+          __cvta_generic_to_global(global)),
+      "r"(shared), "r"(bytes)
+      : "memory");
+}
 __device__ __forceinline__ void bulkCommit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
