@@ -1788,6 +1788,8 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_GEMM_TUNE", "yes",
          "GPTC_GEMM_TUNE=yes: expected 1 or 0 or time"},
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
+        {"GPTC_GEMM_OWN", "only",
+         "GPTC_GEMM_OWN=only: expected 1 or 0 or narrow or wide"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
          "(or own, time, or -label)"},
