@@ -797,21 +797,19 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   const std::optional<WgmmaGemmFit> fit = wgmmaGemmFit(*prog, l);
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
-  // 16-byte copies of a and b (and the wide blocks' bulk copies of the
-  // results, which the narrow ones store two elements at a time).
+  // a and b are copied 16 bytes at a time; the third operand and the
+  // results go two elements at a time, or (the wide blocks' results) by
+  // bulk copies of 16-byte-aligned rows.
+  uint64_t results = 0;
+  for (int id : l.outputs)
+    results |= address(id);
   if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
-      (address(l.inputs[2]) | address(l.outputs[0]) |
-       (l.outputs.size() > 1 ? address(l.outputs[1]) : 0)) %
-              4 !=
-          0)
+      (address(l.inputs[2]) | results) % 4 != 0)
     return ways;
   const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
   for (bool wide : {false, true}) {
     const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
-    bool resultsAligned = true;
-    for (int id : l.outputs)
-      resultsAligned &= address(id) % 16 == 0;
-    if ((wide && (!fit->wide || !resultsAligned)) ||
+    if ((wide && (!fit->wide || results % 16 != 0)) ||
         (ownGemms == OwnGemms::Narrow && wide) ||
         (ownGemms == OwnGemms::Wide && !wide) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
@@ -992,7 +990,7 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
   if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1, 1,
                                      f.sharedBytes, stream, params, nullptr);
       r != CUDA_SUCCESS)
-    throw DeviceError("cannot launch the epilogue fallback of " + label + ": " +
+    throw DeviceError("cannot launch gptc's kernel of " + label + ": " +
                       cuError(cu, r));
 }
 
