@@ -22,10 +22,10 @@
 // SwizzledTiles, copied by every thread with cp.async kStages - 1 steps
 // ahead of the products, which read them from shared memory (no A
 // fragments); one step's products stay in flight while the block waits
-// for the next step's copies. m is a multiple of 128, n of the block's columns,
-// k of 64; every pointer 16-byte aligned. The tiles walk n fastest: a block's
-// 128 rows of a stay in L2 for the blocks beside it, and b (GPT-2's 4.7 MB) for
-// all.
+// for the next step's copies. m is a multiple of 128, n of the block's
+// columns, k of 64; every pointer 16-byte aligned. The tiles walk n
+// fastest: a block's 128 rows of a stay in L2 for the blocks beside it,
+// and b (GPT-2's 4.7 MB) for all.
 //
 //===----------------------------------------------------------------------===//
 
