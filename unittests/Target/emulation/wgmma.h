@@ -303,14 +303,17 @@ struct BulkThread {
   int uncommitted = 0;
 };
 static BulkThread bulkThreads[1024];
-EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
+/// Issues a bulk operation of `bytes` from `shared` to `global` (`what`
+/// names it in reports): a reduction, or with `store` a plain copy.
+EMU_UNCHECKED inline void bulkIssue(float *global, u32 shared, u32 bytes,
+                                    bool store, const char *what) {
   const char *src = aligned16(shared);
   globalAligned16(global);
   if (bytes == 0 || bytes % 16) {
-    std::fprintf(stderr, "bulk reduction of %u bytes\n", bytes);
+    std::fprintf(stderr, "%s of %u bytes\n", what, bytes);
     std::abort();
   }
-  emu::race::access(src, bytes, false, false, "a bulk reduction");
+  emu::race::access(src, bytes, false, false, what);
   emu::race::Busy guard;
   BulkThread &t = bulkThreads[emu::current];
   t.ops.push_back({global,
@@ -318,29 +321,17 @@ EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
                    int(bytes / 4),
                    t.committed,
                    false,
-                   {}});
+                   {},
+                   store});
   ++t.uncommitted;
+}
+EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
+  bulkIssue(global, shared, bytes, false, "a bulk reduction");
 }
 /// cp.async.bulk.global.shared::cta: the bytes at `shared` copied to
 /// `global`, read and written as late as bulkReduceAdd's.
 EMU_UNCHECKED inline void bulkStore(void *global, u32 shared, u32 bytes) {
-  const char *src = aligned16(shared);
-  globalAligned16(global);
-  if (bytes == 0 || bytes % 16) {
-    std::fprintf(stderr, "bulk copy of %u bytes\n", bytes);
-    std::abort();
-  }
-  emu::race::access(src, bytes, false, false, "a bulk copy");
-  emu::race::Busy guard;
-  BulkThread &t = bulkThreads[emu::current];
-  t.ops.push_back({static_cast<float *>(global),
-                   reinterpret_cast<const float *>(src),
-                   int(bytes / 4),
-                   t.committed,
-                   false,
-                   {},
-                   true});
-  ++t.uncommitted;
+  bulkIssue(static_cast<float *>(global), shared, bytes, true, "a bulk copy");
 }
 EMU_UNCHECKED inline void bulkCommit() {
   BulkThread &t = bulkThreads[emu::current];
