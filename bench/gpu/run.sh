@@ -49,7 +49,7 @@
 # so the two are measured alike. Prints one summary table last; results go
 # to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu] [ownncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -350,17 +350,31 @@ fi
 # "other" and optimizer time (the layernorms and their gradient, the loss,
 # the embedding gradient, the row dot, the gradient norm, GELU's
 # derivative after a plain GEMM), then the attention kernels below.
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+# Beside speed of light, occupancy and stalls: which pipes are busy
+# (tensor, FMA, MUFU), the instruction mix, issue slots, and the sampled
+# stalls by SASS line (the attention kernels' open question: latency or a
+# pipe).
+ncu_sections=(--section SpeedOfLight --section Occupancy
+  --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
+  --section ComputeWorkloadAnalysis --section InstructionStats
+  --section SchedulerStats --section SourceCounters)
+
+# gptc's own wgmma GEMMs under Nsight Compute, each block shape run
+# wherever it fits (GPTC_GEMM_OWN): c_fc's forward and backward at GPT-2's
+# sizes, where they lost to cuBLASLt's epilogue GEMMs (forty-seventh
+# session): L2 traffic, tensor-pipe use, stalls.
+if want ownncu && [[ -n $ncu_bin ]]; then
+  for shape in narrow wide; do
+    GPTC_GEMM_OWN=$shape GPTC_CUDA_GRAPH=0 step 120 ncu-own-$shape "$ncu_bin" \
+      --target-processes all --kernel-id ::regex:'^gemm_wgmma_.*_bf16$':1 \
+      "${ncu_sections[@]}" \
+      "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
+  done
+fi
+
 if want ncu; then
-  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [[ -n $ncu_bin ]]; then
-    # Beside speed of light, occupancy and stalls: which pipes are busy
-    # (tensor, FMA, MUFU), the instruction mix, issue slots, and the
-    # sampled stalls by SASS line (the attention kernels' open question:
-    # latency or a pipe).
-    ncu_sections=(--section SpeedOfLight --section Occupancy
-      --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
-      --section ComputeWorkloadAnalysis --section InstructionStats
-      --section SchedulerStats --section SourceCounters)
     # --kernel-id context:stream:name:invocation, the first of each name.
     # (reduce_sum_0: c_attn's q bias-gradient sums, read in place through
     # gpt.reduce_sum's corner, new in the thirty-third session.)
