@@ -131,6 +131,7 @@ struct GemmPlan {
     uint32_t grid[2] = {1, 1};
     std::vector<uint64_t> args;
     uint32_t sharedBytes = 0; ///< dynamic shared memory a block
+    uint32_t threads = 256;   ///< a block's (gemmFallbackThreads)
     /// Row chunks (loops of one GEMM's rows): added to args at each loop,
     /// the kernel launched right after that loop's GEMM, while its rows
     /// are still in L2. Empty: launched once, after the last loop.

@@ -798,8 +798,7 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
   // a and b are copied 16 bytes at a time; the third operand and the
-  // results go two elements at a time, or (the wide blocks' results) by
-  // bulk copies of 16-byte-aligned rows.
+  // results go two elements at a time, or (the wide blocks) four.
   uint64_t results = 0;
   for (int id : l.outputs)
     results |= address(id);
@@ -809,7 +808,7 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
   for (bool wide : {false, true}) {
     const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
-    if ((wide && (!fit->wide || results % 16 != 0)) ||
+    if ((wide && (!fit->wide || (address(l.inputs[2]) | results) % 8 != 0)) ||
         (ownGemms == OwnGemms::Narrow && wide) ||
         (ownGemms == OwnGemms::Wide && !wide) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
@@ -825,6 +824,7 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     own.outPtr = address(l.outputs[0]);
     GemmPlan::Followup f;
     f.fn = fallbackKernel(kind, DType::BF16, l.kernel);
+    f.threads = gemmFallbackThreads(gemmFallbackKernel(kind, DType::BF16));
     // The wide blocks walk their tiles, one block an SM.
     const int64_t tiles = fit->m / 128 * (fit->n / 256);
     f.grid[0] = wide ? uint32_t(std::min<int64_t>(tiles, smCount))
@@ -987,8 +987,9 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
     values[i] = f.args[i] + stride * uint64_t(loop);
     params[i] = &values[i];
   }
-  if (CUresult r = cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, 256, 1, 1,
-                                     f.sharedBytes, stream, params, nullptr);
+  if (CUresult r =
+          cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, f.threads, 1, 1,
+                            f.sharedBytes, stream, params, nullptr);
       r != CUDA_SUCCESS)
     throw DeviceError("cannot launch gptc's kernel of " + label + ": " +
                       cuError(cu, r));

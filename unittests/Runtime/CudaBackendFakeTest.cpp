@@ -2056,8 +2056,9 @@ template <int at> void zeroOwnGemmResult(const uint64_t *args) {
 /// ways to GELU's epilogue and to its derivative's that tuning times,
 /// where the program has them and the shapes fit their tiles: the faster
 /// shape, faster than cuBLASLt, runs in its place (no cuBLASLt GEMM in the
-/// run; 99,312 or 197,616 bytes of dynamic shared memory a block, which
-/// the fake refuses without the runtime's opt-in), and the results match
+/// run; 99,312 or 219,120 bytes of dynamic shared memory a block, which
+/// the fake refuses without the runtime's opt-in, and blocks of 256 or 384
+/// threads, which it checks), and the results match
 /// the CPU backend's; slower, or faster but wrong, cuBLASLt keeps the
 /// launches. GPTC_GEMM_OWN=narrow, =wide and =0 decide without timing.
 TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {

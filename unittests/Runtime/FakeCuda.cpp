@@ -493,8 +493,9 @@ extern "C" void gptcFakeKernelRunsOnHost(const char *name, int args,
 }
 
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
-                                unsigned, unsigned, unsigned, unsigned shared,
-                                CUstream stream, void **params, void **) {
+                                unsigned threads, unsigned, unsigned,
+                                unsigned shared, CUstream stream, void **params,
+                                void **) {
   if (failLaunchIn >= 0 && failLaunchIn-- == 0)
     return CUDA_ERROR_LAUNCH_FAILED;
   // The backend passes device pointers only, the test says how many; the
@@ -510,6 +511,9 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
   lastKernel = name;
   int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
+  // (A fallback's blocks are of its size: the kernel's launch bounds.)
+  if (fallback && threads != gptc::rt::gemmFallbackThreads(name))
+    return CUDA_ERROR_INVALID_VALUE;
   auto host = hostKernels.find(name);
   HostKernel onHost = host == hostKernels.end() ? nullptr : host->second.second;
   std::vector<uint64_t> args;

@@ -26,7 +26,8 @@ struct EmbeddedHeader {
 /// The emulation's parts joined in the order they build on each other.
 std::string emulation() {
   std::string all;
-  for (const char *part : {"threads.h", "builtins.h", "wgmma.h"}) {
+  for (const char *part :
+       {"threads.h", "builtins.h", "wgmma.h", "mbarrier.h"}) {
     const EmbeddedHeader *h = nullptr;
     for (const EmbeddedHeader &e : kEmulationParts)
       if (std::string(e.name) == part)
@@ -150,11 +151,12 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
            declareMemory(s, dynamicBytes[k]) + "} }\n";
   }
   // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
-  // grid x, grid y) with 1-D blocks of 256 threads.
+  // grid x, grid y) with 1-D blocks of rt::gemmFallbackThreads.
   src += "static const unsigned long long *fallbackArgs;\n";
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     const std::string &name = p.kernels[k].name;
     if (int n = rt::gemmFallbackArgCount(name)) {
+      const std::string threads = std::to_string(rt::gemmFallbackThreads(name));
       src += "static void body_" + name + "() {\n  k" + std::to_string(k) +
              "::" + name + "(";
       for (int j = 0; j < n; ++j)
@@ -163,13 +165,18 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       src += ");\n}\n";
       src += "extern \"C\" void call_" + name +
              "(const unsigned long long *a, unsigned gx, unsigned gy) {\n"
-             "  fallbackArgs = a;\n  emu::body = body_" + name + ";\n"
+             "  fallbackArgs = a;\n  emu::body = body_" +
+             name +
+             ";\n"
              "  emu::race::launchOutputs(nullptr, nullptr, 0);\n"
-             "  gridSize = {gx, gy, 1};\n  blockSize = {256, 1, 1};\n"
+             "  gridSize = {gx, gy, 1};\n  blockSize = {" +
+             threads +
+             ", 1, 1};\n"
              "  blockIndex.z = 0;\n"
              "  for (blockIndex.y = 0; blockIndex.y < gy; ++blockIndex.y)\n"
              "  for (blockIndex.x = 0; blockIndex.x < gx; ++blockIndex.x)\n"
-             "    emu::runBlock(256);\n}\n";
+             "    emu::runBlock(" +
+             threads + ");\n}\n";
     }
   }
   // Per launch: its body (the kernel call) and a runner over the blocks,

@@ -1550,8 +1550,8 @@ int64_t expectWithinOneUlpOrTiny(const std::vector<uint16_t> &want,
 // ulp from it (the products summed in another order; GELU's sigmoid
 // form), but where that form's tiny values stand for the executor's 0.
 // 2 x 2 blocks of 128 x 128 (5 steps of 64 through 3 stages, so every
-// stage is filled again), and one block walking 2 tiles of 128 x 256
-// (through 4 stages, then staged for its bulk copies). The emitter
+// stage is filled again), and one warp-specialized block walking 2 tiles
+// of 128 x 256 (through 4 stages, then staged a warp at a time). The emitter
 // adds the kernels for sm_90a alone, and only for GEMMs whose shapes fit
 // their tiles.
 TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
@@ -1659,9 +1659,12 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
 // refused or writes other bits. In gemmWgmmaTile: 2 barriers, a fence,
 // wgmmaWait<1> (a stage filled again under the products reading it) and
 // wgmmaWait<0> (the epilogue reading accumulators still in flight). In
-// the wide kernel's walk of 2 tiles: 3 barriers, a fence, the wait for the
-// bulk copies to read the staged rows (before the stages fill again) and
-// for them to write (before the block ends).
+// the wide kernel's walk of 2 tiles: the barrier after the mbarriers'
+// init; the copier's wait for an empty stage, its waits for its copies and
+// fences before it hands a stage over, and both hand-overs; the
+// multipliers' wait for a full stage, their waits for products before
+// they release one (and before the epilogue), both releases, and the
+// warp syncs around the staged results (15 in all).
 TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   const DType bf16 = DType::BF16;
   // 6 steps of 64: each of the wide blocks' 4 stages filled, and 2 again.
@@ -1691,7 +1694,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   };
   struct Mutation {
     const char *fn, *statement, *replacement;
-    bool wideOnly;
+    bool wide; // of the wide kernel, else of the narrow one
   };
   const Mutation mutations[] = {
       {"gemmWgmmaTile", "__syncthreads();", "", false},
@@ -1699,9 +1702,16 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
       {"gemmWgmmaTile", "wgmmaWait<1>", "wgmmaWait<2>", false},
       {"gemmWgmmaTile", "wgmmaWait<0>", "wgmmaWait<1>", false},
       {"gemmWgmmaWide", "__syncthreads();", "", true},
-      {"gemmWgmmaWide", "fenceProxyAsync();", "", true},
-      {"gemmWgmmaWide", "bulkWaitRead<0>", "bulkWaitRead<1>", true},
-      {"gemmWgmmaWide", "bulkWait<0>", "bulkWait<1>", true}};
+      {"gemmCopyStages", "mbarrierWait(", "(void)(", true},
+      {"gemmCopyStages", "waitCopies<1>", "waitCopies<2>", true},
+      {"gemmCopyStages", "waitCopies<0>", "waitCopies<1>", true},
+      {"gemmCopyStages", "fenceProxyAsync();", "", true},
+      {"gemmCopyStages", "mbarrierArrive(", "(void)(", true},
+      {"gemmMultiplyStages", "mbarrierWait(", "(void)(", true},
+      {"gemmMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>", true},
+      {"gemmMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>", true},
+      {"gemmMultiplyStages", "mbarrierArrive(", "(void)(", true},
+      {"gemmMultiplyStages", "__syncwarp();", "", true}};
   for (bool wide : {false, true}) {
     const std::string name =
         wide ? "gemm_wgmma_wide_bias_gelu_bf16" : "gemm_wgmma_bias_gelu_bf16";
@@ -1717,7 +1727,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
     const std::string source = p.kernels[kernel].source;
     int done = 0;
     for (const Mutation &mu : mutations) {
-      if (mu.wideOnly && !wide)
+      if (mu.wide != wide)
         continue;
       auto [from, to] = functionSpan(source, mu.fn);
       ASSERT_NE(from, std::string::npos) << mu.fn;
@@ -1737,6 +1747,6 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
                        }
                      });
     }
-    EXPECT_EQ(done, wide ? 11 : 5);
+    EXPECT_EQ(done, wide ? 15 : 5);
   }
 }

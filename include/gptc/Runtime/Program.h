@@ -246,9 +246,10 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///   WgmmaGeluGrad   (const T *a, const T *b, const T *pre, T *out,
 ///                    i64 m, i64 n, i64 k)   out = gelu'(pre) · (a·bᵀ);
 ///                                    b [n, k]
-/// and each again in blocks of 128 x 256 (WgmmaWide*: grid (n / 256,
-/// m / 128), kGemmWgmmaWideSharedBytes), where n is a multiple of 256.
-/// All are 1-D blocks of 256 threads.
+/// and each again in blocks of 128 x 256 (WgmmaWide*: warp-specialized,
+/// one block an SM walking the tiles, grid at most (m / 128) · (n / 256),
+/// kGemmWgmmaWideSharedBytes), where n is a multiple of 256. All are 1-D
+/// blocks of 256 threads but the wide ones, of 384 (gemmFallbackThreads).
 enum class GemmFallback {
   Bias,
   GeluGrad,
@@ -299,17 +300,24 @@ struct WgmmaGemmFit {
 std::optional<WgmmaGemmFit> wgmmaGemmFit(const struct Program &p,
                                          const struct Launch &l);
 /// The dynamic shared memory of gptc's wgmma GEMMs: three stages of four
-/// 8 KB tiles (the wide blocks: four of six), and 1,008 bytes to align
-/// them to 1,024 (gemm_wgmma.cuh's figures, which the kernels' source
-/// asserts equal).
+/// 8 KB tiles (the wide blocks: four of six, then 8 warps' 16 x 40 staged
+/// floats and the stages' barriers, 64 bytes padded to 1,024), and 1,008
+/// bytes to align them to 1,024 (gemm_wgmma.cuh's figures, which the
+/// kernels' source asserts equal).
 inline constexpr uint32_t kGemmWgmmaSharedBytes = 3 * 4 * 8192 + 1024 - 16,
-                          kGemmWgmmaWideSharedBytes = 4 * 6 * 8192 + 1024 - 16;
+                          kGemmWgmmaWideSharedBytes =
+                              4 * 6 * 8192 + 8 * 16 * 40 * 4 + 1024 + 1024 - 16;
 /// What a GemmFallback kernel `name` asks for beside its static shared
 /// memory: the wgmma GEMMs' figures, else 0.
 inline uint32_t gemmFallbackSharedBytes(std::string_view name) {
   if (name.substr(0, 16) == "gemm_wgmma_wide_")
     return kGemmWgmmaWideSharedBytes;
   return name.substr(0, 11) == "gemm_wgmma_" ? kGemmWgmmaSharedBytes : 0;
+}
+/// The threads a block of GemmFallback kernel `name`: 384 for the wide
+/// wgmma GEMMs (a warpgroup that copies, two that multiply), else 256.
+inline unsigned gemmFallbackThreads(std::string_view name) {
+  return name.substr(0, 16) == "gemm_wgmma_wide_" ? 384 : 256;
 }
 
 struct Function {

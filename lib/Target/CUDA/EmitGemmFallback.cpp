@@ -74,11 +74,11 @@ bool isWgmmaGemm(GemmFallback kind) {
 /// 256 threads; the column partials at least 4 blocks an SM (64
 /// registers), so that one wave of them (partialRows) has its rows in
 /// flight on every SM; the narrow wgmma GEMMs 2 (128 registers), so that
-/// one block's epilogue runs under the other's products, the wide ones 1
-/// (their 192 KB of stages).
+/// one block's epilogue runs under the other's products; the wide ones 384
+/// threads, 1 block (their 214 KB of stages and staged results).
 std::string launchBounds(GemmFallback kind) {
   return kind == GemmFallback::ColumnPartials ? "256, 4"
-         : isWideWgmmaGemm(kind)              ? "256, 1"
+         : isWideWgmmaGemm(kind)              ? "384, 1"
          : isWgmmaGemm(kind)                  ? "256, 2"
                                               : "256";
 }

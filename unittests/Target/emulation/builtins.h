@@ -2,8 +2,8 @@
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
 // kernels it compiles for the CPU, joined by its emulation() in the order
-// threads.h, builtins.h, wgmma.h. Not a header to include: each part uses
-// what the ones before it define.
+// threads.h, builtins.h, wgmma.h, mbarrier.h. Not a header to include:
+// each part uses what the ones before it define.
 //
 // threadIdx and the other indices, warp shuffles and votes, atomics, and
 // what types.cuh gives the kernels on a GPU: bf16, the vector loads and
@@ -25,6 +25,11 @@ EMU_UNCHECKED inline Dim3 blockSizeValue() { return blockSize; }
 #define gridDim (gridSizeValue())
 #define blockDim (blockSizeValue())
 inline void __syncthreads() { emu::wait(emu::AtBarrier); }
+/// A warp-wide operation: what a lane wrote before it, the others read
+/// after it.
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  emu::wait(emu::AtWarpBarrier);
+}
 inline void __threadfence() {}
 inline int __syncthreads_or(int p) {
   int me = emu::current;
@@ -242,6 +247,8 @@ inline u32 maxBf16x2(u32 a, u32 b) {
 struct alignas(8) uint2 {
   u32 x, y;
 };
+/// A hint to the memory system: nothing to do here.
+inline void prefetchL2(const void *) {}
 /// An 8-byte access of four 2-byte elements: aligned to 8 on the GPU.
 template <typename T> inline uint2 loadPacked4(const T *p) {
   static_assert(sizeof(T) == 2, "four 2-byte elements");

@@ -2,8 +2,8 @@
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
 // kernels it compiles for the CPU, joined by its emulation() in the order
-// threads.h, builtins.h, wgmma.h. Not a header to include: each part uses
-// what the ones before it define.
+// threads.h, builtins.h, wgmma.h, mbarrier.h. Not a header to include:
+// each part uses what the ones before it define.
 //
 // The CUDA qualifiers as host C++, the built-in indices' storage, and each
 // block's threads run as coroutines (ucontext): __syncthreads and the warp
@@ -45,10 +45,19 @@ static Dim3 blockIndex, gridSize, blockSize;
 #define EMU_UNCHECKED __attribute__((no_sanitize("thread")))
 
 namespace emu {
-enum State { Running, AtBarrier, AtWarpBarrier, AtWarpgroupBarrier, Done };
+enum State {
+  Running,
+  AtBarrier,
+  AtWarpBarrier,
+  AtWarpgroupBarrier,
+  AtMbarrier, ///< waiting for a phase of an mbarrier (mbarrier.h)
+  Done
+};
 struct Thread {
   Dim3 index;
   State state = Running;
+  int mbarrier = -1;     ///< the mbarrier it waits at (mbarrier.h's index)
+  unsigned parity = 0;   ///< the parity of the phase it waits for
   long long orCalls = 0; ///< __syncthreads_or calls so far
   long long warpOps = 0; ///< warp-wide operations (shuffles, mma, ...) so far
 };
@@ -174,10 +183,11 @@ struct Granule {
   long long writerWarpOps = 0; // the writer's warp-wide operations by then
   int writer = -1, writeEpoch = -1, visibleFrom = 0, readEpoch = -1;
   int readerWarp = -1;
-  int writeSeq = 0; // the writer's writes by then, for fence.proxy.async
+  int writeSeq = 0;   // the writer's writes by then, for fence.proxy.async
+  int writeClock = 0; // the writer's clock then (clocks, below)
   // The last wgmma of each warpgroup that reads it as B (wgmmaOps): a
-  // block has at most 2 that issue wgmma.
-  int wgmmaOp[2] = {-1, -1};
+  // block has at most 4 warpgroups.
+  int wgmmaOp[4] = {-1, -1, -1, -1};
   bool pending = false; // a cp.async its writer has not waited for
   bool manyWarps = false;
 };
@@ -185,16 +195,32 @@ struct Granule {
 /// reads B at some time between the instruction and the wait_group that
 /// retires it, and one warp's wait need not mean another's has returned:
 /// B may be written again only in a barrier interval after every thread
-/// of the warpgroup landed it. (Kept per granule as each warpgroup's last
-/// reader: a warpgroup's products land in order. The wgmma kernels are one
-/// or two warpgroups a block.)
+/// of the warpgroup landed it, or by a thread that acquired each landing
+/// through mbarriers. (Kept per granule as each warpgroup's last reader:
+/// a warpgroup's products land in order. The wgmma kernels are up to
+/// three warpgroups a block.)
 struct WgmmaOp {
   int unlanded;    // threads of the warpgroup yet to land it
   int landedEpoch; // the last barrier interval one of them did
+  int first;       // the warpgroup's first thread
 };
 constexpr int kMaxWgmmaOps = 1 << 16; // a block's
 static WgmmaOp wgmmaOps[kMaxWgmmaOps];
 static int wgmmaOpCount;
+/// Where each thread of an op's warpgroup landed it: its clock then.
+static int (*landClocks)[128] = new int[kMaxWgmmaOps][128];
+/// Order within a barrier interval, for warps that hand work to each
+/// other through mbarriers (mbarrier.h) instead of __syncthreads: vector
+/// clocks. clocks[t][u] is the last clock of thread u that thread t has
+/// acquired (clocks[t][t], its own: it counts t's arrivals). A write of
+/// u's is ordered before t's access once clocks[t][u] reached the write's
+/// clock: u arrived at an mbarrier after the write, and t waited for that
+/// phase (or for a later arrival of a thread that had). Untouched in a
+/// block without mbarriers, where only barriers order threads.
+constexpr int kMaxThreads = 1024;
+static int (*clocks)[kMaxThreads] = new int[kMaxThreads][kMaxThreads]();
+static int clockThreads; // the rows and columns in use
+static bool clocksMoved; // an mbarrier touched them in this block
 /// A __shared__ variable, with its granules, or global memory a launch
 /// writes (an output, or a kernel's __device__ scratch), whose granules a
 /// block touches few of (by page). Inputs are not tracked: what no thread
@@ -435,26 +461,51 @@ EMU_UNCHECKED static void reset(int n) {
   Busy guard;
   ++block;
   epoch = 0;
+  if (clocksMoved)
+    for (int t = 0; t < clockThreads; ++t)
+      std::fill(clocks[t], clocks[t] + clockThreads, 0);
+  for (int t = 0; t < n; ++t)
+    clocks[t][t] = 1;
+  clockThreads = n;
+  clocksMoved = false;
   pagesUsed = 0;
   copies.assign(n, Copies());
   std::fill(writesSoFar, writesSoFar + n, 0);
   std::fill(fencedWrites, fencedWrites + n, 0);
   wgmmaOpCount = 0;
 }
-/// A new wgmma of a warpgroup: its id in wgmmaOps.
-EMU_UNCHECKED static int newWgmmaOp() {
+/// Whether this thread has acquired thread `writer`'s clock `clock`.
+EMU_UNCHECKED inline bool ordered(int writer, int clock) {
+  return clocks[current][writer] >= clock;
+}
+/// A new wgmma of the warpgroup from thread `first` on: its id in wgmmaOps.
+EMU_UNCHECKED static int newWgmmaOp(int first) {
   if (wgmmaOpCount == kMaxWgmmaOps) {
     std::fprintf(stderr, "race checker: more than %d wgmma in a block\n",
                  kMaxWgmmaOps);
     std::abort();
   }
-  wgmmaOps[wgmmaOpCount] = {128, -1};
+  wgmmaOps[wgmmaOpCount] = {128, -1, first};
   return wgmmaOpCount++;
 }
 /// This thread's share of wgmma `id` landed.
 EMU_UNCHECKED static void landWgmmaOp(int id) {
   --wgmmaOps[id].unlanded;
   wgmmaOps[id].landedEpoch = epoch;
+  landClocks[id][current - wgmmaOps[id].first] = clocks[current][current];
+}
+/// Whether every thread of op `id`'s warpgroup landed it in an earlier
+/// barrier interval, or this thread acquired each one's landing.
+EMU_UNCHECKED static bool landedBefore(int id) {
+  const WgmmaOp &op = wgmmaOps[id];
+  if (op.unlanded > 0)
+    return false;
+  if (op.landedEpoch < epoch)
+    return true;
+  for (int t = 0; t < 128; ++t)
+    if (!ordered(op.first + t, landClocks[id][t]))
+      return false;
+  return true;
 }
 /// A misuse of an instruction that is not a race (wgmma's rules, the bulk
 /// copies'), reported the same way.
@@ -479,27 +530,31 @@ EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
   const long long ops = threads[current].warpOps;
   bool unlanded = false;
   for (int op : g.wgmmaOp)
-    unlanded |= op >= 0 && (wgmmaOps[op].unlanded > 0 ||
-                            wgmmaOps[op].landedEpoch >= epoch);
+    unlanded |= op >= 0 && !landedBefore(op);
   if (unlanded)
-    report("writes, with no barrier since every thread of its warpgroup "
-           "waited for it, what a wgmma reads as B:",
+    report("writes, with no barrier (or mbarrier) since every thread of its "
+           "warpgroup waited for it, what a wgmma reads as B:",
            p, r, g);
   else if (g.readEpoch == epoch && (g.manyWarps || g.readerWarp != warp))
     report("writes, in the barrier interval another warp reads,", p, r, g);
   else if (g.writer >= 0 && g.writer != current && g.writeEpoch == epoch &&
-           (g.writer / 32 != warp || g.writerWarpOps == ops))
+           (g.writer / 32 != warp || g.writerWarpOps == ops) &&
+           !ordered(g.writer, g.writeClock))
     report("writes, in the barrier interval another thread writes,", p, r, g);
   g.writer = current;
   g.writeEpoch = epoch;
   g.writerWarpOps = ops;
   g.writeSeq = ++writesSoFar[current];
+  g.writeClock = clocks[current][current];
   g.pending = async;
   g.visibleFrom = epoch + 1;
   if (async)
     copies[current].pending.push_back({&g, copies[current].committed});
 }
-EMU_UNCHECKED static void read(const char *p, const Region &r, Granule &g) {
+/// (`track`: kept as this interval's read, for the writes after it; a
+/// wgmma's reads are followed as its op instead, as they land.)
+EMU_UNCHECKED static void read(const char *p, const Region &r, Granule &g,
+                               bool track = true) {
   const int warp = current / 32;
   if (g.writer < 0) {
     // Global memory was written before the launch.
@@ -507,7 +562,8 @@ EMU_UNCHECKED static void read(const char *p, const Region &r, Granule &g) {
       report("reads, never written,", p, r, g);
   } else if (g.pending) {
     report("reads a cp.async its writer has not waited for:", p, r, g);
-  } else if (g.writer != current && epoch < g.visibleFrom) {
+  } else if (g.writer != current && epoch < g.visibleFrom &&
+             !ordered(g.writer, g.writeClock)) {
     if (g.writer / 32 != warp)
       report("reads, in the barrier interval another warp writes,", p, r, g);
     else if (g.writerWarpOps == threads[current].warpOps)
@@ -515,6 +571,8 @@ EMU_UNCHECKED static void read(const char *p, const Region &r, Granule &g) {
              "of its warp writes:",
              p, r, g);
   }
+  if (!track)
+    return;
   if (g.readEpoch != epoch) {
     g.readEpoch = epoch;
     g.readerWarp = warp;
@@ -546,6 +604,7 @@ EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
   if (!candidate(at) && !candidate(static_cast<const char *>(at) + bytes - 1))
     return;
   Busy guard;
+  const bool wgmmaRead = asyncReader && std::strcmp(asyncReader, "wgmma") == 0;
   const char *p = static_cast<const char *>(at);
   const char *from = p - (reinterpret_cast<unsigned long long>(p) % 2);
   for (const char *q = from; q < p + bytes; q += 2) {
@@ -554,7 +613,7 @@ EMU_UNCHECKED static void access(const void *at, size_t bytes, bool isWrite,
       if (isWrite) {
         write(q, *r, *g, async);
       } else {
-        read(q, *r, *g);
+        read(q, *r, *g, !wgmmaRead);
         if (asyncReader && g->writer >= 0 &&
             g->writeSeq > fencedWrites[g->writer]) {
           char what[96];
@@ -588,6 +647,7 @@ EMU_UNCHECKED static void waitFor(int newest) {
       g->pending = false;
       g->visibleFrom = epoch + 1;
       g->writeSeq = ++writesSoFar[current]; // for fence.proxy.async
+      g->writeClock = clocks[current][current];
     }
   }
   cp.pending = left;
@@ -597,7 +657,7 @@ EMU_UNCHECKED static void waitFor(int newest) {
 static bool release(int first, int count, State s) {
   bool any = false;
   for (int t = first; t < first + count; ++t) {
-    if (threads[t].state == Running)
+    if (threads[t].state == Running || threads[t].state == AtMbarrier)
       return false;
     any |= threads[t].state == s;
   }
@@ -610,10 +670,14 @@ static bool release(int first, int count, State s) {
 }
 static void wgmmaAtExit(int n);
 static void bulkAtExit(int n);
+static void mbarriersAtStart();
+static bool mbarrierPhaseDone(int t);
+static void mbarrierDeadlock(int t);
 static void runBlock(int n) {
   threads.assign(n, Thread());
   std::memset(orSlots, 0, sizeof orSlots);
   race::reset(n);
+  mbarriersAtStart();
   while (int(coroutines.size()) < n)
     coroutines.push_back(newCoroutine());
   for (int t = 0; t < n; ++t)
@@ -623,6 +687,11 @@ static void runBlock(int n) {
       if (threads[t].state == Running)
         resume(t);
     bool progress = false;
+    for (int t = 0; t < n; ++t)
+      if (threads[t].state == AtMbarrier && mbarrierPhaseDone(t)) {
+        threads[t].state = Running;
+        progress = true;
+      }
     for (int w = 0; w < n; w += 32)
       progress |= release(w, std::min(32, n - w), AtWarpBarrier);
     for (int w = 0; w < n; w += 128)
@@ -631,6 +700,16 @@ static void runBlock(int n) {
       ++race::epoch;
       progress = true;
     }
+    if (progress)
+      continue;
+    // Threads waiting for a phase no arrival will complete: reported (a
+    // misuse), and let go, so that the block ends.
+    for (int t = 0; t < n; ++t)
+      if (threads[t].state == AtMbarrier) {
+        mbarrierDeadlock(t);
+        threads[t].state = Running;
+        progress = true;
+      }
     if (progress)
       continue;
     for (int t = 0; t < n; ++t)

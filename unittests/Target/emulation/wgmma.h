@@ -2,8 +2,8 @@
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
 // kernels it compiles for the CPU, joined by its emulation() in the order
-// threads.h, builtins.h, wgmma.h. Not a header to include: each part uses
-// what the ones before it define.
+// threads.h, builtins.h, wgmma.h, mbarrier.h. Not a header to include:
+// each part uses what the ones before it define.
 //
 // sm_90a's instructions for the kernels' GPTC_WGMMA path: wgmma (its
 // fences, commit groups and waits, B and A read through descriptors),
@@ -295,7 +295,6 @@ struct BulkOp {
   long long group;
   bool read;
   std::vector<float> data;
-  bool store = false; // bulkStore: dst = the bytes read, not dst + them
 };
 struct BulkThread {
   std::vector<BulkOp> ops;
@@ -303,17 +302,14 @@ struct BulkThread {
   int uncommitted = 0;
 };
 static BulkThread bulkThreads[1024];
-/// Issues a bulk operation of `bytes` from `shared` to `global` (`what`
-/// names it in reports): a reduction, or with `store` a plain copy.
-EMU_UNCHECKED inline void bulkIssue(float *global, u32 shared, u32 bytes,
-                                    bool store, const char *what) {
+EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
   const char *src = aligned16(shared);
   globalAligned16(global);
   if (bytes == 0 || bytes % 16) {
-    std::fprintf(stderr, "%s of %u bytes\n", what, bytes);
+    std::fprintf(stderr, "a bulk reduction of %u bytes\n", bytes);
     std::abort();
   }
-  emu::race::access(src, bytes, false, false, what);
+  emu::race::access(src, bytes, false, false, "a bulk reduction");
   emu::race::Busy guard;
   BulkThread &t = bulkThreads[emu::current];
   t.ops.push_back({global,
@@ -321,17 +317,8 @@ EMU_UNCHECKED inline void bulkIssue(float *global, u32 shared, u32 bytes,
                    int(bytes / 4),
                    t.committed,
                    false,
-                   {},
-                   store});
+                   {}});
   ++t.uncommitted;
-}
-EMU_UNCHECKED inline void bulkReduceAdd(float *global, u32 shared, u32 bytes) {
-  bulkIssue(global, shared, bytes, false, "a bulk reduction");
-}
-/// cp.async.bulk.global.shared::cta: the bytes at `shared` copied to
-/// `global`, read and written as late as bulkReduceAdd's.
-EMU_UNCHECKED inline void bulkStore(void *global, u32 shared, u32 bytes) {
-  bulkIssue(static_cast<float *>(global), shared, bytes, true, "a bulk copy");
 }
 EMU_UNCHECKED inline void bulkCommit() {
   BulkThread &t = bulkThreads[emu::current];
@@ -351,9 +338,7 @@ EMU_UNCHECKED inline void bulkRetire(int n, bool sums) {
       op.data.assign(op.src, op.src + op.floats);
       op.read = true;
     }
-    if (op.group < done && sums && op.store)
-      std::memcpy(op.dst, op.data.data(), 4 * size_t(op.floats));
-    else if (op.group < done && sums)
+    if (op.group < done && sums)
       for (int i = 0; i < op.floats; ++i)
         op.dst[i] += op.data[i];
     else
@@ -458,7 +443,7 @@ EMU_UNCHECKED inline void wgmmaReads(const char *what, u32 address, u32 lbo,
       emu::race::Busy guard;
       const emu::race::Region *in = nullptr;
       if (emu::race::Granule *g = emu::race::find(p, &in))
-        g->wgmmaOp[wg % 2] = opId;
+        g->wgmmaOp[wg] = opId;
     }
 }
 static unsigned long long wgADesc[1024];
@@ -498,12 +483,12 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
   // The warpgroup's threads are all at this wgmma (the barrier above):
   // the first of them here makes its record.
   const int wg = me / 128;
-  if (wg >= 2)
-    emu::race::misuse("wgmma in a block's third warpgroup: the race "
-                      "checker follows two");
+  if (wg >= 4)
+    emu::race::misuse("wgmma in a block's fifth warpgroup: the race "
+                      "checker follows four");
   if (wgIssued[me]++ == wgMade[wg]) {
     emu::race::Busy guard;
-    wgCurrentOp[wg] = emu::race::newWgmmaOp();
+    wgCurrentOp[wg] = emu::race::newWgmmaOp(first);
     ++wgMade[wg];
   }
   op.readOfB = wgCurrentOp[wg];

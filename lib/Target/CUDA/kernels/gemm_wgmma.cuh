@@ -8,24 +8,31 @@
 // runs after the product, reading and writing while the SM's tensor cores
 // idle. Here either two blocks share an SM, so that one block's epilogue
 // runs under the other's products (128 x 128 tiles), or one block an SM
-// walks 128 x 256 tiles and leaves each tile's results to the TMA unit's
-// bulk copies, which write them under the next tile's products. Each is
-// one more way GEMM tuning times at load (rt::GemmFallback::WgmmaBiasGelu,
+// walks 128 x 256 tiles, warp-specialized: a warpgroup copies the next
+// tile's operands while two others run this tile's epilogue. Each is one
+// more way GEMM tuning times at load (rt::GemmFallback::WgmmaBiasGelu,
 // WgmmaGeluGrad and their WgmmaWide* twins), kept only where it is faster
 // and computes what cuBLASLt's way does.
 //
-// A block of two warpgroups takes a 128 x 128 tile of the result (or 128
-// x 256: gemm::Wide), each warpgroup 64 rows of it as one m64n128k16
-// (m64n256k16) accumulator, 64 (128) floats a thread. a ([m, k],
-// row-major) and b ([k, n] row-major, an N-major B; or [n, k], a K-major
-// one) come 64 columns of k at a time through kStages buffers of wg::
-// SwizzledTiles, copied by every thread with cp.async kStages - 1 steps
-// ahead of the products, which read them from shared memory (no A
+// The narrow blocks: two warpgroups take a 128 x 128 tile of the result,
+// each 64 rows of it as one m64n128k16 accumulator, 64 floats a thread.
+// a ([m, k], row-major) and b ([k, n] row-major, an N-major B; or [n, k],
+// a K-major one) come 64 columns of k at a time through kStages buffers
+// of wg::SwizzledTiles, copied by every thread with cp.async kStages - 1
+// steps ahead of the products, which read them from shared memory (no A
 // fragments); one step's products stay in flight while the block waits
-// for the next step's copies. m is a multiple of 128, n of the block's
-// columns, k of 64; every pointer 16-byte aligned. The tiles walk n
-// fastest: a block's 128 rows of a stay in L2 for the blocks beside it,
-// and b (GPT-2's 4.7 MB) for all.
+// for the next step's copies. The wide blocks (gemmWgmmaWide): the same
+// stages, 4 of 128 x 256, filled by a warpgroup of their own, and two
+// m64n256k16 accumulators of 128 floats a thread; the stages change hands
+// through mbarriers. Why: Nsight Compute on the earlier wide blocks
+// (forty-seventh session, H200), where every thread copied and
+// multiplied, found 8 warps an SM, the tensor pipe 40% busy, and each
+// tile's first copies and its epilogue in series with its products.
+//
+// m is a multiple of 128, n of the block's columns, k of 64; every
+// pointer 16-byte aligned. The tiles walk n fastest: a block's 128 rows
+// of a stay in L2 for the blocks beside it, and b (GPT-2's 4.7 MB) for
+// all.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,6 +40,10 @@
 namespace gemm {
 
 constexpr int kRows = 128, kDepth = 64, kThreads = 256;
+/// The wide blocks' threads: a warpgroup that copies, two that multiply
+/// (the narrow blocks' two). (Enumerators: the narrow blocks' source has
+/// no use for them, and no warning.)
+enum : int { kCopiers = 128, kMultipliers = kThreads };
 
 /// One stage's operands: a's two 64-row halves, and b's kColTiles tiles of
 /// 64 columns (K rows and N columns N-major, N rows and K columns K-major),
@@ -48,7 +59,17 @@ template <int kColTiles, int kStages> struct Tiles {
 /// 128 x 256 through 4 (192 KB, 1 block an SM, which walks the tiles: a
 /// quarter fewer bytes from L2 a FLOP, 85 FLOP a byte against 64).
 using Narrow = Tiles<2, 3>;
-using Wide = Tiles<4, 4>;
+constexpr int kWideStages = 4;
+/// The wide blocks' shared memory: the stages; each multiplying warp's
+/// results of 16 rows by 32 columns as floats, staged so that its lanes
+/// store 4 adjacent ones (a row's 32 columns 40 floats apart, so that a
+/// warp's writes of 2 meet each bank once a half-warp); and the stages'
+/// barriers.
+struct Specialized {
+  Stage<4> stage[kWideStages];
+  float staged[8][16][40];
+  unsigned long long full[kWideStages], empty[kWideStages];
+};
 
 } // namespace gemm
 
@@ -59,7 +80,40 @@ template <class T> constexpr unsigned gemmWgmmaSharedBytes() {
 }
 constexpr unsigned kGemmWgmmaSharedBytes = gemmWgmmaSharedBytes<gemm::Narrow>(),
                    kGemmWgmmaWideSharedBytes =
-                       gemmWgmmaSharedBytes<gemm::Wide>();
+                       gemmWgmmaSharedBytes<gemm::Specialized>();
+
+/// B's descriptor for a stage's columns at k16 step kc: the b tiles lie
+/// back to back, 8 KB apart. K-major, they are 64·kColTiles rows of 128
+/// bytes (8-row groups 1,024 bytes apart, keysAlongN's SBO); N-major,
+/// kColTiles swizzle atoms of 64 columns, the leading byte offset from one
+/// to the next 8 KB (the PTX ISA's canonical MN-major layout; keysAlongK's
+/// 16 is unused within one atom).
+template <bool kKMajorB, int kColTiles>
+__device__ __forceinline__ unsigned long long
+gemmBTiles(const gemm::Stage<kColTiles> &st, int kc) {
+  return kKMajorB
+             ? st.b[0].keysAlongN(kc)
+             : wgmmaDescriptorPlus(wgmmaDescriptor(sharedAddress(st.b[0].data),
+                                                   sizeof st.b[0], 1024, true),
+                                   kc * 2048);
+}
+
+/// Starts the copies of depth tile `dt` of the 128 x 64·kColTiles tile at
+/// (row0, col0) into stage `st`, by kCopiers threads (not committed).
+template <bool kKMajorB, int kCopiers, int kColTiles>
+__device__ __forceinline__ void
+gemmLoadStage(gemm::Stage<kColTiles> &st, const bf16 *a, const bf16 *b, i64 n,
+              i64 k, i64 row0, i64 col0, int dt) {
+  const i64 k0 = i64(dt) * gemm::kDepth;
+  for (int h = 0; h < 2; ++h)
+    st.a[h].template loadAsync<kCopiers>(a + k0, k, row0 + 64 * h);
+  for (int h = 0; h < kColTiles; ++h) {
+    if (kKMajorB) // b's rows col0 + 64h.., columns k0..
+      st.b[h].template loadAsync<kCopiers>(b + k0, k, col0 + 64 * h);
+    else // b's rows k0.., columns col0 + 64h..
+      st.b[h].template loadAsync<kCopiers>(b + col0 + 64 * h, n, k0);
+  }
+}
 
 /// The product a·b of the 128 x 64·kColTiles tile at (row0, col0) into
 /// d, this warpgroup's 64 rows, every product landed: a [m, k] by b [k,
@@ -73,30 +127,8 @@ gemmWgmmaTile(gemm::Tiles<kColTiles, kStages> &t, const bf16 *a, const bf16 *b,
   using namespace gemm;
   using Stage = gemm::Stage<kColTiles>;
   const int depthTiles = int(k / kDepth);
-  // Starts the copies of depth tile `dt` into stage s (not committed).
   auto load = [&](int dt, int s) {
-    const i64 k0 = i64(dt) * kDepth;
-    for (int h = 0; h < 2; ++h)
-      t.stage[s].a[h].template loadAsync<kThreads>(a + k0, k, row0 + 64 * h);
-    for (int h = 0; h < kColTiles; ++h) {
-      if (kKMajorB) // b's rows col0 + 64h.., columns k0..
-        t.stage[s].b[h].template loadAsync<kThreads>(b + k0, k, col0 + 64 * h);
-      else // b's rows k0.., columns col0 + 64h..
-        t.stage[s].b[h].template loadAsync<kThreads>(b + col0 + 64 * h, n, k0);
-    }
-  };
-  // B's descriptor for the tile's columns at k16 step kc: the b tiles lie
-  // back to back, 8 KB apart. K-major, they are 64·kColTiles rows of 128
-  // bytes (8-row groups 1,024 bytes apart, keysAlongN's SBO); N-major,
-  // kColTiles swizzle atoms of 64 columns, the leading byte offset from
-  // one to the next 8 KB (the PTX ISA's canonical MN-major layout;
-  // keysAlongK's 16 is unused within one atom).
-  auto bTiles = [&](const Stage &st, int kc) {
-    return kKMajorB ? st.b[0].keysAlongN(kc)
-                    : wgmmaDescriptorPlus(
-                          wgmmaDescriptor(sharedAddress(st.b[0].data),
-                                          sizeof st.b[0], 1024, true),
-                          kc * 2048);
+    gemmLoadStage<kKMajorB, kThreads>(t.stage[s], a, b, n, k, row0, col0, dt);
   };
   for (int s = 0; s + 1 < kStages; ++s) {
     if (s < depthTiles)
@@ -116,8 +148,8 @@ gemmWgmmaTile(gemm::Tiles<kColTiles, kStages> &t, const bf16 *a, const bf16 *b,
     wgmmaFence(d);
 #pragma unroll
     for (int kc = 0; kc < kDepth / 16; ++kc)
-      wgmmaBf16<!kKMajorB>(d, st.a[group].rowsAlongM(kc), bTiles(st, kc),
-                           dt > 0 || kc > 0);
+      wgmmaBf16<!kKMajorB>(d, st.a[group].rowsAlongM(kc),
+                           gemmBTiles<kKMajorB>(st, kc), dt > 0 || kc > 0);
     wgmmaCommit();
     wgmmaWait<1>(); // this warpgroup's products of dt - 1
     // Both warpgroups' products of dt - 1 are done with its stage, which
@@ -163,89 +195,198 @@ gemmWgmmaNarrow(const bf16 *a, const bf16 *b,
     for (int half = 0; half < 2; ++half) {
       const i64 col = col0 + gemmTileColumn(j),
                 at = (row0 + gemmTileRow(half)) * n + col;
-      float o[Epilogue::kOutputs][2];
-      epilogue(at, col, {d[j][2 * half], d[j][2 * half + 1]}, o);
+      const float p[2] = {d[j][2 * half], d[j][2 * half + 1]};
+      float x[2], o[Epilogue::kOutputs][2];
+      load2(epilogue.operand(at, col), x);
+      epilogue.apply(p, x, o);
 #pragma unroll
       for (int i = 0; i < Epilogue::kOutputs; ++i)
         store2(out[i] + at, o[i]);
     }
 }
 
-/// The same in 128 x 256 tiles, one block an SM walking them (tile r ·
-/// n/256 + c at rows 128r, columns 256c; grid ≤ the tiles, blockDim.x ==
-/// 256). A tile's results are staged in the stages' shared memory, rows of
-/// 256 bf16 padded to 528 bytes (so that a warp's store meets each bank
-/// once), and written by bulk copies (the TMA unit, one row of an output
-/// a thread), which drain while the next tile's copies and products run.
-/// The block waits for those copies to have read the rows before it fills
-/// the stages again, and for them to have written before it ends.
+/// The wide blocks' copier (their first warpgroup): fills the stages in
+/// turn, tile after tile, a stage again once both multiplying warpgroups
+/// released it (`empty`), and hands each over (`full`) once its copies
+/// landed, which it waits for a fill later, so that two are in flight.
+/// Where the epilogue reads a matrix (GELU's derivative: the
+/// pre-activation, which the forward wrote long before, out of L2), it
+/// asks for the tile's rows of it into L2 as the tile's copies start: a
+/// tile's products ahead of the epilogue that reads them.
+template <bool kKMajorB, class Epilogue>
+__device__ __forceinline__ void
+gemmCopyStages(gemm::Specialized &s, const bf16 *a, const bf16 *b, i64 n, i64 k,
+               int tiles, int colTiles, const Epilogue &epilogue) {
+  using namespace gemm;
+  const int depthTiles = int(k / kDepth);
+  int fill = 0; // the stages filled so far
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const i64 row0 = i64(tile / colTiles) * kRows,
+              col0 = i64(tile % colTiles) * 256;
+    if constexpr (Epilogue::kOperandRows) // 128 rows of 512 bytes, 4 lines
+#pragma unroll
+      for (int line = 0; line < 4; ++line)
+        prefetchL2(epilogue.operand((row0 + threadIdx.x) * n + col0 + 64 * line,
+                                    col0 + 64 * line));
+    for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
+      const int st = fill % kWideStages;
+      if (fill >= kWideStages) // its last fill's products are done
+        mbarrierWait(&s.empty[st], (fill / kWideStages - 1) & 1);
+      gemmLoadStage<kKMajorB, kCopiers>(s.stage[st], a, b, n, k, row0, col0,
+                                        dt);
+      commitCopies();
+      if (fill > 0) { // the fill before this one landed: hand it over
+        waitCopies<1>();
+        fenceProxyAsync();
+        mbarrierArrive(&s.full[(fill - 1) % kWideStages]);
+      }
+    }
+  }
+  if (fill > 0) {
+    waitCopies<0>();
+    fenceProxyAsync();
+    mbarrierArrive(&s.full[(fill - 1) % kWideStages]);
+  }
+}
+
+/// The wide blocks' multipliers (their second and third warpgroups, 64
+/// rows of a tile each): each stage's products once it is full, released
+/// once they are done (one step later: one step's products stay in
+/// flight); then the epilogue, each warp 32 columns of its 16 rows at a
+/// time, staged as floats so that each lane takes 4 adjacent results (8
+/// bytes of each output, 64 of a row a quarter-warp), its operand loaded
+/// a step ahead.
+template <bool kKMajorB, class Epilogue>
+__device__ __forceinline__ void
+gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
+                   i64 n, i64 k, int tiles, int colTiles,
+                   const Epilogue &epilogue) {
+  using namespace gemm;
+  const int depthTiles = int(k / kDepth);
+  const int group = (threadIdx.x - kCopiers) / 128,
+            warp = (threadIdx.x - kCopiers) / 32, lane = threadIdx.x % 32;
+  float(&staged)[16][40] = s.staged[warp];
+  int fill = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const i64 row0 = i64(tile / colTiles) * kRows,
+              col0 = i64(tile % colTiles) * 256;
+    float d[32][4];
+    for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
+      const int st = fill % kWideStages;
+      mbarrierWait(&s.full[st], (fill / kWideStages) & 1);
+      const Stage<4> &stage = s.stage[st];
+      wgmmaFence(d);
+#pragma unroll
+      for (int kc = 0; kc < kDepth / 16; ++kc)
+        wgmmaBf16<!kKMajorB>(d, stage.a[group].rowsAlongM(kc),
+                             gemmBTiles<kKMajorB>(stage, kc), dt > 0 || kc > 0);
+      wgmmaCommit();
+      wgmmaWait<1>(); // this warpgroup's products of the fill before
+      if (dt > 0)
+        mbarrierArrive(&s.empty[(fill - 1) % kWideStages]);
+    }
+    wgmmaWait<0>();
+    wgmmaFenceOperands(d);
+    mbarrierArrive(&s.empty[(fill - 1) % kWideStages]);
+    // This warp's rows of the tile: 16 from rowBase. Lane's element i of
+    // step c: row 4i + lane/8, column 32c + 4(lane % 8) of them.
+    const i64 rowBase = row0 + 64 * group + 16 * (warp % 4);
+    auto element = [&](int c, int i) {
+      return (rowBase + 4 * i + lane / 8) * n + col0 + 32 * c + 4 * (lane % 8);
+    };
+    auto column = [&](int c) { return col0 + 32 * c + 4 * (lane % 8); };
+    uint2 operand[2][4]; // this step's and the next's, as loaded
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      operand[0][i] = loadPacked4(epilogue.operand(element(0, i), column(0)));
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float v[2] = {d[4 * c + j][2 * half],
+                              d[4 * c + j][2 * half + 1]};
+          store2(&staged[lane / 4 + 8 * half][8 * j + 2 * (lane % 4)], v);
+        }
+      __syncwarp();
+      if (c + 1 < 8)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          operand[(c + 1) % 2][i] =
+              loadPacked4(epilogue.operand(element(c + 1, i), column(c + 1)));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float p[4], x[4], o[Epilogue::kOutputs][4];
+        load4(&staged[4 * i + lane / 8][4 * (lane % 8)], p);
+        unpack4<bf16>(operand[c % 2][i], x);
+        epilogue.apply(p, x, o);
+#pragma unroll
+        for (int e = 0; e < Epilogue::kOutputs; ++e)
+          store4(out[e] + element(c, i), o[e]);
+      }
+      __syncwarp(); // the staged results read before the next are written
+    }
+  }
+}
+
+/// The same in 128 x 256 tiles, warp-specialized: one block an SM walks
+/// them (tile r · n/256 + c at rows 128r, columns 256c; grid ≤ the tiles,
+/// blockDim.x == 384). The first warpgroup copies a and b into the stages
+/// (gemmCopyStages), the other two multiply, each 64 rows of the tile as
+/// one m64n256k16 accumulator, and run the epilogue while the first fills
+/// the stages for the next tile (gemmMultiplyStages). Only the copier
+/// waits for copies, only the multipliers for products, and no barrier
+/// stops the block: the stages change hands through mbarriers, `full`
+/// once a stage's copies landed, `empty` once both warpgroups' products
+/// read it.
 template <bool kKMajorB, class Epilogue>
 __device__ __forceinline__ void
 gemmWgmmaWide(const bf16 *a, const bf16 *b,
               bf16 *const (&out)[Epilogue::kOutputs], i64 m, i64 n, i64 k,
               const Epilogue &epilogue) {
-  constexpr int kPitch = 264; // bf16 a staged row
-  static_assert(Epilogue::kOutputs * gemm::kRows * kPitch * 2 <=
-                    sizeof(gemm::Wide),
-                "the staged rows fit the stages");
-  auto &t = wg::dynamicSharedAs<gemm::Wide>();
-  auto *staged = reinterpret_cast<unsigned short *>(&t);
-  const int colTiles = int(n / 256), tiles = int(m / gemm::kRows) * colTiles;
-  // The bulk copy this thread issues: row r of output i.
-  const int r = threadIdx.x % gemm::kRows, i = threadIdx.x / gemm::kRows;
-  const bool copies = i < Epilogue::kOutputs;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const i64 row0 = i64(tile / colTiles) * gemm::kRows,
-              col0 = i64(tile % colTiles) * 256;
-    // The last tile's rows read out of the stages: they may be filled.
-    bulkWaitRead<0>();
-    __syncthreads();
-    float d[32][4];
-    gemmWgmmaTile<kKMajorB>(t, a, b, n, k, row0, col0, d);
-    __syncthreads(); // both warpgroups' products done with the stages
-#pragma unroll
-    for (int j = 0; j < 32; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = gemmTileRow(half), col = gemmTileColumn(j);
-        float o[Epilogue::kOutputs][2];
-        epilogue((row0 + row) * n + col0 + col, col0 + col,
-                 {d[j][2 * half], d[j][2 * half + 1]}, o);
-#pragma unroll
-        for (int e = 0; e < Epilogue::kOutputs; ++e) {
-          u32 *to = reinterpret_cast<u32 *>(
-              staged + (e * gemm::kRows + row) * kPitch + col);
-          *to = u32(fromFloat<bf16>(o[e][0]).bits) |
-                u32(fromFloat<bf16>(o[e][1]).bits) << 16;
-        }
-      }
-    fenceProxyAsync();
-    __syncthreads(); // every staged row written, seen by the bulk copies
-    if (copies) {
-      bf16 *to = out[0]; // (out[i] without indexing: no local memory)
-#pragma unroll
-      for (int e = 1; e < Epilogue::kOutputs; ++e)
-        to = i == e ? out[e] : to;
-      bulkStore(to + (row0 + r) * n + col0,
-                sharedAddress(staged + (i * gemm::kRows + r) * kPitch), 512);
-      bulkCommit();
+  using namespace gemm;
+  auto &s = wg::dynamicSharedAs<Specialized>();
+  const int colTiles = int(n / 256), tiles = int(m / kRows) * colTiles;
+  if (threadIdx.x == 0)
+    for (int i = 0; i < kWideStages; ++i) {
+      mbarrierInit(&s.full[i], kCopiers);
+      mbarrierInit(&s.empty[i], kMultipliers);
     }
+  __syncthreads(); // the barriers initialised
+  if (threadIdx.x < kCopiers) {
+    lowerRegisters<40>();
+    gemmCopyStages<kKMajorB>(s, a, b, n, k, tiles, colTiles, epilogue);
+  } else {
+    raiseRegisters<232>();
+    gemmMultiplyStages<kKMajorB>(s, out, n, k, tiles, colTiles, epilogue);
   }
-  bulkWait<0>();
 }
 
-/// GELU's epilogue: out[0] = GELU(pre), out[1] = pre = the product + bias
+/// The epilogues: each reads one bf16 operand at the result's elements
+/// (`operand`: the bias at the column, or a matrix of the result's shape,
+/// which the wide blocks' copier prefetches into L2 a tile ahead:
+/// kOperandRows) and makes its outputs from the float32 product p and
+/// the operand x, W adjacent elements at a time (`apply`).
+///
+/// GELU's: out[0] = GELU(pre), out[1] = pre = the product + bias
 /// (fallbackGelu of the float32 sum, as cuBLASLt's GELU_AUX_BIAS takes it
 /// before rounding); bias [n].
 struct GemmBiasGelu {
   static constexpr int kOutputs = 2;
+  static constexpr bool kOperandRows = false;
   const bf16 *bias;
-  __device__ __forceinline__ void operator()(i64, i64 col, const float (&p)[2],
-                                             float (&o)[2][2]) const {
-    float bs[2];
-    load2(bias + col, bs);
-    o[1][0] = p[0] + bs[0], o[1][1] = p[1] + bs[1];
-    o[0][0] = fallbackGelu(o[1][0]), o[0][1] = fallbackGelu(o[1][1]);
+  __device__ __forceinline__ const bf16 *operand(i64, i64 col) const {
+    return bias + col;
+  }
+  template <int W>
+  __device__ __forceinline__ void
+  apply(const float (&p)[W], const float (&x)[W], float (&o)[2][W]) const {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      o[1][i] = p[i] + x[i];
+      o[0][i] = fallbackGelu(o[1][i]);
+    }
   }
 };
 /// GELU's derivative's: out[0] = gelu'(pre) · the product
@@ -253,13 +394,17 @@ struct GemmBiasGelu {
 /// it); pre [m, n].
 struct GemmGeluGrad {
   static constexpr int kOutputs = 1;
+  static constexpr bool kOperandRows = true;
   const bf16 *pre;
-  __device__ __forceinline__ void operator()(i64 at, i64, const float (&p)[2],
-                                             float (&o)[1][2]) const {
-    float x[2];
-    load2(pre + at, x);
-    o[0][0] = fallbackGeluGrad(x[0], p[0]),
-    o[0][1] = fallbackGeluGrad(x[1], p[1]);
+  __device__ __forceinline__ const bf16 *operand(i64 at, i64) const {
+    return pre + at;
+  }
+  template <int W>
+  __device__ __forceinline__ void
+  apply(const float (&p)[W], const float (&x)[W], float (&o)[1][W]) const {
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      o[0][i] = fallbackGeluGrad(x[i], p[i]);
   }
 };
 

@@ -91,6 +91,12 @@ __device__ __forceinline__ void storeGlobal64(void *p, u32 a, u32 b) {
                : "memory");
 }
 
+/// Asks for the 128-byte line at p in L2 (prefetch.global.L2), not waiting
+/// for it: for a later load, where a warp has nothing to do meanwhile.
+__device__ __forceinline__ void prefetchL2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(p)));
+}
+
 /// *p += x in global memory, at L2, with no result: red rather than the
 /// atom an unused atomicAdd is written as in PTX.
 __device__ __forceinline__ void reduceAddGlobal(float *p, float x) {
@@ -427,6 +433,43 @@ __device__ __forceinline__ void wgmmaFence(float (&d)[N][4],
 __device__ __forceinline__ void fenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/// Shared-memory barriers (mbarrier), for warps that hand work to each
+/// other while the block runs on: mbarrierInit(count) by one thread, then
+/// a __syncthreads; each phase completes once `count` threads arrived,
+/// and a waiter names the phase by its parity (the first 0, the second 1,
+/// the third 0 again, ...). An arrival releases what its thread wrote
+/// before it (wait for a cp.async first), a wait that returns acquires it.
+__device__ __forceinline__ void mbarrierInit(unsigned long long *bar,
+                                             u32 count) {
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(bar)),
+      "r"(count)
+      : "memory");
+}
+__device__ __forceinline__ void mbarrierArrive(unsigned long long *bar) {
+  asm volatile(
+      "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(bar))
+      : "memory");
+}
+__device__ __forceinline__ void mbarrierWait(unsigned long long *bar,
+                                             u32 parity) {
+  for (u32 done = 0; !done;)
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(sharedAddress(bar)), "r"(parity)
+                 : "memory");
+}
+/// setmaxnreg: a warpgroup that needs few registers (a producer of
+/// copies) gives them back, so that the others may take more; every
+/// thread of the warpgroup executes it.
+template <int N> __device__ __forceinline__ void raiseRegisters() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void lowerRegisters() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 /// Hopper's bulk copies (the TMA unit, no tensor map): global[0, bytes/4)
 /// += the floats at `shared` (cp.reduce.async.bulk .add.f32: the sum is
 /// done at L2, element by element, as red.global.add does it), both
@@ -442,16 +485,6 @@ __device__ __forceinline__ void bulkReduceAdd(float *global, u32 shared,
                "[%0], [%1], %2;\n" ::"l"(__cvta_generic_to_global(global)),
                "r"(shared), "r"(bytes)
                : "memory");
-}
-/// The same unit's plain copy: global[0, bytes) = the bytes at `shared`
-/// (cp.async.bulk.global.shared::cta), with the same alignment, groups
-/// and waits as bulkReduceAdd.
-__device__ __forceinline__ void bulkStore(void *global, u32 shared, u32 bytes) {
-  asm volatile(
-      "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
-          __cvta_generic_to_global(global)),
-      "r"(shared), "r"(bytes)
-      : "memory");
 }
 __device__ __forceinline__ void bulkCommit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
