@@ -611,6 +611,45 @@ TEST(TemplateKernelsOnHost, ReduceSumReadsACornerInPlace) {
   EXPECT_GT(off, 1.0) << "the check would not see a wrong stride";
 }
 
+// Where whole 16-byte vectors of a row are kept (the innermost dimension
+// and the row a multiple of 8 bf16 or 4 floats, at least 32 vectors of
+// results), each thread sums 8 (4) adjacent columns, one load a row:
+// GPT-2's q bias gradient at 256 columns of 3 x 256, a float32 sum to 128
+// columns, and two that stay a column a thread (rows of 3 x 260 bf16,
+// whose vectors would straddle 16 bytes; 16 columns, too few for a warp).
+// Each against the CPU executor's sum of its corner.
+TEST(TemplateKernelsOnHost, ReduceSumLoadsWholeVectorsOfARow) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  Builder b;
+  int dqkv = b.buf(bf, {2048, 3, 256}), dq = b.buf(f32, {256});
+  b.launch("reduce_sum", {dqkv}, {dq}).lists["corner"] = {2048, 1, 256};
+  int x = b.buf(f32, {300, 128}), xs = b.buf(f32, {128});
+  b.launch("reduce_sum", {x}, {xs});
+  int odd = b.buf(bf, {512, 3, 260}), os = b.buf(f32, {256});
+  b.launch("reduce_sum", {odd}, {os}).lists["corner"] = {512, 1, 256};
+  int few = b.buf(bf, {512, 16}), fs = b.buf(f32, {16});
+  b.launch("reduce_sum", {few}, {fs});
+  rt::Program &p = emitForHost(b.p);
+  const std::vector<const char *> vectors = {", 8>(in0", ", 4>(in0", ", 1>(in0",
+                                             ", 1>(in0"};
+  for (size_t i = 0; i < vectors.size(); ++i)
+    EXPECT_NE(p.kernels[p.functions[0].launches[i].deviceKernel].source.find(
+                  vectors[i]),
+              std::string::npos)
+        << "launch " << i << ": " << vectors[i];
+  HostKernels kernels(p);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 7);
+  expectNear(exec::reduceSum(exec::slice(data[dqkv], {2048, 1, 256}), {256}),
+             data[dq].f32, 1e-3f, "q's third, 8 columns a thread");
+  expectNear(exec::reduceSum(data[x], {128}), data[xs].f32, 1e-4f,
+             "float32, 4 columns a thread");
+  expectNear(exec::reduceSum(exec::slice(data[odd], {512, 1, 256}), {256}),
+             data[os].f32, 1e-3f, "rows of 260");
+  expectNear(exec::reduceSum(data[few], {16}), data[fs].f32, 1e-3f,
+             "16 columns");
+}
+
 // The bf16 loss gradient keeps each row in shared memory between its
 // passes (kStash: V·2 bytes of dynamic shared memory), and writes dlogits
 // into a buffer of its own or over the logits (the lowering's in-place

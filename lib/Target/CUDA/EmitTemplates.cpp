@@ -177,8 +177,23 @@ void Emitter::emitReduceSum() {
   // DRAM floor). At least 256 blocks, so that every SM has some.
   if (innerKept && R <= kReduceFewTerms && K >= 256 * 256)
     kt = 256;
+  // With 32 threads along the kept rows, each takes 16 bytes of a row
+  // (8 bf16 or 4 floats) where whole vectors of them lie in the innermost
+  // dimension, every stride (a multiple of the operand's last dimension)
+  // keeps them 16-byte aligned, and a warp still has results to take.
+  const int64_t elementBytes = rt::dtypeBytes(in(0).dtype);
+  const int vectorWidth = elementBytes == 2 ? 8 : elementBytes == 4 ? 4 : 1;
+  const bool floatInput = in(0).dtype == DType::F32 ||
+                          in(0).dtype == DType::BF16 ||
+                          in(0).dtype == DType::F16;
+  const int vec = kt == 32 && floatInput && vectorWidth > 1 &&
+                          x.back() % vectorWidth == 0 &&
+                          whole.back() % vectorWidth == 0 &&
+                          K >= 32 * vectorWidth
+                      ? vectorWidth
+                      : 1;
   int rt = 256 / kt;
-  int64_t gx = ceilDiv(K, kt);
+  int64_t gx = ceilDiv(K, int64_t(kt) * vec);
   int64_t splits = std::clamp<int64_t>(
       std::min<int64_t>(ceilDiv(R, int64_t(rt) * 8),
                         std::max<int64_t>(1, 1024 / gx)),
@@ -207,7 +222,7 @@ void Emitter::emitReduceSum() {
   }
   begin(entry, 256);
   os << "  reduceSum<Index, " << i64Literal(K) << ", " << i64Literal(R) << ", "
-     << kt << ", " << splits << ">(in0, out0, "
+     << kt << ", " << splits << ", " << vec << ">(in0, out0, "
      << (splits > 1 ? "gptcPartials, gptcCounters" : "nullptr, nullptr")
      << ");\n}\n";
   l.block[0] = 256;

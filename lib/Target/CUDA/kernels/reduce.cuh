@@ -5,47 +5,79 @@
 // A block is kKT x (256 / kKT) threads: kKT consecutive results (kKT = 32
 // when the innermost input dimension is kept, so warps read contiguously;
 // 256, a result a thread, when there are many results of few terms; 1
-// otherwise) times a strip of terms. blockIdx.y splits the terms into
-// kSplits slices; with several slices each block writes a partial and the
-// last block of a column adds them in slice order. Every sum is float32 in
-// a fixed order: deterministic.
+// otherwise) times a strip of terms. With kVec > 1 each of the kKT threads
+// takes kVec adjacent results, one 16-byte load a term (8 bf16 or 4
+// floats: a warp reads 512 bytes of a row, where 2-byte loads read 64;
+// c_attn's q bias gradient, 16,384 rows of 768 in place, took 17.8 µs a
+// call on an H200 that way, 29% of its DRAM floor). blockIdx.y splits the
+// terms into kSplits slices; with several slices each block writes a
+// partial and the last block of a column adds them in slice order. Every
+// sum is float32 in a fixed order: deterministic.
 //
 //===----------------------------------------------------------------------===//
 
-template <typename Index, i64 K, i64 R, int kKT, int kSplits, typename TI,
-          typename TO>
+/// The kVec elements at p as floats: one load (kVec 1), or one 16-byte
+/// access (kVec 4 of 4-byte elements, 8 of 2-byte ones).
+template <int kVec, typename T>
+__device__ __forceinline__ void loadTerms(const T *p, float (&x)[kVec]) {
+  if constexpr (kVec == 1)
+    x[0] = toFloat(*p);
+  else if constexpr (kVec == 4)
+    load4(p, x);
+  else
+    load8(p, x);
+}
+
+template <typename Index, i64 K, i64 R, int kKT, int kSplits, int kVec,
+          typename TI, typename TO>
 __device__ void reduceSum(const TI *in, TO *out, float *partials,
                           unsigned *counters) {
+  static_assert(K % kVec == 0, "whole vectors of results");
   constexpr int kRT = 256 / kKT;
-  __shared__ float tile[256];
+  __shared__ float tile[kVec][256];
   const int kt = threadIdx.x % kKT, rt = threadIdx.x / kKT;
-  const i64 k = i64(blockIdx.x) * kKT + kt;
-  float s = 0.0f;
+  const i64 k = (i64(blockIdx.x) * kKT + kt) * kVec; // this thread's first
+  float s[kVec] = {};
   if (k < K) {
 #pragma unroll 8
-    for (i64 r = i64(blockIdx.y) * kRT + rt; r < R; r += i64(kRT) * kSplits)
-      s += toFloat(in[Index::offset(k, r)]);
+    for (i64 r = i64(blockIdx.y) * kRT + rt; r < R; r += i64(kRT) * kSplits) {
+      float x[kVec];
+      loadTerms(in + Index::offset(k, r), x);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        s[e] += x[e];
+    }
   }
-  tile[threadIdx.x] = s;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e)
+    tile[e][threadIdx.x] = s[e];
   __syncthreads();
   for (int half = kRT / 2; half > 0; half /= 2) {
     if (rt < half)
-      tile[threadIdx.x] += tile[threadIdx.x + half * kKT];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        tile[e][threadIdx.x] += tile[e][threadIdx.x + half * kKT];
     __syncthreads();
   }
   if (kSplits == 1) {
     if (rt == 0 && k < K)
-      out[k] = fromFloat<TO>(tile[kt]);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        out[k + e] = fromFloat<TO>(tile[e][kt]);
     return;
   }
   if (rt == 0 && k < K)
-    partials[i64(blockIdx.y) * K + k] = tile[kt];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e)
+      partials[i64(blockIdx.y) * K + k + e] = tile[e][kt];
   if (!lastBlockToArrive(counters + blockIdx.x, kSplits))
     return;
-  if (rt == 0 && k < K) {
-    float total = 0.0f;
-    for (int y = 0; y < kSplits; ++y)
-      total += __ldcg(partials + i64(y) * K + k);
-    out[k] = fromFloat<TO>(total);
-  }
+  if (rt == 0 && k < K)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      float total = 0.0f;
+      for (int y = 0; y < kSplits; ++y)
+        total += __ldcg(partials + i64(y) * K + k + e);
+      out[k + e] = fromFloat<TO>(total);
+    }
 }
