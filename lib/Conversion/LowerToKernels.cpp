@@ -945,6 +945,8 @@ FailureOr<rt::Program> lowerToKernels(const TrainingProgram &program,
   m["recompute"] = opts.recomputeList();
   if (!opts.fusedBiasGrads)
     m["bias_grads"] = "gemm";
+  else if (opts.geluBiasGrads)
+    m["bias_grads"] = "gelu";
   if (!opts.weightCopies)
     m["weight_copies"] = "false";
   if (!opts.accumulateInPlace)

@@ -70,7 +70,9 @@ void buildPipeline(OpPassManager &pm, StringRef stage,
   // Matmul epilogues first, on the plain ops and the whole step (the
   // backward's gelu_grad must read the aux pre-activation); elementwise
   // fusion then groups what is left around them.
-  pm.addPass(createGPTFuseMatmulEpilogue());
+  GPTFuseMatmulEpilogueOptions epilogues;
+  epilogues.geluBiasGrads = opts.geluBiasGrads;
+  pm.addPass(createGPTFuseMatmulEpilogue(epilogues));
   // The update writes the weights' low-precision copies: after the
   // epilogues, which narrow the biases they add, and before
   // gpt-fuse-elementwise, which folds each copy's cast into AdamW's kernel.

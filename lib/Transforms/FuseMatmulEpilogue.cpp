@@ -405,8 +405,12 @@ void fuseGeluGrad(GeluGradOp gg) {
 
 /// db = reduce_sum(dy); dW = x^T dy (dy through its cast and reshape)
 /// becomes one gpt.matmul_bias_grad (cuBLASLt's BGRADA after the swap).
-void fuseBiasGrad(ReduceSumOp rs) {
+void fuseBiasGrad(ReduceSumOp rs, bool geluBiasGrads) {
   Value dy = rs.getX();
+  // (Left to the matmul_gelu_grad that writes dy: fuseGeluGrad.)
+  if (auto gg = dy.getDefiningOp<GeluGradOp>();
+      geluBiasGrads && gg && gg.getApproximate() == "tanh")
+    return;
   auto dyType = tensorOf(dy);
   auto sumType = tensorOf(rs.getResult());
   if (sumType.getRank() != 1 || dyType.getRank() < 2 ||
@@ -490,15 +494,17 @@ void widenWeightGradient(MatmulOp mm) {
 
 struct GPTFuseMatmulEpiloguePass
     : impl::GPTFuseMatmulEpilogueBase<GPTFuseMatmulEpiloguePass> {
+  using GPTFuseMatmulEpilogueBase::GPTFuseMatmulEpilogueBase;
   void runOnOperation() override {
-    getOperation().walk([](func::FuncOp func) {
+    const bool geluSums = geluBiasGrads;
+    getOperation().walk([&](func::FuncOp func) {
       // The forward first: its aux pre-activation is what the backward's
       // gelu_grad reads; then the bias gradients into their weight-gradient
       // GEMMs, c_fc's included; then GELU's derivative, which takes a bias
       // gradient's sum only where no weight-gradient GEMM reads it (c_fc's
       // bias gradient in DGELU_BGRAD cost a column-sum pass over the
       // derivative after cuBLASLt's DGELU, where BGRADA costs its GEMM a
-      // few per cent: docs/pipeline.md).
+      // few per cent: docs/pipeline.md), or where gelu-bias-grads says so.
       SmallVector<MatmulOp> matmuls;
       func.walk([&](MatmulOp mm) { matmuls.push_back(mm); });
       for (MatmulOp mm : matmuls)
@@ -506,7 +512,7 @@ struct GPTFuseMatmulEpiloguePass
       SmallVector<ReduceSumOp> sums;
       func.walk([&](ReduceSumOp rs) { sums.push_back(rs); });
       for (ReduceSumOp rs : sums)
-        fuseBiasGrad(rs);
+        fuseBiasGrad(rs, geluSums);
       SmallVector<GeluGradOp> geluGrads;
       func.walk([&](GeluGradOp gg) { geluGrads.push_back(gg); });
       for (GeluGradOp gg : geluGrads)

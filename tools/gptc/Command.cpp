@@ -60,9 +60,11 @@ OptimizerOptions ModelOptions::compileOptions() const {
   OptimizerOptions opts;
   opts.precision = precision;
   opts.overlapWeightGrads = overlapWeightGrads;
-  if (biasGrads != "fused" && biasGrads != "gemm")
-    fail("unknown --bias-grads '" + biasGrads + "' (expected fused or gemm)");
-  opts.fusedBiasGrads = biasGrads == "fused";
+  if (biasGrads != "fused" && biasGrads != "gemm" && biasGrads != "gelu")
+    fail("unknown --bias-grads '" + biasGrads +
+         "' (expected fused, gemm or gelu)");
+  opts.fusedBiasGrads = biasGrads != "gemm";
+  opts.geluBiasGrads = biasGrads == "gelu";
   opts.weightCopies = weightCopies;
   opts.accumulateInPlace = accumulateInPlace;
   for (const std::string &op : recompute) {

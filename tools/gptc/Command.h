@@ -69,10 +69,13 @@ struct ModelOptions {
       llvm::cl::desc("Where the projections' bias gradients are summed: "
                      "fused (the default: the output projections' by the "
                      "layernorm gradients that write their output "
-                     "gradients, c_attn's from attention's identities) or "
+                     "gradients, c_attn's from attention's identities), "
                      "gemm (by their weight-gradient GEMMs: cuBLASLt's "
                      "BGRADA, or gptc's column sums after a plain GEMM, "
-                     "timed at load)"),
+                     "timed at load), or gelu (as fused, but c_fc's by the "
+                     "GEMM that writes GELU's derivative: DGELU_BGRAD, "
+                     "gptc's column sums after DGELU, or on sm_90a gptc's "
+                     "own GEMM, timed at load)"),
       llvm::cl::init("fused"), llvm::cl::cat(gptcCategory)};
   llvm::cl::opt<bool> weightCopies{
       "weight-copies",

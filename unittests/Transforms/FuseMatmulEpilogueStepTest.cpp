@@ -46,12 +46,14 @@ using namespace mlir;
 namespace {
 
 OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
-                              bool epilogues) {
+                              bool epilogues, bool geluBiasGrads = false) {
   OptimizerOptions opts;
   opts.precision = precision;
   return compileTinyStep(ctx, opts, [&](PassManager &pm) {
+    GPTFuseMatmulEpilogueOptions options;
+    options.geluBiasGrads = geluBiasGrads;
     if (epilogues)
-      pm.addPass(createGPTFuseMatmulEpilogue());
+      pm.addPass(createGPTFuseMatmulEpilogue(options));
     // The output projections' bias gradients stay in their GEMMs
     // (LayerNormBiasGradStepTest.cpp moves them).
     GPTFuseElementwiseOptions fuse;
@@ -61,7 +63,10 @@ OwningOpRef<ModuleOp> compile(MLIRContext &ctx, const std::string &precision,
 }
 
 /// Runs the gradient function of both; returns the worst relative error.
-double compare(ModuleOp before, ModuleOp after, double tolerance) {
+/// geluBiasGrads: `after` took c_fc's bias gradients with GELU's
+/// derivative (gelu-bias-grads).
+double compare(ModuleOp before, ModuleOp after, double tolerance,
+               bool geluBiasGrads = false) {
   auto unfused = before.lookupSymbol<func::FuncOp>("gpt2_forward_grad");
   auto fused = after.lookupSymbol<func::FuncOp>("gpt2_forward_grad");
   EXPECT_TRUE(unfused && fused);
@@ -73,12 +78,14 @@ double compare(ModuleOp before, ModuleOp after, double tolerance) {
   EXPECT_EQ(countTopLevel(fused, "gpt.matmul_epilogue"), 2 * 4);
   // The backward: GELU's derivative (DGELU alone), and every bias
   // gradient in its weight-gradient GEMM: c_attn's, attention c_proj's,
-  // c_fc's and MLP c_proj's.
+  // c_fc's and MLP c_proj's; or c_fc's with GELU's derivative.
   EXPECT_EQ(countTopLevel(fused, "gpt.matmul_gelu_grad"), 2);
-  EXPECT_EQ(countTopLevel(fused, "gpt.matmul_bias_grad"), 2 * 4);
-  fused.walk([](gpt::MatmulGeluGradOp op) {
-    EXPECT_EQ(op->getNumResults(), 1u) << "c_fc's bias gradient is its "
-                                          "weight-gradient GEMM's";
+  EXPECT_EQ(countTopLevel(fused, "gpt.matmul_bias_grad"),
+            2 * (geluBiasGrads ? 3 : 4));
+  fused.walk([&](gpt::MatmulGeluGradOp op) {
+    EXPECT_EQ(op->getNumResults(), geluBiasGrads ? 2u : 1u)
+        << "c_fc's bias gradient is its weight-gradient GEMM's, or with "
+           "gelu-bias-grads its derivative's";
   });
   for (const char *op : {"gpt.matmul_epilogue", "gpt.matmul_gelu_grad",
                          "gpt.matmul_bias_grad"})
@@ -153,6 +160,28 @@ TEST(FuseMatmulEpilogue, Bf16StepWithinOneRounding) {
   // the casts were not seen through.
   EXPECT_GT(worst, 0.0);
   std::printf("bf16: worst relative difference %.3g\n", worst);
+}
+
+// gelu-bias-grads: c_fc's bias gradient summed with GELU's derivative
+// (the reduce_sum's sum of the float32 values, in its order: fp32 still
+// bit-exact), its weight-gradient GEMM plain; bf16 within the same bound
+// (the bias gradient rounded to the derivative's bf16).
+TEST(FuseMatmulEpilogue, GeluBiasGradsStepMatches) {
+  MLIRContext ctx;
+  ctx.loadDialect<gpt::GPTDialect, func::FuncDialect>();
+  for (const char *precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    OwningOpRef<ModuleOp> before = compile(ctx, precision, false);
+    OwningOpRef<ModuleOp> after = compile(ctx, precision, true, true);
+    ASSERT_TRUE(before && after);
+    const bool fp32 = std::string(precision) == "fp32";
+    double worst = compare(*before, *after, fp32 ? 0.0 : 2e-2, true);
+    if (fp32)
+      EXPECT_EQ(worst, 0.0);
+    else
+      std::printf("bf16, gelu-bias-grads: worst relative difference %.3g\n",
+                  worst);
+  }
 }
 
 } // namespace

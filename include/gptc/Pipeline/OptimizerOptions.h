@@ -38,6 +38,10 @@ struct OptimizerOptions {
   /// (gpt-attention-bias-grad). False: all in their weight-gradient GEMMs
   /// (cuBLASLt's BGRADA, or gptc's column sums after a plain GEMM).
   bool fusedBiasGrads = true;
+  /// With fusedBiasGrads, c_fc's bias gradient summed by the GEMM that
+  /// writes GELU's derivative (gpt-fuse-matmul-epilogue's gelu-bias-grads)
+  /// rather than by its weight-gradient GEMM. Off by default.
+  bool geluBiasGrads = false;
   /// gpt-weight-copies: under autocast the parameters' bf16 (fp16) copies
   /// live across steps, written by the update, instead of being cast from
   /// the master weights in every gradient function. On by default.

@@ -419,6 +419,14 @@ def GPTFuseMatmulEpilogue : Pass<"gpt-fuse-matmul-epilogue", "mlir::ModuleOp"> {
     operand become one `gpt.matmul_bias_grad` (BGRADA). Runs after
     gpt-optimizer, before gpt-fuse-elementwise.
   }];
+  let options = [
+    Option<"geluBiasGrads", "gelu-bias-grads", "bool", /*default=*/"false",
+           "The bias gradient of GELU's derivative (GPT-2's c_fc) goes to "
+           "the gpt.matmul_gelu_grad that writes the derivative (cuBLASLt's "
+           "DGELU_BGRAD, gptc's column sums after its DGELU, or on sm_90a "
+           "gptc's own GEMM summing it on its way), not to its "
+           "weight-gradient GEMM (BGRADA)">
+  ];
   let dependentDialects = ["::gptc::gpt::GPTDialect"];
 }
 
