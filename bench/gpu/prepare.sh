@@ -58,6 +58,13 @@ compile gpt2-bf16-overlap gpt2 bf16 "$batch" "$seq" --overlap-weight-grads
 # Every projection's bias gradient in its weight-gradient GEMM, as before
 # the thirty-second session, against the default's (--bias-grads=fused).
 compile gpt2-bf16-biasgemm gpt2 bf16 "$batch" "$seq" --bias-grads=gemm
+# c_fc's bias gradient from the GEMM that writes GELU's derivative
+# (--bias-grads=gelu): on sm_90a gptc's own warp-specialized GEMM sums its
+# partials on the way, timed at load against cuBLASLt's ways; and one
+# layer at GPT-2's widths for its check.
+compile gpt2-bf16-biasgelu gpt2 bf16 "$batch" "$seq" --bias-grads=gelu
+compile check-gpt2w-bf16-biasgelu gpt2 bf16 2 192 --n-layer=1 \
+  --vocab-size=1000 --bias-grads=gelu
 # The weights cast to bf16 in every gradient function, as before the
 # thirty-fifth session, against the default's copies written by AdamW
 # (gpt-weight-copies).

@@ -24,8 +24,10 @@
 # GPT-2 124M at --grad-accum=4 (with and without the gradients summed in
 # place by the launches that write them, and PyTorch's);
 # GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
-# GEMMs on a second stream) and with --bias-grads=gemm (the output
-# projections' and c_attn's bias gradients in their GEMMs); each GEMM shape of gptc's profile timed in
+# GEMMs on a second stream), with --bias-grads=gemm (the output
+# projections' and c_attn's bias gradients in their GEMMs) and with
+# --bias-grads=gelu (c_fc's from the GEMM that writes GELU's derivative,
+# gptc's own on sm_90a, profiled too); each GEMM shape of gptc's profile timed in
 # PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
 # steps of gpt2-tiny on cuda and on cpu with the same seed and data,
 # losses compared (bf16 at --grad-accum=2 too); Nsight Compute on one launch each of the layernorms
@@ -49,7 +51,7 @@
 # so the two are measured alike. Prints one summary table last; results go
 # to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu] [ownncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [biasgelu] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu] [ownncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -86,7 +88,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm castweights accum gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm biasgelu castweights accum gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -203,6 +205,15 @@ own_gemm_checks() {
       return
     fi
   done
+  # GELU's derivative with its bias gradient's partials (--bias-grads=gelu).
+  if [[ -x $P/check-gpt2w-bf16-biasgelu ]] &&
+    ! GPTC_GEMM_OWN=wide step "$limit" check-gpt2w-bf16-biasgelu-own \
+      "${lib[@]}" "$P/check-gpt2w-bf16-biasgelu" --device=cuda --check-kernels \
+      --check-dump="$logs/dump-gpt2w-bf16-biasgelu-own"; then
+    echo "   gptc's own GEMM with the bias gradient failed its check: the steps after run with GPTC_GEMM_OWN=0"
+    export GPTC_GEMM_OWN=0
+    return
+  fi
   GPTC_GEMM_TUNE=time step "$limit" check-gpt2w-bf16-gemmways "${lib[@]}" \
     "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
     --check-dump="$logs/dump-gpt2w-bf16-gemmways"
@@ -294,6 +305,16 @@ fi
 if want biasgemm && [[ -x $P/gpt2-bf16-biasgemm ]]; then
   step 90 gpt2-bf16-biasgemm "${lib[@]}" "$P/gpt2-bf16-biasgemm" --device=cuda \
     --data="$data" --steps=20 --seed=1
+fi
+
+# c_fc's bias gradient from the GEMM that writes GELU's derivative
+# (--bias-grads=gelu), against gpt2-bf16's (from its weight gradient's),
+# and its profile (the ways tuning timed for that GEMM, the kernels).
+if want biasgelu && [[ -x $P/gpt2-bf16-biasgelu ]]; then
+  step 90 gpt2-bf16-biasgelu "${lib[@]}" "$P/gpt2-bf16-biasgelu" --device=cuda \
+    --data="$data" --steps=20 --seed=1
+  GPTC_PROFILE=1 step 90 gpt2-bf16-biasgelu-profile "${lib[@]}" \
+    "$P/gpt2-bf16-biasgelu" --device=cuda --data="$data" --steps=8 --seed=1
 fi
 
 # The weights cast to bf16 in the gradient function each step

@@ -49,6 +49,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-untuned.log                      the GPTC_GEMM_TUNE=0 run
   gpt2-bf16-overlap.log                      --overlap-weight-grads
   gpt2-bf16-biasgemm.log                     --bias-grads=gemm
+  gpt2-bf16-biasgelu{,-profile}.log          --bias-grads=gelu
   gpt2-bf16-castweights.log                  --weight-copies=false
   gpt2-bf16-accum4.log                       the default program, --grad-accum=4
   gpt2-bf16-addaccum4.log                    --accumulate-in-place=false, --grad-accum=4
@@ -273,6 +274,8 @@ def main():
                          ("gptc, untuned GEMMs", "gpt2-bf16-untuned", 1),
                          ("gptc, side-stream weight grads", "gpt2-bf16-overlap", 1),
                          ("gptc, bias gradients in the GEMMs", "gpt2-bf16-biasgemm", 1),
+                         ("gptc, c_fc's bias gradient with GELU's derivative",
+                          "gpt2-bf16-biasgelu", 1),
                          ("gptc, weights cast each step", "gpt2-bf16-castweights", 1),
                          ("gptc, mma2 + atomic128 attention", "gpt2-bf16-wide", 1),
                          ("gptc, atomic attention backward", "gpt2-bf16-atomic", 1),

@@ -806,17 +806,30 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
       (address(l.inputs[2]) | results) % 4 != 0)
     return ways;
   const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
+  // GELU's derivative with its bias gradient: the wide blocks alone, their
+  // partial sums (m / 16 rows of n floats) in the cuBLASLt workspace,
+  // which no GEMM uses meanwhile, then ColumnSums into the gradient.
+  const bool biasGrad = fit->kind == GemmFallback::WgmmaWideGeluGradBias;
+  const int64_t chunks = fit->m / 16;
+  const CUdeviceptr scratch =
+      l.stream == 1 && sideWorkspace ? sideWorkspace : workspace;
+  if (biasGrad && (chunks * fit->n * 4 > int64_t(kWorkspaceBytes) ||
+                   !hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
+                                                 buffer(l.outputs[1]).dtype))))
+    return ways;
   for (bool wide : {false, true}) {
     const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
     if ((wide && (!fit->wide || (address(l.inputs[2]) | results) % 8 != 0)) ||
-        (ownGemms == OwnGemms::Narrow && wide) ||
+        (biasGrad && !wide) || (ownGemms == OwnGemms::Narrow && wide) ||
         (ownGemms == OwnGemms::Wide && !wide) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
       continue;
     GemmPlan own;
     own.shape = std::to_string(fit->m) + "x" + std::to_string(fit->n) + "x" +
                 std::to_string(fit->k) + " bf16" +
-                (biasGelu ? " + GELU" : " tB + GELU's derivative") +
+                (biasGelu   ? " + GELU"
+                 : biasGrad ? " tB + GELU's derivative and bias gradient"
+                            : " tB + GELU's derivative") +
                 (wide ? ", 128x256 blocks" : ", 128x128 blocks");
     own.way = wide ? "gptc wgmma GEMM 128x256" : "gptc wgmma GEMM 128x128";
     own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
@@ -831,13 +844,26 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
                      : uint32_t(fit->n / 128);
     f.grid[1] = wide ? 1 : uint32_t(fit->m / 128);
     f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
-    // (a, b, the bias or pre-activation, then the results, then m, n, k.)
-    f.args = {address(l.inputs[0]), address(l.inputs[1]), address(l.inputs[2])};
-    for (int id : l.outputs)
-      f.args.push_back(address(id));
+    // (a, b, the bias or pre-activation, then the results (the bias
+    // gradient's partial sums in its place), then m, n, k.)
+    f.args = {address(l.inputs[0]), address(l.inputs[1]), address(l.inputs[2]),
+              address(l.outputs[0])};
+    if (biasGelu)
+      f.args.push_back(address(l.outputs[1]));
+    if (biasGrad)
+      f.args.push_back(uint64_t(scratch));
     for (int64_t size : {fit->m, fit->n, fit->k})
       f.args.push_back(uint64_t(size));
     own.after.push_back(std::move(f));
+    if (biasGrad) {
+      GemmPlan::Followup sums;
+      sums.fn = fallbackKernel(GemmFallback::ColumnSums,
+                               buffer(l.outputs[1]).dtype, l.kernel);
+      sums.grid[0] = uint32_t((fit->n + 31) / 32);
+      sums.args = {uint64_t(scratch), address(l.outputs[1]), uint64_t(chunks),
+                   uint64_t(fit->n)};
+      own.after.push_back(std::move(sums));
+    }
     ways.push_back(std::move(own));
   }
   return ways;

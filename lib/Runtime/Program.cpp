@@ -226,6 +226,8 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
     return std::string("gemm_wgmma_wide_bias_gelu_") + dtypeName(t);
   if (kind == GemmFallback::WgmmaWideGeluGrad)
     return std::string("gemm_wgmma_wide_gelu_grad_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaWideGeluGradBias)
+    return std::string("gemm_wgmma_wide_gelu_grad_bias_") + dtypeName(t);
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"
                      : kind == GemmFallback::Gelu     ? "gelu"
@@ -249,6 +251,9 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
   else if (l.kernel == "matmul_gelu_grad" && l.outputs.size() == 1 &&
            flag("transpose_b"))
     fit.kind = GemmFallback::WgmmaGeluGrad;
+  else if (l.kernel == "matmul_gelu_grad" && l.outputs.size() == 2 &&
+           flag("transpose_b"))
+    fit.kind = GemmFallback::WgmmaWideGeluGradBias;
   else
     return std::nullopt;
   for (const std::vector<int> *ids : {&l.inputs, &l.outputs})
@@ -269,10 +274,14 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
   const int64_t third = biasGelu ? fit.n : fit.m * fit.n;
   if (fit.m / 128 > 65535 || p.buffers.at(l.inputs[2]).numel() != third)
     return std::nullopt;
-  for (int id : l.outputs)
-    if (p.buffers.at(id).numel() != fit.m * fit.n)
+  // The results: [m, n] each, but a bias gradient's [n].
+  for (size_t i = 0; i < l.outputs.size(); ++i)
+    if (p.buffers.at(l.outputs[i]).numel() !=
+        (i == 1 && !biasGelu ? fit.n : fit.m * fit.n))
       return std::nullopt;
   fit.wide = fit.n % 256 == 0;
+  if (fit.kind == GemmFallback::WgmmaWideGeluGradBias && !fit.wide)
+    return std::nullopt;
   return fit;
 }
 

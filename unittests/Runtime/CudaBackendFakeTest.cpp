@@ -2140,6 +2140,82 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
   }
 }
 
+/// GELU's derivative with its bias gradient (--bias-grads=gelu's c_fc) at
+/// 256 x 256 x 64, bf16, with gptc's own wide GEMM that sums the bias
+/// gradient's partials on its way.
+Function ownGemmBiasGradient(Program &p) {
+  enum : int { DY, WT, PRE, DP, DB };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("dy", DType::BF16, {256, 64}, Role::Param),
+               buffer("wt", DType::BF16, {256, 64}, Role::Param),
+               buffer("pre", DType::BF16, {256, 256}, Role::Param),
+               buffer("dp", DType::BF16, {256, 256}, Role::Output),
+               buffer("db", DType::BF16, {256}, Role::Output)};
+  DeviceKernel k;
+  k.name = gemmFallbackKernel(GemmFallback::WgmmaWideGeluGradBias, DType::BF16);
+  k.arch = "sm_90a";
+  k.cubin = {'F', 'A', 'K', 'E'};
+  p.kernels.push_back(k);
+  Function f;
+  f.name = "backward";
+  f.launches = {launch("matmul_gelu_grad", {DY, WT, PRE}, {DP, DB}, true)};
+  return f;
+}
+
+/// Its own GEMM is one more way tuning times: kept where faster, then it
+/// and ColumnSums (the partials' sum into the bf16 bias gradient) run,
+/// no cuBLASLt GEMM, and the results match the CPU backend's; not where
+/// slower, nor where it is faster but writes zeros. GPTC_GEMM_OWN=wide
+/// runs it untimed; =narrow has no shape for it, so cuBLASLt runs.
+TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemmWithBiasGradient) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  const std::string own = "gemm_wgmma_wide_gelu_grad_bias_bf16",
+                    sums = "gemm_fallback_column_sums_bf16";
+  for (auto [ms, wrong, kept] :
+       {std::tuple<float, bool, bool>{0.01f, false, true},
+        {5.0f, false, false},
+        {0.01f, true, false}}) {
+    SCOPED_TRACE(std::to_string(ms) + (wrong ? " wrong" : ""));
+    kernelMs(own.c_str(), ms);
+    if (wrong)
+      onHost(own.c_str(), 8, zeroOwnGemmResult<5>);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmBiasGradient, "time", &names);
+    kernelMs(nullptr, 0.0f);
+    onHost(nullptr, 0, nullptr);
+    const std::string key = "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:";
+    const size_t line = err.find(key);
+    ASSERT_NE(line, std::string::npos) << key << "\n" << err;
+    const std::string timed = err.substr(line, err.find('\n', line) - line);
+    EXPECT_EQ(timed.find("gptc wgmma GEMM 128x256 0.002 (kept)") !=
+                  std::string::npos,
+              kept)
+        << timed;
+    EXPECT_EQ(timed.find("gptc wgmma GEMM 128x128"), std::string::npos)
+        << timed;
+    if (wrong)
+      EXPECT_NE(timed.find("not used"), std::string::npos) << timed;
+    EXPECT_EQ(contains(names, own), kept);
+    EXPECT_EQ(contains(names, sums), true) << "the bias gradient's sums";
+    EXPECT_EQ(run.empty(), kept) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(ownGemmBiasGradient);
+  }
+  for (const char *value : {"wide", "narrow"}) {
+    SCOPED_TRACE(value);
+    ScopedEnv env("GPTC_GEMM_OWN", value);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmBiasGradient, "time", &names);
+    const bool wide = std::string(value) == "wide";
+    EXPECT_EQ(contains(names, own), wide);
+    EXPECT_EQ(run.empty(), wide) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(ownGemmBiasGradient);
+  }
+}
+
 /// c_fc's forward and backward at 256 rows, all bf16: GELU with its
 /// pre-activation kept, and GELU's derivative with the bias gradient
 /// (transpose_b, as c_proj's weight is read there).

@@ -311,8 +311,10 @@ static const void *lastGemmStream = nullptr;
 static bool besideSinceGemm = false;
 static float besideMs = 0;
 extern "C" void gptcFakeBesideMs(float ms) { besideMs = ms; }
-/// The last launch when it was a generated kernel's ("" after a GEMM):
-/// timing sees it take what gptcFakeKernelMs set for its name, if set.
+/// The last launch when it was a generated kernel's ("" after a GEMM), or
+/// the last since that gptcFakeKernelMs set a time for (a way of gptc's
+/// own GEMM then its sums takes the GEMM's): timing sees it take what
+/// gptcFakeKernelMs set for its name, if set.
 static std::string lastKernel;
 static std::map<std::string, float> kernelMs;
 extern "C" void gptcFakeKernelMs(const char *name, float ms) {
@@ -508,7 +510,8 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
       shared + (it == staticShared.end() ? 0 : it->second) > 48 * 1024 &&
       int(shared) > gptcFakeDynamicSharedOptIn(name.c_str()))
     return CUDA_ERROR_INVALID_VALUE;
-  lastKernel = name;
+  if (kernelMs.count(name) || !kernelMs.count(lastKernel))
+    lastKernel = name;
   int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
   // (A fallback's blocks are of its size: the kernel's launch bounds.)
@@ -716,10 +719,16 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
       }
   } else if (name.rfind("gemm_wgmma_", 0) == 0) {
     // gptc's own GEMMs: pre = a·b + bias, out = gelu(pre), b [k, n]; or
-    // out = gelu'(pre) · (a·bᵀ), b [n, k]. a [m, k]; m, n, k last.
+    // out = gelu'(pre) · (a·bᵀ), b [n, k], and with "_bias_" out's column
+    // sums over each 16 rows into float partials [m / 16, n]. a [m, k];
+    // m, n, k last.
     const bool biasGelu = name.find("bias_gelu") != std::string::npos;
-    const int sizes = biasGelu ? 5 : 4;
+    const bool partials = name.find("gelu_grad_bias") != std::string::npos;
+    const int sizes = biasGelu || partials ? 5 : 4;
     int64_t m = num(sizes), n = num(sizes + 1), k = num(sizes + 2);
+    float *partial = partials ? static_cast<float *>(ptr(4)) : nullptr;
+    if (partial)
+      std::fill(partial, partial + m / 16 * n, 0.0f);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         float sum = 0;
@@ -731,8 +740,10 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
           store(ptr(4), t, i * n + j, v);
           store(ptr(3), t, i * n + j, gelu(v));
         } else {
-          store(ptr(3), t, i * n + j,
-                float(sum * geluSlope(load(ptr(2), t, i * n + j))));
+          const float d = float(sum * geluSlope(load(ptr(2), t, i * n + j)));
+          store(ptr(3), t, i * n + j, d);
+          if (partial)
+            partial[i / 16 * n + j] += d;
         }
       }
   } else if (name.rfind("gemm_fallback_column_sums_", 0) == 0) {

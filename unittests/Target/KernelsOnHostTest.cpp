@@ -1692,6 +1692,70 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   }
 }
 
+// GELU's derivative with its bias gradient (--bias-grads=gelu: c_fc's),
+// in gptc's own wide blocks alone: gelu'(pre) · (dy·wtᵀ) within one ulp
+// of the executor's rounding, as above, and the bias gradient's partial
+// sums (16 rows each) adding up, in order, to the executor's column sums
+// of the float32 derivative. One block walks 2 tiles of 5 steps, so the
+// stages fill again. Where n is no multiple of 256, no kernel fits.
+TEST(TemplateKernelsOnHost,
+     WgmmaGeluGradWithBiasGradientMatchesTheCpuExecutor) {
+  const DType bf16 = DType::BF16;
+  const int64_t m = 256, n = 256, k = 320;
+  Builder b;
+  int dy = b.buf(bf16, {m, k}), wt = b.buf(bf16, {n, k}),
+      pre = b.buf(bf16, {m, n}), dp = b.buf(bf16, {m, n}),
+      db = b.buf(bf16, {n});
+  b.launch("matmul_gelu_grad", {dy, wt, pre}, {dp, db}).ints["transpose_b"] = 1;
+  const std::string name = "gemm_wgmma_wide_gelu_grad_bias_bf16";
+  auto hasOwn = [&](rt::Program &p, const std::string &kernel) {
+    for (const rt::DeviceKernel &dk : p.kernels)
+      if (dk.name == kernel)
+        return true;
+    return false;
+  };
+  {
+    Builder narrow; // 384 columns: the wide blocks do not fit
+    int ndy = narrow.buf(bf16, {128, 64}), nwt = narrow.buf(bf16, {384, 64}),
+        npre = narrow.buf(bf16, {128, 384}), ndp = narrow.buf(bf16, {128, 384}),
+        ndb = narrow.buf(bf16, {384});
+    narrow.launch("matmul_gelu_grad", {ndy, nwt, npre}, {ndp, ndb})
+        .ints["transpose_b"] = 1;
+    rt::Program &np = emitForHost(narrow.p, HostTarget::Sm90a);
+    EXPECT_FALSE(hasOwn(np, name));
+    EXPECT_FALSE(hasOwn(np, "gemm_wgmma_gelu_grad_bf16"));
+  }
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  ASSERT_TRUE(hasOwn(p, name));
+  EXPECT_FALSE(hasOwn(p, "gemm_wgmma_gelu_grad_bf16"));
+  HostKernels kernels(p, HostTarget::Sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  const std::vector<uint16_t> dyBits = bf16Bits(randomFloats({m, k}, 41)),
+                              wtBits = bf16Bits(randomFloats({n, k}, 42)),
+                              preBits = bf16Bits(randomFloats({m, n}, 43));
+  std::vector<uint16_t> dpBits(size_t(m * n), 0xffff);
+  std::vector<float> partials(size_t(m / 16 * n), -1.0f);
+  auto address = [](const auto &v) {
+    return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
+  };
+  kernels.call(name,
+               {address(dyBits), address(wtBits), address(preBits),
+                address(dpBits), address(partials), uint64_t(m), uint64_t(n),
+                uint64_t(k)},
+               1);
+  const std::vector<exec::HostTensor> want = exec::matmulGeluGrad(
+      fromBf16Bits(dyBits, {m, k}), fromBf16Bits(wtBits, {n, k}),
+      fromBf16Bits(preBits, {m, n}), false, true, true);
+  expectWithinOneUlpOrTiny(bf16Bits(want[0]), dpBits, "gelu'(pre) · (dy·wtᵀ)",
+                           4e-4f);
+  // (ColumnSums's order: chunk after chunk.)
+  std::vector<float> sums(size_t(n), 0.0f);
+  for (int64_t c = 0; c < m / 16; ++c)
+    for (int64_t j = 0; j < n; ++j)
+      sums[size_t(j)] += partials[size_t(c * n + j)];
+  expectNear(want[1], sums, 1e-3f, "the bias gradient");
+}
+
 // The race checker and the emulation's in-flight poison see each of the
 // wgmma GEMMs' syncs: taken out one at a time (each barrier, each proxy
 // fence), or a wait raised by one, in either block shape, a run races, is

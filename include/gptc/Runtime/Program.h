@@ -246,6 +246,12 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///   WgmmaGeluGrad   (const T *a, const T *b, const T *pre, T *out,
 ///                    i64 m, i64 n, i64 k)   out = gelu'(pre) · (a·bᵀ);
 ///                                    b [n, k]
+/// and in those blocks alone, GELU's derivative with its bias gradient's
+/// partial sums (for ColumnSums, [m / 16] chunks):
+///   WgmmaWideGeluGradBias (const T *a, const T *b, const T *pre, T *out,
+///                    float *partials, i64 m, i64 n, i64 k)
+///                                    as WgmmaGeluGrad; partials [m/16, n]
+///                                    the column sums of out's 16-row groups
 /// and each again in blocks of 128 x 256 (WgmmaWide*: warp-specialized,
 /// one block an SM walking the tiles, grid at most (m / 128) · (n / 256),
 /// kGemmWgmmaWideSharedBytes), where n is a multiple of 256. All are 1-D
@@ -259,12 +265,15 @@ enum class GemmFallback {
   WgmmaBiasGelu,
   WgmmaGeluGrad,
   WgmmaWideBiasGelu,
-  WgmmaWideGeluGrad
+  WgmmaWideGeluGrad,
+  WgmmaWideGeluGradBias
 };
-/// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu: WgmmaWideBiasGelu).
+/// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu: WgmmaWideBiasGelu;
+/// WgmmaWideGeluGradBias is its own).
 inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
-  return kind == GemmFallback::WgmmaBiasGelu ? GemmFallback::WgmmaWideBiasGelu
-                                             : GemmFallback::WgmmaWideGeluGrad;
+  return kind == GemmFallback::WgmmaBiasGelu   ? GemmFallback::WgmmaWideBiasGelu
+         : kind == GemmFallback::WgmmaGeluGrad ? GemmFallback::WgmmaWideGeluGrad
+                                               : kind;
 }
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...,
 /// "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16".
@@ -281,6 +290,7 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_wgmma_bias_gelu_", 8},
         {"gemm_wgmma_gelu_grad_", 7},
         {"gemm_wgmma_wide_bias_gelu_", 8},
+        {"gemm_wgmma_wide_gelu_grad_bias_", 8},
         {"gemm_wgmma_wide_gelu_grad_", 7}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;
@@ -288,12 +298,13 @@ inline int gemmFallbackArgCount(std::string_view name) {
 }
 /// Which of gptc's wgmma GEMMs a GEMM launch of p fits, with its m, n and
 /// k: a bf16 matmul_epilogue with GELU that keeps its pre-activation (b
-/// [k, n]), or a bf16 matmul_gelu_grad without a bias gradient (b [n, k],
-/// transpose_b); neither accumulating nor with a transposed a; m and n
+/// [k, n]), or a bf16 matmul_gelu_grad (b [n, k], transpose_b) without a
+/// bias gradient, or with one where n is a multiple of 256 (the wide
+/// blocks alone); neither accumulating nor with a transposed a; m and n
 /// multiples of 128, k of 64. The emitter adds the kernel for sm_90a
 /// where one fits; the runtime also checks the operands' alignment.
 struct WgmmaGemmFit {
-  GemmFallback kind; ///< WgmmaBiasGelu or WgmmaGeluGrad
+  GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaWideGeluGradBias
   int64_t m, n, k;
   bool wide; ///< n is a multiple of 256: the wide blocks fit too
 };

@@ -51,6 +51,10 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
             std::string("gemmWgmmaBiasGelu<") +
                 (kind == GemmFallback::WgmmaWideBiasGelu ? "true" : "false") +
                 ">(a, b, bias, out, pre, m, n, k)"};
+  case GemmFallback::WgmmaWideGeluGradBias:
+    return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
+                T + " *out, float *partials, i64 m, i64 n, i64 k",
+            "gemmWgmmaGeluGradBias(a, b, pre, out, partials, m, n, k)"};
   case GemmFallback::WgmmaGeluGrad:
   case GemmFallback::WgmmaWideGeluGrad:
     return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
@@ -64,7 +68,8 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
 
 bool isWideWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaWideBiasGelu ||
-         kind == GemmFallback::WgmmaWideGeluGrad;
+         kind == GemmFallback::WgmmaWideGeluGrad ||
+         kind == GemmFallback::WgmmaWideGeluGradBias;
 }
 bool isWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaBiasGelu ||

@@ -315,6 +315,7 @@ gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
         for (int i = 0; i < 4; ++i)
           operand[(c + 1) % 2][i] =
               loadPacked4(epilogue.operand(element(c + 1, i), column(c + 1)));
+      float sums[4] = {}; // of output 0's columns, over this lane's rows
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float p[4], x[4], o[Epilogue::kOutputs][4];
@@ -324,6 +325,19 @@ gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
 #pragma unroll
         for (int e = 0; e < Epilogue::kOutputs; ++e)
           store4(out[e] + element(c, i), o[e]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sums[e] += o[0][e];
+      }
+      if constexpr (Epilogue::kColumnPartials) {
+        // The warp's 16 rows: lanes l, l ^ 8, l ^ 16, l ^ 24 share columns.
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sums[e] += __shfl_xor_sync(0xffffffffu, sums[e], 8);
+          sums[e] += __shfl_xor_sync(0xffffffffu, sums[e], 16);
+        }
+        if (lane < 8)
+          store4(epilogue.partials + rowBase / 16 * n + column(c), sums);
       }
       __syncwarp(); // the staged results read before the next are written
     }
@@ -367,14 +381,16 @@ gemmWgmmaWide(const bf16 *a, const bf16 *b,
 /// (`operand`: the bias at the column, or a matrix of the result's shape,
 /// which the wide blocks' copier prefetches into L2 a tile ahead:
 /// kOperandRows) and makes its outputs from the float32 product p and
-/// the operand x, W adjacent elements at a time (`apply`).
+/// the operand x, W adjacent elements at a time (`apply`). With
+/// kColumnPartials (the wide blocks alone), output 0's column sums over
+/// each 16 rows go to `partials` too, [m / 16, n] float32.
 ///
 /// GELU's: out[0] = GELU(pre), out[1] = pre = the product + bias
 /// (fallbackGelu of the float32 sum, as cuBLASLt's GELU_AUX_BIAS takes it
 /// before rounding); bias [n].
 struct GemmBiasGelu {
   static constexpr int kOutputs = 2;
-  static constexpr bool kOperandRows = false;
+  static constexpr bool kOperandRows = false, kColumnPartials = false;
   const bf16 *bias;
   __device__ __forceinline__ const bf16 *operand(i64, i64 col) const {
     return bias + col;
@@ -394,7 +410,7 @@ struct GemmBiasGelu {
 /// it); pre [m, n].
 struct GemmGeluGrad {
   static constexpr int kOutputs = 1;
-  static constexpr bool kOperandRows = true;
+  static constexpr bool kOperandRows = true, kColumnPartials = false;
   const bf16 *pre;
   __device__ __forceinline__ const bf16 *operand(i64 at, i64) const {
     return pre + at;
@@ -406,6 +422,16 @@ struct GemmGeluGrad {
     for (int i = 0; i < W; ++i)
       o[0][i] = fallbackGeluGrad(x[i], p[i]);
   }
+};
+
+/// GELU's derivative's with its bias gradient's partial sums: the column
+/// sums of out[0] (of the float32 values, before they are rounded, as the
+/// CPU executor's sum takes them) over each 16 rows, for ColumnSums to add
+/// in order. cuBLASLt's DGELU_BGRAD took 477 µs on an H100 where DGELU
+/// took 159 (docs/pipeline.md); here the sums are a few shuffles a step.
+struct GemmGeluGradBias : GemmGeluGrad {
+  static constexpr bool kColumnPartials = true;
+  float *partials;
 };
 
 /// pre = a·b + bias, out = GELU(pre), both [m, n] bf16; bias [n] bf16; b
@@ -431,5 +457,15 @@ __device__ void gemmWgmmaGeluGrad(const bf16 *a, const bf16 *b, const bf16 *pre,
     gemmWgmmaWide<true>(a, b, results, m, n, k, GemmGeluGrad{pre});
   else
     gemmWgmmaNarrow<true>(a, b, results, n, k, GemmGeluGrad{pre});
+}
+
+/// The same in the wide blocks, with the bias gradient's partial sums
+/// (GemmGeluGradBias): partials [m / 16, n] float32.
+__device__ void gemmWgmmaGeluGradBias(const bf16 *a, const bf16 *b,
+                                      const bf16 *pre, bf16 *out,
+                                      float *partials, i64 m, i64 n, i64 k) {
+  bf16 *const results[1] = {out};
+  gemmWgmmaWide<true>(a, b, results, m, n, k,
+                      GemmGeluGradBias{{pre}, partials});
 }
 #endif // GPTC_WGMMA
