@@ -762,20 +762,21 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads,
 /// the top of the backward to its end, and embedding_grad reads that temp's
 /// leading V rows as its addend and writes every row of the table: for
 /// GPT-2, a 155 MB temp, and 309 MB of traffic for a scatter of B·T rows.
-/// Here the GEMM writes those V rows straight into the Grad buffer (a
-/// matmul whose result holds the leading rows of its product), and
-/// embedding_grad adds its sums to them in place (`accumulate`, the buffer
-/// as its last operand), so it touches only the rows of the ids. The bits
-/// are the same: addend + sum, one float32 add either way.
+/// Here, where the table has every row of the product, the GEMM writes it
+/// straight into the Grad buffer, and embedding_grad adds its sums to it
+/// in place (`accumulate`, the buffer as its last operand), so it touches
+/// only the rows of the ids. The bits are the same: addend + sum, one
+/// float32 add either way.
 /// grads_accumulate keeps the addend form, since its GEMM adding to the
 /// sum so far (cuBLASLt's beta = 1) would round (old + addend) + sum, not
 /// the host's old + (addend + sum).
 /// Only where the table has every row of the product (a vocabulary the
-/// padding left alone): written as GPT-2's first 50257 of 50304 rows, the
-/// GEMM's n lost its multiple of 64, and on an H200 it took 2.70 ms a call
-/// against 1.62 for the lm_head's other GEMMs of the same FLOPs
-/// (docs/benchmarks.md, forty-seventh session), a millisecond more a step
-/// than the temp's 309 MB cost.
+/// padding left alone): written as GPT-2's first 50257 of 50304 rows (the
+/// forty-sixth session's form), the GEMM's n lost its multiple of 64, and
+/// on an H200 it took 2.70 ms a call against 1.62 for the lm_head's other
+/// GEMMs of the same FLOPs (docs/benchmarks.md, forty-seventh session), a
+/// millisecond more a step than the temp's 309 MB cost; the runtime no
+/// longer takes a result of fewer rows than its product.
 void Lowering::writeTableGradientInPlace(rt::Function &grads) {
   std::set<int> detached;
   for (size_t j = 0; j < grads.launches.size(); ++j) {
@@ -814,7 +815,7 @@ void Lowering::writeTableGradientInPlace(rt::Function &grads) {
     }
     if (other || gemm < 0)
       continue;
-    // One 2-D GEMM (rt::mapMatmul's leading rows need it).
+    // One plain 2-D GEMM.
     rt::Launch &matmul = grads.launches[gemm];
     if (matmul.kernel != "matmul" || rt::accumulates(matmul) ||
         program.buffers[matmul.inputs[0]].shape.size() != 2 ||

@@ -249,19 +249,11 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["embedding"] = [](const Launch &, const Inputs &in, const Outputs &) {
       return one(exec::embedding(*in[0], *in[1]));
     };
-    k["matmul"] = [](const Launch &l, const Inputs &in, const Outputs &out) {
-      HostTensor product = exec::matmul(*in[0], *in[1], flag(l, "transpose_a"),
-                                        flag(l, "transpose_b"));
-      // A result of the product's leading rows (truncatedProductRows): the
-      // rest are not kept.
-      const std::vector<int64_t> &want = out[0]->shape;
-      if (truncatedProductRows(in[0]->shape, in[1]->shape, want,
-                               flag(l, "transpose_a"),
-                               flag(l, "transpose_b")) > 0) {
-        product.f32.resize(size_t(want[0] * want[1]));
-        product.shape = want;
-      }
-      return accumulated(l, in, 2, one(std::move(product)));
+    k["matmul"] = [](const Launch &l, const Inputs &in, const Outputs &) {
+      return accumulated(
+          l, in, 2,
+          one(exec::matmul(*in[0], *in[1], flag(l, "transpose_a"),
+                           flag(l, "transpose_b"))));
     };
     k["matmul_epilogue"] = [](const Launch &l, const Inputs &in,
                               const Outputs &out) {

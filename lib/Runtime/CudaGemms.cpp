@@ -26,13 +26,7 @@ GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
   int64_t batch = 1;
   for (size_t i = 0; i + 2 < ra; ++i)
     batch *= a.shape[i];
-  // A 2-D result may hold the leading rows of the product (the tied
-  // table's gradient: V of the padded vocabulary's Vp): a's rows beyond
-  // them are not read, and a keeps its stride.
-  int64_t rows = M;
-  if (truncatedProductRows(a.shape, b.shape, out.shape, ta, tb) > 0)
-    rows = out.shape[0];
-  if (kb != K || out.numel() != batch * rows * N ||
+  if (kb != K || out.numel() != batch * M * N ||
       (rb == ra && b.numel() != batch * K * N))
     throw DeviceError(where + ": matmul shapes do not agree");
 
@@ -40,7 +34,6 @@ GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
   if (batch > 1 && rb == 2) {
     if (!ta) {
       M *= batch; // a's batch rows stack into one [batch*M, K] matrix
-      rows = M;
     } else {
       g.loops = batch;
       g.rightLoopStride = M * K;
@@ -55,15 +48,15 @@ GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
   g.transLeft = tb;
   g.transRight = ta;
   g.m = N;
-  g.n = rows;
+  g.n = M;
   g.k = K;
   // Column-major views of the row-major buffers: stored [r, c] is rows = c,
   // cols = r, ld = c.
   g.leftRows = tb ? K : N;
   g.leftCols = tb ? N : K;
   g.leftLd = g.leftRows;
-  g.rightRows = ta ? rows : K;
-  g.rightCols = ta ? K : rows;
+  g.rightRows = ta ? M : K;
+  g.rightCols = ta ? K : M;
   g.rightLd = ta ? M : K;
   g.outLd = N;
   return g;

@@ -138,17 +138,6 @@ bool isGemm(const std::string &kernel) {
          kernel == "matmul_gelu_grad" || kernel == "matmul_bias_grad";
 }
 
-int64_t truncatedProductRows(const std::vector<int64_t> &a,
-                             const std::vector<int64_t> &b,
-                             const std::vector<int64_t> &out, bool transposeA,
-                             bool transposeB) {
-  if (a.size() != 2 || b.size() != 2 || out.size() != 2)
-    return 0;
-  const int64_t rows = transposeA ? a[1] : a[0];
-  const int64_t cols = transposeB ? b[0] : b[1];
-  return out[1] == cols && out[0] > 0 && out[0] < rows ? rows : 0;
-}
-
 LaunchCost launchCost(const Program &p, const Launch &l) {
   LaunchCost c;
   for (int id : l.inputs)

@@ -185,22 +185,6 @@ void printLaunch(const Program &p, const Function &f, const Launch &l,
                                                        : "?");
     }
   }
-  // A GEMM whose result holds the leading rows of its product (grads' tied
-  // table gradient) says so, since its types alone look like a mismatch.
-  auto flag = [&](const char *name) {
-    auto it = l.ints.find(name);
-    return it != l.ints.end() && it->second != 0;
-  };
-  if (isGemm(l.kernel) && l.inputs.size() >= 2 && !l.outputs.empty() &&
-      size_t(l.inputs[0]) < p.buffers.size() &&
-      size_t(l.inputs[1]) < p.buffers.size() &&
-      size_t(l.outputs[0]) < p.buffers.size()) {
-    const std::vector<int64_t> &d = p.buffers[l.outputs[0]].shape;
-    if (int64_t rows = truncatedProductRows(
-            p.buffers[l.inputs[0]].shape, p.buffers[l.inputs[1]].shape, d,
-            flag("transpose_a"), flag("transpose_b")))
-      os << " [the first " << d[0] << " of " << rows << " rows]";
-  }
   // `kernel<<<grid, block, shared>>>`, labelled when there are variants.
   auto kernel = [&](const LaunchVariant &v) {
     if (!v.label.empty() && !l.variants.empty())

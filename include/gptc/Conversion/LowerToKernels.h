@@ -46,12 +46,12 @@
 //   and the add skips it. A program whose gradients are not all float32
 //   has no grads_accumulate.
 // - Then, in grads alone, a tied table's gradient is written in place: an
-//   embedding_grad whose addend is (a view of the leading rows of) a
-//   matmul's float32 temp that nothing else touches gets that matmul
-//   writing the leading rows of its product straight into the Grad
-//   buffer, and becomes a scatter-add into it (`accumulate` = 1, the
-//   gradient its last operand, no addend); the temp and its views are
-//   erased. Same bits; grads_accumulate keeps the addend form.
+//   embedding_grad whose addend is a matmul's float32 temp of the table's
+//   shape that nothing else touches gets that matmul writing its product
+//   straight into the Grad buffer, and becomes a scatter-add into it
+//   (`accumulate` = 1, the gradient its last operand, no addend); the temp
+//   and its views are erased. Same bits; grads_accumulate keeps the addend
+//   form. (Not for a padded vocabulary's table: LowerToKernels.cpp.)
 //
 //===----------------------------------------------------------------------===//
 

@@ -182,17 +182,6 @@ std::vector<LaunchVariant> launchCandidates(const Launch &l);
 /// "matmul", "matmul_epilogue", "matmul_gelu_grad", "matmul_bias_grad".
 bool isGemm(const std::string &kernel);
 
-/// A GEMM's result that holds only the leading rows of its product (grads'
-/// tied table gradient: wte's 50257 rows of the padded 50304): the
-/// product's row count when a, b and the result are 2-D, the result has
-/// the product's columns and fewer (but some) rows; 0 otherwise. The CUDA
-/// backend computes only those rows (a keeps its leading dimension), the
-/// CPU backend keeps them, and the dump says so.
-int64_t truncatedProductRows(const std::vector<int64_t> &a,
-                             const std::vector<int64_t> &b,
-                             const std::vector<int64_t> &out, bool transposeA,
-                             bool transposeB);
-
 /// The least a launch costs, for the profile's floors: the bytes of its
 /// operands and results, each read or written once, and the FLOPs of its
 /// products. GEMMs: 2·M·N·K. Attention: the model's, 4·T·S·D a head
