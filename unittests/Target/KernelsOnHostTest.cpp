@@ -57,6 +57,11 @@ exec::ScalarProgram updateLike() {
   return b.finish({p, g});
 }
 
+/// A host buffer's address as a kernel argument (HostKernels::call).
+template <typename T> uint64_t address(const std::vector<T> &v) {
+  return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
+}
+
 } // namespace
 
 TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
@@ -1358,7 +1363,6 @@ TEST(TemplateKernelsOnHost, GemmFallbacksMatchTheCpuExecutor) {
   exec::HostTensor identity = exec::HostTensor::floats({cols, cols});
   for (int64_t i = 0; i < cols; ++i)
     identity.f32[size_t(i * cols + i)] = 1.0f;
-  auto address = [](auto &v) { return uint64_t(reinterpret_cast<uintptr_t>(v.data())); };
 
   // Bias and GELU, keeping the pre-activation.
   exec::HostTensor d = fromBf16Bits(bf16Bits(randomFloats({rows, cols}, 1)),
@@ -1654,9 +1658,6 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
                               wBits = bf16Bits(randomFloats({k, n}, 22)),
                               biasBits = bf16Bits(randomFloats({n}, 23)),
                               wtBits = bf16Bits(randomFloats({n, k}, 24));
-  auto address = [](const auto &v) {
-    return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
-  };
   const std::vector<exec::HostTensor> fused = exec::matmulEpilogue(
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
       fromBf16Bits(biasBits, {n}), false, false, true, true);
@@ -1735,9 +1736,6 @@ TEST(TemplateKernelsOnHost,
                               preBits = bf16Bits(randomFloats({m, n}, 43));
   std::vector<uint16_t> dpBits(size_t(m * n), 0xffff);
   std::vector<float> partials(size_t(m / 16 * n), -1.0f);
-  auto address = [](const auto &v) {
-    return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
-  };
   kernels.call(name,
                {address(dyBits), address(wtBits), address(preBits),
                 address(dpBits), address(partials), uint64_t(m), uint64_t(n),
@@ -1784,9 +1782,6 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   auto run = [&](HostKernels &kernels, const std::string &name, bool wide) {
     std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
         preBits(size_t(m * n), 0xffff);
-    auto address = [](const auto &v) {
-      return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
-    };
     kernels.call(name,
                  {address(xBits), address(wBits), address(biasBits),
                   address(outBits), address(preBits), uint64_t(m), uint64_t(n),
