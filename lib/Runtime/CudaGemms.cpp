@@ -1090,10 +1090,13 @@ size_t CudaBackendImpl::fastestWayThatAgrees(
     const Launch &l, const std::vector<GemmPlan *> &ways,
     const std::vector<double> &wayMs, const std::vector<size_t> &wayIndex,
     std::vector<std::string> &notUsed) {
-  for (int in : l.inputs)
-    upload(in, trialOperands(buffer(in).dtype, buffer(in).numel(), uint64_t(in))
-                   .data());
+  // Every way from the same operands: an accumulating GEMM's result is
+  // also its operand (beta = 1), which the way before added to.
   auto runWay = [&](size_t w) {
+    for (int in : l.inputs)
+      upload(in,
+             trialOperands(buffer(in).dtype, buffer(in).numel(), uint64_t(in))
+                 .data());
     if (runGemm(*ways[w], ways[w]->candidates[wayIndex[w]], ways[w]->tuneKey) !=
         CUBLAS_STATUS_SUCCESS)
       return std::vector<std::vector<uint8_t>>();

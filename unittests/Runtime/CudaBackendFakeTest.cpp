@@ -1973,6 +1973,29 @@ TEST(CudaBackendFake, GemmTuningPicksTheFasterEpilogue) {
   }
 }
 
+/// Tuning's agreement check on accumulating GEMMs (grads_accumulate's,
+/// beta = 1: the result is also an operand). Each way must start from the
+/// same sums: where the check ran the second way on the sums the first had
+/// already added to, every other way differed by one product and was never
+/// used (on the H200, the forty-seventh session: "DEFAULT + gptc 0.138
+/// (result 0 off by 64.6, of at most 65.2: not used)" against BGRADA's
+/// 0.147). With BGRADA made slower, a plain GEMM and gptc's column sums
+/// are kept, and the run matches the CPU backend.
+TEST(CudaBackendFake, GemmTuningChecksAccumulatingWaysFromTheSameSums) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto epilogueMs = hook<void (*)(int, float)>("gptcFakeEpilogueMs");
+  const int kDefault = CUBLASLT_EPILOGUE_DEFAULT,
+            kBgradA = CUBLASLT_EPILOGUE_BGRADA;
+  epilogueMs(kBgradA, 0.3f);
+  auto [err, run] = loadAndRun(accumulatingGemms, "time");
+  epilogueMs(-1, 0.0f);
+  EXPECT_EQ(err.find("not used"), std::string::npos) << err;
+  expectOtherWaysTook(err, "1", 1);
+  EXPECT_EQ(run, (std::vector<int>{kDefault, kDefault}));
+  expectKeptChoiceMatchesCpu(accumulatingGemms);
+}
+
 /// Tuning also times GELU's epilogue both ways: cuBLASLt's GELU_AUX_BIAS
 /// (the default way), or its BIAS into the pre-activation and gptc's GELU
 /// pass. forwardEpilogues has two GELU GEMMs (f32 and bf16 results) and a
