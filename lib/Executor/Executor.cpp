@@ -175,6 +175,9 @@ std::vector<HostTensor> evaluate(Operation *op,
         return one(reduceSum(*in[0], shapeOf(o)));
       })
       .Case([&](gpt::ConcatOp c) { return one(concat(in, c.getAxis())); })
+      .Case([&](gpt::AttentionBiasGradOp) {
+        return one(attentionBiasGrad(*in[0], *in[1]));
+      })
       .Case([&](gpt::EmbeddingGradOp o) {
         return one(embeddingGrad(*in[0], *in[1], shapeOf(o),
                                  in.size() > 2 ? in[2] : nullptr));
@@ -183,9 +186,8 @@ std::vector<HostTensor> evaluate(Operation *op,
         return layernormGrad(*in[0], *in[1], *in[2],
                              l.getEpsilon().convertToFloat());
       })
-      .Case([&](gpt::SoftmaxGradOp) {
-        return one(softmaxGrad(*in[0], *in[1]));
-      })
+      .Case(
+          [&](gpt::SoftmaxGradOp) { return one(softmaxGrad(*in[0], *in[1])); })
       .Case([&](gpt::GeluGradOp g) {
         return one(geluGrad(*in[0], *in[1], g.getApproximate() == "tanh"));
       })

@@ -44,6 +44,25 @@ HostTensor reduceSum(const HostTensor &x, const std::vector<int64_t> &shape) {
   return out;
 }
 
+HostTensor attentionBiasGrad(const HostTensor &dqkv, const HostTensor &dout) {
+  const int64_t C = dout.shape.back(), rows = dout.numel() / C;
+  if (dqkv.shape.back() != 3 * C || dqkv.numel() != 3 * rows * C)
+    throw KernelError("attention_bias_grad: dqkv " + shapeString(dqkv.shape) +
+                      " is not three times dout " + shapeString(dout.shape));
+  std::vector<double> q(size_t(C), 0.0), v(size_t(C), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      q[c] += dqkv.f32[r * 3 * C + c];
+      v[c] += dout.f32[r * C + c];
+    }
+  HostTensor out = HostTensor::floats({3 * C}); // k's third stays zero
+  for (int64_t c = 0; c < C; ++c) {
+    out.f32[c] = float(q[c]);
+    out.f32[2 * C + c] = float(v[c]);
+  }
+  return out;
+}
+
 HostTensor concat(const std::vector<const HostTensor *> &inputs,
                   int64_t axis) {
   std::vector<int64_t> shape = inputs[0]->shape;

@@ -333,6 +333,10 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     k["concat"] = [](const Launch &l, const Inputs &in, const Outputs &) {
       return one(exec::concat(in, integer(l, "axis", 0)));
     };
+    k["attention_bias_grad"] = [](const Launch &, const Inputs &in,
+                                  const Outputs &) {
+      return one(exec::attentionBiasGrad(*in[0], *in[1]));
+    };
     k["pad"] = [](const Launch &l, const Inputs &in, const Outputs &out) {
       return one(exec::pad(*in[0], out[0]->shape, integer(l, "value", 0)));
     };

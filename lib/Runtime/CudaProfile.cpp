@@ -67,10 +67,14 @@ void CudaBackendImpl::resetProfile() {
 /// the same way): cuBLASLt's GEMMs and gptc's own; the attention kernels
 /// (forward, backward, the row dot); the optimizer (AdamW and the gradient
 /// norm); and the rest: elementwise groups, layernorm, the loss, embeddings,
-/// and the passes that stand in for GEMM epilogues.
+/// the bias gradients' sums (c_attn's attention_bias_grad among them, as
+/// PyTorch's are GEMM epilogues or reductions), and the passes that stand
+/// in for GEMM epilogues.
 static const char *kernelKind(const std::string &kernel) {
   if (kernel.rfind("cuBLASLt", 0) == 0 || kernel.rfind("gptc GEMM", 0) == 0)
     return "GEMM";
+  if (kernel.rfind("attention_bias_grad", 0) == 0)
+    return "other";
   if (kernel.find("attention") != std::string::npos)
     return "attention";
   if (kernel.find("adamw") != std::string::npos ||

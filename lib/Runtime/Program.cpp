@@ -152,6 +152,11 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
       elements *= d;
     c.bytes += elements * dtypeBytes(x.dtype) - x.bytes();
   }
+  // c_attn's bias gradient reads dq, the first third of each row of dqkv.
+  if (l.kernel == "attention_bias_grad" && !l.inputs.empty()) {
+    const Buffer &dqkv = p.buffers.at(l.inputs[0]);
+    c.bytes -= dqkv.bytes() - dqkv.bytes() / 3;
+  }
   for (int id : l.outputs)
     c.bytes += p.buffers.at(id).bytes();
   // The scatter-add in place (dy, ids, the table): at most one row of the

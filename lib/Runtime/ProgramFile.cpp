@@ -36,7 +36,9 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// 8: the ParamCopy role (gpt-weight-copies).
 /// 9: no GradSum role; gradient accumulation is the grads_accumulate
 /// function (stash_grads and accumulate_grads are gone).
-constexpr uint32_t kVersion = 9;
+/// 10: attention_bias_grad launches (c_attn's bias gradient in one, where
+/// a reduce_sum, a GEMM and a concat were).
+constexpr uint32_t kVersion = 10;
 
 json kernelChoiceToJson(const LaunchVariant &v) {
   return {{"label", v.label},

@@ -217,6 +217,26 @@ TEST(Kernels, EmbeddingRejectsIdsOutsideTheTable) {
   }
 }
 
+// gpt.attention_bias_grad: [Σ dq, 0, Σ dout] over the rows, dq the first C
+// of each row of dqkv; the sums are reduce_sum's (of a slice and of dout),
+// bit for bit. A dqkv that is not three times dout is a kernel error.
+TEST(Kernels, AttentionBiasGradSumsDqAndDout) {
+  HostTensor dqkv = random({2, 3, 12}, 18), dout = random({2, 3, 4}, 19);
+  HostTensor db = attentionBiasGrad(dqkv, dout);
+  ASSERT_EQ(db.shape, (std::vector<int64_t>{12}));
+  HostTensor rows = dqkv;
+  rows.shape = {6, 3, 4};
+  HostTensor q = reduceSum(slice(rows, {6, 1, 4}), {4});
+  HostTensor v = reduceSum(dout, {4});
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(db.f32[c], q.f32[c]) << c;
+    EXPECT_EQ(db.f32[4 + c], 0.0f) << c;
+    EXPECT_EQ(db.f32[8 + c], v.f32[c]) << c;
+  }
+  EXPECT_NE(q.f32[0], v.f32[0]);
+  EXPECT_THROW(attentionBiasGrad(random({2, 3, 11}, 20), dout), KernelError);
+}
+
 TEST(Kernels, EmbeddingGradScatterAddsRepeatedIds) {
   HostTensor dy = random({3, 2}, 16), ids = HostTensor::ids({3});
   ids.i32 = {1, 0, 1};

@@ -267,7 +267,7 @@ TEST(ProgramTest, RoundTripIsExact) {
     leadingRows |= b.viewOf == copy && b.role == Role::ParamCopy &&
                    b.shape[0] < q.buffers[copy].shape[0];
   EXPECT_TRUE(leadingRows);
-  EXPECT_EQ(bytes[8], 9);
+  EXPECT_EQ(bytes[8], 10);
   EXPECT_NE(q.function("grads_accumulate"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -351,7 +351,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // line that says what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 9 "
+            "prog.bin: gptc program version 1, this build reads version 10 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
@@ -708,15 +708,15 @@ TEST(ProgramTest, LaunchCostsCountOperandsAndProducts) {
         bytes += p.buffers[id].bytes();
       for (int id : l.outputs)
         bytes += p.buffers[id].bytes();
-      if (l.lists.count("corner")) {
-        // c_attn's q bias-gradient sums read the first third of dq|dk|dv
-        // (bf16 [B·T, 3, C]) only.
+      if (l.kernel == "attention_bias_grad") {
+        // c_attn's bias gradient reads the first third of dq|dk|dv (bf16
+        // [B, T, 3C]) and dout, and writes [3C].
         const Buffer &x = p.buffers[l.inputs[0]];
-        ASSERT_EQ(l.kernel, "reduce_sum");
         ASSERT_EQ(x.shape.size(), 3u);
         EXPECT_EQ(c.bytes, bytes - x.bytes() + x.bytes() / 3)
-            << "the corner's bytes";
-        ++seen["corner"];
+            << "dq's bytes, not dqkv's";
+        EXPECT_EQ(c.flops, 0);
+        ++seen["dq"];
         continue;
       }
       ++seen[l.kernel];
@@ -752,7 +752,7 @@ TEST(ProgramTest, LaunchCostsCountOperandsAndProducts) {
   EXPECT_GT(seen["flash_attention_qkv_grad"], 0);
   EXPECT_GT(seen["matmul_epilogue"], 0);
   // One block's c_attn bias gradient, in grads and grads_accumulate.
-  EXPECT_EQ(seen["corner"], 2);
+  EXPECT_EQ(seen["dq"], 2);
   // wpe's (gathered at T=8) in grads_accumulate (wte's keeps its addend:
   // a padded vocabulary).
   EXPECT_EQ(seen["scatter in place"], 1);

@@ -655,6 +655,51 @@ TEST(TemplateKernelsOnHost, ReduceSumLoadsWholeVectorsOfARow) {
              "16 columns");
 }
 
+// gpt.attention_bias_grad in one launch: dq's column sums read in place
+// (the first C of each row of 3C), zeros for k, dout's column sums, each
+// against the CPU executor. GPT-2's form (bf16, 16-byte loads, slices of
+// rows summed by the last block of a column) at C = 256; float32 at C =
+// 128 over [2, 150] rows (4 floats a load); and C = 36 (a column a
+// thread, fewer columns than a warp). The result starts random, so k's
+// third is written, and is exactly zero.
+TEST(TemplateKernelsOnHost, AttentionBiasGradSumsDqAndDoutWritesZerosForK) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  struct Case {
+    DType type;
+    std::vector<int64_t> rows;
+    int64_t C;
+    const char *form; ///< the template's kVec, as the source calls it
+  };
+  for (const Case &c :
+       {Case{bf, {2048}, 256, ", 8>(in0"}, Case{f32, {2, 150}, 128, ", 4>(in0"},
+        Case{bf, {4, 64}, 36, ", 1>(in0"}}) {
+    SCOPED_TRACE("C " + std::to_string(c.C));
+    std::vector<int64_t> qkvShape = c.rows, doutShape = c.rows;
+    qkvShape.push_back(3 * c.C);
+    doutShape.push_back(c.C);
+    Builder b;
+    int dqkv = b.buf(c.type, qkvShape), dout = b.buf(c.type, doutShape);
+    int db = b.buf(f32, {3 * c.C});
+    b.launch("attention_bias_grad", {dqkv, dout}, {db});
+    rt::Program &p = emitForHost(b.p);
+    EXPECT_NE(
+        p.kernels[p.functions[0].launches[0].deviceKernel].source.find(c.form),
+        std::string::npos);
+    HostKernels kernels(p);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<exec::HostTensor> data = runOnRandomData(p, kernels, 11);
+    exec::HostTensor want = exec::attentionBiasGrad(data[dqkv], data[dout]);
+    const std::vector<float> &got = data[db].f32;
+    for (int64_t k = c.C; k < 2 * c.C; ++k)
+      ASSERT_EQ(got[k], 0.0f) << "k's third, column " << k - c.C;
+    expectNear(want, got, 1e-3f, "dq's and dout's sums");
+    double largest = 0;
+    for (float v : want.f32)
+      largest = std::max(largest, std::abs(double(v)));
+    EXPECT_GT(largest, 1.0) << "sums that a wrong operand would change";
+  }
+}
+
 // The bf16 loss gradient keeps each row in shared memory between its
 // passes (kStash: V·2 bytes of dynamic shared memory), and writes dlogits
 // into a buffer of its own or over the logits (the lowering's in-place

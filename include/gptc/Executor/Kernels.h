@@ -69,6 +69,11 @@ HostTensor unary(UnaryKind kind, const HostTensor &x);
 HostTensor reduceSum(const HostTensor &x, const std::vector<int64_t> &shape);
 HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis);
 
+/// gpt.attention_bias_grad: [3C] = dq's column sums (the first third of
+/// each row of dqkv [..., 3C]), zeros, dout's column sums (dout [..., C]),
+/// each summed in double in row order and rounded once, as reduceSum.
+HostTensor attentionBiasGrad(const HostTensor &dqkv, const HostTensor &dout);
+
 /// Tile sizes of the blocked attention kernels: Br query rows by Bc keys.
 struct AttentionTiles {
   int64_t queries = 64;

@@ -339,6 +339,20 @@ LogicalResult AttentionRowDotOp::verify() {
   return expectShape(*this, "delta", shapeOf(getDelta()), rows);
 }
 
+LogicalResult AttentionBiasGradOp::verify() {
+  ArrayRef<int64_t> dqkv = shapeOf(getDqkv()), dout = shapeOf(getDout());
+  if (dqkv.empty() || dout.empty())
+    return emitOpError("dqkv and dout must have rank >= 1");
+  const int64_t C = dout.back();
+  if (dqkv.back() != 3 * C)
+    return emitOpError() << "dqkv's last dimension must be 3 times dout's ("
+                         << 3 * C << "), got " << dqkv.back();
+  if (ShapedType::getNumElements(dqkv) / 3 != ShapedType::getNumElements(dout))
+    return emitOpError() << "dqkv " << shapeStr(dqkv) << " and dout "
+                         << shapeStr(dout) << " must have as many rows";
+  return expectShape(*this, "result", shapeOf(getResult()), {3 * C});
+}
+
 //===----------------------------------------------------------------------===//
 // ReshapeOp, TransposeOp, SplitOp
 //===----------------------------------------------------------------------===//

@@ -159,6 +159,8 @@ std::string Emitter::run(const std::string &name) {
     emitFusedLayernormGrad();
   else if (k == "reduce_sum")
     emitReduceSum();
+  else if (k == "attention_bias_grad")
+    emitAttentionBiasGrad();
   else if (k == "cross_entropy")
     emitCrossEntropy(false);
   else if (k == "cross_entropy_with_grad")

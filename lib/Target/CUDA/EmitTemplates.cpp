@@ -230,6 +230,42 @@ void Emitter::emitReduceSum() {
   l.grid[1] = uint32_t(splits);
 }
 
+void Emitter::emitAttentionBiasGrad() {
+  expectArity(2, 1);
+  const int64_t C = in(1).shape.back(), R = in(1).numel() / C;
+  if (in(0).shape.back() != 3 * C || in(0).numel() != 3 * R * C ||
+      out(0).numel() != 3 * C)
+    unsupported("dqkv is not [rows, 3C] of dout's [rows, C]");
+  // reduce_sum's form for a kept innermost dimension, 16-byte loads where
+  // both operands' rows keep whole vectors (kernels/reduce.cuh).
+  const int64_t bytes =
+      std::max(rt::dtypeBytes(in(0).dtype), rt::dtypeBytes(in(1).dtype));
+  const int64_t width = bytes == 2 ? 8 : bytes == 4 ? 4 : 1;
+  const int vec = width > 1 && C % width == 0 && C >= 32 * width &&
+                          in(0).dtype != DType::I32 && in(1).dtype != DType::I32
+                      ? int(width)
+                      : 1;
+  const int64_t columns = ceilDiv(C, int64_t(32) * vec);
+  const int64_t splits = std::clamp<int64_t>(
+      std::min<int64_t>(ceilDiv(R, int64_t(8) * 8),
+                        std::max<int64_t>(1, 1024 / (2 * columns))),
+      1, 1024);
+  useHeader("reduce.cuh");
+  if (splits > 1) {
+    deviceScratch("float", "gptcPartials", 2 * splits * C);
+    deviceScratch("unsigned", "gptcCounters", 2 * columns);
+    pre << "\n";
+  }
+  begin(entry, 256);
+  os << "  attentionBiasGrad<" << i64Literal(C) << ", " << i64Literal(R) << ", "
+     << splits << ", " << vec << ">(in0, in1, out0, "
+     << (splits > 1 ? "gptcPartials, gptcCounters" : "nullptr, nullptr")
+     << ");\n}\n";
+  l.block[0] = 256;
+  l.grid[0] = toGrid(2 * columns + 1);
+  l.grid[1] = uint32_t(splits);
+}
+
 void Emitter::emitCrossEntropy(bool withGrad) {
   expectArity(withGrad ? 3 : 2, withGrad ? 2 : 1);
   int64_t V = in(0).shape.back(), rows = in(1).numel();

@@ -266,6 +266,7 @@ private:
   void emitLayernorm();
   void emitLayernormGrad();
   void emitReduceSum();
+  void emitAttentionBiasGrad();
   void emitCrossEntropy(bool withGrad);
   // EmitFusedLayerNorm.cpp
   void emitFusedLayernorm();

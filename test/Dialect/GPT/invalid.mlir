@@ -297,6 +297,30 @@ func.func @attention_grad_delta_type(%q: tensor<2x4x8x16xf32>, %lse: tensor<2x4x
 
 // -----
 
+func.func @attention_bias_grad_thirds(%g: tensor<2x8x90xbf16>, %o: tensor<2x8x32xbf16>) {
+  // expected-error @+1 {{dqkv's last dimension must be 3 times dout's (96), got 90}}
+  %d = gpt.attention_bias_grad %g, %o : tensor<2x8x90xbf16>, tensor<2x8x32xbf16> -> tensor<96xf32>
+  return
+}
+
+// -----
+
+func.func @attention_bias_grad_rows(%g: tensor<2x8x96xbf16>, %o: tensor<2x4x32xbf16>) {
+  // expected-error @+1 {{dqkv 2x8x96 and dout 2x4x32 must have as many rows}}
+  %d = gpt.attention_bias_grad %g, %o : tensor<2x8x96xbf16>, tensor<2x4x32xbf16> -> tensor<96xf32>
+  return
+}
+
+// -----
+
+func.func @attention_bias_grad_result(%g: tensor<2x8x96xbf16>, %o: tensor<2x8x32xbf16>) {
+  // expected-error @+1 {{result has shape 32, expected 96}}
+  %d = gpt.attention_bias_grad %g, %o : tensor<2x8x96xbf16>, tensor<2x8x32xbf16> -> tensor<32xf32>
+  return
+}
+
+// -----
+
 func.func @attention_row_dot_heads(%o: tensor<2x8x16xbf16>) {
   // expected-error @+1 {{num_heads 3 does not divide out's last dimension 16}}
   %d = gpt.attention_row_dot %o, %o {num_heads = 3 : i64} : tensor<2x8x16xbf16> -> tensor<2x3x8xf32>

@@ -83,6 +83,8 @@ func.func @attention_qkv(%qkv: tensor<2x8x48xbf16>, %do: tensor<2x8x16xbf16>) ->
   %delta = gpt.attention_row_dot %o, %do {num_heads = 4 : i64} : tensor<2x8x16xbf16> -> tensor<2x4x8xf32>
   // CHECK: gpt.flash_attention_qkv_grad %[[QKV]], %[[O]], %[[L]], %{{.+}}, %[[D]] {causal, num_heads = 4 : i64, scale = 5.000000e-01 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
   %dqkv2 = gpt.flash_attention_qkv_grad %qkv, %o, %lse, %do, %delta {causal, num_heads = 4 : i64, scale = 0.5 : f32} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+  // CHECK: gpt.attention_bias_grad %{{.+}}, %{{.+}} : tensor<2x8x48xbf16>, tensor<2x8x16xbf16> -> tensor<48xf32>
+  %db = gpt.attention_bias_grad %dqkv2, %do : tensor<2x8x48xbf16>, tensor<2x8x16xbf16> -> tensor<48xf32>
   return %o, %dqkv : tensor<2x8x16xbf16>, tensor<2x8x48xbf16>
 }
 

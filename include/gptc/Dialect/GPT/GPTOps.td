@@ -650,6 +650,35 @@ def GPT_AttentionRowDotOp : GPT_Op<"attention_row_dot",
   let hasVerifier = 1;
 }
 
+def GPT_AttentionBiasGradOp : GPT_Op<"attention_bias_grad", [Pure]> {
+  let summary = "c_attn's bias gradient from attention's identities: "
+                "[Σ dq, 0, Σ dout]";
+  let description = [{
+    The bias gradient of a projection to packed q|k|v that feeds
+    gpt.flash_attention_qkv, from that attention's gradient `dqkv` (`[...,
+    3C]`) and its output gradient `dout` (`[..., C]`, as many rows), as
+    gpt-attention-bias-grad derives it (lib/Transforms/AttentionBiasGrad.cpp):
+    the column sums of dq (the first third of each row of dqkv), zero for
+    k (the softmax takes a bias on k away), and the column sums of dout for
+    v (`dv = Pᵀ dout` and each row of P sums to 1). The result is `[3C]`;
+    the terms are widened to float32 (exact) and summed in float32.
+
+    One launch reads dq where it lies and dout, and writes the three
+    thirds: where the sums, the zeros and their concatenation were three.
+
+    ```mlir
+    %db = gpt.attention_bias_grad %dqkv, %dout
+        : tensor<16x1024x2304xbf16>, tensor<16x1024x768xbf16> -> tensor<2304xf32>
+    ```
+  }];
+  let arguments = (ins GPT_FloatTensor:$dqkv, GPT_FloatTensor:$dout);
+  let results = (outs GPT_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dqkv `,` $dout attr-dict `:` type($dqkv) `,` type($dout) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 // What gpt-fuse-elementwise makes: one kernel over scalar code.
 include "gptc/Dialect/GPT/GPTFusedOps.td"
 
