@@ -560,11 +560,12 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
         others);
     refused = refusedBefore;
   }
-  // gptc's own GEMMs with GELU's epilogue or its derivative (sm_90a):
-  // other ways, or with GPTC_GEMM_OWN=narrow or wide the launch's one plan.
+  // gptc's own GEMMs with GELU's epilogue or its derivative, or none
+  // (sm_90a): other ways, or with GPTC_GEMM_OWN=narrow or wide the
+  // launch's one plan.
   const bool ownOnly =
       ownGemms == OwnGemms::Narrow || ownGemms == OwnGemms::Wide;
-  if (otherWays || ownOnly)
+  if (otherWays || ownOnly || (tuneGemms && !forceGemmFallback))
     if (std::vector<GemmPlan> own = planOwnGemms(l, map); !own.empty()) {
       if (ownOnly) {
         gemms.push_back(std::move(own[0]));
@@ -792,11 +793,12 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     return ways;
   // a and b are copied 16 bytes at a time; the third operand and the
   // results go two elements at a time, or (the wide blocks) four.
-  uint64_t results = 0;
+  const bool plain = fit->kind == GemmFallback::WgmmaPlain;
+  uint64_t results = plain ? 0 : address(l.inputs[2]);
   for (int id : l.outputs)
     results |= address(id);
   if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
-      (address(l.inputs[2]) | results) % 4 != 0)
+      results % 4 != 0)
     return ways;
   const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
   // GELU's derivative with its bias gradient: the wide blocks alone, their
@@ -812,8 +814,8 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     return ways;
   for (bool wide : {false, true}) {
     const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
-    if ((wide && (!fit->wide || (address(l.inputs[2]) | results) % 8 != 0)) ||
-        (biasGrad && !wide) || (ownGemms == OwnGemms::Narrow && wide) ||
+    if ((wide && (!fit->wide || results % 8 != 0)) || (biasGrad && !wide) ||
+        (ownGemms == OwnGemms::Narrow && wide) ||
         (ownGemms == OwnGemms::Wide && !wide) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
       continue;
@@ -822,6 +824,7 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
                 std::to_string(fit->k) + " bf16" +
                 (biasGelu   ? " + GELU"
                  : biasGrad ? " tB + GELU's derivative and bias gradient"
+                 : plain    ? " tB"
                             : " tB + GELU's derivative") +
                 (wide ? ", 128x256 blocks" : ", 128x128 blocks");
     own.way = wide ? "gptc wgmma GEMM 128x256" : "gptc wgmma GEMM 128x128";
@@ -837,10 +840,13 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
                      : uint32_t(fit->n / 128);
     f.grid[1] = wide ? 1 : uint32_t(fit->m / 128);
     f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
-    // (a, b, the bias or pre-activation, then the results (the bias
-    // gradient's partial sums in its place), then m, n, k.)
-    f.args = {address(l.inputs[0]), address(l.inputs[1]), address(l.inputs[2]),
-              address(l.outputs[0])};
+    // (a, b, the bias or pre-activation (none for a plain GEMM), then the
+    // results (the bias gradient's partial sums in its place), then m, n,
+    // k.)
+    f.args = {address(l.inputs[0]), address(l.inputs[1])};
+    if (!plain)
+      f.args.push_back(address(l.inputs[2]));
+    f.args.push_back(address(l.outputs[0]));
     if (biasGelu)
       f.args.push_back(address(l.outputs[1]));
     if (biasGrad)

@@ -222,6 +222,10 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
     return std::string("gemm_wgmma_wide_gelu_grad_") + dtypeName(t);
   if (kind == GemmFallback::WgmmaWideGeluGradBias)
     return std::string("gemm_wgmma_wide_gelu_grad_bias_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaPlain)
+    return std::string("gemm_wgmma_plain_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaWidePlain)
+    return std::string("gemm_wgmma_wide_plain_") + dtypeName(t);
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"
                      : kind == GemmFallback::Gelu     ? "gelu"
@@ -236,11 +240,16 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
     auto it = l.ints.find(name);
     return it != l.ints.end() && it->second != 0;
   };
-  if (l.inputs.size() != 3 || flag("transpose_a") || accumulates(l))
+  if (flag("transpose_a") || accumulates(l))
     return std::nullopt;
   WgmmaGemmFit fit{};
-  if (l.kernel == "matmul_epilogue" && flag("gelu") && l.outputs.size() == 2 &&
-      !flag("transpose_b"))
+  const bool plain = l.kernel == "matmul" && l.inputs.size() == 2;
+  if (!plain && l.inputs.size() != 3)
+    return std::nullopt;
+  if (plain && l.outputs.size() == 1 && flag("transpose_b"))
+    fit.kind = GemmFallback::WgmmaPlain;
+  else if (l.kernel == "matmul_epilogue" && flag("gelu") &&
+           l.outputs.size() == 2 && !flag("transpose_b"))
     fit.kind = GemmFallback::WgmmaBiasGelu;
   else if (l.kernel == "matmul_gelu_grad" && l.outputs.size() == 1 &&
            flag("transpose_b"))
@@ -266,7 +275,8 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
   fit.m = a.numel() / fit.k;
   // The third operand: the bias [n], or the pre-activation [m, n].
   const int64_t third = biasGelu ? fit.n : fit.m * fit.n;
-  if (fit.m / 128 > 65535 || p.buffers.at(l.inputs[2]).numel() != third)
+  if (fit.m / 128 > 65535 ||
+      (!plain && p.buffers.at(l.inputs[2]).numel() != third))
     return std::nullopt;
   // The results: [m, n] each, but a bias gradient's [n].
   for (size_t i = 0; i < l.outputs.size(); ++i)

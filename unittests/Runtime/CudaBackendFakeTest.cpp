@@ -2063,10 +2063,10 @@ Function ownGemmEpilogues(Program &p) {
 }
 
 /// Zeros where the fake's reference of a wgmma GEMM wrote its result
-/// (out, args[3], m·n bf16; m and n from `at` on): a GEMM that computes
+/// (out, args[out], m·n bf16; m and n from `at` on): a GEMM that computes
 /// something else.
-template <int at> void zeroOwnGemmResult(const uint64_t *args) {
-  std::memset(reinterpret_cast<void *>(args[3]), 0,
+template <int at, int out = 3> void zeroOwnGemmResult(const uint64_t *args) {
+  std::memset(reinterpret_cast<void *>(args[out]), 0,
               size_t(args[at] * args[at + 1]) * 2);
 }
 
@@ -2156,6 +2156,87 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
     EXPECT_EQ(err.find("gptc wgmma GEMM"), std::string::npos) << err;
     expectKeptChoiceMatchesCpu(ownGemmEpilogues);
   }
+}
+
+/// A plain bf16 GEMM with a transposed b at gptc's wgmma tiles (dy [256,
+/// 64] by wt [256, 64]: an input gradient's form), with gptc's own GEMMs
+/// without an epilogue (GemmPlain) in both block shapes.
+Function ownPlainGemm(Program &p) {
+  enum : int { DY, WT, DX };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("dy", DType::BF16, {2, 128, 64}, Role::Param),
+               buffer("wt", DType::BF16, {256, 64}, Role::Param),
+               buffer("dx", DType::BF16, {2, 128, 256}, Role::Output)};
+  for (GemmFallback kind :
+       {GemmFallback::WgmmaPlain, GemmFallback::WgmmaWidePlain}) {
+    DeviceKernel k;
+    k.name = gemmFallbackKernel(kind, DType::BF16);
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E'};
+    p.kernels.push_back(k);
+  }
+  Function f;
+  f.name = "backward";
+  f.launches = {launch("matmul", {DY, WT}, {DX}, true)};
+  return f;
+}
+
+/// gptc's own GEMMs are ways to a plain GEMM too, timed against cuBLASLt's
+/// algorithms (so that tuning's line says what the blocks' products cost
+/// alone): the faster block shape runs where it beats cuBLASLt, with the
+/// CPU backend's results; cuBLASLt keeps the launch where both are slower,
+/// or faster but wrong. GPTC_GEMM_OWN=wide runs the wide blocks untimed.
+TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainGemms) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  const std::vector<std::string> own = {"gemm_wgmma_plain_bf16",
+                                        "gemm_wgmma_wide_plain_bf16"};
+  struct Case {
+    float narrowMs, wideMs;
+    bool wrong;       // both write zeros
+    const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
+  };
+  for (const Case &c :
+       {Case{0.01f, 5.0f, false, "128x128"},
+        Case{5.0f, 0.01f, false, "128x256"}, Case{5.0f, 5.0f, false, ""},
+        Case{0.01f, 0.01f, true, ""}}) {
+    SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
+                 (c.wrong ? " wrong" : ""));
+    kernelMs(own[0].c_str(), c.narrowMs);
+    kernelMs(own[1].c_str(), c.wideMs);
+    if (c.wrong)
+      for (const std::string &name : own)
+        onHost(name.c_str(), 6, zeroOwnGemmResult<3, 2>);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownPlainGemm, "time", &names);
+    kernelMs(nullptr, 0.0f);
+    onHost(nullptr, 0, nullptr);
+    const std::string kept = c.kept;
+    const size_t line = err.find("matmul 256x256x64 bf16 tB, ms a run:");
+    ASSERT_NE(line, std::string::npos) << err;
+    const std::string timed = err.substr(line, err.find('\n', line) - line);
+    for (const char *shape : {"128x128", "128x256"})
+      EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
+                           " 0.002 (kept)") != std::string::npos,
+                kept == shape)
+          << timed;
+    EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
+    for (int i = 0; i < 2; ++i)
+      EXPECT_EQ(contains(names, own[size_t(i)]),
+                kept == (i == 0 ? "128x128" : "128x256"))
+          << own[size_t(i)];
+    EXPECT_EQ(run.empty(), !kept.empty()) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(ownPlainGemm);
+  }
+  ScopedEnv env("GPTC_GEMM_OWN", "wide");
+  std::vector<std::string> names;
+  auto [err, run] = loadAndRun(ownPlainGemm, "time", &names);
+  EXPECT_TRUE(contains(names, own[1]));
+  EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
+  expectKeptChoiceMatchesCpu(ownPlainGemm);
 }
 
 /// GELU's derivative with its bias gradient (--bias-grads=gelu's c_fc) at

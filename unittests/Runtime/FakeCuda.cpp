@@ -720,11 +720,12 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
   } else if (name.rfind("gemm_wgmma_", 0) == 0) {
     // gptc's own GEMMs: pre = a·b + bias, out = gelu(pre), b [k, n]; or
     // out = gelu'(pre) · (a·bᵀ), b [n, k], and with "_bias_" out's column
-    // sums over each 16 rows into float partials [m / 16, n]. a [m, k];
-    // m, n, k last.
+    // sums over each 16 rows into float partials [m / 16, n]; or "_plain_"
+    // out = a·bᵀ (a, b, out). a [m, k]; m, n, k last.
     const bool biasGelu = name.find("bias_gelu") != std::string::npos;
     const bool partials = name.find("gelu_grad_bias") != std::string::npos;
-    const int sizes = biasGelu || partials ? 5 : 4;
+    const bool plain = name.find("_plain_") != std::string::npos;
+    const int sizes = plain ? 3 : biasGelu || partials ? 5 : 4;
     int64_t m = num(sizes), n = num(sizes + 1), k = num(sizes + 2);
     float *partial = partials ? static_cast<float *>(ptr(4)) : nullptr;
     if (partial)
@@ -735,7 +736,9 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
         for (int64_t e = 0; e < k; ++e)
           sum += load(ptr(0), t, i * k + e) *
                  load(ptr(1), t, biasGelu ? e * n + j : j * k + e);
-        if (biasGelu) {
+        if (plain) {
+          store(ptr(2), t, i * n + j, sum);
+        } else if (biasGelu) {
           const float v = sum + load(ptr(2), t, j);
           store(ptr(4), t, i * n + j, v);
           store(ptr(3), t, i * n + j, gelu(v));

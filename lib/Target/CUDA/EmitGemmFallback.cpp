@@ -55,6 +55,13 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
     return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
                 T + " *out, float *partials, i64 m, i64 n, i64 k",
             "gemmWgmmaGeluGradBias(a, b, pre, out, partials, m, n, k)"};
+  case GemmFallback::WgmmaPlain:
+  case GemmFallback::WgmmaWidePlain:
+    return {"const " + T + " *a, const " + T + " *b, " + T +
+                " *out, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaPlain<") +
+                (kind == GemmFallback::WgmmaWidePlain ? "true" : "false") +
+                ">(a, b, out, m, n, k)"};
   case GemmFallback::WgmmaGeluGrad:
   case GemmFallback::WgmmaWideGeluGrad:
     return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
@@ -69,11 +76,13 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
 bool isWideWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaWideBiasGelu ||
          kind == GemmFallback::WgmmaWideGeluGrad ||
-         kind == GemmFallback::WgmmaWideGeluGradBias;
+         kind == GemmFallback::WgmmaWideGeluGradBias ||
+         kind == GemmFallback::WgmmaWidePlain;
 }
 bool isWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaBiasGelu ||
-         kind == GemmFallback::WgmmaGeluGrad || isWideWgmmaGemm(kind);
+         kind == GemmFallback::WgmmaGeluGrad ||
+         kind == GemmFallback::WgmmaPlain || isWideWgmmaGemm(kind);
 }
 
 /// 256 threads; the column partials at least 4 blocks an SM (64

@@ -12,7 +12,9 @@
 // tile's operands while two others run this tile's epilogue. Each is one
 // more way GEMM tuning times at load (rt::GemmFallback::WgmmaBiasGelu,
 // WgmmaGeluGrad and their WgmmaWide* twins), kept only where it is faster
-// and computes what cuBLASLt's way does.
+// and computes what cuBLASLt's way does. The same blocks with no
+// epilogue (WgmmaPlain) are ways to the plain GEMMs with a transposed b,
+// so that tuning also says what their products cost alone.
 //
 // The narrow blocks: two warpgroups take a 128 x 128 tile of the result,
 // each 64 rows of it as one m64n128k16 accumulator, 64 floats a thread.
@@ -196,8 +198,9 @@ gemmWgmmaNarrow(const bf16 *a, const bf16 *b,
       const i64 col = col0 + gemmTileColumn(j),
                 at = (row0 + gemmTileRow(half)) * n + col;
       const float p[2] = {d[j][2 * half], d[j][2 * half + 1]};
-      float x[2], o[Epilogue::kOutputs][2];
-      load2(epilogue.operand(at, col), x);
+      float x[2] = {}, o[Epilogue::kOutputs][2];
+      if constexpr (Epilogue::kReadsOperand)
+        load2(epilogue.operand(at, col), x);
       epilogue.apply(p, x, o);
 #pragma unroll
       for (int i = 0; i < Epilogue::kOutputs; ++i)
@@ -295,10 +298,11 @@ gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
       return (rowBase + 4 * i + lane / 8) * n + col0 + 32 * c + 4 * (lane % 8);
     };
     auto column = [&](int c) { return col0 + 32 * c + 4 * (lane % 8); };
-    uint2 operand[2][4]; // this step's and the next's, as loaded
+    uint2 operand[2][4] = {}; // this step's and the next's, as loaded
+    if constexpr (Epilogue::kReadsOperand)
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      operand[0][i] = loadPacked4(epilogue.operand(element(0, i), column(0)));
+      for (int i = 0; i < 4; ++i)
+        operand[0][i] = loadPacked4(epilogue.operand(element(0, i), column(0)));
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
 #pragma unroll
@@ -310,7 +314,7 @@ gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
           store2(&staged[lane / 4 + 8 * half][8 * j + 2 * (lane % 4)], v);
         }
       __syncwarp();
-      if (c + 1 < 8)
+      if (Epilogue::kReadsOperand && c + 1 < 8)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           operand[(c + 1) % 2][i] =
@@ -318,9 +322,10 @@ gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
       float sums[4] = {}; // of output 0's columns, over this lane's rows
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        float p[4], x[4], o[Epilogue::kOutputs][4];
+        float p[4], x[4] = {}, o[Epilogue::kOutputs][4];
         load4(&staged[4 * i + lane / 8][4 * (lane % 8)], p);
-        unpack4<bf16>(operand[c % 2][i], x);
+        if constexpr (Epilogue::kReadsOperand)
+          unpack4<bf16>(operand[c % 2][i], x);
         epilogue.apply(p, x, o);
 #pragma unroll
         for (int e = 0; e < Epilogue::kOutputs; ++e)
@@ -378,10 +383,10 @@ gemmWgmmaWide(const bf16 *a, const bf16 *b,
 }
 
 /// The epilogues: each reads one bf16 operand at the result's elements
-/// (`operand`: the bias at the column, or a matrix of the result's shape,
-/// which the wide blocks' copier prefetches into L2 a tile ahead:
-/// kOperandRows) and makes its outputs from the float32 product p and
-/// the operand x, W adjacent elements at a time (`apply`). With
+/// (kReadsOperand; `operand`: the bias at the column, or a matrix of the
+/// result's shape, which the wide blocks' copier prefetches into L2 a tile
+/// ahead: kOperandRows) and makes its outputs from the float32 product p
+/// and the operand x, W adjacent elements at a time (`apply`). With
 /// kColumnPartials (the wide blocks alone), output 0's column sums over
 /// each 16 rows go to `partials` too, [m / 16, n] float32.
 ///
@@ -390,7 +395,8 @@ gemmWgmmaWide(const bf16 *a, const bf16 *b,
 /// before rounding); bias [n].
 struct GemmBiasGelu {
   static constexpr int kOutputs = 2;
-  static constexpr bool kOperandRows = false, kColumnPartials = false;
+  static constexpr bool kReadsOperand = true, kOperandRows = false,
+                        kColumnPartials = false;
   const bf16 *bias;
   __device__ __forceinline__ const bf16 *operand(i64, i64 col) const {
     return bias + col;
@@ -410,7 +416,8 @@ struct GemmBiasGelu {
 /// it); pre [m, n].
 struct GemmGeluGrad {
   static constexpr int kOutputs = 1;
-  static constexpr bool kOperandRows = true, kColumnPartials = false;
+  static constexpr bool kReadsOperand = true, kOperandRows = true,
+                        kColumnPartials = false;
   const bf16 *pre;
   __device__ __forceinline__ const bf16 *operand(i64 at, i64) const {
     return pre + at;
@@ -432,6 +439,25 @@ struct GemmGeluGrad {
 struct GemmGeluGradBias : GemmGeluGrad {
   static constexpr bool kColumnPartials = true;
   float *partials;
+};
+
+/// No epilogue: out[0] = the product, rounded (GemmPlain's kernels are
+/// ways to plain GEMMs, so that tuning times the blocks' products alone
+/// against cuBLASLt's on the same shapes).
+struct GemmPlain {
+  static constexpr int kOutputs = 1;
+  static constexpr bool kReadsOperand = false, kOperandRows = false,
+                        kColumnPartials = false;
+  __device__ __forceinline__ const bf16 *operand(i64, i64) const {
+    return nullptr;
+  }
+  template <int W>
+  __device__ __forceinline__ void apply(const float (&p)[W], const float (&)[W],
+                                        float (&o)[1][W]) const {
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      o[0][i] = p[i];
+  }
 };
 
 /// pre = a·b + bias, out = GELU(pre), both [m, n] bf16; bias [n] bf16; b
@@ -467,5 +493,17 @@ __device__ void gemmWgmmaGeluGradBias(const bf16 *a, const bf16 *b,
   bf16 *const results[1] = {out};
   gemmWgmmaWide<true>(a, b, results, m, n, k,
                       GemmGeluGradBias{{pre}, partials});
+}
+/// out = a·bᵀ, [m, n] bf16; b [n, k], read transposed (K-major, as the
+/// backward's input gradients and the lm_head read their weights). kWide
+/// as above.
+template <bool kWide>
+__device__ void gemmWgmmaPlain(const bf16 *a, const bf16 *b, bf16 *out, i64 m,
+                               i64 n, i64 k) {
+  bf16 *const results[1] = {out};
+  if constexpr (kWide)
+    gemmWgmmaWide<true>(a, b, results, m, n, k, GemmPlain{});
+  else
+    gemmWgmmaNarrow<true>(a, b, results, n, k, GemmPlain{});
 }
 #endif // GPTC_WGMMA
