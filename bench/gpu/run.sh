@@ -31,7 +31,7 @@
 # PyTorch with the same operand layouts (bench/gpu/torch_gemms.py); 10
 # steps of gpt2-tiny on cuda and on cpu with the same seed and data,
 # losses compared (bf16 at --grad-accum=2 too); Nsight Compute on one launch each of the layernorms
-# and their gradient, the loss, the embedding gradient, the row dot, the
+# and their gradient, the loss, the embedding gradient, the row dot, c_attn's bias gradient, the
 # GELU-derivative pass and the gradient norm, then of the wgmma-overlap
 # forward and wgmma-split backward, then of the atomic wgmma backward;
 # GPT-2 124M with --attention-forward=auto
@@ -405,12 +405,13 @@ fi
 if want ncu; then
   if [[ -n $ncu_bin ]]; then
     # --kernel-id context:stream:name:invocation, the first of each name.
-    # (reduce_sum_0: c_attn's q bias-gradient sums, read in place through
-    # gpt.reduce_sum's corner, new in the thirty-third session.)
+    # (attention_bias_grad_0: c_attn's bias gradient, dq's sums read in
+    # place and dout's, one launch since the forty-ninth session;
+    # reduce_sum_0: the position embedding's gradient.)
     # (On sm_90a the default program times its attention algorithms at
     # load; GPTC_VARIANT=own runs its own kernels untimed.)
     GPTC_VARIANT=own GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_0|attention_row_dot_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0|reduce_sum_0)$':1 \
+      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_0|attention_row_dot_0|attention_bias_grad_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0|reduce_sum_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The loss gradient's max-first form (the "maxfirst" variant: half the
