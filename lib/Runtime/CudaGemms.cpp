@@ -820,13 +820,15 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
       continue;
     GemmPlan own;
-    own.shape = std::to_string(fit->m) + "x" + std::to_string(fit->n) + "x" +
-                std::to_string(fit->k) + " bf16" +
-                (biasGelu   ? " + GELU"
-                 : biasGrad ? " tB + GELU's derivative and bias gradient"
-                 : plain    ? " tB"
-                            : " tB + GELU's derivative") +
-                (wide ? ", 128x256 blocks" : ", 128x128 blocks");
+    own.shape =
+        std::to_string(fit->m) + "x" + std::to_string(fit->n) + "x" +
+        std::to_string(fit->k) + " bf16" +
+        (biasGelu   ? " + GELU"
+         : biasGrad ? " tB + GELU's derivative and bias gradient"
+         : plain    ? " tB"
+         : fit->kind == GemmFallback::WgmmaBias ? " + bias"
+                                                : " tB + GELU's derivative") +
+        (wide ? ", 128x256 blocks" : ", 128x128 blocks");
     own.way = wide ? "gptc wgmma GEMM 128x256" : "gptc wgmma GEMM 128x128";
     own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
     own.candidates = {cublasLtMatmulAlgo_t{}};

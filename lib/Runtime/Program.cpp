@@ -226,6 +226,10 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
     return std::string("gemm_wgmma_plain_") + dtypeName(t);
   if (kind == GemmFallback::WgmmaWidePlain)
     return std::string("gemm_wgmma_wide_plain_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaBias)
+    return std::string("gemm_wgmma_bias_") + dtypeName(t);
+  if (kind == GemmFallback::WgmmaWideBias)
+    return std::string("gemm_wgmma_wide_bias_") + dtypeName(t);
   const char *what = kind == GemmFallback::Bias       ? "bias"
                      : kind == GemmFallback::GeluGrad ? "gelu_grad"
                      : kind == GemmFallback::Gelu     ? "gelu"
@@ -251,6 +255,9 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
   else if (l.kernel == "matmul_epilogue" && flag("gelu") &&
            l.outputs.size() == 2 && !flag("transpose_b"))
     fit.kind = GemmFallback::WgmmaBiasGelu;
+  else if (l.kernel == "matmul_epilogue" && !flag("gelu") &&
+           l.outputs.size() == 1 && !flag("transpose_b"))
+    fit.kind = GemmFallback::WgmmaBias;
   else if (l.kernel == "matmul_gelu_grad" && l.outputs.size() == 1 &&
            flag("transpose_b"))
     fit.kind = GemmFallback::WgmmaGeluGrad;
@@ -266,15 +273,17 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
   const Buffer &a = p.buffers.at(l.inputs[0]), &b = p.buffers.at(l.inputs[1]);
   if (b.shape.size() != 2 || a.shape.empty())
     return std::nullopt;
+  // b [k, n] for the forward's epilogues, else [n, k].
   const bool biasGelu = fit.kind == GemmFallback::WgmmaBiasGelu;
-  fit.k = biasGelu ? b.shape[0] : b.shape[1];
-  fit.n = biasGelu ? b.shape[1] : b.shape[0];
+  const bool nMajor = biasGelu || fit.kind == GemmFallback::WgmmaBias;
+  fit.k = nMajor ? b.shape[0] : b.shape[1];
+  fit.n = nMajor ? b.shape[1] : b.shape[0];
   if (fit.k <= 0 || fit.k % 64 != 0 || fit.n % 128 != 0 ||
       a.shape.back() != fit.k || a.numel() % (fit.k * 128) != 0)
     return std::nullopt;
   fit.m = a.numel() / fit.k;
   // The third operand: the bias [n], or the pre-activation [m, n].
-  const int64_t third = biasGelu ? fit.n : fit.m * fit.n;
+  const int64_t third = nMajor ? fit.n : fit.m * fit.n;
   if (fit.m / 128 > 65535 ||
       (!plain && p.buffers.at(l.inputs[2]).numel() != third))
     return std::nullopt;

@@ -2181,62 +2181,104 @@ Function ownPlainGemm(Program &p) {
   return f;
 }
 
-/// gptc's own GEMMs are ways to a plain GEMM too, timed against cuBLASLt's
-/// algorithms (so that tuning's line says what the blocks' products cost
-/// alone): the faster block shape runs where it beats cuBLASLt, with the
-/// CPU backend's results; cuBLASLt keeps the launch where both are slower,
-/// or faster but wrong. GPTC_GEMM_OWN=wide runs the wide blocks untimed.
-TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainGemms) {
+/// A projection with its bias alone (x [256, 64] by w [64, 256] + b: the
+/// forward's form), with gptc's own GEMMs with the bias (GemmBias).
+Function ownBiasGemm(Program &p) {
+  enum : int { X, W, B, Y };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {2, 128, 64}, Role::Param),
+               buffer("w", DType::BF16, {64, 256}, Role::Param),
+               buffer("b", DType::BF16, {256}, Role::Param),
+               buffer("y", DType::BF16, {2, 128, 256}, Role::Output)};
+  for (GemmFallback kind :
+       {GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias}) {
+    DeviceKernel k;
+    k.name = gemmFallbackKernel(kind, DType::BF16);
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E'};
+    p.kernels.push_back(k);
+  }
+  Function f;
+  f.name = "forward";
+  f.launches = {launch("matmul_epilogue", {X, W, B}, {Y})};
+  return f;
+}
+
+/// gptc's own GEMMs are ways to a plain GEMM and to one with a bias alone
+/// too, timed against cuBLASLt's algorithms (so that tuning's line says
+/// what the blocks' products cost with a light epilogue): the faster
+/// block shape runs where it beats cuBLASLt, with the CPU backend's
+/// results; cuBLASLt keeps the launch where both are slower, or faster but
+/// wrong. GPTC_GEMM_OWN=wide runs the wide blocks untimed.
+TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
   REQUIRE_FAKE(plain);
   plain.reset();
   auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
   auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
       "gptcFakeKernelRunsOnHost");
-  const std::vector<std::string> own = {"gemm_wgmma_plain_bf16",
-                                        "gemm_wgmma_wide_plain_bf16"};
-  struct Case {
-    float narrowMs, wideMs;
-    bool wrong;       // both write zeros
-    const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
+  struct Gemm {
+    Function (*make)(Program &);
+    const char *key; // tuning's line
+    std::vector<std::string> own;
+    int args;
+    void (*zero)(const uint64_t *);
   };
-  for (const Case &c :
-       {Case{0.01f, 5.0f, false, "128x128"},
-        Case{5.0f, 0.01f, false, "128x256"}, Case{5.0f, 5.0f, false, ""},
-        Case{0.01f, 0.01f, true, ""}}) {
-    SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
-                 (c.wrong ? " wrong" : ""));
-    kernelMs(own[0].c_str(), c.narrowMs);
-    kernelMs(own[1].c_str(), c.wideMs);
-    if (c.wrong)
-      for (const std::string &name : own)
-        onHost(name.c_str(), 6, zeroOwnGemmResult<3, 2>);
+  for (const Gemm &g :
+       {Gemm{ownPlainGemm,
+             "matmul 256x256x64 bf16 tB, ms a run:",
+             {"gemm_wgmma_plain_bf16", "gemm_wgmma_wide_plain_bf16"},
+             6,
+             zeroOwnGemmResult<3, 2>},
+        Gemm{ownBiasGemm,
+             "matmul_epilogue 256x256x64 bf16, ms a run:",
+             {"gemm_wgmma_bias_bf16", "gemm_wgmma_wide_bias_bf16"},
+             7,
+             zeroOwnGemmResult<4, 3>}}) {
+    SCOPED_TRACE(g.key);
+    struct Case {
+      float narrowMs, wideMs;
+      bool wrong;       // both write zeros
+      const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
+    };
+    for (const Case &c :
+         {Case{0.01f, 5.0f, false, "128x128"},
+          Case{5.0f, 0.01f, false, "128x256"}, Case{5.0f, 5.0f, false, ""},
+          Case{0.01f, 0.01f, true, ""}}) {
+      SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
+                   (c.wrong ? " wrong" : ""));
+      kernelMs(g.own[0].c_str(), c.narrowMs);
+      kernelMs(g.own[1].c_str(), c.wideMs);
+      if (c.wrong)
+        for (const std::string &name : g.own)
+          onHost(name.c_str(), g.args, g.zero);
+      std::vector<std::string> names;
+      auto [err, run] = loadAndRun(g.make, "time", &names);
+      kernelMs(nullptr, 0.0f);
+      onHost(nullptr, 0, nullptr);
+      const std::string kept = c.kept;
+      const size_t line = err.find(g.key);
+      ASSERT_NE(line, std::string::npos) << err;
+      const std::string timed = err.substr(line, err.find('\n', line) - line);
+      for (const char *shape : {"128x128", "128x256"})
+        EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
+                             " 0.002 (kept)") != std::string::npos,
+                  kept == shape)
+            << timed;
+      EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(contains(names, g.own[size_t(i)]),
+                  kept == (i == 0 ? "128x128" : "128x256"))
+            << g.own[size_t(i)];
+      EXPECT_EQ(run.empty(), !kept.empty()) << "cuBLASLt GEMMs in the run";
+      expectKeptChoiceMatchesCpu(g.make);
+    }
+    ScopedEnv env("GPTC_GEMM_OWN", "wide");
     std::vector<std::string> names;
-    auto [err, run] = loadAndRun(ownPlainGemm, "time", &names);
-    kernelMs(nullptr, 0.0f);
-    onHost(nullptr, 0, nullptr);
-    const std::string kept = c.kept;
-    const size_t line = err.find("matmul 256x256x64 bf16 tB, ms a run:");
-    ASSERT_NE(line, std::string::npos) << err;
-    const std::string timed = err.substr(line, err.find('\n', line) - line);
-    for (const char *shape : {"128x128", "128x256"})
-      EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
-                           " 0.002 (kept)") != std::string::npos,
-                kept == shape)
-          << timed;
-    EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
-    for (int i = 0; i < 2; ++i)
-      EXPECT_EQ(contains(names, own[size_t(i)]),
-                kept == (i == 0 ? "128x128" : "128x256"))
-          << own[size_t(i)];
-    EXPECT_EQ(run.empty(), !kept.empty()) << "cuBLASLt GEMMs in the run";
-    expectKeptChoiceMatchesCpu(ownPlainGemm);
+    auto [err, run] = loadAndRun(g.make, "time", &names);
+    EXPECT_TRUE(contains(names, g.own[1]));
+    EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(g.make);
   }
-  ScopedEnv env("GPTC_GEMM_OWN", "wide");
-  std::vector<std::string> names;
-  auto [err, run] = loadAndRun(ownPlainGemm, "time", &names);
-  EXPECT_TRUE(contains(names, own[1]));
-  EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
-  expectKeptChoiceMatchesCpu(ownPlainGemm);
 }
 
 /// GELU's derivative with its bias gradient (--bias-grads=gelu's c_fc) at

@@ -725,6 +725,9 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
     const bool biasGelu = name.find("bias_gelu") != std::string::npos;
     const bool partials = name.find("gelu_grad_bias") != std::string::npos;
     const bool plain = name.find("_plain_") != std::string::npos;
+    // "_bias_" alone: out = a·b + bias (a, b, bias, out), b [k, n].
+    const bool bias =
+        !biasGelu && !partials && name.find("_bias_") != std::string::npos;
     const int sizes = plain ? 3 : biasGelu || partials ? 5 : 4;
     int64_t m = num(sizes), n = num(sizes + 1), k = num(sizes + 2);
     float *partial = partials ? static_cast<float *>(ptr(4)) : nullptr;
@@ -735,9 +738,11 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
         float sum = 0;
         for (int64_t e = 0; e < k; ++e)
           sum += load(ptr(0), t, i * k + e) *
-                 load(ptr(1), t, biasGelu ? e * n + j : j * k + e);
+                 load(ptr(1), t, biasGelu || bias ? e * n + j : j * k + e);
         if (plain) {
           store(ptr(2), t, i * n + j, sum);
+        } else if (bias) {
+          store(ptr(3), t, i * n + j, sum + load(ptr(2), t, j));
         } else if (biasGelu) {
           const float v = sum + load(ptr(2), t, j);
           store(ptr(4), t, i * n + j, v);

@@ -1739,13 +1739,14 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
 }
 
 // gptc's own GEMMs without an epilogue (GemmPlain: ways to a plain bf16
-// matmul with transpose_b, so that tuning times the blocks' products alone
-// against cuBLASLt's): out = x·wtᵀ within one ulp of the executor's
-// rounding, in 2 x 2 blocks of 128 x 128 and in one warp-specialized block
-// walking 2 tiles of 128 x 256, 5 steps each. The emitter adds them for
-// sm_90a alone, for a transposed b alone, and not where the shape is off
-// the tiles or the result float32.
-TEST(TemplateKernelsOnHost, WgmmaPlainGemmsMatchTheCpuExecutor) {
+// matmul with transpose_b) and with the bias alone (GemmBias: a forward
+// projection's, b [k, n]), so that tuning times the blocks' products with
+// a light epilogue against cuBLASLt's: out = x·wtᵀ and y = x·w + bias
+// within one ulp of the executor's rounding, in 2 x 2 blocks of 128 x 128
+// and in one warp-specialized block walking 2 tiles of 128 x 256, 5 steps
+// each. The emitter adds them for sm_90a alone, and not for the other
+// layout of b, a shape off the tiles or a float32 result.
+TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
   const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 320;
   auto ownKernels = [&](const rt::Program &p) {
@@ -1757,39 +1758,63 @@ TEST(TemplateKernelsOnHost, WgmmaPlainGemmsMatchTheCpuExecutor) {
   };
   Builder b;
   int x = b.buf(bf16, {2, m / 2, k}), wt = b.buf(bf16, {n, k}),
-      out = b.buf(bf16, {2, m / 2, n});
+      out = b.buf(bf16, {2, m / 2, n}), w = b.buf(bf16, {k, n}),
+      bias = b.buf(bf16, {n}), y = b.buf(bf16, {m, n});
   b.launch("matmul", {x, wt}, {out}).ints["transpose_b"] = 1;
+  b.launch("matmul_epilogue", {x, w, bias}, {y});
   rt::Program sm80 = b.p;
   EXPECT_TRUE(ownKernels(emitForHost(sm80, HostTarget::Sm80)).empty());
   {
-    Builder off; // b not transposed; 192 columns; a float32 result
+    // b not transposed, and transposed with a bias; 192 columns; a
+    // float32 result.
+    Builder off;
     int ox = off.buf(bf16, {256, 64}), ow = off.buf(bf16, {64, 256}),
         oo = off.buf(bf16, {256, 256}), ot = off.buf(bf16, {192, 64}),
         oo2 = off.buf(bf16, {256, 192}), of = off.buf(DType::F32, {256, 256}),
-        owt = off.buf(bf16, {256, 64});
+        owt = off.buf(bf16, {256, 64}), ob = off.buf(bf16, {256}),
+        oy = off.buf(bf16, {256, 256});
     off.launch("matmul", {ox, ow}, {oo});
     off.launch("matmul", {ox, ot}, {oo2}).ints["transpose_b"] = 1;
     off.launch("matmul", {ox, owt}, {of}).ints["transpose_b"] = 1;
+    off.launch("matmul_epilogue", {ox, owt, ob}, {oy}).ints["transpose_b"] = 1;
     EXPECT_TRUE(ownKernels(emitForHost(off.p, HostTarget::Sm90a)).empty());
   }
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
-  const std::vector<std::string> own = {"gemm_wgmma_plain_bf16",
-                                        "gemm_wgmma_wide_plain_bf16"};
-  EXPECT_EQ(ownKernels(p), own);
+  const std::vector<std::string> own = {
+      "gemm_wgmma_plain_bf16", "gemm_wgmma_wide_plain_bf16",
+      "gemm_wgmma_bias_bf16", "gemm_wgmma_wide_bias_bf16"};
+  std::vector<std::string> got = ownKernels(p);
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> sorted = own;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(got, sorted);
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 51)),
-                              wtBits = bf16Bits(randomFloats({n, k}, 52));
+                              wtBits = bf16Bits(randomFloats({n, k}, 52)),
+                              wBits = bf16Bits(randomFloats({k, n}, 53)),
+                              biasBits = bf16Bits(randomFloats({n}, 54));
   const exec::HostTensor want = exec::matmul(
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wtBits, {n, k}), false, true);
+  const std::vector<exec::HostTensor> wantY = exec::matmulEpilogue(
+      fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
+      fromBf16Bits(biasBits, {n}), false, false, false, false);
   for (int wide = 0; wide < 2; ++wide) {
     SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 blocks");
-    std::vector<uint16_t> outBits(size_t(m * n), 0xffff);
+    const uint32_t gx = wide ? 1 : uint32_t(n / 128),
+                   gy = wide ? 1 : uint32_t(m / 128);
+    std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
+        yBits(size_t(m * n), 0xffff);
     kernels.call(own[size_t(wide)],
                  {address(xBits), address(wtBits), address(outBits),
                   uint64_t(m), uint64_t(n), uint64_t(k)},
-                 wide ? 1 : uint32_t(n / 128), wide ? 1 : uint32_t(m / 128));
+                 gx, gy);
     expectWithinOneUlp(bf16Bits(want), outBits, "x·wtᵀ");
+    kernels.call(own[size_t(2 + wide)],
+                 {address(xBits), address(wBits), address(biasBits),
+                  address(yBits), uint64_t(m), uint64_t(n), uint64_t(k)},
+                 gx, gy);
+    expectWithinOneUlp(bf16Bits(wantY[0]), yBits, "x·w + bias");
   }
 }
 

@@ -235,6 +235,10 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///   WgmmaGeluGrad   (const T *a, const T *b, const T *pre, T *out,
 ///                    i64 m, i64 n, i64 k)   out = gelu'(pre) · (a·bᵀ);
 ///                                    b [n, k]
+///   WgmmaBias       (const T *a, const T *b, const T *bias, T *out,
+///                    i64 m, i64 n, i64 k)   out = a·b + bias; b [k, n]
+///                                    (the forward's projections without
+///                                    GELU: c_attn's, the c_proj's)
 ///   WgmmaPlain      (const T *a, const T *b, T *out, i64 m, i64 n, i64 k)
 ///                                    out = a·bᵀ; b [n, k] (a plain matmul
 ///                                    with transpose_b: the backward's
@@ -264,7 +268,9 @@ enum class GemmFallback {
   WgmmaWideGeluGrad,
   WgmmaWideGeluGradBias,
   WgmmaPlain,
-  WgmmaWidePlain
+  WgmmaWidePlain,
+  WgmmaBias,
+  WgmmaWideBias
 };
 /// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu: WgmmaWideBiasGelu;
 /// WgmmaWideGeluGradBias is its own).
@@ -272,6 +278,7 @@ inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaBiasGelu   ? GemmFallback::WgmmaWideBiasGelu
          : kind == GemmFallback::WgmmaGeluGrad ? GemmFallback::WgmmaWideGeluGrad
          : kind == GemmFallback::WgmmaPlain    ? GemmFallback::WgmmaWidePlain
+         : kind == GemmFallback::WgmmaBias     ? GemmFallback::WgmmaWideBias
                                                : kind;
 }
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...,
@@ -292,7 +299,9 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_wgmma_wide_gelu_grad_bias_", 8},
         {"gemm_wgmma_wide_gelu_grad_", 7},
         {"gemm_wgmma_plain_", 6},
-        {"gemm_wgmma_wide_plain_", 6}})
+        {"gemm_wgmma_wide_plain_", 6},
+        {"gemm_wgmma_bias_", 7},
+        {"gemm_wgmma_wide_bias_", 7}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;
   return 0;
@@ -301,13 +310,14 @@ inline int gemmFallbackArgCount(std::string_view name) {
 /// k: a bf16 matmul_epilogue with GELU that keeps its pre-activation (b
 /// [k, n]), or a bf16 matmul_gelu_grad (b [n, k], transpose_b) without a
 /// bias gradient, or with one where n is a multiple of 256 (the wide
-/// blocks alone), or a plain bf16 matmul with transpose_b (b [n, k]);
-/// neither accumulating nor with a transposed a; m and n multiples of
-/// 128, k of 64. The emitter adds the kernel for sm_90a
+/// blocks alone), or a plain bf16 matmul with transpose_b (b [n, k]), or
+/// a bf16 matmul_epilogue with a bias alone (b [k, n]); neither
+/// accumulating nor with a transposed a; m and n multiples of 128, k of
+/// 64. The emitter adds the kernel for sm_90a
 /// where one fits; the runtime also checks the operands' alignment.
 struct WgmmaGemmFit {
   GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaWideGeluGradBias,
-                     ///< WgmmaPlain
+                     ///< WgmmaPlain, WgmmaBias
   int64_t m, n, k;
   bool wide; ///< n is a multiple of 256: the wide blocks fit too
 };

@@ -55,6 +55,13 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
     return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
                 T + " *out, float *partials, i64 m, i64 n, i64 k",
             "gemmWgmmaGeluGradBias(a, b, pre, out, partials, m, n, k)"};
+  case GemmFallback::WgmmaBias:
+  case GemmFallback::WgmmaWideBias:
+    return {"const " + T + " *a, const " + T + " *b, const " + T + " *bias, " +
+                T + " *out, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaBias<") +
+                (kind == GemmFallback::WgmmaWideBias ? "true" : "false") +
+                ">(a, b, bias, out, m, n, k)"};
   case GemmFallback::WgmmaPlain:
   case GemmFallback::WgmmaWidePlain:
     return {"const " + T + " *a, const " + T + " *b, " + T +
@@ -77,12 +84,14 @@ bool isWideWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaWideBiasGelu ||
          kind == GemmFallback::WgmmaWideGeluGrad ||
          kind == GemmFallback::WgmmaWideGeluGradBias ||
-         kind == GemmFallback::WgmmaWidePlain;
+         kind == GemmFallback::WgmmaWidePlain ||
+         kind == GemmFallback::WgmmaWideBias;
 }
 bool isWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaBiasGelu ||
          kind == GemmFallback::WgmmaGeluGrad ||
-         kind == GemmFallback::WgmmaPlain || isWideWgmmaGemm(kind);
+         kind == GemmFallback::WgmmaPlain || kind == GemmFallback::WgmmaBias ||
+         isWideWgmmaGemm(kind);
 }
 
 /// 256 threads; the column partials at least 4 blocks an SM (64

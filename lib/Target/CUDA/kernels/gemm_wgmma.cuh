@@ -13,8 +13,9 @@
 // more way GEMM tuning times at load (rt::GemmFallback::WgmmaBiasGelu,
 // WgmmaGeluGrad and their WgmmaWide* twins), kept only where it is faster
 // and computes what cuBLASLt's way does. The same blocks with no
-// epilogue (WgmmaPlain) are ways to the plain GEMMs with a transposed b,
-// so that tuning also says what their products cost alone.
+// epilogue (WgmmaPlain: the plain GEMMs with a transposed b) or the bias
+// alone (WgmmaBias: the forward's other projections) are ways too, so
+// that tuning also says what the products cost with a light epilogue.
 //
 // The narrow blocks: two warpgroups take a 128 x 128 tile of the result,
 // each 64 rows of it as one m64n128k16 accumulator, 64 floats a thread.
@@ -460,6 +461,25 @@ struct GemmPlain {
   }
 };
 
+/// The bias alone: out[0] = the product + bias (the float32 sum rounded
+/// once, as cuBLASLt's BIAS epilogue takes it); bias [n].
+struct GemmBias {
+  static constexpr int kOutputs = 1;
+  static constexpr bool kReadsOperand = true, kOperandRows = false,
+                        kColumnPartials = false;
+  const bf16 *bias;
+  __device__ __forceinline__ const bf16 *operand(i64, i64 col) const {
+    return bias + col;
+  }
+  template <int W>
+  __device__ __forceinline__ void
+  apply(const float (&p)[W], const float (&x)[W], float (&o)[1][W]) const {
+#pragma unroll
+    for (int i = 0; i < W; ++i)
+      o[0][i] = p[i] + x[i];
+  }
+};
+
 /// pre = a·b + bias, out = GELU(pre), both [m, n] bf16; bias [n] bf16; b
 /// [k, n]. kWide: 128 x 256 tiles, one block an SM (gemmWgmmaWide).
 template <bool kWide>
@@ -505,5 +525,16 @@ __device__ void gemmWgmmaPlain(const bf16 *a, const bf16 *b, bf16 *out, i64 m,
     gemmWgmmaWide<true>(a, b, results, m, n, k, GemmPlain{});
   else
     gemmWgmmaNarrow<true>(a, b, results, n, k, GemmPlain{});
+}
+/// out = a·b + bias, [m, n] bf16; bias [n]; b [k, n] (N-major, as the
+/// forward's projections read their weights). kWide as above.
+template <bool kWide>
+__device__ void gemmWgmmaBias(const bf16 *a, const bf16 *b, const bf16 *bias,
+                              bf16 *out, i64 m, i64 n, i64 k) {
+  bf16 *const results[1] = {out};
+  if constexpr (kWide)
+    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBias{bias});
+  else
+    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBias{bias});
 }
 #endif // GPTC_WGMMA
