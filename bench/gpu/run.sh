@@ -187,8 +187,10 @@ cudnn_checks() {
     --check-dump="$logs/dump-gpt2w-bf16-cudnn-dq-sums"
 }
 
-# gptc's own wgmma GEMMs (c_fc's forward and backward, gemm_wgmma.cuh;
-# GEMM tuning times them against cuBLASLt's ways, GPTC_GEMM_OWN): each
+# gptc's own wgmma GEMMs (c_fc's forward and backward, and since the
+# forty-ninth session the plain GEMMs with a transposed b and the
+# projections with a bias alone, gemm_wgmma.cuh; GEMM tuning times them
+# against cuBLASLt's ways, GPTC_GEMM_OWN): each
 # block shape run wherever it fits (GPTC_GEMM_OWN=narrow, wide) in one
 # layer at GPT-2's widths, each launch against the CPU backend, then all
 # timed among the other ways (their "ms a run" lines). Where a check
