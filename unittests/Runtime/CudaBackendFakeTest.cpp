@@ -1594,17 +1594,26 @@ TEST(CudaBackendFake, AccumulatingGemmOfAnotherBufferIsRefused) {
 
 /// Every rt::GemmFallback kernel for f32 and bf16, as the emitter adds them
 /// (the fake loads any cubin and runs these by name).
+/// p carries the GemmFallback kernels `kinds` of type t (the fake's
+/// stand-ins for an sm_90a program's).
+void addFakeGemmKernels(Program &p, std::initializer_list<GemmFallback> kinds,
+                        DType t = DType::BF16) {
+  for (GemmFallback kind : kinds) {
+    DeviceKernel k;
+    k.name = gemmFallbackKernel(kind, t);
+    k.arch = "sm_90a";
+    k.cubin = {'F', 'A', 'K', 'E'};
+    p.kernels.push_back(k);
+  }
+}
+
 void addFallbackKernels(Program &p) {
-  for (GemmFallback kind :
-       {GemmFallback::Bias, GemmFallback::GeluGrad, GemmFallback::Gelu,
-        GemmFallback::ColumnPartials, GemmFallback::ColumnSums})
-    for (DType t : {DType::F32, DType::BF16}) {
-      DeviceKernel k;
-      k.name = gemmFallbackKernel(kind, t);
-      k.arch = "sm_90a";
-      k.cubin = {'F', 'A', 'K', 'E'};
-      p.kernels.push_back(k);
-    }
+  for (DType t : {DType::F32, DType::BF16})
+    addFakeGemmKernels(p,
+                       {GemmFallback::Bias, GemmFallback::GeluGrad,
+                        GemmFallback::Gelu, GemmFallback::ColumnPartials,
+                        GemmFallback::ColumnSums},
+                       t);
 }
 
 /// The names of the kernels the fake launched from launch `from` on.
@@ -2045,15 +2054,9 @@ Function ownGemmEpilogues(Program &p) {
                buffer("dy", DType::BF16, {256, 64}, Role::Param),
                buffer("wt", DType::BF16, {256, 64}, Role::Param),
                buffer("dp", DType::BF16, {256, 256}, Role::Output)};
-  for (GemmFallback kind :
-       {GemmFallback::WgmmaBiasGelu, GemmFallback::WgmmaGeluGrad,
-        GemmFallback::WgmmaWideBiasGelu, GemmFallback::WgmmaWideGeluGrad}) {
-    DeviceKernel k;
-    k.name = gemmFallbackKernel(kind, DType::BF16);
-    k.arch = "sm_90a";
-    k.cubin = {'F', 'A', 'K', 'E'};
-    p.kernels.push_back(k);
-  }
+  addFakeGemmKernels(
+      p, {GemmFallback::WgmmaBiasGelu, GemmFallback::WgmmaGeluGrad,
+          GemmFallback::WgmmaWideBiasGelu, GemmFallback::WgmmaWideGeluGrad});
   Function f;
   f.name = "forward";
   Launch gelu = launch("matmul_epilogue", {X, W, B}, {H, PRE});
@@ -2167,14 +2170,8 @@ Function ownPlainGemm(Program &p) {
   p.buffers = {buffer("dy", DType::BF16, {2, 128, 64}, Role::Param),
                buffer("wt", DType::BF16, {256, 64}, Role::Param),
                buffer("dx", DType::BF16, {2, 128, 256}, Role::Output)};
-  for (GemmFallback kind :
-       {GemmFallback::WgmmaPlain, GemmFallback::WgmmaWidePlain}) {
-    DeviceKernel k;
-    k.name = gemmFallbackKernel(kind, DType::BF16);
-    k.arch = "sm_90a";
-    k.cubin = {'F', 'A', 'K', 'E'};
-    p.kernels.push_back(k);
-  }
+  addFakeGemmKernels(p,
+                     {GemmFallback::WgmmaPlain, GemmFallback::WgmmaWidePlain});
   Function f;
   f.name = "backward";
   f.launches = {launch("matmul", {DY, WT}, {DX}, true)};
@@ -2190,14 +2187,7 @@ Function ownBiasGemm(Program &p) {
                buffer("w", DType::BF16, {64, 256}, Role::Param),
                buffer("b", DType::BF16, {256}, Role::Param),
                buffer("y", DType::BF16, {2, 128, 256}, Role::Output)};
-  for (GemmFallback kind :
-       {GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias}) {
-    DeviceKernel k;
-    k.name = gemmFallbackKernel(kind, DType::BF16);
-    k.arch = "sm_90a";
-    k.cubin = {'F', 'A', 'K', 'E'};
-    p.kernels.push_back(k);
-  }
+  addFakeGemmKernels(p, {GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias});
   Function f;
   f.name = "forward";
   f.launches = {launch("matmul_epilogue", {X, W, B}, {Y})};
@@ -2292,11 +2282,7 @@ Function ownGemmBiasGradient(Program &p) {
                buffer("pre", DType::BF16, {256, 256}, Role::Param),
                buffer("dp", DType::BF16, {256, 256}, Role::Output),
                buffer("db", DType::BF16, {256}, Role::Output)};
-  DeviceKernel k;
-  k.name = gemmFallbackKernel(GemmFallback::WgmmaWideGeluGradBias, DType::BF16);
-  k.arch = "sm_90a";
-  k.cubin = {'F', 'A', 'K', 'E'};
-  p.kernels.push_back(k);
+  addFakeGemmKernels(p, {GemmFallback::WgmmaWideGeluGradBias});
   Function f;
   f.name = "backward";
   f.launches = {launch("matmul_gelu_grad", {DY, WT, PRE}, {DP, DB}, true)};

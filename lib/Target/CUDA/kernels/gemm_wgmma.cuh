@@ -391,17 +391,22 @@ gemmWgmmaWide(const bf16 *a, const bf16 *b,
 /// kColumnPartials (the wide blocks alone), output 0's column sums over
 /// each 16 rows go to `partials` too, [m / 16, n] float32.
 ///
-/// GELU's: out[0] = GELU(pre), out[1] = pre = the product + bias
-/// (fallbackGelu of the float32 sum, as cuBLASLt's GELU_AUX_BIAS takes it
-/// before rounding); bias [n].
-struct GemmBiasGelu {
-  static constexpr int kOutputs = 2;
+/// The bias [n] at the result's column, the operand of GemmBiasGelu and
+/// GemmBias.
+struct BiasOperand {
   static constexpr bool kReadsOperand = true, kOperandRows = false,
                         kColumnPartials = false;
   const bf16 *bias;
   __device__ __forceinline__ const bf16 *operand(i64, i64 col) const {
     return bias + col;
   }
+};
+
+/// GELU's: out[0] = GELU(pre), out[1] = pre = the product + bias
+/// (fallbackGelu of the float32 sum, as cuBLASLt's GELU_AUX_BIAS takes it
+/// before rounding); bias [n].
+struct GemmBiasGelu : BiasOperand {
+  static constexpr int kOutputs = 2;
   template <int W>
   __device__ __forceinline__ void
   apply(const float (&p)[W], const float (&x)[W], float (&o)[2][W]) const {
@@ -463,14 +468,8 @@ struct GemmPlain {
 
 /// The bias alone: out[0] = the product + bias (the float32 sum rounded
 /// once, as cuBLASLt's BIAS epilogue takes it); bias [n].
-struct GemmBias {
+struct GemmBias : BiasOperand {
   static constexpr int kOutputs = 1;
-  static constexpr bool kReadsOperand = true, kOperandRows = false,
-                        kColumnPartials = false;
-  const bf16 *bias;
-  __device__ __forceinline__ const bf16 *operand(i64, i64 col) const {
-    return bias + col;
-  }
   template <int W>
   __device__ __forceinline__ void
   apply(const float (&p)[W], const float (&x)[W], float (&o)[1][W]) const {
@@ -488,9 +487,9 @@ __device__ void gemmWgmmaBiasGelu(const bf16 *a, const bf16 *b,
                                   i64 n, i64 k) {
   bf16 *const results[2] = {out, pre};
   if constexpr (kWide)
-    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBiasGelu{bias});
+    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBiasGelu{{bias}});
   else
-    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBiasGelu{bias});
+    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBiasGelu{{bias}});
 }
 
 /// out = gelu'(pre) · (a·bᵀ), [m, n] bf16; b [n, k], read transposed (the
@@ -533,8 +532,8 @@ __device__ void gemmWgmmaBias(const bf16 *a, const bf16 *b, const bf16 *bias,
                               bf16 *out, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
   if constexpr (kWide)
-    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBias{bias});
+    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBias{{bias}});
   else
-    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBias{bias});
+    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBias{{bias}});
 }
 #endif // GPTC_WGMMA
