@@ -212,31 +212,52 @@ LaunchCost launchCost(const Program &p, const Launch &l) {
 }
 
 std::string gemmFallbackKernel(GemmFallback kind, DType t) {
-  if (kind == GemmFallback::WgmmaBiasGelu)
-    return std::string("gemm_wgmma_bias_gelu_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaGeluGrad)
-    return std::string("gemm_wgmma_gelu_grad_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaWideBiasGelu)
-    return std::string("gemm_wgmma_wide_bias_gelu_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaWideGeluGrad)
-    return std::string("gemm_wgmma_wide_gelu_grad_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaWideGeluGradBias)
-    return std::string("gemm_wgmma_wide_gelu_grad_bias_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaPlain)
-    return std::string("gemm_wgmma_plain_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaWidePlain)
-    return std::string("gemm_wgmma_wide_plain_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaBias)
-    return std::string("gemm_wgmma_bias_") + dtypeName(t);
-  if (kind == GemmFallback::WgmmaWideBias)
-    return std::string("gemm_wgmma_wide_bias_") + dtypeName(t);
-  const char *what = kind == GemmFallback::Bias       ? "bias"
-                     : kind == GemmFallback::GeluGrad ? "gelu_grad"
-                     : kind == GemmFallback::Gelu     ? "gelu"
-                     : kind == GemmFallback::ColumnPartials
-                         ? "column_partials"
-                         : "column_sums";
-  return std::string("gemm_fallback_") + what + "_" + dtypeName(t);
+  const char *stem = "";
+  switch (kind) {
+  case GemmFallback::Bias:
+    stem = "gemm_fallback_bias_";
+    break;
+  case GemmFallback::GeluGrad:
+    stem = "gemm_fallback_gelu_grad_";
+    break;
+  case GemmFallback::Gelu:
+    stem = "gemm_fallback_gelu_";
+    break;
+  case GemmFallback::ColumnPartials:
+    stem = "gemm_fallback_column_partials_";
+    break;
+  case GemmFallback::ColumnSums:
+    stem = "gemm_fallback_column_sums_";
+    break;
+  case GemmFallback::WgmmaBiasGelu:
+    stem = "gemm_wgmma_bias_gelu_";
+    break;
+  case GemmFallback::WgmmaGeluGrad:
+    stem = "gemm_wgmma_gelu_grad_";
+    break;
+  case GemmFallback::WgmmaWideBiasGelu:
+    stem = "gemm_wgmma_wide_bias_gelu_";
+    break;
+  case GemmFallback::WgmmaWideGeluGrad:
+    stem = "gemm_wgmma_wide_gelu_grad_";
+    break;
+  case GemmFallback::WgmmaWideGeluGradBias:
+    stem = "gemm_wgmma_wide_gelu_grad_bias_";
+    break;
+  case GemmFallback::WgmmaPlain:
+    stem = "gemm_wgmma_plain_";
+    break;
+  case GemmFallback::WgmmaWidePlain:
+    stem = "gemm_wgmma_wide_plain_";
+    break;
+  case GemmFallback::WgmmaBias:
+    stem = "gemm_wgmma_bias_";
+    break;
+  case GemmFallback::WgmmaWideBias:
+    stem = "gemm_wgmma_wide_bias_";
+    break;
+  }
+  return std::string(stem) + dtypeName(t);
 }
 
 std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
