@@ -409,11 +409,12 @@ if want ncu; then
     # --kernel-id context:stream:name:invocation, the first of each name.
     # (attention_bias_grad_0: c_attn's bias gradient, dq's sums read in
     # place and dout's, one launch since the forty-ninth session;
-    # reduce_sum_0: the position embedding's gradient.)
+    # reduce_sum_0: the position embedding's gradient; embedding_grad_0
+    # from sort_ids_0's keys since the fiftieth session.)
     # (On sm_90a the default program times its attention algorithms at
     # load; GPTC_VARIANT=own runs its own kernels untimed.)
     GPTC_VARIANT=own GPTC_CUDA_GRAPH=0 step 150 ncu "$ncu_bin" --target-processes all \
-      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_0|attention_row_dot_0|attention_bias_grad_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0|reduce_sum_0)$':1 \
+      --kernel-id ::regex:'^(fused_layernorm_1|fused_layernorm_grad_1|cross_entropy_with_grad_0|embedding_grad_0|sort_ids_0|attention_row_dot_0|attention_bias_grad_0|gemm_fallback_gelu_grad_bf16|multi_tensor_reduce_0|reduce_sum_0)$':1 \
       "${ncu_sections[@]}" \
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
     # The loss gradient's max-first form (the "maxfirst" variant: half the

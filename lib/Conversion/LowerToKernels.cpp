@@ -939,6 +939,7 @@ FailureOr<rt::Program> lowerFunctionsToKernels(const StepFunctions &fns,
         if (f.name == "grads")
           lowering.writeTableGradientInPlace(f);
     }
+  sortEmbeddingIds(lowering.program);
   return std::move(lowering.program);
 }
 

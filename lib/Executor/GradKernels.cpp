@@ -109,6 +109,57 @@ HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
   return out;
 }
 
+int sortedIdPositionBits(int64_t positions) {
+  int bits = 0;
+  while (bits < 62 && (int64_t(1) << bits) < positions)
+    ++bits;
+  return bits;
+}
+
+bool idsSortable(int64_t positions, int64_t rows) {
+  int rowBits = 0;
+  while (rowBits < 62 && (int64_t(1) << rowBits) <= rows)
+    ++rowBits;
+  return positions > 0 && positions <= kMaxSortedIds && rows > 0 &&
+         rowBits + sortedIdPositionBits(positions) <= 31;
+}
+
+HostTensor sortIds(const HostTensor &ids, int64_t rows, int positionBits) {
+  const int64_t n = ids.numel();
+  if (positionBits < sortedIdPositionBits(n) || !idsSortable(n, rows))
+    throw KernelError("sort_ids: " + std::to_string(n) +
+                      " positions of a table of " + std::to_string(rows) +
+                      " rows do not fit keys of " +
+                      std::to_string(positionBits) + " position bits");
+  HostTensor keys = HostTensor::ids({n});
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t row = ids.i32[p];
+    if (row < 0 || row >= rows)
+      throw KernelError("id " + std::to_string(row) + " at position " +
+                        std::to_string(p) + " is outside the table's " +
+                        std::to_string(rows) + " rows");
+    keys.i32[p] = int32_t(row << positionBits | p);
+  }
+  std::sort(keys.i32.begin(), keys.i32.end());
+  return keys;
+}
+
+HostTensor idsOfSortedKeys(const HostTensor &keys, int positionBits) {
+  const int64_t n = keys.numel();
+  HostTensor ids = HostTensor::ids({n});
+  std::fill(ids.i32.begin(), ids.i32.end(), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t key = keys.i32[i];
+    const int64_t p = key & ((int64_t(1) << positionBits) - 1);
+    if (key < 0 || p >= n || ids.i32[p] >= 0)
+      throw KernelError("sorted ids: key " + std::to_string(key) + " at " +
+                        std::to_string(i) + " is not a position of " +
+                        std::to_string(n) + " once");
+    ids.i32[p] = key >> positionBits;
+  }
+  return ids;
+}
+
 // With xhat = (x - mean) · rstd and dxhat = dy · gamma:
 //   dx = rstd · (dxhat - mean(dxhat) - xhat · mean(dxhat · xhat)).
 std::vector<HostTensor> layernormGrad(const HostTensor &x,

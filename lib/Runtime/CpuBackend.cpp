@@ -371,12 +371,24 @@ const std::unordered_map<std::string, Kernel> &kernels() {
     };
     k["embedding_grad"] = [](const Launch &l, const Inputs &in,
                              const Outputs &out) {
-      // dy, ids[, the addend][, the sum it accumulates into]
+      // dy, ids (or sort_ids' keys, with position_bits)[, the addend][, the
+      // sum it accumulates into]
       const size_t operands = in.size() - (accumulates(l) ? 1 : 0);
+      auto bits = l.ints.find("position_bits");
+      const HostTensor ids =
+          bits == l.ints.end()
+              ? *in[1]
+              : exec::idsOfSortedKeys(*in[1], int(bits->second));
       return accumulated(
           l, in, operands,
-          one(exec::embeddingGrad(*in[0], *in[1], out[0]->shape,
+          one(exec::embeddingGrad(*in[0], ids, out[0]->shape,
                                   operands > 2 ? in[2] : nullptr)));
+    };
+    k["sort_ids"] = [](const Launch &l, const Inputs &in, const Outputs &) {
+      auto rows = l.ints.find("rows"), bits = l.ints.find("position_bits");
+      if (rows == l.ints.end() || bits == l.ints.end())
+        throw exec::KernelError("sort_ids: no rows and position_bits");
+      return one(exec::sortIds(*in[0], rows->second, int(bits->second)));
     };
     // The executor's two steps (FusedLayerNorm.h): the unfused pair's bits.
     k["fused_layernorm"] = [](const Launch &l, const Inputs &in,

@@ -3,7 +3,8 @@
 // One device arena laid out by planMemory, one compute stream (the greatest
 // priority) and one copy stream on device 0's primary context (the one
 // cuBLASLt's own runtime uses), and for a program whose planStreams moved
-// launches (--overlap-weight-grads) a side stream of the least priority.
+// launches (--overlap-weight-grads: weight gradients' GEMMs, the ids'
+// sorts) a side stream of the least priority.
 // Generated kernels come from the Program's cubins when they match the
 // device, else from NVRTC; gpt.matmul goes to cuBLASLt. The driver and
 // cuBLASLt come through dlopen (CudaApi.h), so the training program links
@@ -192,10 +193,12 @@ void CudaBackendImpl::prepareSideStream() {
       const std::string where = f.name + " launch " + std::to_string(i) +
                                 " (" + side.kernel + " at " +
                                 (side.loc.empty() ? "?" : side.loc) + ")";
-      if (side.stream != 1 || !isGemm(side.kernel) || side.join <= int(i) ||
+      if (side.stream != 1 || !runsBeside(side.kernel) || side.join <= int(i) ||
           side.join > int(f.launches.size()))
-        throw DeviceError(where + ": only a GEMM may run on the side stream "
-                          "(stream 1), joined at a later launch or the end");
+        throw DeviceError(where +
+                          ": only a GEMM or sort_ids may run on the "
+                          "side stream (stream 1), joined at a later launch "
+                          "or the end");
       // The bytes it reads and writes, against every launch before its join.
       auto ranges = [&](const std::vector<int> &ids) {
         std::vector<std::pair<CUdeviceptr, CUdeviceptr>> r;

@@ -1,4 +1,5 @@
-//===- PlanStreams.cpp - gpt-plan-streams: weight gradients beside the rest ===//
+//===- PlanStreams.cpp - gpt-plan-streams: weight gradients beside the rest
+//===//
 //
 // In the backward, each linear layer's weight gradient (xᵀ·dy, with its
 // bias gradient) is a GEMM whose results only update reads: nothing later
@@ -14,6 +15,11 @@
 // it reads or touches what it writes (by the buffers' roots: views share
 // bytes), or at the function's end. A launch whose join would be the very
 // next launch stays where it was: nothing would run beside it.
+//
+// The sorting of an embedding gradient's ids (sort_ids, which
+// sortEmbeddingIds puts at the top of the function) goes there too: one
+// block whose result only the table gradient at the backward's end reads,
+// so it runs beside the forward; it joins before its reader at the latest.
 //
 // Everything stays in program order: the order is a valid schedule (the CPU
 // backend runs it as it is); the streams only let the GPU run more at once.
@@ -63,11 +69,18 @@ int planStreams(Program &p) {
     std::vector<Touches> t;
     for (const Launch &l : f.launches)
       t.push_back(touches(p, l));
-    // The candidates: GEMMs whose results no later launch reads.
+    // The candidates: GEMMs whose results no later launch reads, and the
+    // ids' sorts.
     std::vector<bool> side(size_t(n), false);
     for (int i = 0; i < n; ++i) {
-      if (!isGemm(f.launches[i].kernel) || f.launches[i].stream != 0)
+      if (f.launches[i].stream != 0)
         continue;
+      if (!runsBeside(f.launches[i].kernel))
+        continue;
+      if (!isGemm(f.launches[i].kernel)) { // sort_ids: read later, joined
+        side[size_t(i)] = true;            // before its reader at the latest
+        continue;
+      }
       bool readLater = false;
       for (int j = i + 1; j < n && !readLater; ++j)
         readLater = meet(t[j].reads, t[i].writes);

@@ -38,7 +38,9 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// function (stash_grads and accumulate_grads are gone).
 /// 10: attention_bias_grad launches (c_attn's bias gradient in one, where
 /// a reduce_sum, a GEMM and a concat were).
-constexpr uint32_t kVersion = 10;
+/// 11: sort_ids launches, and embedding_grad reading their keys
+/// (`position_bits`: the sorted form, SortEmbeddingIds.cpp).
+constexpr uint32_t kVersion = 11;
 
 json kernelChoiceToJson(const LaunchVariant &v) {
   return {{"label", v.label},

@@ -496,12 +496,15 @@ func.func @grads(%x: tensor<4x3xbf16> {gpt.param = "x"})
 // CHECK-LABEL: param {{ *}}f32[3x5] {{.*}} dl_tied
 // CHECK: %[[GT:[0-9]+]] {{ *}}grad {{ *}}f32[5x2] {{.*}} t
 // CHECK: temp {{ *}}f32[5x2] {{.*}} %0.acc
-// CHECK: func grads: 2 launches
-// CHECK: %[[GT]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[5x2] @
-// CHECK-NEXT: %[[GT]] = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %[[GT]]) {accumulate=1} : f32[5x2]
-// CHECK: func grads_accumulate: 3 launches
-// CHECK: %[[P:[0-9]+]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[5x2]
-// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %[[P]]) : f32[5x2]
+// Each function's scatter-add reads its ids sorted (sortEmbeddingIds).
+// CHECK: func grads: 3 launches
+// CHECK: %[[K:[0-9]+]] = sort_ids(%{{[0-9]+}}) {position_bits=2, rows=5} : i32[3] @
+// CHECK-NEXT: %[[GT]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[5x2] @
+// CHECK-NEXT: %[[GT]] = embedding_grad(%{{[0-9]+}}, %[[K]], %[[GT]]) {accumulate=1, position_bits=2} : f32[5x2]
+// CHECK: func grads_accumulate: 4 launches
+// CHECK: %[[KA:[0-9]+]] = sort_ids(
+// CHECK-NEXT: %[[P:[0-9]+]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[5x2]
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %[[KA]], %[[P]]) {position_bits=2} : f32[5x2]
 func.func @grads(%dl: tensor<3x5xf32> {gpt.param = "dl_tied"}, %x: tensor<3x2xf32> {gpt.param = "x"},
                  %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
     -> (tensor<5x2xf32> {gpt.grad = "t"}) {
@@ -518,10 +521,10 @@ func.func @grads(%dl: tensor<3x5xf32> {gpt.param = "dl_tied"}, %x: tensor<3x2xf3
 // call on an H200 against 1.62), so the product keeps its temp and the
 // scatter-add its addend.
 // CHECK-LABEL: param {{ *}}f32[3x8] {{.*}} dl_padded
-// CHECK: func grads: 2 launches
+// CHECK: func grads: 3 launches
 // CHECK: %[[P:[0-9]+]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[8x2] @
 // CHECK-NEXT: // %[[V:[0-9]+]] = view of %[[P]] : f32[5x2]
-// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %[[V]]) : f32[5x2]
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %[[V]]) {position_bits=2} : f32[5x2]
 func.func @grads(%dl: tensor<3x8xf32> {gpt.param = "dl_padded"}, %x: tensor<3x2xf32> {gpt.param = "x"},
                  %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
     -> (tensor<5x2xf32> {gpt.grad = "t"}) {
@@ -537,10 +540,10 @@ func.func @grads(%dl: tensor<3x8xf32> {gpt.param = "dl_padded"}, %x: tensor<3x2x
 // gradient of its own), so it keeps its temp and the scatter-add its
 // addend.
 // CHECK-LABEL: param {{ *}}f32[3x8] {{.*}} dl_read
-// CHECK: func grads: 3 launches
+// CHECK: func grads: 4 launches
 // CHECK: %[[P:[0-9]+]] = matmul(%{{[0-9]+}}, %{{[0-9]+}}) {transpose_a=1} : f32[8x2]
 // CHECK: = reduce_sum(%[[P]])
-// CHECK: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) : f32[5x2]
+// CHECK: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) {position_bits=2} : f32[5x2]
 // CHECK-NEXT: func grads_accumulate
 func.func @grads(%dl: tensor<3x8xf32> {gpt.param = "dl_read"}, %x: tensor<3x2xf32> {gpt.param = "x"},
                  %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
@@ -557,13 +560,56 @@ func.func @grads(%dl: tensor<3x8xf32> {gpt.param = "dl_read"}, %x: tensor<3x2xf3
 // Declined: the addend is no GEMM's product (a parameter), so nothing can
 // write the gradient before the scatter-add.
 // CHECK-LABEL: param {{ *}}f32[5x2] {{.*}} h_param
-// CHECK: func grads: 1 launches
+// CHECK: func grads: 2 launches
 // CHECK-NEXT: arguments:
 // CHECK-NEXT: results:
-// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) : f32[5x2]
+// CHECK-NEXT: = sort_ids(
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}) {position_bits=2} : f32[5x2]
 func.func @grads(%h: tensor<5x2xf32> {gpt.param = "h_param"},
                  %dy: tensor<3x2xf32> {gpt.param = "dy"}, %ids: tensor<3xi32> {gpt.input = "tokens"})
     -> (tensor<5x2xf32> {gpt.grad = "t"}) {
   %g = gpt.embedding_grad %dy, %ids, %h : tensor<3x2xf32>, tensor<3xi32>, tensor<5x2xf32> -> tensor<5x2xf32>
   return %g : tensor<5x2xf32>
+}
+
+// -----
+
+// sortEmbeddingIds: a scatter-add reads its ids sorted where the keys fit,
+// the sort placed after the last launch that writes the ids (here a
+// transpose of the tokens), and both scatter-adds of the same ids and
+// table height share it. 32,768 positions (the most the sort's one block
+// takes) of a table of 65,535 rows: 16 bits for the row (the height
+// itself: an id outside sorts as it) and 15 for the position, 31.
+// CHECK-LABEL: param {{ *}}f32[65535x2] {{.*}} sorted_t
+// CHECK: func grads: 4 launches
+// CHECK: %[[IDS:[0-9]+]] = transpose(
+// CHECK-NEXT: %[[K:[0-9]+]] = sort_ids(%[[IDS]]) {position_bits=15, rows=65535} : i32[32768] @
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %[[K]]) {position_bits=15} : f32[65535x2]
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %[[K]]) {position_bits=15} : f32[65535x2]
+func.func @grads(%t: tensor<65535x2xf32> {gpt.param = "sorted_t"},
+                 %dy: tensor<16384x2x2xf32> {gpt.param = "dy"}, %tokens: tensor<2x16384xi32> {gpt.input = "tokens"})
+    -> (tensor<65535x2xf32> {gpt.grad = "a"}, tensor<65535x2xf32> {gpt.grad = "b"}) {
+  %ids = gpt.transpose %tokens [1, 0] : tensor<2x16384xi32> -> tensor<16384x2xi32>
+  %a = gpt.embedding_grad %dy, %ids : tensor<16384x2x2xf32>, tensor<16384x2xi32> -> tensor<65535x2xf32>
+  %b = gpt.embedding_grad %dy, %ids : tensor<16384x2x2xf32>, tensor<16384x2xi32> -> tensor<65535x2xf32>
+  return %a, %b : tensor<65535x2xf32>, tensor<65535x2xf32>
+}
+
+// -----
+
+// Declined where the keys would not fit: 32,769 positions (past the sort's
+// one block), and 65,536 rows with 32,768 positions (17 bits and 15).
+// CHECK-LABEL: param {{ *}}f32[8x2] {{.*}} unsorted_t
+// CHECK: func grads: 2 launches
+// CHECK-NOT: sort_ids
+// CHECK: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}) : f32[8x2]
+// CHECK-NEXT: = embedding_grad(%{{[0-9]+}}, %{{[0-9]+}}) : f32[65536x2]
+// CHECK-NEXT: func grads_accumulate
+func.func @grads(%t: tensor<8x2xf32> {gpt.param = "unsorted_t"},
+                 %dy: tensor<32769x2xf32> {gpt.param = "dy"}, %ids: tensor<32769xi32> {gpt.input = "tokens"},
+                 %dy2: tensor<32768x2xf32> {gpt.param = "dy2"}, %ids2: tensor<32768xi32> {gpt.input = "targets"})
+    -> (tensor<8x2xf32> {gpt.grad = "a"}, tensor<65536x2xf32> {gpt.grad = "b"}) {
+  %a = gpt.embedding_grad %dy, %ids : tensor<32769x2xf32>, tensor<32769xi32> -> tensor<8x2xf32>
+  %b = gpt.embedding_grad %dy2, %ids2 : tensor<32768x2xf32>, tensor<32768xi32> -> tensor<65536x2xf32>
+  return %a, %b : tensor<8x2xf32>, tensor<65536x2xf32>
 }

@@ -437,9 +437,9 @@ TEST(CudaBackendFake, ABrokenStreamPlanIsRefused) {
   q.functions[0].launches[2].join = 4;
   REQUIRE_FAKE(other);
   expectLoadRefused(*other, q,
-                    "grads launch 2 (gelu at fake.cpp:4): only a GEMM may run "
-                    "on the side stream (stream 1), joined at a later launch "
-                    "or the end");
+                    "grads launch 2 (gelu at fake.cpp:4): only a GEMM or "
+                    "sort_ids may run on the side stream (stream 1), joined "
+                    "at a later launch or the end");
 }
 
 // A kernel launched with more than 48 KiB of dynamic shared memory (the

@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -267,7 +268,7 @@ TEST(ProgramTest, RoundTripIsExact) {
     leadingRows |= b.viewOf == copy && b.role == Role::ParamCopy &&
                    b.shape[0] < q.buffers[copy].shape[0];
   EXPECT_TRUE(leadingRows);
-  EXPECT_EQ(bytes[8], 10);
+  EXPECT_EQ(bytes[8], 11);
   EXPECT_NE(q.function("grads_accumulate"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -351,7 +352,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // line that says what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 10 "
+            "prog.bin: gptc program version 1, this build reads version 11 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
@@ -599,8 +600,9 @@ const Program &overlappedProgram() {
 
 // The block's four weight gradients (c_attn, the attention's c_proj, c_fc,
 // the MLP's c_proj) go on the side stream, each joined later; the tied
-// lm_head's does not (embedding_grad reads it); nothing else moves, and the
-// plan keeps every side launch's bytes until its join. In grads_accumulate
+// lm_head's does not (embedding_grad reads it); nor anything else but the
+// embedding gradients' sorts of their ids; and the plan keeps every side
+// launch's bytes until its join. In grads_accumulate
 // three of them do (each adds to its gradient in place): c_fc's also
 // writes its bias gradient's temp, which the add reads.
 TEST(ProgramTest, WeightGradientsRunOnTheSideStream) {
@@ -608,7 +610,7 @@ TEST(ProgramTest, WeightGradientsRunOnTheSideStream) {
   EXPECT_EQ(p.meta.at("overlap"), "weight-grads");
   EXPECT_EQ(plain.meta.count("overlap"), 0u);
   ASSERT_EQ(p.functions.size(), plain.functions.size());
-  std::map<std::string, int> side;
+  std::map<std::string, int> side, sorts;
   for (size_t f = 0; f < p.functions.size(); ++f) {
     const Function &fn = p.functions[f];
     ASSERT_EQ(fn.launches.size(), plain.functions[f].launches.size());
@@ -617,16 +619,30 @@ TEST(ProgramTest, WeightGradientsRunOnTheSideStream) {
       EXPECT_EQ(l.kernel, plain.functions[f].launches[i].kernel);
       if (l.stream == 0)
         continue;
-      ++side[fn.name];
-      EXPECT_TRUE(isGemm(l.kernel)) << l.kernel;
       EXPECT_GT(l.join, int(i) + 1);
       EXPECT_LE(l.join, int(fn.launches.size()));
+      if (l.kernel == "sort_ids") { // joined before its reader at the latest
+        ++sorts[fn.name];
+        for (int k = int(i) + 1; k < l.join; ++k)
+          EXPECT_EQ(std::count(fn.launches[size_t(k)].inputs.begin(),
+                               fn.launches[size_t(k)].inputs.end(),
+                               l.outputs[0]),
+                    0)
+              << "launch " << k << " reads the keys before their join";
+        continue;
+      }
+      ++side[fn.name];
+      EXPECT_TRUE(isGemm(l.kernel)) << l.kernel;
       for (int out : l.outputs)
         EXPECT_EQ(p.buffers[p.root(out)].role, Role::Grad) << l.loc;
     }
   }
   EXPECT_EQ(side, (std::map<std::string, int>{{"grads", 4},
                                               {"grads_accumulate", 3}}));
+  // The ids' sorts (wte's tokens and, at T = 8 padded to 64, wpe's
+  // positions) go there too, in each function.
+  EXPECT_EQ(sorts, (std::map<std::string, int>{{"grads", 2},
+                                               {"grads_accumulate", 2}}));
   expectPlanIsSound(p);
   EXPECT_NE(printProgram(p).find("[side stream, joined "), std::string::npos);
 }

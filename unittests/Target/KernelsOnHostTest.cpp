@@ -899,6 +899,197 @@ TEST(TemplateKernelsOnHost, EmbeddingGradInPlaceKeepsRowsNoIdHits) {
   EXPECT_GT(kept, (V - 1500) * C); // the -0.0 rows, and some of the first
 }
 
+namespace {
+
+/// sort_ids' keys as its kernel writes them: id · 2^bits + position for the
+/// ids in [0, rows), ascending, then -1 for each of the others.
+std::vector<int32_t> sortedKeys(const std::vector<int32_t> &ids, int64_t rows,
+                                int bits) {
+  std::vector<int32_t> keys;
+  for (size_t p = 0; p < ids.size(); ++p)
+    if (ids[p] >= 0 && ids[p] < rows)
+      keys.push_back(int32_t(int64_t(ids[p]) << bits | int64_t(p)));
+  std::sort(keys.begin(), keys.end());
+  keys.resize(ids.size(), -1);
+  return keys;
+}
+
+/// Ids of `positions` positions over `rows` rows: a third of them `frequent`,
+/// one in ten outside the table (-1, rows, 2^20), the rest below `spread`.
+std::vector<int32_t> skewedIds(int64_t positions, int64_t rows,
+                               int32_t frequent, int64_t spread,
+                               uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(positions));
+  const int32_t outside[3] = {-1, int32_t(rows), 1 << 20};
+  for (int32_t &id : ids) {
+    const uint32_t r = rng() % 30;
+    id = r < 10   ? frequent
+         : r < 13 ? outside[rng() % 3]
+                  : int32_t(rng() % uint32_t(spread));
+  }
+  return ids;
+}
+
+} // namespace
+
+// sort_ids (embedding.cuh's sortIds): one block of 1,024 threads, an LSD
+// radix sort of 4 bits a pass, each pass stable, so each row's positions
+// stay in order. Against std::sort of the same keys: 1,200 positions (two
+// a thread, the last 848 threads' second past the end) over 100 rows (7
+// bits of row: 2 passes); GPT-2's 16,384 over 50,257 rows (16 a thread, 16
+// bits: 4 passes); 300 over 5 rows (one pass). A third of the ids are one
+// row, a tenth outside the table: those come last, as -1.
+TEST(TemplateKernelsOnHost, SortIdsKeepEachRowsPositionsInOrder) {
+  const DType i32 = DType::I32;
+  struct Case {
+    int64_t positions, rows;
+  };
+  for (Case c : {Case{1200, 100}, Case{16384, 50257}, Case{300, 5}}) {
+    SCOPED_TRACE(std::to_string(c.positions) + " positions, " +
+                 std::to_string(c.rows) + " rows");
+    Builder b;
+    int ids = b.buf(i32, {c.positions}), keys = b.buf(i32, {c.positions});
+    const int bits = exec::sortedIdPositionBits(c.positions);
+    b.launch("sort_ids", {ids}, {keys}).ints = {{"rows", c.rows},
+                                                {"position_bits", bits}};
+    rt::Program &p = emitForHost(b.p);
+    EXPECT_EQ(p.functions[0].launches[0].block[0], 1024u);
+    HostKernels kernels(p);
+    ASSERT_TRUE(kernels.ok()) << kernels.error;
+    std::vector<int32_t> in =
+        skewedIds(c.positions, c.rows, int32_t(c.rows / 2), c.rows, 51);
+    std::vector<int32_t> got(static_cast<size_t>(c.positions), 12345);
+    kernels.run(0, {in.data(), got.data()});
+    const std::vector<int32_t> want = sortedKeys(in, c.rows, bits);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << "key " << i;
+  }
+}
+
+// embedding_grad from sort_ids' keys (embeddingBackwardSorted): blocks of
+// 32 sorted keys by 256-column slices. 1,203 positions over 5,000 rows: a
+// third one row (about 400 hits, 13 windows: its pieces go to scratch and
+// the last block to arrive adds them), the rest in the first 1,500 rows
+// but a tenth outside the table (no row takes them). Every form: in place
+// (the gradient its last operand, no addend: rows no id hits keep their
+// bytes, -0.0 here, which an add of zero would make +0.0), with an addend
+// (every row written: the dense blocks), with both (grads_accumulate's
+// tied table) and with neither (zeros). Rows of 1,000 columns (four
+// slices, the last 232 wide), 301 (odd: one element at a time, the last
+// pair half past the row) and 64. Each row is its float32 sum in the
+// kernel's order, to the bit: position order within a window, the windows'
+// sums added in order (computed so here); and near the executor's double
+// sum over the ids in the table.
+TEST(TemplateKernelsOnHost, SortedEmbeddingGradSumsRowsWindowByWindow) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  const int64_t positions = 1203, V = 5000;
+  const int bits = exec::sortedIdPositionBits(positions);
+  for (int64_t C : {1000, 301, 64})
+    for (auto [withAddend, inPlace] : {std::pair{false, true},
+                                       {true, false},
+                                       {true, true},
+                                       {false, false}}) {
+      SCOPED_TRACE("C " + std::to_string(C) +
+                   (withAddend ? ", addend" : ", no addend") +
+                   (inPlace ? ", in place" : ""));
+      Builder b;
+      int ids = b.buf(i32, {positions}), keys = b.buf(i32, {positions}),
+          dy = b.buf(f32, {positions, C}), add = b.buf(f32, {V, C}),
+          table = b.buf(f32, {V, C});
+      b.launch("sort_ids", {ids}, {keys}).ints = {{"rows", V},
+                                                  {"position_bits", bits}};
+      std::vector<int> in = {dy, keys};
+      if (withAddend)
+        in.push_back(add);
+      if (inPlace)
+        in.push_back(table);
+      rt::Launch &l = b.launch("embedding_grad", in, {table});
+      l.ints["position_bits"] = bits;
+      if (inPlace)
+        l.ints["accumulate"] = 1;
+      rt::Program &p = emitForHost(b.p);
+      const bool dense = withAddend || !inPlace;
+      EXPECT_EQ(p.functions[0].launches[1].grid[0],
+                uint32_t((38 + (dense ? 40 : 0)) * ((C + 255) / 256)));
+      HostKernels kernels(p);
+      ASSERT_TRUE(kernels.ok()) << kernels.error;
+
+      std::vector<int32_t> idv = skewedIds(positions, V, 1201, 1500, 61);
+      exec::HostTensor grad = randomFloats({positions, C}, 62);
+      exec::HostTensor addend = randomFloats({V, C}, 63);
+      std::mt19937 rng(64);
+      std::vector<float> old(size_t(V * C), -0.0f);
+      for (int64_t i = 0; i < 1500 * C; ++i)
+        old[size_t(i)] = float(rng() % 1000) / 250.0f - 2.0f;
+      std::vector<int32_t> sorted(static_cast<size_t>(positions));
+      kernels.run(0, {idv.data(), sorted.data()});
+      ASSERT_EQ(sorted, sortedKeys(idv, V, bits));
+      std::vector<float> got = old;
+      std::vector<void *> ptrs = {grad.f32.data(), sorted.data()};
+      if (withAddend)
+        ptrs.push_back(addend.f32.data());
+      if (inPlace)
+        ptrs.push_back(got.data());
+      ptrs.push_back(got.data());
+      kernels.run(1, ptrs);
+
+      // Each row's sums by window of 32 sorted keys, then added in order.
+      std::map<int32_t, std::vector<std::pair<size_t, std::vector<float>>>>
+          pieces;
+      for (size_t i = 0; i < sorted.size() && sorted[i] >= 0; ++i) {
+        const int32_t row = sorted[i] >> bits,
+                      pos = sorted[i] & ((1 << bits) - 1);
+        auto &rowPieces = pieces[row];
+        if (rowPieces.empty() || rowPieces.back().first != i / 32)
+          rowPieces.push_back({i / 32, std::vector<float>(size_t(C), 0.0f)});
+        for (int64_t k = 0; k < C; ++k)
+          rowPieces.back().second[size_t(k)] += grad.f32[size_t(pos * C + k)];
+      }
+      EXPECT_GT(pieces[1201].size(), 10u); // the frequent row's windows
+      std::vector<float> sum(size_t(V * C), 0.0f);
+      std::vector<bool> hit(size_t(V), false);
+      for (const auto &[row, rowPieces] : pieces) {
+        hit[size_t(row)] = true;
+        for (int64_t k = 0; k < C; ++k) {
+          float total =
+              rowPieces.size() == 1 ? rowPieces[0].second[size_t(k)] : 0.0f;
+          if (rowPieces.size() > 1)
+            for (const auto &piece : rowPieces)
+              total += piece.second[size_t(k)];
+          sum[size_t(row * C + k)] = total;
+        }
+      }
+      for (int64_t r = 0; r < V; ++r)
+        for (int64_t k = 0; k < C; ++k) {
+          const size_t i = size_t(r * C + k);
+          float want = old[i];
+          if (hit[size_t(r)] || !inPlace || withAddend) {
+            const float v = withAddend ? addend.f32[i] + sum[i] : sum[i];
+            want = inPlace ? old[i] + v : v;
+          }
+          ASSERT_EQ(std::memcmp(&want, &got[i], 4), 0)
+              << "row " << r << " column " << k << ": " << got[i] << " for "
+              << want;
+        }
+      // Near the executor's double sum over the ids in the table.
+      exec::HostTensor inTable = exec::HostTensor::ids({positions});
+      exec::HostTensor dyInTable = grad;
+      for (int64_t q = 0; q < positions; ++q) {
+        const bool inside = idv[size_t(q)] >= 0 && idv[size_t(q)] < V;
+        inTable.i32[size_t(q)] = inside ? idv[size_t(q)] : 0;
+        if (!inside)
+          for (int64_t k = 0; k < C; ++k)
+            dyInTable.f32[size_t(q * C + k)] = 0.0f;
+      }
+      exec::HostTensor near = exec::embeddingGrad(dyInTable, inTable, {V, C});
+      std::vector<float> gotSum(size_t(V * C));
+      for (size_t i = 0; i < gotSum.size(); ++i)
+        gotSum[i] = hit[i / size_t(C)] ? sum[i] : 0.0f;
+      expectNear(near, gotSum, 2e-5f, "the windows' sums");
+    }
+}
+
 // The layernorm kernels in each row layout: C = 36 (chunks of 4, some lanes
 // idle), 132 (two chunks a lane, the second partial) and 37 (single
 // elements). 300 rows: 38 blocks of the backward, so the dgamma/dbeta sums
@@ -1205,6 +1396,29 @@ TEST(TemplateKernelsOnHost, EveryBarrierIsNeeded) {
     b.launch("embedding_grad", {dy, ids}, {table});
     expectEveryBarrierNeeded(emitForHost(b.p), {"embeddingBackward"}, {},
                              runRandom(20));
+  }
+  {
+    SCOPED_TRACE("sort_ids: each pass's counts, their prefix sums (the "
+                 "block's scan through shared memory) and the scatter "
+                 "between barriers, each thread reloading its keys after");
+    Builder b;
+    int ids = b.buf(i32, {1500}), keys = b.buf(i32, {1500});
+    auto &sort = b.launch("sort_ids", {ids}, {keys});
+    sort.ints = {{"rows", 300}, {"position_bits", 11}};
+    expectEveryBarrierNeeded(emitForHost(b.p), {"sortIds"}, {}, runRandom(300));
+  }
+  {
+    SCOPED_TRACE("embedding_grad from sorted keys: the window's keys, the "
+                 "dense rows' hits, and a piece's row span (the keys here "
+                 "are 600 positions of row 0, in no order: one row across "
+                 "every window, its pieces added by the last block)");
+    Builder b;
+    int dy = b.buf(f32, {600, 200}), keys = b.buf(i32, {600}),
+        table = b.buf(f32, {20, 200});
+    b.launch("embedding_grad", {dy, keys}, {table}).ints["position_bits"] = 10;
+    expectEveryBarrierNeeded(emitForHost(b.p),
+                             {"embeddingBackwardSorted", "lastBlockToArrive"},
+                             spared({"lastBlockToArrive #0"}), runRandom(600));
   }
   {
     SCOPED_TRACE("layernorm_grad: warps add their dgamma/dbeta partials in "

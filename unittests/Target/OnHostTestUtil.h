@@ -211,7 +211,9 @@ inline std::vector<exec::HostTensor> runOnRandomData(
                          : static_cast<void *>(data[id].i32.data()));
     for (int id : l.outputs)
       ptrs.push_back(!bits[id].empty() ? static_cast<void *>(bits[id].data())
-                                       : data[id].f32.data());
+                     : data[id].i32.empty()
+                         ? static_cast<void *>(data[id].f32.data())
+                         : static_cast<void *>(data[id].i32.data()));
     kernels.run(i, ptrs);
     for (int id : l.outputs)
       for (size_t e = 0; e < bits[id].size(); ++e) {

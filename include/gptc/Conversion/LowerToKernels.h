@@ -52,6 +52,10 @@
 //   (`accumulate` = 1, the gradient its last operand, no addend); the temp
 //   and its views are erased. Same bits; grads_accumulate keeps the addend
 //   form. (Not for a padded vocabulary's table: LowerToKernels.cpp.)
+// - Last, an embedding_grad whose ids fit sort_ids' keys reads them sorted
+//   (sortEmbeddingIds): a sort_ids launch where the ids were last written
+//   (the function's top for input ids) writes a temp of keys, which the
+//   embedding_grad reads in the ids' place, with `position_bits`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -87,6 +91,11 @@ mlir::FailureOr<rt::Program>
 lowerToKernels(const TrainingProgram &program, const models::GPT2Config &cfg,
                int64_t batch, int64_t seq, const OptimizerOptions &opts,
                int64_t padMultiple);
+
+/// Gives each embedding_grad launch whose ids fit exec::idsSortable a
+/// sort_ids launch and reads its keys in the ids' place (`position_bits`);
+/// returns how many it changed (SortEmbeddingIds.cpp).
+int sortEmbeddingIds(rt::Program &p);
 
 /// A gpt.slice whose result is the first bytes of its operand: the same
 /// element type, the dimensions after the first one it shortens kept

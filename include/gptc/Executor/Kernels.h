@@ -122,6 +122,23 @@ flashAttentionQKVGrad(const HostTensor &qkv, const HostTensor &out,
 HostTensor embeddingGrad(const HostTensor &dy, const HostTensor &ids,
                          const std::vector<int64_t> &tableShape,
                          const HostTensor *addend = nullptr);
+/// The bits a position takes in sortIds' keys: those of positions - 1.
+int sortedIdPositionBits(int64_t positions);
+/// The most positions sortIds takes (its CUDA kernel keeps them in one
+/// block's shared memory), and whether ids of `positions` over a table of
+/// `rows` rows fit its keys: at most that many, and the row's bits (of
+/// `rows` itself: an id outside the table sorts as `rows`) and the
+/// position's within 31.
+constexpr int64_t kMaxSortedIds = 32768;
+bool idsSortable(int64_t positions, int64_t rows);
+/// gptc's sort_ids launch (the sorted form of embedding_grad,
+/// LowerToKernels.h): the keys id · 2^positionBits + position of every
+/// position, ascending ([n] i32): each row's positions together, in
+/// order. An id outside [0, rows) is embeddingGrad's error.
+HostTensor sortIds(const HostTensor &ids, int64_t rows, int positionBits);
+/// The ids sortIds' keys came from ([n] i32, in position order); keys that
+/// are not every position once are an error.
+HostTensor idsOfSortedKeys(const HostTensor &keys, int positionBits);
 /// dx, dgamma, dbeta.
 std::vector<HostTensor> layernormGrad(const HostTensor &x,
                                       const HostTensor &gamma,

@@ -182,6 +182,13 @@ std::vector<LaunchVariant> launchCandidates(const Launch &l);
 /// "matmul", "matmul_epilogue", "matmul_gelu_grad", "matmul_bias_grad".
 bool isGemm(const std::string &kernel);
 
+/// Launches that may run on the side stream (planStreams moves them, the
+/// CUDA backend runs them there): GEMMs (the weight gradients) and
+/// sort_ids (an embedding gradient's ids, sorted beside the forward).
+inline bool runsBeside(const std::string &kernel) {
+  return isGemm(kernel) || kernel == "sort_ids";
+}
+
 /// The least a launch costs, for the profile's floors: the bytes of its
 /// operands and results, each read or written once, and the FLOPs of its
 /// products. GEMMs: 2·M·N·K. Attention: the model's, 4·T·S·D a head
@@ -360,6 +367,14 @@ struct Function {
 inline bool accumulates(const Launch &l) {
   auto it = l.ints.find("accumulate");
   return it != l.ints.end() && it->second != 0;
+}
+
+/// The dialect op a launch serves, as the kernels' headers and the
+/// manifest name it: "gpt." and its kernel, but for sort_ids, a launch the
+/// kernel level adds for an embedding_grad (sortEmbeddingIds), whose op it
+/// names.
+inline std::string launchOp(const Launch &l) {
+  return l.kernel == "sort_ids" ? "gpt.embedding_grad" : "gpt." + l.kernel;
 }
 
 /// Whether launch i of f repeats one of grads': grads_accumulate's launches

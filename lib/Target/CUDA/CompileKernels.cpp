@@ -63,7 +63,7 @@ void dump(const rt::Program &p, const std::string &arch,
           nlohmann::ordered_json entry = {
               {"function", f.name},
               {"index", i},
-              {"op", "gpt." + l.kernel},
+              {"op", rt::launchOp(l)},
               {"loc", l.loc},
               {"grid", {v.grid[0], v.grid[1], v.grid[2]}},
               {"block", {v.block[0], v.block[1], v.block[2]}},

@@ -149,6 +149,8 @@ std::string Emitter::run(const std::string &name) {
     emitEmbedding();
   else if (k == "embedding_grad")
     emitEmbeddingGrad();
+  else if (k == "sort_ids")
+    emitSortIds();
   else if (k == "layernorm")
     emitLayernorm();
   else if (k == "layernorm_grad")
@@ -414,7 +416,7 @@ void emitCUDA(rt::Program &p, const std::string &arch,
           stem(l.kernel) + "_" + std::to_string(perStem[l.kernel]++), src,
           emitter.scratchBytes));
     p.kernels[it->second].fuses.push_back(
-        "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+        rt::launchOp(l) + (l.loc.empty() ? "" : " at " + l.loc));
     return it->second;
   };
   for (rt::Function &f : p.functions)
@@ -521,7 +523,7 @@ void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
     p.kernels.push_back(namedKernel(ownKernel.name + "_" + label, src,
                                     emitter.scratchBytes));
   p.kernels[size_t(it->second)].fuses.push_back(
-      "gpt." + l.kernel + (l.loc.empty() ? "" : " at " + l.loc));
+      rt::launchOp(l) + (l.loc.empty() ? "" : " at " + l.loc));
   if (l.variant.empty())
     l.variant = ownLabel;
   rt::LaunchVariant v = rt::ownVariant(copy); // (its shared memory)

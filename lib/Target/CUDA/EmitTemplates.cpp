@@ -9,6 +9,8 @@
 
 #include "Emitter.h"
 
+#include "gptc/Executor/Kernels.h"
+
 namespace gptc::cuda::detail {
 
 //===----------------------------------------------------------------------===//
@@ -49,12 +51,16 @@ void Emitter::emitEmbeddingGrad() {
     unsupported("accumulating needs a float32 result as its last operand");
   useHeader("embedding.cuh");
   int64_t C = table[1];
-  // Blocks of up to 32 rows (strided) by a 256-column slice
-  // (kernels/embedding.cuh): 32 KiB of float accumulators, whatever C is.
-  const int64_t rows = 32, slice = 256, threads = 128;
   if (in(1).numel() * C >= (int64_t(1) << 31))
     unsupported("dy has " + std::to_string(in(1).numel() * C) +
                 " elements; the kernel's offsets are 32-bit");
+  if (l.ints.count("position_bits")) {
+    emitEmbeddingGradSorted(addend, accumulate, operands);
+    return;
+  }
+  // Blocks of up to 32 rows (strided) by a 256-column slice
+  // (kernels/embedding.cuh): 32 KiB of float accumulators, whatever C is.
+  const int64_t rows = 32, slice = 256, threads = 128;
   // 5 blocks an SM: 96 registers (104 left alone, 4 blocks), no spill.
   begin(entry, threads, 5);
   os << "  embeddingBackward<" << C << ", " << i64Literal(in(1).numel()) << ", "
@@ -63,6 +69,60 @@ void Emitter::emitEmbeddingGrad() {
      << (accumulate ? ", in" + std::to_string(operands) : "") << ");\n}\n";
   l.block[0] = threads;
   l.grid[0] = toGrid(ceilDiv(table[0], rows) * ceilDiv(C, slice));
+}
+
+// The sorted form (kernels/embedding.cuh): in(1) is sort_ids' keys. Blocks
+// of 32 keys by 256-column slices, then (but for the in-place form, where
+// rows no id hits keep their bytes) blocks of 128 rows that write the rows
+// no key has. Scratch: each window's two pieces of rows that cross windows,
+// and an arrival counter a window and slice.
+void Emitter::emitEmbeddingGradSorted(bool addend, bool accumulate,
+                                      size_t operands) {
+  const Shape &table = out(0).shape;
+  const int64_t C = table[1], V = table[0], positions = in(1).numel();
+  const int64_t bits = intAttr("position_bits", -1);
+  if (in(1).shape.size() != 1 || !exec::idsSortable(positions, V) ||
+      bits != exec::sortedIdPositionBits(positions))
+    unsupported("sorted ids of " + std::to_string(positions) +
+                " positions and " + std::to_string(bits) +
+                " position bits do not fit a table of " + std::to_string(V) +
+                " rows");
+  const int64_t windows = ceilDiv(positions, 32), slices = ceilDiv(C, 256);
+  const bool dense = addend || !accumulate;
+  deviceScratch("float", "gptcPieces", windows * 2 * C);
+  deviceScratch("unsigned", "gptcArrivals", windows * slices);
+  // 4 blocks an SM: at most 128 registers (140 left alone: 3), 32 loads in
+  // flight a thread.
+  begin(entry, 128, 4);
+  os << "  embeddingBackwardSorted<" << C << ", " << i64Literal(positions)
+     << ", " << V << ", " << bits << ", " << (dense ? "true" : "false")
+     << ">(in0, in1, out0, " << (addend ? "in2" : "nullptr") << ", "
+     << (accumulate ? "in" + std::to_string(operands) : "nullptr")
+     << ", gptcPieces, gptcArrivals);\n}\n";
+  l.block[0] = 128;
+  l.grid[0] = toGrid((windows + (dense ? ceilDiv(V, 128) : 0)) * slices);
+}
+
+// One block of 1,024 threads; its keys and digit counts in dynamic shared
+// memory (GPT-2's 16,384 positions: 96 KiB).
+void Emitter::emitSortIds() {
+  expectArity(1, 1);
+  const int64_t positions = in(0).numel(), rows = intAttr("rows", -1),
+                bits = intAttr("position_bits", -1);
+  if (in(0).dtype != DType::I32 || out(0).dtype != DType::I32 ||
+      out(0).numel() != positions)
+    unsupported("expected i32 ids and as many i32 keys");
+  if (!exec::idsSortable(positions, rows) ||
+      bits != exec::sortedIdPositionBits(positions))
+    unsupported(std::to_string(positions) + " ids of a table of " +
+                std::to_string(rows) + " rows do not fit keys of " +
+                std::to_string(bits) + " position bits");
+  useHeader("embedding.cuh");
+  begin(entry, 1024);
+  os << "  sortIds<" << i64Literal(positions) << ", " << rows << ", " << bits
+     << ">(in0, out0);\n}\n";
+  l.block[0] = 1024;
+  l.sharedBytes = uint32_t(ceilDiv(positions, 1024) * 1024 * 4 + 16 * 1024 * 2);
 }
 
 void Emitter::emitLayernorm() {

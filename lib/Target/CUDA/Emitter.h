@@ -263,6 +263,8 @@ private:
   // EmitTemplates.cpp
   void emitEmbedding();
   void emitEmbeddingGrad();
+  void emitEmbeddingGradSorted(bool addend, bool accumulate, size_t operands);
+  void emitSortIds();
   void emitLayernorm();
   void emitLayernormGrad();
   void emitReduceSum();

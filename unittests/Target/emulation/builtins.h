@@ -60,6 +60,17 @@ inline unsigned __shfl_xor_sync(unsigned, unsigned v, int mask) {
   emu::wait(emu::AtWarpBarrier);
   return r;
 }
+/// Lane l gets lane l - delta's word; lanes below delta keep their own.
+inline unsigned __shfl_up_sync(unsigned, unsigned v, unsigned delta) {
+  int me = emu::current;
+  std::memcpy(&emu::floatSlots[me], &v, 4);
+  emu::wait(emu::AtWarpBarrier);
+  unsigned r = v;
+  if (unsigned(me & 31) >= delta)
+    std::memcpy(&r, &emu::floatSlots[me - int(delta)], 4);
+  emu::wait(emu::AtWarpBarrier);
+  return r;
+}
 inline unsigned __ballot_sync(unsigned, bool p) {
   int me = emu::current, first = me & ~31;
   emu::intSlots[me] = p;
