@@ -3,7 +3,9 @@
 // embeddingForward copies table rows; an id outside [0, V) (the CPU
 // executor's error) gives a zero row here, since a kernel cannot throw.
 //
-// embeddingBackward: block (g, s) owns table rows g, g + G, g + 2G, ... (G
+// embeddingBackward, for ids that sortIds' keys cannot hold (the sorted
+// form below is what the lowering gives every other embedding gradient):
+// block (g, s) owns table rows g, g + G, g + 2G, ... (G
 // groups of up to R rows) and the 256-column slice s of them (each thread
 // two columns), summed in shared memory (float32). It scans every id in
 // position order, 512 a round (4 per thread, copied into shared memory 3
