@@ -322,6 +322,17 @@ template <i64 kPositions> constexpr unsigned sortIdsSharedBytes() {
                   kSortIdsDigits * kSortIdsThreads * 2);
 }
 
+/// The sum of x over lanes 0 .. lane of the warp (all 32 take part).
+__device__ __forceinline__ unsigned warpInclusiveSum(unsigned x, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned below = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o)
+      x += below;
+  }
+  return x;
+}
+
 /// keys[i] = the i-th smallest of ids[p] · 2^kPosBits + p over positions p
 /// whose id is in [0, kV), then -1 for the rest. One block (blockDim.x ==
 /// kSortIdsThreads), sortIdsSharedBytes<kPositions>() of dynamic shared
@@ -369,26 +380,13 @@ __device__ void sortIds(const int *ids, int *keys) {
       below[i] = total;
       total += raked[i];
     }
-    unsigned inclusive = total;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const unsigned x = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (lane >= o)
-        inclusive += x;
-    }
+    const unsigned inclusive = warpInclusiveSum(total, lane);
     if (lane == 31)
       warpSums[warp] = inclusive;
     __syncthreads();
     if (warp == 0) {
       const unsigned own = warpSums[lane];
-      unsigned scan = own;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned x = __shfl_up_sync(0xffffffffu, scan, o);
-        if (lane >= o)
-          scan += x;
-      }
-      warpSums[lane] = scan - own;
+      warpSums[lane] = warpInclusiveSum(own, lane) - own;
     }
     __syncthreads();
     const unsigned base = warpSums[warp] + inclusive - total;
