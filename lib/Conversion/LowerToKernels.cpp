@@ -22,6 +22,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <set>
@@ -779,21 +780,22 @@ void Lowering::addAccumulatingGrads(const rt::Function &grads,
 /// the top of the backward to its end, and embedding_grad reads that temp's
 /// leading V rows as its addend and writes every row of the table: for
 /// GPT-2, a 155 MB temp, and 309 MB of traffic for a scatter of B·T rows.
-/// Here, where the table has every row of the product, the GEMM writes it
-/// straight into the Grad buffer, and embedding_grad adds its sums to it
-/// in place (`accumulate`, the buffer as its last operand), so it touches
-/// only the rows of the ids. The bits are the same: addend + sum, one
-/// float32 add either way.
+/// Here the GEMM writes its product straight into the Grad buffer, and
+/// embedding_grad adds its sums to it in place (`accumulate`, the buffer as
+/// its last operand), so it touches only the rows of the ids. The bits are
+/// the same: addend + sum, one float32 add.
+/// Where the product has rows the table lacks (a padded vocabulary:
+/// GPT-2's 50304 of 50257), the Grad buffer grows to the product's rows and
+/// every other reader (grads' results, the update, grads_accumulate) takes
+/// the table through a view of its leading rows: written as those rows
+/// alone (the forty-sixth session's form), the GEMM's n lost its multiple
+/// of 64, and on an H200 it took 2.70 ms a call against 1.62 for the
+/// lm_head's other GEMMs of the same FLOPs (docs/benchmarks.md,
+/// forty-seventh session); padded, it is the GEMM it was, and the 47 rows
+/// past the table cost 144 KB of gradient nobody reads.
 /// grads_accumulate keeps the addend form, since its GEMM adding to the
 /// sum so far (cuBLASLt's beta = 1) would round (old + addend) + sum, not
 /// the host's old + (addend + sum).
-/// Only where the table has every row of the product (a vocabulary the
-/// padding left alone): written as GPT-2's first 50257 of 50304 rows (the
-/// forty-sixth session's form), the GEMM's n lost its multiple of 64, and
-/// on an H200 it took 2.70 ms a call against 1.62 for the lm_head's other
-/// GEMMs of the same FLOPs (docs/benchmarks.md, forty-seventh session), a
-/// millisecond more a step than the temp's 309 MB cost; the runtime no
-/// longer takes a result of fewer rows than its product.
 void Lowering::writeTableGradientInPlace(rt::Function &grads) {
   std::set<int> detached;
   for (size_t j = 0; j < grads.launches.size(); ++j) {
@@ -808,7 +810,7 @@ void Lowering::writeTableGradientInPlace(rt::Function &grads) {
     if (g.role != rt::Role::Grad || g.viewOf >= 0 ||
         g.dtype != rt::DType::F32 || t.role != rt::Role::Temp ||
         t.dtype != rt::DType::F32 || t.shape.size() != 2 ||
-        g.shape.size() != 2 || g.shape != t.shape ||
+        g.shape.size() != 2 || !exec::isLeadingRows(g.shape, t.shape) ||
         program.buffers[addend].shape != g.shape)
       continue;
     // The GEMM that writes the product, and no launch but these two that
@@ -838,8 +840,25 @@ void Lowering::writeTableGradientInPlace(rt::Function &grads) {
         program.buffers[matmul.inputs[0]].shape.size() != 2 ||
         program.buffers[matmul.inputs[1]].shape.size() != 2)
       continue;
+    if (g.shape != t.shape) {
+      // The Grad buffer becomes the product's shape; everyone else reads and
+      // writes the table as a view of its leading rows.
+      rt::Buffer rows = g;
+      rows.viewOf = table;
+      const int view = add(std::move(rows));
+      program.buffers[table].shape = program.buffers[product].shape;
+      for (rt::Function &f : program.functions) {
+        for (std::vector<int> *ids : {&f.arguments, &f.results})
+          std::replace(ids->begin(), ids->end(), table, view);
+        for (rt::Launch &l : f.launches)
+          for (std::vector<int> *ids : {&l.inputs, &l.outputs})
+            std::replace(ids->begin(), ids->end(), table, view);
+      }
+      scatter.inputs[2] = scatter.outputs[0] = view;
+    } else {
+      scatter.inputs[2] = table;
+    }
     matmul.outputs[0] = table;
-    scatter.inputs[2] = table;
     scatter.ints["accumulate"] = 1;
     detached.insert(product);
   }

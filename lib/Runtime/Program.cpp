@@ -391,6 +391,20 @@ std::vector<std::pair<int, int>> liveRanges(const Program &p,
   return live;
 }
 
+int Program::gradient(std::string_view param) const {
+  const int grad = find(Role::Grad, param);
+  auto spec =
+      std::find_if(params.begin(), params.end(),
+                   [&](const train::ParamSpec &s) { return s.name == param; });
+  if (grad < 0 || spec == params.end() || buffers[grad].shape == spec->shape)
+    return grad;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].role == Role::Grad && buffers[i].binding == param &&
+        buffers[i].shape == spec->shape && root(int(i)) == grad)
+      return int(i);
+  return -1;
+}
+
 int Program::find(Role role, std::string_view binding) const {
   for (size_t i = 0; i < buffers.size(); ++i)
     if (buffers[i].role == role && buffers[i].binding == binding &&

@@ -2,6 +2,7 @@
 
 #include "gptc/Train/ProgramEngine.h"
 
+#include "gptc/Executor/Precision.h"
 #include "gptc/Runtime/CudaBackend.h"
 #include "gptc/Runtime/MemoryPlan.h"
 #include "gptc/Support/Format.h"
@@ -192,7 +193,7 @@ private:
       fail("its grads_accumulate function does not return what grads "
            "returns");
     for (const ParamSpec &spec : p_.params) {
-      int grad = p_.find(Role::Grad, spec.name);
+      int grad = p_.gradient(spec.name);
       const std::vector<int> &args = gradsAccumulate_->arguments;
       if (std::find(args.begin(), args.end(), grad) == args.end())
         fail("its grads_accumulate function does not add to the gradient "
@@ -220,9 +221,14 @@ private:
     return id;
   }
 
+  /// The parameter's buffer of `role`, of its shape; a gradient may have
+  /// more rows (a tied table's, which its GEMM writes padded:
+  /// LowerToKernels.h), read through a view of its leading rows.
   int floatBuffer(Role role, const ParamSpec &spec) const {
     int id = buffer(role, spec.name, rt::DType::F32);
-    if (p_.buffers[id].shape != spec.shape)
+    const std::vector<int64_t> &shape = p_.buffers[id].shape;
+    if (shape != spec.shape &&
+        !(role == Role::Grad && exec::isLeadingRows(spec.shape, shape)))
       fail(std::string(rt::roleName(role)) + " buffer '" + spec.name +
            "' has shape " + exec::shapeString(p_.buffers[id].shape) +
            ", the parameter " + exec::shapeString(spec.shape));

@@ -189,7 +189,7 @@ TEST_P(CpuReplayTest, MatchesTheExecutorBitForBit) {
     if (slot.role != Slot::Role::Grad)
       continue;
     HostTensor g = HostTensor::floats(slot.shape);
-    cpu->download(program.find(rt::Role::Grad, slot.name), g.data());
+    cpu->download(program.gradient(slot.name), g.data());
     replayGrads.emplace(slot.name, std::move(g));
     expectedGrads.emplace(slot.name, std::move((*expected)[i]));
   }
@@ -347,7 +347,7 @@ TEST(CpuReplayAccumulationRefusal, AProgramThatCannotAccumulateSaysSo) {
   EXPECT_EQ(refusal([&](rt::Program &p) {
               std::vector<int> &args = accumulating(p).arguments;
               args.erase(std::find(args.begin(), args.end(),
-                                   p.find(rt::Role::Grad, "wte.weight")));
+                                   p.gradient("wte.weight")));
             }),
             "cannot train the program of gpt2-tiny: its grads_accumulate "
             "function does not add to the gradient of 'wte.weight'");
@@ -393,7 +393,9 @@ TEST_P(CpuReplayAccumulation, DeviceAccumulationIsTheHostSum) {
     TensorMap out;
     for (const ParamSpec &spec : engine->parameters()) {
       HostTensor t = HostTensor::floats(spec.shape);
-      cpu->download(program.find(role, spec.name), t.data());
+      cpu->download(role == rt::Role::Grad ? program.gradient(spec.name)
+                                           : program.find(role, spec.name),
+                    t.data());
       out.emplace(spec.name, std::move(t));
     }
     return out;

@@ -114,10 +114,18 @@ TEST(ProgramTest, TinyProgramAccumulatesGradientsOnTheDevice) {
       for (int id : *ids)
         if (p.buffers[p.root(id)].role == Role::Temp)
           gradsTemps.insert(p.root(id));
+  // The gradient of a parameter as the functions read it (for wte a view
+  // of the padded buffer its GEMM writes), which grads returns.
+  auto gradOf = [&](const std::string &name) {
+    const int grad = p.gradient(name);
+    EXPECT_TRUE(llvm::is_contained(grads.results, grad)) << name;
+    return grad;
+  };
   size_t inPlace = 0;
   for (const train::ParamSpec &spec : p.params) {
     const std::string &name = spec.name;
-    int grad = p.find(Role::Grad, name);
+    int grad = gradOf(name);
+    EXPECT_EQ(p.root(grad), p.find(Role::Grad, name)) << name;
     EXPECT_TRUE(std::find(acc->arguments.begin(), acc->arguments.end(),
                           grad) != acc->arguments.end())
         << name;
@@ -156,27 +164,36 @@ TEST(ProgramTest, TinyProgramAccumulatesGradientsOnTheDevice) {
   EXPECT_EQ(n + inPlace, p.params.size());
   // Launch by launch the same work as grads, on the same bound buffers but
   // on temps of its own (planMemory keeps a temp two functions touch for
-  // the whole run). The tied wte's gradient keeps the addend form in
-  // both (writeTableGradientInPlace declines for a padded vocabulary):
-  // grads' scatter-add writes it from the leading 50257 rows of its GEMM's
-  // [50304, 128] temp, and grads_accumulate's adds that to the sum in
-  // place.
-  const int gwte = p.find(Role::Grad, "wte.weight");
+  // the whole run); but for the tied wte's gradient. In grads its GEMM
+  // writes the lm_head's [50304, 128] product into the gradient, padded to
+  // those rows (writeTableGradientInPlace), and the scatter-add adds its
+  // sums to the leading rows' view in place; grads_accumulate keeps the
+  // addend form, its scatter-add adding its GEMM's temp's leading rows and
+  // its sums to the sum in place.
+  const int gwte = gradOf("wte.weight"), padded = p.root(gwte);
+  EXPECT_EQ(p.buffers[padded].shape, (std::vector<int64_t>{50304, 128}));
+  EXPECT_EQ(p.buffers[padded].role, Role::Grad);
   std::vector<size_t> wteWriters;
   for (size_t i = 0; i < grads.launches.size(); ++i)
-    if (grads.launches[i].outputs.at(0) == gwte)
+    if (p.root(grads.launches[i].outputs.at(0)) == padded)
       wteWriters.push_back(i);
-  ASSERT_EQ(wteWriters.size(), 1u);
+  ASSERT_EQ(wteWriters.size(), 2u);
   {
-    const Launch &scatter = grads.launches[wteWriters[0]],
-                 &accScatter = acc->launches[wteWriters[0]];
+    const Launch &gemm = grads.launches[wteWriters[0]],
+                 &scatter = grads.launches[wteWriters[1]],
+                 &accScatter = acc->launches[wteWriters[1]];
+    EXPECT_EQ(gemm.kernel, "matmul");
+    EXPECT_EQ(gemm.outputs[0], padded);
     EXPECT_EQ(scatter.kernel, "embedding_grad");
-    EXPECT_FALSE(accumulates(scatter));
+    EXPECT_TRUE(accumulates(scatter));
     ASSERT_EQ(scatter.inputs.size(), 3u);
-    EXPECT_EQ(p.buffers[p.root(scatter.inputs[2])].shape,
-              (std::vector<int64_t>{50304, 128}));
+    EXPECT_EQ(scatter.inputs[2], gwte);
+    EXPECT_EQ(scatter.outputs[0], gwte);
     ASSERT_EQ(accScatter.inputs.size(), 4u);
     EXPECT_EQ(accScatter.inputs[3], gwte);
+    const Buffer &product = p.buffers[p.root(accScatter.inputs[2])];
+    EXPECT_EQ(product.role, Role::Temp);
+    EXPECT_EQ(product.shape, (std::vector<int64_t>{50304, 128}));
   }
   for (size_t i = 0; i < grads.launches.size(); ++i) {
     if (llvm::is_contained(wteWriters, i))
@@ -769,7 +786,8 @@ TEST(ProgramTest, LaunchCostsCountOperandsAndProducts) {
   EXPECT_GT(seen["matmul_epilogue"], 0);
   // One block's c_attn bias gradient, in grads and grads_accumulate.
   EXPECT_EQ(seen["dq"], 2);
-  // wpe's (gathered at T=8) in grads_accumulate (wte's keeps its addend:
-  // a padded vocabulary).
-  EXPECT_EQ(seen["scatter in place"], 1);
+  // wpe's (gathered at T=8) in grads_accumulate, and wte's in grads (into
+  // its gradient padded to the vocabulary's 50304 rows); grads_accumulate's
+  // wte keeps its addend.
+  EXPECT_EQ(seen["scatter in place"], 2);
 }

@@ -46,12 +46,15 @@
 //   and the add skips it. A program whose gradients are not all float32
 //   has no grads_accumulate.
 // - Then, in grads alone, a tied table's gradient is written in place: an
-//   embedding_grad whose addend is a matmul's float32 temp of the table's
-//   shape that nothing else touches gets that matmul writing its product
-//   straight into the Grad buffer, and becomes a scatter-add into it
-//   (`accumulate` = 1, the gradient its last operand, no addend); the temp
-//   and its views are erased. Same bits; grads_accumulate keeps the addend
-//   form. (Not for a padded vocabulary's table: LowerToKernels.cpp.)
+//   embedding_grad whose addend is (the leading rows of) a matmul's
+//   float32 temp that nothing else touches gets that matmul writing its
+//   product straight into the Grad buffer, and becomes a scatter-add into
+//   it (`accumulate` = 1, the gradient its last operand, no addend); the
+//   temp and its views are erased. Where the product has more rows (a
+//   padded vocabulary), the Grad buffer takes the product's shape and
+//   every other launch and function reads and writes the table through a
+//   view of its leading rows. Same bits; grads_accumulate keeps the addend
+//   form.
 // - Last, an embedding_grad whose ids fit sort_ids' keys reads them sorted
 //   (sortEmbeddingIds): a sort_ids launch where the ids were last written
 //   (the function's top for input ids) writes a temp of keys, which the

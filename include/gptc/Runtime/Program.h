@@ -399,6 +399,11 @@ struct Program {
   const Function *function(std::string_view name) const;
   /// The buffer of this role and binding, or -1.
   int find(Role role, std::string_view binding) const;
+  /// A parameter's gradient as the step's functions read and write it:
+  /// its Grad buffer, or the view of the parameter's shape where that
+  /// buffer is padded (a tied table's, which the lm_head's GEMM writes
+  /// whole: LowerToKernels.h); -1 if there is none.
+  int gradient(std::string_view param) const;
   /// The buffer whose bytes `id` uses: `id`, or the buffer a view (of a
   /// view ...) is of.
   int root(int id) const;

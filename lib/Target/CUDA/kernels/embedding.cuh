@@ -301,10 +301,10 @@ __device__ void embeddingBackward(const TD *dy, const int *ids, TO *out,
 // at most two pieces that need this: the run at its start, from a row
 // that began before it (slot 0, a whole-window middle piece too), and the
 // run at its end that continues after it (slot 1, the row's first piece).
-// Where rows no id hits are written too (not the in-place form: GPT-2's
-// padded vocabulary keeps the addend form, every row (addend + sum)),
-// kDense blocks of kDenseRows rows follow the windows, each row's hit
-// looked up in the keys by binary search, a row a thread.
+// Where rows no id hits are written too (not the in-place form, GPT-2's
+// wte in grads, but the addend form, grads_accumulate's: every row addend
+// + sum), kDense blocks of kDenseRows rows follow the windows, each row's
+// hit looked up in the keys by binary search, a row a thread.
 
 /// sortIds' block: 1,024 threads; 16 digits a pass (4 bits of the id).
 constexpr int kSortIdsThreads = 1024, kSortIdsDigits = 16;
