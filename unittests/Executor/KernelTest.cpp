@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 using namespace gptc::exec;
@@ -244,6 +245,53 @@ TEST(Kernels, EmbeddingGradScatterAddsRepeatedIds) {
   EXPECT_FLOAT_EQ(d.f32[2], dy.f32[0] + dy.f32[4]);
   EXPECT_FLOAT_EQ(d.f32[0], dy.f32[2]);
   EXPECT_FLOAT_EQ(d.f32[4], 0.0f);
+}
+
+// sort_ids' keys (the sorted form of embedding_grad): id · 2^bits +
+// position, ascending, so each row's positions are together and in order;
+// idsOfSortedKeys gives the ids back. Bad input, one line each: an id
+// outside the table (embedding_grad's own error), positions or rows the
+// keys cannot hold, and keys that are not every position once.
+TEST(Kernels, SortIdsGroupsPositionsByRowInOrder) {
+  HostTensor ids = HostTensor::ids({2, 3});
+  ids.i32 = {2, 0, 2, 1, 2, 0};
+  EXPECT_EQ(sortedIdPositionBits(6), 3);
+  EXPECT_EQ(sortedIdPositionBits(16384), 14);
+  HostTensor keys = sortIds(ids, 3, 3);
+  EXPECT_EQ(keys.shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(keys.i32,
+            (std::vector<int32_t>{0 << 3 | 1, 0 << 3 | 5, 1 << 3 | 3,
+                                  2 << 3 | 0, 2 << 3 | 2, 2 << 3 | 4}));
+  EXPECT_EQ(idsOfSortedKeys(keys, 3).i32, ids.i32);
+  // GPT-2's 16,384 positions over 50,257 rows fit (16 + 14 bits); one
+  // position more than a block's 32,768, or a row's bit more, do not.
+  EXPECT_TRUE(idsSortable(16384, 50257));
+  EXPECT_TRUE(idsSortable(32768, 65535));
+  EXPECT_FALSE(idsSortable(32769, 100));
+  EXPECT_FALSE(idsSortable(32768, 65536));
+  auto error = [](const std::function<void()> &f) {
+    try {
+      f();
+    } catch (const KernelError &e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  HostTensor bad = ids;
+  bad.i32[4] = 3;
+  EXPECT_EQ(error([&] { sortIds(bad, 3, 3); }),
+            "id 3 at position 4 is outside the table's 3 rows");
+  EXPECT_EQ(error([&] { sortIds(ids, 3, 2); }),
+            "sort_ids: 6 positions of a table of 3 rows do not fit keys of 2 "
+            "position bits");
+  HostTensor twice = keys;
+  twice.i32[1] = twice.i32[0];
+  EXPECT_EQ(error([&] { idsOfSortedKeys(twice, 3); }),
+            "sorted ids: key 1 at 1 is not a position of 6 once");
+  HostTensor outside = keys;
+  outside.i32[5] = -1;
+  EXPECT_EQ(error([&] { idsOfSortedKeys(outside, 3); }),
+            "sorted ids: key -1 at 5 is not a position of 6 once");
 }
 
 // With an addend: the bits of the plain scatter-add with an add after it.

@@ -575,6 +575,52 @@ TEST(EmitCUDA, EmbeddingGradLimitsAndGrid) {
   EXPECT_EQ(l.block[0], 128u);
 }
 
+// The sorted form (sortEmbeddingIds): sort_ids is one block of 1,024
+// threads with its keys and digit counts in dynamic shared memory (16,384
+// positions: 64 KiB and 32 KiB); the scatter-add's grid is 32 keys a block
+// by 256-column slices, plus, where rows no id hits are written (an
+// addend), blocks of 128 rows. Keys that cannot hold the ids, as a program
+// file could ask for, are refused in one line naming the launch and its op.
+TEST(EmitCUDA, SortedEmbeddingGradLaunchesAndLimits) {
+  const DType f32 = DType::F32, i32 = DType::I32;
+  Builder b(/*withLocs=*/true);
+  int ids = b.buf(i32, {16, 1024}), keys = b.buf(i32, {16384});
+  b.launch("sort_ids", {ids}, {keys}).ints = {{"rows", 50257},
+                                              {"position_bits", 14}};
+  int dy = b.buf(f32, {16384, 768}), add = b.buf(f32, {50257, 768}),
+      table = b.buf(f32, {50257, 768});
+  b.launch("embedding_grad", {dy, keys, table}, {table}).ints = {
+      {"position_bits", 14}, {"accumulate", 1}};
+  b.launch("embedding_grad", {dy, keys, add}, {b.buf(f32, {50257, 768})})
+      .ints = {{"position_bits", 14}};
+  rt::Program ok = b.p;
+  cuda::emitCUDA(ok, "sm_90a");
+  const auto &ls = ok.functions[0].launches;
+  EXPECT_EQ(ls[0].grid[0], 1u);
+  EXPECT_EQ(ls[0].block[0], 1024u);
+  EXPECT_EQ(ls[0].sharedBytes, 16384u * 4 + 16 * 1024 * 2);
+  EXPECT_EQ(ls[1].grid[0], 512u * 3);          // in place: windows alone
+  EXPECT_EQ(ls[2].grid[0], (512u + 393u) * 3); // and the rows' blocks
+  EXPECT_EQ(ls[1].block[0], 128u);
+
+  rt::Program narrow = b.p;
+  narrow.functions[0].launches[0].ints["position_bits"] = 13;
+  expectEmitError(narrow, "no CUDA kernel for sort_ids (of "
+                          "gpt.embedding_grad) at test:1:1: 16384 ids of a "
+                          "table of 50257 rows do not fit keys of 13 "
+                          "position bits");
+  rt::Program tall = b.p;
+  tall.functions[0].launches[0].ints["rows"] = 1 << 17;
+  expectEmitError(tall, "no CUDA kernel for sort_ids (of gpt.embedding_grad) "
+                        "at test:1:1: 16384 ids of a table of 131072 rows do "
+                        "not fit keys of 14 position bits");
+  rt::Program unsorted = b.p;
+  unsorted.functions[0].launches[1].inputs[1] = ids; // [16, 1024], not keys
+  expectEmitError(unsorted, "no CUDA kernel for gpt.embedding_grad at "
+                            "test:2:1: sorted ids of 16384 positions and 14 "
+                            "position bits do not fit a table of 50257 rows");
+}
+
 namespace {
 /// The grids of a causal packed attention, forward and backward, at
 /// T = 1024 and H heads of 64 (GPT-2 124M: B = 16, H = 12), bf16 (the

@@ -175,8 +175,12 @@ private:
     return it == l.floats.end() ? dflt : it->second;
   }
   [[noreturn]] void unsupported(const std::string &why) const {
-    throw EmitError("no CUDA kernel for gpt." + l.kernel +
-                    (l.loc.empty() ? "" : " at " + l.loc) + ": " + why);
+    // (A launch of the kernel level alone, sort_ids, names its op too.)
+    const std::string op = rt::launchOp(l);
+    throw EmitError(
+        "no CUDA kernel for " +
+        (op == "gpt." + l.kernel ? op : l.kernel + " (of " + op + ")") +
+        (l.loc.empty() ? "" : " at " + l.loc) + ": " + why);
   }
   void expectArity(size_t ins, size_t outs) const {
     if (l.inputs.size() != ins || l.outputs.size() != outs)
