@@ -1,5 +1,4 @@
-//===- PlanStreams.cpp - gpt-plan-streams: weight gradients beside the rest
-//===//
+//===- PlanStreams.cpp - gpt-plan-streams: weight gradients beside the rest ===//
 //
 // In the backward, each linear layer's weight gradient (xᵀ·dy, with its
 // bias gradient) is a GEMM whose results only update reads: nothing later
