@@ -2073,6 +2073,21 @@ template <int at, int out = 3> void zeroOwnGemmResult(const uint64_t *args) {
               size_t(args[at] * args[at + 1]) * 2);
 }
 
+namespace {
+/// The own GEMMs' timings tuning sees (narrow and wide blocks, ms a run)
+/// and which it keeps: the faster where it agrees with cuBLASLt, neither
+/// where both are slower, neither where both write zeros (wrong).
+struct OwnGemmCase {
+  float narrowMs, wideMs;
+  bool wrong;       // both write zeros
+  const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
+};
+const OwnGemmCase kOwnGemmCases[] = {{0.01f, 5.0f, false, "128x128"},
+                                     {5.0f, 0.01f, false, "128x256"},
+                                     {5.0f, 5.0f, false, ""},
+                                     {0.01f, 0.01f, true, ""}};
+} // namespace
+
 /// gptc's own GEMMs (kernels/gemm_wgmma.cuh) in each block shape are more
 /// ways to GELU's epilogue and to its derivative's that tuning times,
 /// where the program has them and the shapes fit their tiles: the faster
@@ -2096,15 +2111,7 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
     for (int i = 0; i < 4; ++i)
       kernelMs(own[size_t(i)].c_str(), i < 2 ? narrow : wide);
   };
-  struct Case {
-    float narrowMs, wideMs;
-    bool wrong;       // both write zeros
-    const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
-  };
-  for (const Case &c :
-       {Case{0.01f, 5.0f, false, "128x128"},
-        Case{5.0f, 0.01f, false, "128x256"}, Case{5.0f, 5.0f, false, ""},
-        Case{0.01f, 0.01f, true, ""}}) {
+  for (const OwnGemmCase &c : kOwnGemmCases) {
     SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
                  (c.wrong ? " wrong" : ""));
     time(c.narrowMs, c.wideMs);
@@ -2225,15 +2232,7 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
              7,
              zeroOwnGemmResult<4, 3>}}) {
     SCOPED_TRACE(g.key);
-    struct Case {
-      float narrowMs, wideMs;
-      bool wrong;       // both write zeros
-      const char *kept; // "128x128", "128x256" or "" (cuBLASLt)
-    };
-    for (const Case &c :
-         {Case{0.01f, 5.0f, false, "128x128"},
-          Case{5.0f, 0.01f, false, "128x256"}, Case{5.0f, 5.0f, false, ""},
-          Case{0.01f, 0.01f, true, ""}}) {
+    for (const OwnGemmCase &c : kOwnGemmCases) {
       SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
                    (c.wrong ? " wrong" : ""));
       kernelMs(g.own[0].c_str(), c.narrowMs);
