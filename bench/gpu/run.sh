@@ -395,13 +395,16 @@ if want ownncu && [[ -n $ncu_bin ]]; then
       "${lib[@]}" "$P/gpt2-bf16" --device=cuda --data="$data" --steps=1 --seed=1
   done
   # GELU's derivative with its bias gradient's partials (--bias-grads=gelu).
-  [[ -x $P/gpt2-bf16-biasgelu ]] &&
-    GPTC_GEMM_OWN=wide GPTC_CUDA_GRAPH=0 step 120 ncu-own-biasgelu "$ncu_bin" \
-      --target-processes all \
-      --kernel-id ::regex:'^gemm_wgmma_wide_gelu_grad_bias_bf16$':1 \
-      "${ncu_sections[@]}" \
-      "${lib[@]}" "$P/gpt2-bf16-biasgelu" --device=cuda --data="$data" \
-      --steps=1 --seed=1
+  if [[ -x $P/gpt2-bf16-biasgelu ]]; then
+    for shape in narrow wide; do
+      GPTC_GEMM_OWN=$shape GPTC_CUDA_GRAPH=0 step 120 \
+        ncu-own-biasgelu-$shape "$ncu_bin" --target-processes all \
+        --kernel-id ::regex:'^gemm_wgmma_(wide_)?gelu_grad_bias_bf16$':1 \
+        "${ncu_sections[@]}" \
+        "${lib[@]}" "$P/gpt2-bf16-biasgelu" --device=cuda --data="$data" \
+        --steps=1 --seed=1
+    done
+  fi
 fi
 
 if want ncu; then

@@ -792,19 +792,19 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
   // a and b are copied 16 bytes at a time; the third operand and the
-  // results go two elements at a time, or (the wide blocks) four.
+  // results go four elements at a time.
   const bool plain = fit->kind == GemmFallback::WgmmaPlain;
   uint64_t results = plain ? 0 : address(l.inputs[2]);
   for (int id : l.outputs)
     results |= address(id);
   if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
-      results % 4 != 0)
+      results % 8 != 0)
     return ways;
   const bool biasGelu = fit->kind == GemmFallback::WgmmaBiasGelu;
-  // GELU's derivative with its bias gradient: the wide blocks alone, their
-  // partial sums (m / 16 rows of n floats) in the cuBLASLt workspace,
-  // which no GEMM uses meanwhile, then ColumnSums into the gradient.
-  const bool biasGrad = fit->kind == GemmFallback::WgmmaWideGeluGradBias;
+  // GELU's derivative with its bias gradient: the partial sums (m / 16
+  // rows of n floats) in the cuBLASLt workspace, which no GEMM uses
+  // meanwhile, then ColumnSums into the gradient.
+  const bool biasGrad = fit->kind == GemmFallback::WgmmaGeluGradBias;
   const int64_t chunks = fit->m / 16;
   const CUdeviceptr scratch =
       l.stream == 1 && sideWorkspace ? sideWorkspace : workspace;
@@ -814,8 +814,7 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     return ways;
   for (bool wide : {false, true}) {
     const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
-    if ((wide && (!fit->wide || results % 8 != 0)) || (biasGrad && !wide) ||
-        (ownGemms == OwnGemms::Narrow && wide) ||
+    if ((wide && !fit->wide) || (ownGemms == OwnGemms::Narrow && wide) ||
         (ownGemms == OwnGemms::Wide && !wide) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
       continue;
@@ -836,11 +835,9 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     GemmPlan::Followup f;
     f.fn = fallbackKernel(kind, DType::BF16, l.kernel);
     f.threads = gemmFallbackThreads(gemmFallbackKernel(kind, DType::BF16));
-    // The wide blocks walk their tiles, one block an SM.
-    const int64_t tiles = fit->m / 128 * (fit->n / 256);
-    f.grid[0] = wide ? uint32_t(std::min<int64_t>(tiles, smCount))
-                     : uint32_t(fit->n / 128);
-    f.grid[1] = wide ? 1 : uint32_t(fit->m / 128);
+    // The blocks walk their tiles, one block an SM.
+    const int64_t tiles = fit->m / 128 * (fit->n / (wide ? 256 : 128));
+    f.grid[0] = uint32_t(std::min<int64_t>(tiles, smCount));
     f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
     // (a, b, the bias or pre-activation (none for a plain GEMM), then the
     // results (the bias gradient's partial sums in its place), then m, n,

@@ -241,6 +241,9 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   case GemmFallback::WgmmaWideGeluGrad:
     stem = "gemm_wgmma_wide_gelu_grad_";
     break;
+  case GemmFallback::WgmmaGeluGradBias:
+    stem = "gemm_wgmma_gelu_grad_bias_";
+    break;
   case GemmFallback::WgmmaWideGeluGradBias:
     stem = "gemm_wgmma_wide_gelu_grad_bias_";
     break;
@@ -284,7 +287,7 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
     fit.kind = GemmFallback::WgmmaGeluGrad;
   else if (l.kernel == "matmul_gelu_grad" && l.outputs.size() == 2 &&
            flag("transpose_b"))
-    fit.kind = GemmFallback::WgmmaWideGeluGradBias;
+    fit.kind = GemmFallback::WgmmaGeluGradBias;
   else
     return std::nullopt;
   for (const std::vector<int> *ids : {&l.inputs, &l.outputs})
@@ -314,8 +317,6 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
         (i == 1 && !biasGelu ? fit.n : fit.m * fit.n))
       return std::nullopt;
   fit.wide = fit.n % 256 == 0;
-  if (fit.kind == GemmFallback::WgmmaWideGeluGradBias && !fit.wide)
-    return std::nullopt;
   return fit;
 }
 

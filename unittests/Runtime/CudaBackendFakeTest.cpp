@@ -2092,11 +2092,11 @@ const OwnGemmCase kOwnGemmCases[] = {{0.01f, 5.0f, false, "128x128"},
 /// ways to GELU's epilogue and to its derivative's that tuning times,
 /// where the program has them and the shapes fit their tiles: the faster
 /// shape, faster than cuBLASLt, runs in its place (no cuBLASLt GEMM in the
-/// run; 99,312 or 219,120 bytes of dynamic shared memory a block, which
-/// the fake refuses without the runtime's opt-in, and blocks of 256 or 384
-/// threads, which it checks), and the results match
-/// the CPU backend's; slower, or faster but wrong, cuBLASLt keeps the
-/// launches. GPTC_GEMM_OWN=narrow, =wide and =0 decide without timing.
+/// run; 219,120 bytes of dynamic shared memory a block, which the fake
+/// refuses without the runtime's opt-in, and blocks of 384 threads, which
+/// it checks), and the results match the CPU backend's; slower, or faster but
+/// wrong, cuBLASLt keeps the launches. GPTC_GEMM_OWN=narrow, =wide and =0
+/// decide without timing.
 TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
   REQUIRE_FAKE(plain);
   plain.reset();
@@ -2271,8 +2271,8 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
 }
 
 /// GELU's derivative with its bias gradient (--bias-grads=gelu's c_fc) at
-/// 256 x 256 x 64, bf16, with gptc's own wide GEMM that sums the bias
-/// gradient's partials on its way.
+/// 256 x 256 x 64, bf16, with gptc's own GEMMs that sum the bias
+/// gradient's partials on their way, in both block shapes.
 Function ownGemmBiasGradient(Program &p) {
   enum : int { DY, WT, PRE, DP, DB };
   p.meta["precision"] = "bf16";
@@ -2281,34 +2281,36 @@ Function ownGemmBiasGradient(Program &p) {
                buffer("pre", DType::BF16, {256, 256}, Role::Param),
                buffer("dp", DType::BF16, {256, 256}, Role::Output),
                buffer("db", DType::BF16, {256}, Role::Output)};
-  addFakeGemmKernels(p, {GemmFallback::WgmmaWideGeluGradBias});
+  addFakeGemmKernels(p, {GemmFallback::WgmmaGeluGradBias,
+                         GemmFallback::WgmmaWideGeluGradBias});
   Function f;
   f.name = "backward";
   f.launches = {launch("matmul_gelu_grad", {DY, WT, PRE}, {DP, DB}, true)};
   return f;
 }
 
-/// Its own GEMM is one more way tuning times: kept where faster, then it
-/// and ColumnSums (the partials' sum into the bf16 bias gradient) run,
-/// no cuBLASLt GEMM, and the results match the CPU backend's; not where
-/// slower, nor where it is faster but writes zeros. GPTC_GEMM_OWN=wide
-/// runs it untimed; =narrow has no shape for it, so cuBLASLt runs.
+/// Its own GEMMs are more ways tuning times: the faster shape, faster
+/// than cuBLASLt, is kept, then it and ColumnSums (the partials' sum into
+/// the bf16 bias gradient) run, no cuBLASLt GEMM, and the results match
+/// the CPU backend's; not where slower, nor where faster but writing
+/// zeros. GPTC_GEMM_OWN=narrow or wide runs that shape untimed.
 TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemmWithBiasGradient) {
   REQUIRE_FAKE(plain);
   plain.reset();
   auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
   auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
       "gptcFakeKernelRunsOnHost");
-  const std::string own = "gemm_wgmma_wide_gelu_grad_bias_bf16",
+  const std::string own[2] = {"gemm_wgmma_gelu_grad_bias_bf16",
+                              "gemm_wgmma_wide_gelu_grad_bias_bf16"},
                     sums = "gemm_fallback_column_sums_bf16";
-  for (auto [ms, wrong, kept] :
-       {std::tuple<float, bool, bool>{0.01f, false, true},
-        {5.0f, false, false},
-        {0.01f, true, false}}) {
-    SCOPED_TRACE(std::to_string(ms) + (wrong ? " wrong" : ""));
-    kernelMs(own.c_str(), ms);
-    if (wrong)
-      onHost(own.c_str(), 8, zeroOwnGemmResult<5>);
+  for (const OwnGemmCase &c : kOwnGemmCases) {
+    SCOPED_TRACE(std::to_string(c.narrowMs) + " " + std::to_string(c.wideMs) +
+                 (c.wrong ? " wrong" : ""));
+    kernelMs(own[0].c_str(), c.narrowMs);
+    kernelMs(own[1].c_str(), c.wideMs);
+    if (c.wrong)
+      for (const std::string &name : own)
+        onHost(name.c_str(), 8, zeroOwnGemmResult<5>);
     std::vector<std::string> names;
     auto [err, run] = loadAndRun(ownGemmBiasGradient, "time", &names);
     kernelMs(nullptr, 0.0f);
@@ -2317,27 +2319,29 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemmWithBiasGradient) {
     const size_t line = err.find(key);
     ASSERT_NE(line, std::string::npos) << key << "\n" << err;
     const std::string timed = err.substr(line, err.find('\n', line) - line);
-    EXPECT_EQ(timed.find("gptc wgmma GEMM 128x256 0.002 (kept)") !=
-                  std::string::npos,
-              kept)
-        << timed;
-    EXPECT_EQ(timed.find("gptc wgmma GEMM 128x128"), std::string::npos)
-        << timed;
-    if (wrong)
+    const std::string kept = c.kept;
+    for (const char *shape : {"128x128", "128x256"})
+      EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
+                           " 0.002 (kept)") != std::string::npos,
+                kept == shape)
+          << timed;
+    if (c.wrong)
       EXPECT_NE(timed.find("not used"), std::string::npos) << timed;
-    EXPECT_EQ(contains(names, own), kept);
+    EXPECT_EQ(contains(names, own[0]), kept == "128x128");
+    EXPECT_EQ(contains(names, own[1]), kept == "128x256");
     EXPECT_EQ(contains(names, sums), true) << "the bias gradient's sums";
-    EXPECT_EQ(run.empty(), kept) << "cuBLASLt GEMMs in the run";
+    EXPECT_EQ(run.empty(), !kept.empty()) << "cuBLASLt GEMMs in the run";
     expectKeptChoiceMatchesCpu(ownGemmBiasGradient);
   }
-  for (const char *value : {"wide", "narrow"}) {
+  for (const char *value : {"narrow", "wide"}) {
     SCOPED_TRACE(value);
     ScopedEnv env("GPTC_GEMM_OWN", value);
     std::vector<std::string> names;
     auto [err, run] = loadAndRun(ownGemmBiasGradient, "time", &names);
     const bool wide = std::string(value) == "wide";
-    EXPECT_EQ(contains(names, own), wide);
-    EXPECT_EQ(run.empty(), wide) << "cuBLASLt GEMMs in the run";
+    EXPECT_EQ(contains(names, own[0]), !wide);
+    EXPECT_EQ(contains(names, own[1]), wide);
+    EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
     expectKeptChoiceMatchesCpu(ownGemmBiasGradient);
   }
 }

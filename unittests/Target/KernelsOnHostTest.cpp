@@ -1851,11 +1851,11 @@ int64_t expectWithinOneUlpOrTiny(const std::vector<uint16_t> &want,
 // (dy·wtᵀ) (wt [n, k]). Each bf16 result is the executor's rounding or one
 // ulp from it (the products summed in another order; GELU's sigmoid
 // form), but where that form's tiny values stand for the executor's 0.
-// 2 x 2 blocks of 128 x 128 (5 steps of 64 through 3 stages, so every
-// stage is filled again), and one warp-specialized block walking 2 tiles
-// of 128 x 256 (through 4 stages, then staged a warp at a time). The emitter
-// adds the kernels for sm_90a alone, and only for GEMMs whose shapes fit
-// their tiles.
+// One block walking the 4 tiles of 128 x 128, each warpgroup 2 in turn
+// (5 steps of 64 each, 20 through 6 stages, so every stage is filled
+// again), and one walking the 2 tiles of 128 x 256 (through 4 stages),
+// each staged a warp at a time. The emitter adds the kernels for sm_90a
+// alone, and only for GEMMs whose shapes fit their tiles.
 TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 320;
@@ -1921,17 +1921,15 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
       fromBf16Bits(biasBits, {n}), false, false, true, true);
   for (int wide = 0; wide < 2; ++wide) {
-    SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 blocks");
-    // The wide kernel's one block walks both of its tiles.
-    const uint32_t gx = wide ? 1 : uint32_t(n / 128),
-                   gy = wide ? 1 : uint32_t(m / 128);
+    SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 tiles in turns");
+    // One block walks all the tiles.
     std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
         preBits(size_t(m * n), 0xffff), dpBits(size_t(m * n), 0xffff);
     kernels.call(own[2 * wide],
                  {address(xBits), address(wBits), address(biasBits),
                   address(outBits), address(preBits), uint64_t(m), uint64_t(n),
                   uint64_t(k)},
-                 gx, gy);
+                 1);
     expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
     EXPECT_GT(expectWithinOneUlpOrTiny(bf16Bits(fused[0]), outBits,
                                        "GELU(x·w + bias)"),
@@ -1942,7 +1940,7 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
     kernels.call(own[2 * wide + 1],
                  {address(xBits), address(wtBits), address(preBits),
                   address(dpBits), uint64_t(m), uint64_t(n), uint64_t(k)},
-                 gx, gy);
+                 1);
     const std::vector<exec::HostTensor> dgelu = exec::matmulGeluGrad(
         fromBf16Bits(xBits, {m, k}), fromBf16Bits(wtBits, {n, k}),
         fromBf16Bits(preBits, {m, n}), false, true, false);
@@ -1956,9 +1954,10 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
 // matmul with transpose_b) and with the bias alone (GemmBias: a forward
 // projection's, b [k, n]), so that tuning times the blocks' products with
 // a light epilogue against cuBLASLt's: out = x·wtᵀ and y = x·w + bias
-// within one ulp of the executor's rounding, in 2 x 2 blocks of 128 x 128
-// and in one warp-specialized block walking 2 tiles of 128 x 256, 5 steps
-// each. The emitter adds them for sm_90a alone, and not for the other
+// within one ulp of the executor's rounding, 5 steps each: 4 tiles of 128
+// x 128 walked by 3 blocks (the first takes 2, its second warpgroup one;
+// the others one, their second warpgroups none), and 2 of 128 x 256 by
+// 2. The emitter adds them for sm_90a alone, and not for the other
 // layout of b, a shape off the tiles or a float32 result.
 TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
   const DType bf16 = DType::BF16;
@@ -2014,30 +2013,30 @@ TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
       fromBf16Bits(biasBits, {n}), false, false, false, false);
   for (int wide = 0; wide < 2; ++wide) {
-    SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 blocks");
-    const uint32_t gx = wide ? 1 : uint32_t(n / 128),
-                   gy = wide ? 1 : uint32_t(m / 128);
+    SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 tiles in turns");
+    const uint32_t blocks = wide ? 2 : 3;
     std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
         yBits(size_t(m * n), 0xffff);
     kernels.call(own[size_t(wide)],
                  {address(xBits), address(wtBits), address(outBits),
                   uint64_t(m), uint64_t(n), uint64_t(k)},
-                 gx, gy);
+                 blocks);
     expectWithinOneUlp(bf16Bits(want), outBits, "x·wtᵀ");
     kernels.call(own[size_t(2 + wide)],
                  {address(xBits), address(wBits), address(biasBits),
                   address(yBits), uint64_t(m), uint64_t(n), uint64_t(k)},
-                 gx, gy);
+                 blocks);
     expectWithinOneUlp(bf16Bits(wantY[0]), yBits, "x·w + bias");
   }
 }
 
 // GELU's derivative with its bias gradient (--bias-grads=gelu: c_fc's),
-// in gptc's own wide blocks alone: gelu'(pre) · (dy·wtᵀ) within one ulp
-// of the executor's rounding, as above, and the bias gradient's partial
-// sums (16 rows each) adding up, in order, to the executor's column sums
-// of the float32 derivative. One block walks 2 tiles of 5 steps, so the
-// stages fill again. Where n is no multiple of 256, no kernel fits.
+// in gptc's own blocks of either shape: gelu'(pre) · (dy·wtᵀ) within one
+// ulp of the executor's rounding, as above, and the bias gradient's
+// partial sums (16 rows each) adding up, in order, to the executor's
+// column sums of the float32 derivative. One block walks 2 tiles of
+// 128 x 256, or 4 of 128 x 128 in turns, 5 steps each, so the stages fill
+// again. Where n is no multiple of 256, the 128-column kernel alone fits.
 TEST(TemplateKernelsOnHost,
      WgmmaGeluGradWithBiasGradientMatchesTheCpuExecutor) {
   const DType bf16 = DType::BF16;
@@ -2047,7 +2046,8 @@ TEST(TemplateKernelsOnHost,
       pre = b.buf(bf16, {m, n}), dp = b.buf(bf16, {m, n}),
       db = b.buf(bf16, {n});
   b.launch("matmul_gelu_grad", {dy, wt, pre}, {dp, db}).ints["transpose_b"] = 1;
-  const std::string name = "gemm_wgmma_wide_gelu_grad_bias_bf16";
+  const std::string own[2] = {"gemm_wgmma_gelu_grad_bias_bf16",
+                              "gemm_wgmma_wide_gelu_grad_bias_bf16"};
   auto hasOwn = [&](rt::Program &p, const std::string &kernel) {
     for (const rt::DeviceKernel &dk : p.kernels)
       if (dk.name == kernel)
@@ -2062,93 +2062,98 @@ TEST(TemplateKernelsOnHost,
     narrow.launch("matmul_gelu_grad", {ndy, nwt, npre}, {ndp, ndb})
         .ints["transpose_b"] = 1;
     rt::Program &np = emitForHost(narrow.p, HostTarget::Sm90a);
-    EXPECT_FALSE(hasOwn(np, name));
+    EXPECT_TRUE(hasOwn(np, own[0]));
+    EXPECT_FALSE(hasOwn(np, own[1]));
     EXPECT_FALSE(hasOwn(np, "gemm_wgmma_gelu_grad_bf16"));
   }
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
-  ASSERT_TRUE(hasOwn(p, name));
+  ASSERT_TRUE(hasOwn(p, own[0]) && hasOwn(p, own[1]));
   EXPECT_FALSE(hasOwn(p, "gemm_wgmma_gelu_grad_bf16"));
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   const std::vector<uint16_t> dyBits = bf16Bits(randomFloats({m, k}, 41)),
                               wtBits = bf16Bits(randomFloats({n, k}, 42)),
                               preBits = bf16Bits(randomFloats({m, n}, 43));
-  std::vector<uint16_t> dpBits(size_t(m * n), 0xffff);
-  std::vector<float> partials(size_t(m / 16 * n), -1.0f);
-  kernels.call(name,
-               {address(dyBits), address(wtBits), address(preBits),
-                address(dpBits), address(partials), uint64_t(m), uint64_t(n),
-                uint64_t(k)},
-               1);
   const std::vector<exec::HostTensor> want = exec::matmulGeluGrad(
       fromBf16Bits(dyBits, {m, k}), fromBf16Bits(wtBits, {n, k}),
       fromBf16Bits(preBits, {m, n}), false, true, true);
-  expectWithinOneUlpOrTiny(bf16Bits(want[0]), dpBits, "gelu'(pre) · (dy·wtᵀ)",
-                           4e-4f);
-  // (ColumnSums's order: chunk after chunk.)
-  std::vector<float> sums(size_t(n), 0.0f);
-  for (int64_t c = 0; c < m / 16; ++c)
-    for (int64_t j = 0; j < n; ++j)
-      sums[size_t(j)] += partials[size_t(c * n + j)];
-  expectNear(want[1], sums, 1e-3f, "the bias gradient");
+  for (const std::string &name : own) {
+    SCOPED_TRACE(name);
+    std::vector<uint16_t> dpBits(size_t(m * n), 0xffff);
+    std::vector<float> partials(size_t(m / 16 * n), -1.0f);
+    kernels.call(name,
+                 {address(dyBits), address(wtBits), address(preBits),
+                  address(dpBits), address(partials), uint64_t(m), uint64_t(n),
+                  uint64_t(k)},
+                 1);
+    expectWithinOneUlpOrTiny(bf16Bits(want[0]), dpBits, "gelu'(pre) · (dy·wtᵀ)",
+                             4e-4f);
+    // (ColumnSums's order: chunk after chunk.)
+    std::vector<float> sums(size_t(n), 0.0f);
+    for (int64_t c = 0; c < m / 16; ++c)
+      for (int64_t j = 0; j < n; ++j)
+        sums[size_t(j)] += partials[size_t(c * n + j)];
+    expectNear(want[1], sums, 1e-3f, "the bias gradient");
+  }
 }
 
 // The race checker and the emulation's in-flight poison see each of the
 // wgmma GEMMs' syncs: taken out one at a time (each barrier, each proxy
 // fence), or a wait raised by one, in either block shape, a run races, is
-// refused or writes other bits. In gemmWgmmaTile: 2 barriers, a fence,
-// wgmmaWait<1> (a stage filled again under the products reading it) and
-// wgmmaWait<0> (the epilogue reading accumulators still in flight). In
-// the wide kernel's walk of 2 tiles: the barrier after the mbarriers'
-// init; the copier's wait for an empty stage, its waits for its copies and
+// refused or writes other bits. One block walks 2 tiles of 128 x 128 in
+// turns, or 2 of 128 x 256: the barrier after the mbarriers' init;
+// the copier's wait for an empty stage, its waits for its copies and
 // fences before it hands a stage over, and both hand-overs; the
 // multipliers' wait for a full stage, their waits for products before
 // they release one (and before the epilogue), both releases, and the
-// warp syncs around the staged results (15 in all).
+// warp syncs around the staged results (15 in all); taking turns, also
+// the wait for a turn and the arrival that passes it on (17).
 TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   const DType bf16 = DType::BF16;
-  // 6 steps of 64: each of the wide blocks' 4 stages filled, and 2 again.
   const int64_t m = 256, n = 256, k = 384;
   Builder b;
   int x = b.buf(bf16, {m, k}), w = b.buf(bf16, {k, n}), bias = b.buf(bf16, {n}),
       out = b.buf(bf16, {m, n}), pre = b.buf(bf16, {m, n});
   b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
-  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 31)),
+  // Wide: 2 tiles of 6 steps, 12 fills of the 4 stages. In turns: 2
+  // tiles of 12 steps (m = 256, n = 128, k = 768), 24 fills of the 6, so
+  // that the second warpgroup's first stage is the first's of two laps
+  // before, which its turn keeps it from taking.
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, 2 * k}, 31)),
                               wBits = bf16Bits(randomFloats({k, n}, 32)),
                               biasBits = bf16Bits(randomFloats({n}, 33));
-  // The kernel's out and pre, on its grid (the wide kernel's one block).
+  // The kernel's out and pre, one block walking all the tiles.
   auto run = [&](HostKernels &kernels, const std::string &name, bool wide) {
-    std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
-        preBits(size_t(m * n), 0xffff);
+    const int64_t cols = wide ? n : n / 2, depth = wide ? k : 2 * k;
+    std::vector<uint16_t> outBits(size_t(m * cols), 0xffff),
+        preBits(size_t(m * cols), 0xffff);
     kernels.call(name,
                  {address(xBits), address(wBits), address(biasBits),
-                  address(outBits), address(preBits), uint64_t(m), uint64_t(n),
-                  uint64_t(k)},
-                 wide ? 1 : uint32_t(n / 128), wide ? 1 : uint32_t(m / 128));
+                  address(outBits), address(preBits), uint64_t(m),
+                  uint64_t(cols), uint64_t(depth)},
+                 1);
     outBits.insert(outBits.end(), preBits.begin(), preBits.end());
     return outBits;
   };
   struct Mutation {
     const char *fn, *statement, *replacement;
-    bool wide; // of the wide kernel, else of the narrow one
+    bool turnsAlone; // only taking turns runs it
   };
   const Mutation mutations[] = {
-      {"gemmWgmmaTile", "__syncthreads();", "", false},
-      {"gemmWgmmaTile", "fenceProxyAsync();", "", false},
-      {"gemmWgmmaTile", "wgmmaWait<1>", "wgmmaWait<2>", false},
-      {"gemmWgmmaTile", "wgmmaWait<0>", "wgmmaWait<1>", false},
-      {"gemmWgmmaWide", "__syncthreads();", "", true},
-      {"gemmCopyStages", "mbarrierWait(", "(void)(", true},
-      {"gemmCopyStages", "waitCopies<1>", "waitCopies<2>", true},
-      {"gemmCopyStages", "waitCopies<0>", "waitCopies<1>", true},
-      {"gemmCopyStages", "fenceProxyAsync();", "", true},
-      {"gemmCopyStages", "mbarrierArrive(", "(void)(", true},
-      {"gemmMultiplyStages", "mbarrierWait(", "(void)(", true},
-      {"gemmMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>", true},
-      {"gemmMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>", true},
-      {"gemmMultiplyStages", "mbarrierArrive(", "(void)(", true},
-      {"gemmMultiplyStages", "__syncwarp();", "", true}};
+      {"gemmWgmmaWalk", "__syncthreads();", "", false},
+      {"gemmCopyStages", "mbarrierWait(", "(void)(", false},
+      {"gemmCopyStages", "waitCopies<1>", "waitCopies<2>", false},
+      {"gemmCopyStages", "waitCopies<0>", "waitCopies<1>", false},
+      {"gemmCopyStages", "fenceProxyAsync();", "", false},
+      {"gemmCopyStages", "mbarrierArrive(", "(void)(", false},
+      {"gemmMultiplyStages", "mbarrierWait(", "(void)(", false},
+      {"gemmMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>", false},
+      {"gemmMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>", false},
+      {"gemmMultiplyStages", "mbarrierArrive(", "(void)(", false},
+      {"gemmMultiplyStages", "__syncwarp();", "", false},
+      {"gemmAwaitTurn", "mbarrierWait(", "(void)(", true},
+      {"gemmPassTurn", "mbarrierArrive(", "(void)(", true}};
   for (bool wide : {false, true}) {
     const std::string name =
         wide ? "gemm_wgmma_wide_bias_gelu_bf16" : "gemm_wgmma_bias_gelu_bf16";
@@ -2164,7 +2169,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
     const std::string source = p.kernels[kernel].source;
     int done = 0;
     for (const Mutation &mu : mutations) {
-      if (mu.wide != wide)
+      if (mu.turnsAlone && wide)
         continue;
       auto [from, to] = functionSpan(source, mu.fn);
       ASSERT_NE(from, std::string::npos) << mu.fn;
@@ -2184,6 +2189,6 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
                        }
                      });
     }
-    EXPECT_EQ(done, wide ? 15 : 5);
+    EXPECT_EQ(done, wide ? 15 : 17);
   }
 }

@@ -53,9 +53,10 @@
 //                      one more way, timed and checked the same
 //   GPTC_GEMM_OWN=1|0|narrow|wide  0: never gptc's own GEMMs, whatever
 //                      tuning would say (a GPU on which they fault);
-//                      narrow, wide: always where they fit, in blocks of
-//                      128 x 128 or 128 x 256, untimed (to check them
-//                      against the CPU backend: --check-kernels)
+//                      narrow, wide: always where they fit, in tiles of
+//                      128 x 128 (taken in turns) or 128 x 256, untimed
+//                      (to check them against the CPU backend:
+//                      --check-kernels)
 //   GPTC_GEMM_CHUNK_BYTES=N[,N...]  the bytes of D a loop of such a
 //                      row-chunked way may write, two ways a size (the
 //                      passes after each GEMM, or beside the next; default

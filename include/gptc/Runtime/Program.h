@@ -232,10 +232,10 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    whole epilogue in one pass)
 ///   ColumnSums      (const float *partial, T *out, i64 chunks, i64 cols)
 ///                                    grid ceil(cols / 32)
-/// And two that are the whole GEMM, gptc's own (kernels/gemm_wgmma.cuh,
+/// And some that are the whole GEMM, gptc's own (kernels/gemm_wgmma.cuh,
 /// sm_90a programs alone, bf16), ways GEMM tuning times against
-/// cuBLASLt's; grid (n / 128, m / 128), kGemmWgmmaSharedBytes of dynamic
-/// shared memory, a [m, k], m and n multiples of 128, k of 64:
+/// cuBLASLt's; in tiles of 128 x 128 taken in turns by two warpgroups, a
+/// [m, k], m and n multiples of 128, k of 64:
 ///   WgmmaBiasGelu   (const T *a, const T *b, const T *bias, T *out,
 ///                    T *pre, i64 m, i64 n, i64 k)   pre = a·b + bias,
 ///                                    out = gelu(pre); b [k, n]
@@ -253,16 +253,17 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    logits): the same blocks without an
 ///                                    epilogue, so that tuning's times say
 ///                                    what the products cost alone
-/// and in those blocks alone, GELU's derivative with its bias gradient's
-/// partial sums (for ColumnSums, [m / 16] chunks):
-///   WgmmaWideGeluGradBias (const T *a, const T *b, const T *pre, T *out,
+///   WgmmaGeluGradBias (const T *a, const T *b, const T *pre, T *out,
 ///                    float *partials, i64 m, i64 n, i64 k)
-///                                    as WgmmaGeluGrad; partials [m/16, n]
-///                                    the column sums of out's 16-row groups
-/// and each again in blocks of 128 x 256 (WgmmaWide*: warp-specialized,
-/// one block an SM walking the tiles, grid at most (m / 128) · (n / 256),
-/// kGemmWgmmaWideSharedBytes), where n is a multiple of 256. All are 1-D
-/// blocks of 256 threads but the wide ones, of 384 (gemmFallbackThreads).
+///                                    as WgmmaGeluGrad, with its bias
+///                                    gradient's partial sums for
+///                                    ColumnSums: partials [m/16, n] the
+///                                    column sums of out's 16-row groups
+/// and each again in tiles of 128 x 256 (WgmmaWide*), where n is a
+/// multiple of 256. Each is warp-specialized, one block an SM walking the
+/// tiles (grid at most the tiles: (m / 128) · (n / 128) or (n / 256)),
+/// 1-D blocks of 384 threads (gemmFallbackThreads), with
+/// kGemmWgmmaSharedBytes or kGemmWgmmaWideSharedBytes.
 enum class GemmFallback {
   Bias,
   GeluGrad,
@@ -273,20 +274,30 @@ enum class GemmFallback {
   WgmmaGeluGrad,
   WgmmaWideBiasGelu,
   WgmmaWideGeluGrad,
+  WgmmaGeluGradBias,
   WgmmaWideGeluGradBias,
   WgmmaPlain,
   WgmmaWidePlain,
   WgmmaBias,
   WgmmaWideBias
 };
-/// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu: WgmmaWideBiasGelu;
-/// WgmmaWideGeluGradBias is its own).
+/// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu:
+/// WgmmaWideBiasGelu, ...).
 inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
-  return kind == GemmFallback::WgmmaBiasGelu   ? GemmFallback::WgmmaWideBiasGelu
-         : kind == GemmFallback::WgmmaGeluGrad ? GemmFallback::WgmmaWideGeluGrad
-         : kind == GemmFallback::WgmmaPlain    ? GemmFallback::WgmmaWidePlain
-         : kind == GemmFallback::WgmmaBias     ? GemmFallback::WgmmaWideBias
-                                               : kind;
+  switch (kind) {
+  case GemmFallback::WgmmaBiasGelu:
+    return GemmFallback::WgmmaWideBiasGelu;
+  case GemmFallback::WgmmaGeluGrad:
+    return GemmFallback::WgmmaWideGeluGrad;
+  case GemmFallback::WgmmaGeluGradBias:
+    return GemmFallback::WgmmaWideGeluGradBias;
+  case GemmFallback::WgmmaPlain:
+    return GemmFallback::WgmmaWidePlain;
+  case GemmFallback::WgmmaBias:
+    return GemmFallback::WgmmaWideBias;
+  default:
+    return kind;
+  }
 }
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...,
 /// "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16".
@@ -301,6 +312,7 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_fallback_column_partials_", 6},
         {"gemm_fallback_column_sums_", 4},
         {"gemm_wgmma_bias_gelu_", 8},
+        {"gemm_wgmma_gelu_grad_bias_", 8},
         {"gemm_wgmma_gelu_grad_", 7},
         {"gemm_wgmma_wide_bias_gelu_", 8},
         {"gemm_wgmma_wide_gelu_grad_bias_", 8},
@@ -316,26 +328,26 @@ inline int gemmFallbackArgCount(std::string_view name) {
 /// Which of gptc's wgmma GEMMs a GEMM launch of p fits, with its m, n and
 /// k: a bf16 matmul_epilogue with GELU that keeps its pre-activation (b
 /// [k, n]), or a bf16 matmul_gelu_grad (b [n, k], transpose_b) without a
-/// bias gradient, or with one where n is a multiple of 256 (the wide
-/// blocks alone), or a plain bf16 matmul with transpose_b (b [n, k]), or
-/// a bf16 matmul_epilogue with a bias alone (b [k, n]); neither
+/// bias gradient or with one, or a plain bf16 matmul with transpose_b (b [n,
+/// k]), or a bf16 matmul_epilogue with a bias alone (b [k, n]); neither
 /// accumulating nor with a transposed a; m and n multiples of 128, k of
 /// 64. The emitter adds the kernel for sm_90a
 /// where one fits; the runtime also checks the operands' alignment.
 struct WgmmaGemmFit {
-  GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaWideGeluGradBias,
+  GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaGeluGradBias,
                      ///< WgmmaPlain, WgmmaBias
   int64_t m, n, k;
   bool wide; ///< n is a multiple of 256: the wide blocks fit too
 };
 std::optional<WgmmaGemmFit> wgmmaGemmFit(const struct Program &p,
                                          const struct Launch &l);
-/// The dynamic shared memory of gptc's wgmma GEMMs: three stages of four
-/// 8 KB tiles (the wide blocks: four of six, then 8 warps' 16 x 40 staged
-/// floats and the stages' barriers, 64 bytes padded to 1,024), and 1,008
-/// bytes to align them to 1,024 (gemm_wgmma.cuh's figures, which the
-/// kernels' source asserts equal).
-inline constexpr uint32_t kGemmWgmmaSharedBytes = 3 * 4 * 8192 + 1024 - 16,
+/// The dynamic shared memory of gptc's wgmma GEMMs, the same in both block
+/// shapes: six stages of four 8 KB tiles (taking turns) or four of six
+/// (wide), then 8 warps' 16 x 40 staged floats and the barriers (96 bytes
+/// padded to 1,024), and 1,008 bytes to align them to 1,024
+/// (gemm_wgmma.cuh's figures, which the kernels' source asserts equal).
+inline constexpr uint32_t kGemmWgmmaSharedBytes =
+                              6 * 4 * 8192 + 8 * 16 * 40 * 4 + 1024 + 1024 - 16,
                           kGemmWgmmaWideSharedBytes =
                               4 * 6 * 8192 + 8 * 16 * 40 * 4 + 1024 + 1024 - 16;
 /// What a GemmFallback kernel `name` asks for beside its static shared
@@ -345,10 +357,10 @@ inline uint32_t gemmFallbackSharedBytes(std::string_view name) {
     return kGemmWgmmaWideSharedBytes;
   return name.substr(0, 11) == "gemm_wgmma_" ? kGemmWgmmaSharedBytes : 0;
 }
-/// The threads a block of GemmFallback kernel `name`: 384 for the wide
-/// wgmma GEMMs (a warpgroup that copies, two that multiply), else 256.
+/// The threads a block of GemmFallback kernel `name`: 384 for the wgmma
+/// GEMMs (a warpgroup that copies, two that multiply), else 256.
 inline unsigned gemmFallbackThreads(std::string_view name) {
-  return name.substr(0, 16) == "gemm_wgmma_wide_" ? 384 : 256;
+  return name.substr(0, 11) == "gemm_wgmma_" ? 384 : 256;
 }
 
 struct Function {

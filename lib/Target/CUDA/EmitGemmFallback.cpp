@@ -51,10 +51,14 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
             std::string("gemmWgmmaBiasGelu<") +
                 (kind == GemmFallback::WgmmaWideBiasGelu ? "true" : "false") +
                 ">(a, b, bias, out, pre, m, n, k)"};
+  case GemmFallback::WgmmaGeluGradBias:
   case GemmFallback::WgmmaWideGeluGradBias:
-    return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
-                T + " *out, float *partials, i64 m, i64 n, i64 k",
-            "gemmWgmmaGeluGradBias(a, b, pre, out, partials, m, n, k)"};
+    return {
+        "const " + T + " *a, const " + T + " *b, const " + T + " *pre, " + T +
+            " *out, float *partials, i64 m, i64 n, i64 k",
+        std::string("gemmWgmmaGeluGradBias<") +
+            (kind == GemmFallback::WgmmaWideGeluGradBias ? "true" : "false") +
+            ">(a, b, pre, out, partials, m, n, k)"};
   case GemmFallback::WgmmaBias:
   case GemmFallback::WgmmaWideBias:
     return {"const " + T + " *a, const " + T + " *b, const " + T + " *bias, " +
@@ -90,19 +94,18 @@ bool isWideWgmmaGemm(GemmFallback kind) {
 bool isWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaBiasGelu ||
          kind == GemmFallback::WgmmaGeluGrad ||
+         kind == GemmFallback::WgmmaGeluGradBias ||
          kind == GemmFallback::WgmmaPlain || kind == GemmFallback::WgmmaBias ||
          isWideWgmmaGemm(kind);
 }
 
 /// 256 threads; the column partials at least 4 blocks an SM (64
 /// registers), so that one wave of them (partialRows) has its rows in
-/// flight on every SM; the narrow wgmma GEMMs 2 (128 registers), so that
-/// one block's epilogue runs under the other's products; the wide ones 384
-/// threads, 1 block (their 214 KB of stages and staged results).
+/// flight on every SM; the wgmma GEMMs 384 threads, 1 block (their 213 KB
+/// of stages and staged results).
 std::string launchBounds(GemmFallback kind) {
   return kind == GemmFallback::ColumnPartials ? "256, 4"
-         : isWideWgmmaGemm(kind)              ? "384, 1"
-         : isWgmmaGemm(kind)                  ? "256, 2"
+         : isWgmmaGemm(kind)                  ? "384, 1"
                                               : "256";
 }
 

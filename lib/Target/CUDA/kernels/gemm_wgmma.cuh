@@ -6,47 +6,49 @@
 // forward 159.5 µs a call and its DGELU the backward 162.5, where c_proj's
 // plain GEMMs of the same FLOPs took 102.7 and 107.1: cuBLASLt's epilogue
 // runs after the product, reading and writing while the SM's tensor cores
-// idle. Here either two blocks share an SM, so that one block's epilogue
-// runs under the other's products (128 x 128 tiles), or one block an SM
-// walks 128 x 256 tiles, warp-specialized: a warpgroup copies the next
-// tile's operands while two others run this tile's epilogue. Each is one
-// more way GEMM tuning times at load (rt::GemmFallback::WgmmaBiasGelu,
-// WgmmaGeluGrad and their WgmmaWide* twins), kept only where it is faster
-// and computes what cuBLASLt's way does. The same blocks with no
-// epilogue (WgmmaPlain: the plain GEMMs with a transposed b) or the bias
-// alone (WgmmaBias: the forward's other projections) are ways too, so
-// that tuning also says what the products cost with a light epilogue.
+// idle. Here one block an SM walks the result's tiles, warp-specialized:
+// a warpgroup copies a and b into a ring of stages, and two others
+// multiply, in one of two block shapes. Each is one more way GEMM tuning
+// times at load (rt::GemmFallback::WgmmaBiasGelu, WgmmaGeluGrad and their
+// WgmmaWide* twins), kept only where it is faster and computes what
+// cuBLASLt's way does. The same blocks with no epilogue (WgmmaPlain: the
+// plain GEMMs with a transposed b) or the bias alone (WgmmaBias: the
+// forward's other projections) are ways too, so that tuning also says
+// what the products cost with a light epilogue.
 //
-// The narrow blocks: two warpgroups take a 128 x 128 tile of the result,
-// each 64 rows of it as one m64n128k16 accumulator, 64 floats a thread.
-// a ([m, k], row-major) and b ([k, n] row-major, an N-major B; or [n, k],
-// a K-major one) come 64 columns of k at a time through kStages buffers
-// of wg::SwizzledTiles, copied by every thread with cp.async kStages - 1
-// steps ahead of the products, which read them from shared memory (no A
-// fragments); one step's products stay in flight while the block waits
-// for the next step's copies. The wide blocks (gemmWgmmaWide): the same
-// stages, 4 of 128 x 256, filled by a warpgroup of their own, and two
-// m64n256k16 accumulators of 128 floats a thread; the stages change hands
-// through mbarriers. Why: Nsight Compute on the earlier wide blocks
-// (forty-seventh session, H200), where every thread copied and
-// multiplied, found 8 warps an SM, the tensor pipe 40% busy, and each
-// tile's first copies and its epilogue in series with its products.
+// - Taking turns (128 x 128 tiles, gemm::Turns): each multiplying
+//   warpgroup takes every other tile whole, as two m64n128k16
+//   accumulators (128 floats a thread), and the two take turns at the
+//   tensor cores: one's products start once the other's are all issued,
+//   so that each one's epilogue runs under the other's products (CUTLASS's
+//   "ping-pong"). 6 stages of 32 KB.
+// - Sharing (128 x 256 tiles, gemm::Wide): both take each tile, 64 rows
+//   each as one m64n256k16 accumulator (128 floats a thread), and run its
+//   epilogue together while the copier fills the stages for the next
+//   tile: a quarter fewer bytes from L2 a FLOP (85 FLOP a byte against
+//   64), the epilogue in series with the products. 4 stages of 48 KB.
 //
-// m is a multiple of 128, n of the block's columns, k of 64; every
-// pointer 16-byte aligned. The tiles walk n fastest: a block's 128 rows
-// of a stay in L2 for the blocks beside it, and b (GPT-2's 4.7 MB) for
-// all.
+// Why warp-specialized: Nsight Compute on the forty-seventh session's
+// blocks (H200), where every thread copied and multiplied, found the
+// 128-column ones (two blocks an SM) waiting on their copies and the
+// epilogue's loads, and the 256-column ones at 8 warps an SM, the tensor
+// pipe 40% busy, each tile's first copies and its epilogue in series
+// with its products. The stages change hands through mbarriers, `full`
+// once a stage's copies landed, `empty` once its products are done; only
+// the copier waits for copies, only the multipliers for products.
+//
+// m is a multiple of 128, n of the tile's columns, k of 64; every pointer
+// 16-byte aligned. The tiles walk n fastest: a block's 128 rows of a stay
+// in L2 for the blocks beside it, and b (GPT-2's 4.7 MB) for all.
 //
 //===----------------------------------------------------------------------===//
 
 #if GPTC_WGMMA
 namespace gemm {
 
-constexpr int kRows = 128, kDepth = 64, kThreads = 256;
-/// The wide blocks' threads: a warpgroup that copies, two that multiply
-/// (the narrow blocks' two). (Enumerators: the narrow blocks' source has
-/// no use for them, and no warning.)
-enum : int { kCopiers = 128, kMultipliers = kThreads };
+constexpr int kRows = 128, kDepth = 64;
+/// A warpgroup that copies, two that multiply.
+enum : int { kCopiers = 128, kMultipliers = 256 };
 
 /// One stage's operands: a's two 64-row halves, and b's kColTiles tiles of
 /// 64 columns (K rows and N columns N-major, N rows and K columns K-major),
@@ -54,25 +56,25 @@ enum : int { kCopiers = 128, kMultipliers = kThreads };
 template <int kColTiles> struct Stage {
   wg::SwizzledTile<64> a[2], b[kColTiles];
 };
-template <int kColTiles, int kStages> struct Tiles {
+/// A block's shared memory: kStages stages of a 128 x 64·kColTiles tile;
+/// each multiplying warp's results of 16 rows by 32 columns as floats,
+/// staged so that its lanes store 4 adjacent ones (a row's 32 columns 40
+/// floats apart, so that a warp's writes of 2 meet each bank once a
+/// half-warp); the stages' barriers, and with kTurns the multipliers'
+/// turns (`turn[g]`: warpgroup g may start its next tile's products).
+template <int kColTiles, int kStages, bool kTurns> struct Specialized {
+  static constexpr int kTiles = kColTiles, kRing = kStages;
+  static constexpr bool kTakesTurns = kTurns;
+  /// A multiplying warpgroup's accumulators: 2 of 64 rows taking turns,
+  /// else one (its half of the tile).
+  static constexpr int kAccumulators = kTurns ? 2 : 1;
   Stage<kColTiles> stage[kStages];
-};
-/// The two block shapes, both timed at load: 128 x 128 through 3 stages
-/// (96 KB: 2 blocks an SM, one's epilogue under the other's products), or
-/// 128 x 256 through 4 (192 KB, 1 block an SM, which walks the tiles: a
-/// quarter fewer bytes from L2 a FLOP, 85 FLOP a byte against 64).
-using Narrow = Tiles<2, 3>;
-constexpr int kWideStages = 4;
-/// The wide blocks' shared memory: the stages; each multiplying warp's
-/// results of 16 rows by 32 columns as floats, staged so that its lanes
-/// store 4 adjacent ones (a row's 32 columns 40 floats apart, so that a
-/// warp's writes of 2 meet each bank once a half-warp); and the stages'
-/// barriers.
-struct Specialized {
-  Stage<4> stage[kWideStages];
   float staged[8][16][40];
-  unsigned long long full[kWideStages], empty[kWideStages];
+  unsigned long long full[kStages], empty[kStages], turn[2];
 };
+/// The two block shapes, both timed at load, in the same 213 KB.
+using Turns = Specialized<2, 6, true>;
+using Wide = Specialized<4, 4, false>;
 
 } // namespace gemm
 
@@ -81,9 +83,9 @@ struct Specialized {
 template <class T> constexpr unsigned gemmWgmmaSharedBytes() {
   return sizeof(T) + 1024 - 16;
 }
-constexpr unsigned kGemmWgmmaSharedBytes = gemmWgmmaSharedBytes<gemm::Narrow>(),
+constexpr unsigned kGemmWgmmaSharedBytes = gemmWgmmaSharedBytes<gemm::Turns>(),
                    kGemmWgmmaWideSharedBytes =
-                       gemmWgmmaSharedBytes<gemm::Specialized>();
+                       gemmWgmmaSharedBytes<gemm::Wide>();
 
 /// B's descriptor for a stage's columns at k16 step kc: the b tiles lie
 /// back to back, 8 KB apart. K-major, they are 64·kColTiles rows of 128
@@ -102,11 +104,12 @@ gemmBTiles(const gemm::Stage<kColTiles> &st, int kc) {
 }
 
 /// Starts the copies of depth tile `dt` of the 128 x 64·kColTiles tile at
-/// (row0, col0) into stage `st`, by kCopiers threads (not committed).
-template <bool kKMajorB, int kCopiers, int kColTiles>
+/// (row0, col0) into stage `st`, by the kCopiers threads (not committed).
+template <bool kKMajorB, int kColTiles>
 __device__ __forceinline__ void
 gemmLoadStage(gemm::Stage<kColTiles> &st, const bf16 *a, const bf16 *b, i64 n,
               i64 k, i64 row0, i64 col0, int dt) {
+  using gemm::kCopiers;
   const i64 k0 = i64(dt) * gemm::kDepth;
   for (int h = 0; h < 2; ++h)
     st.a[h].template loadAsync<kCopiers>(a + k0, k, row0 + 64 * h);
@@ -118,219 +121,173 @@ gemmLoadStage(gemm::Stage<kColTiles> &st, const bf16 *a, const bf16 *b, i64 n,
   }
 }
 
-/// The product a·b of the 128 x 64·kColTiles tile at (row0, col0) into
-/// d, this warpgroup's 64 rows, every product landed: a [m, k] by b [k,
-/// n] row-major (an N-major B), or with kKMajorB b [n, k] (a K-major B,
-/// read transposed). The stages' copies and products are done when it
-/// returns, but the other warpgroup's may still read the last stage.
-template <bool kKMajorB, int kColTiles, int kStages>
-__device__ __forceinline__ void
-gemmWgmmaTile(gemm::Tiles<kColTiles, kStages> &t, const bf16 *a, const bf16 *b,
-              i64 n, i64 k, i64 row0, i64 col0, float (&d)[8 * kColTiles][4]) {
-  using namespace gemm;
-  using Stage = gemm::Stage<kColTiles>;
-  const int depthTiles = int(k / kDepth);
-  auto load = [&](int dt, int s) {
-    gemmLoadStage<kKMajorB, kThreads>(t.stage[s], a, b, n, k, row0, col0, dt);
-  };
-  for (int s = 0; s + 1 < kStages; ++s) {
-    if (s < depthTiles)
-      load(s, s);
-    commitCopies(); // (empty past the end: the waits count groups)
-  }
-  const int group = threadIdx.x / 128; // this warpgroup's 64 rows
-  for (int dt = 0; dt < depthTiles; ++dt) {
-    const int s = dt % kStages;
-    waitCopies<kStages - 2>(); // depth tile dt's copies, this thread's
-    fenceProxyAsync();
-    __syncthreads(); // every thread's copies of dt landed
-    // dt's products queue behind dt - 1's, which may still run (the same
-    // accumulators and shape: the ISA orders them), so the tensor cores
-    // need not wait for this loop's barriers and copies.
-    const Stage &st = t.stage[s];
-    wgmmaFence(d);
-#pragma unroll
-    for (int kc = 0; kc < kDepth / 16; ++kc)
-      wgmmaBf16<!kKMajorB>(d, st.a[group].rowsAlongM(kc),
-                           gemmBTiles<kKMajorB>(st, kc), dt > 0 || kc > 0);
-    wgmmaCommit();
-    wgmmaWait<1>(); // this warpgroup's products of dt - 1
-    // Both warpgroups' products of dt - 1 are done with its stage, which
-    // depth tile dt + kStages - 1 fills.
-    __syncthreads();
-    if (dt + kStages - 1 < depthTiles)
-      load(dt + kStages - 1, (dt + kStages - 1) % kStages);
-    commitCopies();
-  }
-  wgmmaWait<0>();
-  wgmmaFenceOperands(d);
-}
-
-/// Where this thread's accumulators d[j][2h], d[j][2h + 1] lie in its
-/// warpgroup's 64 rows of a tile: row (of the tile's 128) and column (of
-/// its own), for each 8-column step j and half h. Warp w holds rows 16w +
-/// lane/4 and 8 below, columns 8j + 2(lane % 4) and one more.
-__device__ __forceinline__ int gemmTileRow(int half) {
-  return 64 * (threadIdx.x / 128) + 16 * (threadIdx.x / 32 % 4) +
-         threadIdx.x % 32 / 4 + 8 * half;
-}
-__device__ __forceinline__ int gemmTileColumn(int j) {
-  return 8 * j + 2 * (threadIdx.x % 4);
-}
-
-/// gptc's wgmma GEMM with `Epilogue` (GemmBiasGelu, GemmGeluGrad): out[i]
-/// = the epilogue's output i of the product a·b (see gemmWgmmaTile) and,
-/// where it reads one, its operand at the same element, all [m, n] bf16.
-/// 128 x 128 blocks, one tile each: grid (n / 128, m / 128), blockDim.x ==
-/// 256; each thread stores its two adjacent results of a row at a time.
-template <bool kKMajorB, class Epilogue>
-__device__ __forceinline__ void
-gemmWgmmaNarrow(const bf16 *a, const bf16 *b,
-                bf16 *const (&out)[Epilogue::kOutputs], i64 n, i64 k,
-                const Epilogue &epilogue) {
-  auto &t = wg::dynamicSharedAs<gemm::Narrow>();
-  const i64 row0 = i64(blockIdx.y) * gemm::kRows, col0 = i64(blockIdx.x) * 128;
-  float d[16][4];
-  gemmWgmmaTile<kKMajorB>(t, a, b, n, k, row0, col0, d);
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const i64 col = col0 + gemmTileColumn(j),
-                at = (row0 + gemmTileRow(half)) * n + col;
-      const float p[2] = {d[j][2 * half], d[j][2 * half + 1]};
-      float x[2] = {}, o[Epilogue::kOutputs][2];
-      if constexpr (Epilogue::kReadsOperand)
-        load2(epilogue.operand(at, col), x);
-      epilogue.apply(p, x, o);
-#pragma unroll
-      for (int i = 0; i < Epilogue::kOutputs; ++i)
-        store2(out[i] + at, o[i]);
-    }
-}
-
-/// The wide blocks' copier (their first warpgroup): fills the stages in
-/// turn, tile after tile, a stage again once both multiplying warpgroups
-/// released it (`empty`), and hands each over (`full`) once its copies
+/// The copier (the block's first warpgroup): fills the stages in turn,
+/// the block's tiles one after another, a stage again once its products
+/// are done (`empty`), and hands each over (`full`) once its copies
 /// landed, which it waits for a fill later, so that two are in flight.
 /// Where the epilogue reads a matrix (GELU's derivative: the
 /// pre-activation, which the forward wrote long before, out of L2), it
 /// asks for the tile's rows of it into L2 as the tile's copies start: a
 /// tile's products ahead of the epilogue that reads them.
-template <bool kKMajorB, class Epilogue>
+template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
-gemmCopyStages(gemm::Specialized &s, const bf16 *a, const bf16 *b, i64 n, i64 k,
-               int tiles, int colTiles, const Epilogue &epilogue) {
+gemmCopyStages(Shape &s, const bf16 *a, const bf16 *b, i64 n, i64 k, int tiles,
+               int colTiles, const Epilogue &epilogue) {
   using namespace gemm;
+  constexpr int kCols = 64 * Shape::kTiles, kStages = Shape::kRing;
   const int depthTiles = int(k / kDepth);
   int fill = 0; // the stages filled so far
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const i64 row0 = i64(tile / colTiles) * kRows,
-              col0 = i64(tile % colTiles) * 256;
-    if constexpr (Epilogue::kOperandRows) // 128 rows of 512 bytes, 4 lines
+              col0 = i64(tile % colTiles) * kCols;
+    if constexpr (Epilogue::kOperandRows) // 128 rows, lines of 128 bytes
 #pragma unroll
-      for (int line = 0; line < 4; ++line)
+      for (int line = 0; line < Shape::kTiles; ++line)
         prefetchL2(epilogue.operand((row0 + threadIdx.x) * n + col0 + 64 * line,
                                     col0 + 64 * line));
     for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
-      const int st = fill % kWideStages;
-      if (fill >= kWideStages) // its last fill's products are done
-        mbarrierWait(&s.empty[st], (fill / kWideStages - 1) & 1);
-      gemmLoadStage<kKMajorB, kCopiers>(s.stage[st], a, b, n, k, row0, col0,
-                                        dt);
+      const int st = fill % kStages;
+      if (fill >= kStages) // its last fill's products are done
+        mbarrierWait(&s.empty[st], (fill / kStages - 1) & 1);
+      gemmLoadStage<kKMajorB>(s.stage[st], a, b, n, k, row0, col0, dt);
       commitCopies();
       if (fill > 0) { // the fill before this one landed: hand it over
         waitCopies<1>();
         fenceProxyAsync();
-        mbarrierArrive(&s.full[(fill - 1) % kWideStages]);
+        mbarrierArrive(&s.full[(fill - 1) % kStages]);
       }
     }
   }
   if (fill > 0) {
     waitCopies<0>();
     fenceProxyAsync();
-    mbarrierArrive(&s.full[(fill - 1) % kWideStages]);
+    mbarrierArrive(&s.full[(fill - 1) % kStages]);
   }
 }
 
-/// The wide blocks' multipliers (their second and third warpgroups, 64
-/// rows of a tile each): each stage's products once it is full, released
-/// once they are done (one step later: one step's products stay in
-/// flight); then the epilogue, each warp 32 columns of its 16 rows at a
-/// time, staged as floats so that each lane takes 4 adjacent results (8
-/// bytes of each output, 64 of a row a quarter-warp), its operand loaded
-/// a step ahead.
-template <bool kKMajorB, class Epilogue>
+/// Taking turns: warpgroup `group` waits before the products of the
+/// block's tile i (its every other) until the other issued all of tile
+/// i - 1's (the other's arrival after its tile (i - 1): phase (i - 1) / 2
+/// of turn[group]), and then lets the other on (gemmPassTurn).
+template <class Shape>
+__device__ __forceinline__ void gemmAwaitTurn(Shape &s, int group, int i) {
+  if (i > 0)
+    mbarrierWait(&s.turn[group], ((i - 1) / 2) & 1);
+}
+template <class Shape>
+__device__ __forceinline__ void gemmPassTurn(Shape &s, int group) {
+  mbarrierArrive(&s.turn[1 - group]);
+}
+
+/// The multipliers (the block's second and third warpgroups): each stage's
+/// products once it is full, released once they are done (one step later:
+/// one step's products stay in flight); then the epilogue, each warp 32
+/// columns of its 16 rows of an accumulator at a time, staged as floats so
+/// that each lane takes 4 adjacent results (8 bytes of each output, 64 of
+/// a row a quarter-warp), its operand loaded a step ahead. Sharing
+/// (gemm::Wide), warpgroup g takes rows 64g.. of every tile; taking turns
+/// (gemm::Turns), all rows of every other tile of the block's, g's first:
+/// g waits for its turn before a tile's first products, and gives the
+/// other its turn once its last stage is full and its products issued (so
+/// the other, which then waits for stages filled after those, never waits
+/// on a barrier's phase of a lap before).
+template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
-gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
-                   i64 n, i64 k, int tiles, int colTiles,
-                   const Epilogue &epilogue) {
+gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
+                   i64 k, int tiles, int colTiles, const Epilogue &epilogue) {
   using namespace gemm;
+  constexpr int kCols = 64 * Shape::kTiles, kStages = Shape::kRing,
+                kAccs = Shape::kAccumulators, kTurns = Shape::kTakesTurns;
+  // An accumulator's 32-column steps of the epilogue, and all of them.
+  constexpr int kSteps = kCols / 32, kAllSteps = kAccs * kSteps;
   const int depthTiles = int(k / kDepth);
   const int group = (threadIdx.x - kCopiers) / 128,
             warp = (threadIdx.x - kCopiers) / 32, lane = threadIdx.x % 32;
   float(&staged)[16][40] = s.staged[warp];
-  int fill = 0;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  // The block's tiles this warpgroup takes: every one, or every other.
+  const int first = kTurns ? group : 0, stride = kTurns ? 2 : 1;
+  for (int i = first; int(blockIdx.x) + i * int(gridDim.x) < tiles;
+       i += stride) {
+    const int tile = int(blockIdx.x) + i * int(gridDim.x);
     const i64 row0 = i64(tile / colTiles) * kRows,
-              col0 = i64(tile % colTiles) * 256;
-    float d[32][4];
+              col0 = i64(tile % colTiles) * kCols;
+    int fill = i * depthTiles; // the tile's first stage
+    if constexpr (kTurns)
+      gemmAwaitTurn(s, group, i);
+    float d[kAccs][8 * Shape::kTiles][4];
     for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
-      const int st = fill % kWideStages;
-      mbarrierWait(&s.full[st], (fill / kWideStages) & 1);
-      const Stage<4> &stage = s.stage[st];
-      wgmmaFence(d);
+      const int st = fill % kStages;
+      mbarrierWait(&s.full[st], (fill / kStages) & 1);
+      const Stage<Shape::kTiles> &stage = s.stage[st];
+      if constexpr (kTurns)
+        wgmmaFence(d[0], d[1]);
+      else
+        wgmmaFence(d[0]);
 #pragma unroll
       for (int kc = 0; kc < kDepth / 16; ++kc)
-        wgmmaBf16<!kKMajorB>(d, stage.a[group].rowsAlongM(kc),
-                             gemmBTiles<kKMajorB>(stage, kc), dt > 0 || kc > 0);
+#pragma unroll
+        for (int acc = 0; acc < kAccs; ++acc)
+          wgmmaBf16<!kKMajorB>(
+              d[acc], stage.a[kTurns ? acc : group].rowsAlongM(kc),
+              gemmBTiles<kKMajorB>(stage, kc), dt > 0 || kc > 0);
       wgmmaCommit();
+      if constexpr (kTurns)
+        if (dt + 1 == depthTiles)
+          gemmPassTurn(s, group);
       wgmmaWait<1>(); // this warpgroup's products of the fill before
       if (dt > 0)
-        mbarrierArrive(&s.empty[(fill - 1) % kWideStages]);
+        mbarrierArrive(&s.empty[(fill - 1) % kStages]);
     }
     wgmmaWait<0>();
-    wgmmaFenceOperands(d);
-    mbarrierArrive(&s.empty[(fill - 1) % kWideStages]);
-    // This warp's rows of the tile: 16 from rowBase. Lane's element i of
-    // step c: row 4i + lane/8, column 32c + 4(lane % 8) of them.
-    const i64 rowBase = row0 + 64 * group + 16 * (warp % 4);
-    auto element = [&](int c, int i) {
-      return (rowBase + 4 * i + lane / 8) * n + col0 + 32 * c + 4 * (lane % 8);
+#pragma unroll
+    for (int acc = 0; acc < kAccs; ++acc)
+      wgmmaFenceOperands(d[acc]);
+    mbarrierArrive(&s.empty[(fill - 1) % kStages]);
+    // This warp's rows of accumulator acc: 16 from rowBase(acc). Lane's
+    // element r of step c: row 4r + lane/8, column 32c + 4(lane % 8).
+    auto rowBase = [&](int acc) {
+      return row0 + 64 * (kTurns ? acc : group) + 16 * (warp % 4);
     };
-    auto column = [&](int c) { return col0 + 32 * c + 4 * (lane % 8); };
+    auto element = [&](int step, int r) {
+      return (rowBase(step / kSteps) + 4 * r + lane / 8) * n + col0 +
+             32 * (step % kSteps) + 4 * (lane % 8);
+    };
+    auto column = [&](int step) {
+      return col0 + 32 * (step % kSteps) + 4 * (lane % 8);
+    };
     uint2 operand[2][4] = {}; // this step's and the next's, as loaded
     if constexpr (Epilogue::kReadsOperand)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        operand[0][i] = loadPacked4(epilogue.operand(element(0, i), column(0)));
+      for (int r = 0; r < 4; ++r)
+        operand[0][r] = loadPacked4(epilogue.operand(element(0, r), column(0)));
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int step = 0; step < kAllSteps; ++step) {
+      const int acc = step / kSteps, c = step % kSteps;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float v[2] = {d[4 * c + j][2 * half],
-                              d[4 * c + j][2 * half + 1]};
+          const float v[2] = {d[acc][4 * c + j][2 * half],
+                              d[acc][4 * c + j][2 * half + 1]};
           store2(&staged[lane / 4 + 8 * half][8 * j + 2 * (lane % 4)], v);
         }
       __syncwarp();
-      if (Epilogue::kReadsOperand && c + 1 < 8)
+      if (Epilogue::kReadsOperand && step + 1 < kAllSteps)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          operand[(c + 1) % 2][i] =
-              loadPacked4(epilogue.operand(element(c + 1, i), column(c + 1)));
+        for (int r = 0; r < 4; ++r)
+          operand[(step + 1) % 2][r] = loadPacked4(
+              epilogue.operand(element(step + 1, r), column(step + 1)));
       float sums[4] = {}; // of output 0's columns, over this lane's rows
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int r = 0; r < 4; ++r) {
         float p[4], x[4] = {}, o[Epilogue::kOutputs][4];
-        load4(&staged[4 * i + lane / 8][4 * (lane % 8)], p);
+        load4(&staged[4 * r + lane / 8][4 * (lane % 8)], p);
         if constexpr (Epilogue::kReadsOperand)
-          unpack4<bf16>(operand[c % 2][i], x);
+          unpack4<bf16>(operand[step % 2][r], x);
         epilogue.apply(p, x, o);
 #pragma unroll
         for (int e = 0; e < Epilogue::kOutputs; ++e)
-          store4(out[e] + element(c, i), o[e]);
+          store4(out[e] + element(step, r), o[e]);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           sums[e] += o[0][e];
@@ -343,36 +300,39 @@ gemmMultiplyStages(gemm::Specialized &s, bf16 *const (&out)[Epilogue::kOutputs],
           sums[e] += __shfl_xor_sync(0xffffffffu, sums[e], 16);
         }
         if (lane < 8)
-          store4(epilogue.partials + rowBase / 16 * n + column(c), sums);
+          store4(epilogue.partials + rowBase(acc) / 16 * n + column(step),
+                 sums);
       }
       __syncwarp(); // the staged results read before the next are written
     }
   }
 }
 
-/// The same in 128 x 256 tiles, warp-specialized: one block an SM walks
-/// them (tile r · n/256 + c at rows 128r, columns 256c; grid ≤ the tiles,
-/// blockDim.x == 384). The first warpgroup copies a and b into the stages
-/// (gemmCopyStages), the other two multiply, each 64 rows of the tile as
-/// one m64n256k16 accumulator, and run the epilogue while the first fills
-/// the stages for the next tile (gemmMultiplyStages). Only the copier
-/// waits for copies, only the multipliers for products, and no barrier
-/// stops the block: the stages change hands through mbarriers, `full`
-/// once a stage's copies landed, `empty` once both warpgroups' products
-/// read it.
-template <bool kKMajorB, class Epilogue>
+/// gptc's wgmma GEMM with `Epilogue` (GemmBiasGelu, GemmGeluGrad, ...) in
+/// block shape `Shape`: out[i] = the epilogue's output i of the product
+/// a·b, [m, n] bf16, a [m, k] and b [k, n] row-major (an N-major B), or
+/// with kKMajorB b [n, k] (a K-major one, read transposed). One block an
+/// SM walks the tiles (tile r · n/C + c at rows 128r, columns Cc, C the
+/// shape's columns; grid ≤ the tiles, blockDim.x == 384): the first
+/// warpgroup copies (gemmCopyStages), the other two multiply and run the
+/// epilogue (gemmMultiplyStages).
+template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
-gemmWgmmaWide(const bf16 *a, const bf16 *b,
+gemmWgmmaWalk(const bf16 *a, const bf16 *b,
               bf16 *const (&out)[Epilogue::kOutputs], i64 m, i64 n, i64 k,
               const Epilogue &epilogue) {
   using namespace gemm;
-  auto &s = wg::dynamicSharedAs<Specialized>();
-  const int colTiles = int(n / 256), tiles = int(m / kRows) * colTiles;
-  if (threadIdx.x == 0)
-    for (int i = 0; i < kWideStages; ++i) {
+  auto &s = wg::dynamicSharedAs<Shape>();
+  const int colTiles = int(n / (64 * Shape::kTiles)),
+            tiles = int(m / kRows) * colTiles;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < Shape::kRing; ++i) {
       mbarrierInit(&s.full[i], kCopiers);
-      mbarrierInit(&s.empty[i], kMultipliers);
+      mbarrierInit(&s.empty[i], Shape::kTakesTurns ? 128 : kMultipliers);
     }
+    for (int g = 0; g < 2; ++g)
+      mbarrierInit(&s.turn[g], 128);
+  }
   __syncthreads(); // the barriers initialised
   if (threadIdx.x < kCopiers) {
     lowerRegisters<40>();
@@ -382,14 +342,19 @@ gemmWgmmaWide(const bf16 *a, const bf16 *b,
     gemmMultiplyStages<kKMajorB>(s, out, n, k, tiles, colTiles, epilogue);
   }
 }
+/// The block shape of an entry point's kWide: 128 x 256 tiles shared,
+/// else 128 x 128 taken in turns.
+template <bool kWide> struct GemmShapeOf { using type = gemm::Turns; };
+template <> struct GemmShapeOf<true> { using type = gemm::Wide; };
+template <bool kWide> using GemmShape = typename GemmShapeOf<kWide>::type;
 
 /// The epilogues: each reads one bf16 operand at the result's elements
 /// (kReadsOperand; `operand`: the bias at the column, or a matrix of the
-/// result's shape, which the wide blocks' copier prefetches into L2 a tile
-/// ahead: kOperandRows) and makes its outputs from the float32 product p
-/// and the operand x, W adjacent elements at a time (`apply`). With
-/// kColumnPartials (the wide blocks alone), output 0's column sums over
-/// each 16 rows go to `partials` too, [m / 16, n] float32.
+/// result's shape, which the copier prefetches into L2 a tile ahead:
+/// kOperandRows) and makes its outputs from the float32 product p and the
+/// operand x, W adjacent elements at a time (`apply`). With
+/// kColumnPartials, output 0's column sums over each 16 rows go to
+/// `partials` too, [m / 16, n] float32.
 ///
 /// The bias [n] at the result's column, the operand of GemmBiasGelu and
 /// GemmBias.
@@ -480,16 +445,15 @@ struct GemmBias : BiasOperand {
 };
 
 /// pre = a·b + bias, out = GELU(pre), both [m, n] bf16; bias [n] bf16; b
-/// [k, n]. kWide: 128 x 256 tiles, one block an SM (gemmWgmmaWide).
+/// [k, n]. kWide: 128 x 256 tiles shared, else 128 x 128 taken in turns
+/// (GemmShape).
 template <bool kWide>
 __device__ void gemmWgmmaBiasGelu(const bf16 *a, const bf16 *b,
                                   const bf16 *bias, bf16 *out, bf16 *pre, i64 m,
                                   i64 n, i64 k) {
   bf16 *const results[2] = {out, pre};
-  if constexpr (kWide)
-    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBiasGelu{{bias}});
-  else
-    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBiasGelu{{bias}});
+  gemmWgmmaWalk<false, GemmShape<kWide>>(a, b, results, m, n, k,
+                                         GemmBiasGelu{{bias}});
 }
 
 /// out = gelu'(pre) · (a·bᵀ), [m, n] bf16; b [n, k], read transposed (the
@@ -498,20 +462,19 @@ template <bool kWide>
 __device__ void gemmWgmmaGeluGrad(const bf16 *a, const bf16 *b, const bf16 *pre,
                                   bf16 *out, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
-  if constexpr (kWide)
-    gemmWgmmaWide<true>(a, b, results, m, n, k, GemmGeluGrad{pre});
-  else
-    gemmWgmmaNarrow<true>(a, b, results, n, k, GemmGeluGrad{pre});
+  gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k,
+                                        GemmGeluGrad{pre});
 }
 
-/// The same in the wide blocks, with the bias gradient's partial sums
-/// (GemmGeluGradBias): partials [m / 16, n] float32.
+/// The same with the bias gradient's partial sums (GemmGeluGradBias):
+/// partials [m / 16, n] float32. kWide as above.
+template <bool kWide>
 __device__ void gemmWgmmaGeluGradBias(const bf16 *a, const bf16 *b,
                                       const bf16 *pre, bf16 *out,
                                       float *partials, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
-  gemmWgmmaWide<true>(a, b, results, m, n, k,
-                      GemmGeluGradBias{{pre}, partials});
+  gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k,
+                                        GemmGeluGradBias{{pre}, partials});
 }
 /// out = a·bᵀ, [m, n] bf16; b [n, k], read transposed (K-major, as the
 /// backward's input gradients and the lm_head read their weights). kWide
@@ -520,10 +483,7 @@ template <bool kWide>
 __device__ void gemmWgmmaPlain(const bf16 *a, const bf16 *b, bf16 *out, i64 m,
                                i64 n, i64 k) {
   bf16 *const results[1] = {out};
-  if constexpr (kWide)
-    gemmWgmmaWide<true>(a, b, results, m, n, k, GemmPlain{});
-  else
-    gemmWgmmaNarrow<true>(a, b, results, n, k, GemmPlain{});
+  gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k, GemmPlain{});
 }
 /// out = a·b + bias, [m, n] bf16; bias [n]; b [k, n] (N-major, as the
 /// forward's projections read their weights). kWide as above.
@@ -531,9 +491,7 @@ template <bool kWide>
 __device__ void gemmWgmmaBias(const bf16 *a, const bf16 *b, const bf16 *bias,
                               bf16 *out, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
-  if constexpr (kWide)
-    gemmWgmmaWide<false>(a, b, results, m, n, k, GemmBias{{bias}});
-  else
-    gemmWgmmaNarrow<false>(a, b, results, n, k, GemmBias{{bias}});
+  gemmWgmmaWalk<false, GemmShape<kWide>>(a, b, results, m, n, k,
+                                         GemmBias{{bias}});
 }
 #endif // GPTC_WGMMA
