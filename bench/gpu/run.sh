@@ -23,7 +23,8 @@
 # by kind beside gptc's profile (GEMMs, attention, optimizer, the rest);
 # GPT-2 124M at --grad-accum=4 (with and without the gradients summed in
 # place by the launches that write them, and PyTorch's);
-# GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
+# GPT-2 124M with GPTC_PDL=0 (plain launches: no kernel starts under the
+# one before it); GPT-2 124M compiled with --overlap-weight-grads (the weight gradients'
 # GEMMs on a second stream), with --bias-grads=gemm (the output
 # projections' and c_attn's bias gradients in their GEMMs) and with
 # --bias-grads=gelu (c_fc's from the GEMM that writes GELU's derivative,
@@ -51,7 +52,7 @@
 # so the two are measured alike. Prints one summary table last; results go
 # to $OUT (the device tool's) or bench/gpu/results.
 #
-#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [overlap] [biasgemm] [biasgelu] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu] [ownncu]   # a subset
+#   bash bench/gpu/run.sh [probe] [check] [quickcheck] [attn] [tiny] [gpt2] [torch] [pdl] [overlap] [biasgemm] [biasgelu] [castweights] [accum] [gemms] [auto] [wide] [atomic] [fallback] [dgelu] [large] [untuned] [recompute] [wgmma] [ncu] [ownncu]   # a subset
 #
 # (recompute needs a bundle prepared with BENCH_RECOMPUTE=1.)
 set -uo pipefail
@@ -88,7 +89,7 @@ done
 # By default all but recompute (measured three times in the twelfth
 # session, docs/benchmarks.md), so that ncu fits the budget; ask for it by
 # name.
-steps_wanted=" ${*:-probe check attn tiny gpt2 torch overlap biasgemm biasgelu castweights accum gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
+steps_wanted=" ${*:-probe check attn tiny gpt2 torch pdl overlap biasgemm biasgelu castweights accum gemms auto wide wgmma atomic fallback dgelu ncu large untuned} "
 want() { [[ $steps_wanted == *" $1 "* ]]; }
 
 # cuBLASLt: the toolkit's, else the one PyTorch's wheels bring.
@@ -292,6 +293,13 @@ if want torch; then
   step 240 torch python3 "$root/bench/gpu/torch_gpt2.py" --batch="$BATCH" \
     --seq="$SEQ" --steps=20 --warmup=5 --data="$data" --profile=3 \
     --out="$logs/torch.json"
+fi
+
+# Plain launches (GPTC_PDL=0): the step against gpt2-bf16's, whose
+# kernels launch under the one before them (programmatic dependent launch).
+if want pdl; then
+  GPTC_PDL=0 step 90 gpt2-bf16-nopdl "${lib[@]}" "$P/gpt2-bf16" --device=cuda \
+    --data="$data" --steps=20 --seed=1
 fi
 
 # The weight gradients' GEMMs on the side stream, beside the backward's

@@ -47,6 +47,7 @@ Inputs, all in the results directory (missing ones show as "-", or as
   gpt2-bf16-wide{,-profile}.log              the auto program with
                                              GPTC_VARIANT=mma2,atomic128
   gpt2-bf16-untuned.log                      the GPTC_GEMM_TUNE=0 run
+  gpt2-bf16-nopdl.log                        GPTC_PDL=0 (plain launches)
   gpt2-bf16-overlap.log                      --overlap-weight-grads
   gpt2-bf16-biasgemm.log                     --bias-grads=gemm
   gpt2-bf16-biasgelu{,-profile}.log          --bias-grads=gelu
@@ -272,6 +273,8 @@ def main():
     # (K: micro-batches a step; their tokens count, K·B·T a step.)
     for impl, log, K in (("gptc", "gpt2-bf16", 1),
                          ("gptc, untuned GEMMs", "gpt2-bf16-untuned", 1),
+                         ("gptc, plain launches (GPTC_PDL=0)", "gpt2-bf16-nopdl",
+                          1),
                          ("gptc, side-stream weight grads", "gpt2-bf16-overlap", 1),
                          ("gptc, bias gradients in the GEMMs", "gpt2-bf16-biasgemm", 1),
                          ("gptc, c_fc's bias gradient with GELU's derivative",

@@ -26,6 +26,7 @@ namespace gptc::rt::cudaapi {
 // while #fn stays the base name that cuGetProcAddress wants. A name that
 // cuda.h maps to a different function (cuGraphInstantiate) is listed as that
 // function; CudaApi.cpp checks this at compile time.
+// clang-format off
 #define GPTC_CU_FUNCTIONS(X)                                                   \
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)                        \
   X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                          \
@@ -38,10 +39,11 @@ namespace gptc::rt::cudaapi {
   X(cuMemcpyDtoHAsync) X(cuMemsetD8Async) X(cuMemGetInfo)                      \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                 \
   X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel)               \
-  X(cuGetErrorName)                                                            \
+  X(cuLaunchKernelEx) X(cuGetErrorName)                                        \
   X(cuGetErrorString) X(cuStreamBeginCapture) X(cuStreamEndCapture)            \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)            \
   X(cuGraphExecDestroy)
+// clang-format on
 
 struct Driver {
 #define GPTC_DECLARE(fn) decltype(&::fn) fn = nullptr;

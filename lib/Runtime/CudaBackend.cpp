@@ -419,6 +419,30 @@ CudaBackendImpl::prepared(const Function &f) const {
 // Running
 //===----------------------------------------------------------------------===//
 
+CUresult CudaBackendImpl::launchKernel(CUfunction fn, const uint32_t (&grid)[3],
+                                       const uint32_t (&block)[3],
+                                       uint32_t sharedBytes, CUstream stream,
+                                       void **params) const {
+  if (!pdl)
+    return cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1],
+                             block[2], sharedBytes, stream, params, nullptr);
+  CUlaunchAttribute serialized{};
+  serialized.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  serialized.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid[0];
+  config.gridDimY = grid[1];
+  config.gridDimZ = grid[2];
+  config.blockDimX = block[0];
+  config.blockDimY = block[1];
+  config.blockDimZ = block[2];
+  config.sharedMemBytes = sharedBytes;
+  config.hStream = stream;
+  config.attrs = &serialized;
+  config.numAttrs = 1;
+  return cu.cuLaunchKernelEx(&config, fn, params, nullptr);
+}
+
 void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
                               bool timed, CUstream stream) {
   lastLaunch = &pl.label;
@@ -431,11 +455,8 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   }
   if (pl.fn) {
     const LaunchVariant &k = pl.kernel;
-    if (CUresult r = cu.cuLaunchKernel(pl.fn, k.grid[0], k.grid[1], k.grid[2],
-                                       k.block[0], k.block[1], k.block[2],
-                                       k.sharedBytes, stream,
-                                       const_cast<void **>(pl.argPtrs.data()),
-                                       nullptr);
+    if (CUresult r = launchKernel(pl.fn, k.grid, k.block, k.sharedBytes, stream,
+                                  const_cast<void **>(pl.argPtrs.data()));
         r != CUDA_SUCCESS)
       throw DeviceError("cannot launch " + pl.label + ": " + cuError(cu, r));
   } else if (pl.gemm >= 0) {

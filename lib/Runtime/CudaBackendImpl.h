@@ -221,6 +221,9 @@ public:
     syncEach = envOn("GPTC_CUDA_SYNC");
     useGraphs = envSwitch("GPTC_CUDA_GRAPH", {"1", "0"}) == "1" && !profile &&
                 !syncEach;
+    // (Programmatic edges in a captured graph: CUDA 12.3 on.)
+    pdl = envSwitch("GPTC_PDL", {"1", "0"}) == "1" && ccMajor >= 9 &&
+          cu.version >= 12030 && !profile && !syncEach;
     forceGemmFallback = envOn("GPTC_GEMM_FALLBACK");
     dgeluInCublasLt =
         envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
@@ -513,6 +516,12 @@ private:
   CUfunction fallbackKernel(GemmFallback kind, DType t,
                             const std::string &label);
   const std::vector<Prepared> &prepared(const Function &f) const;
+  /// One kernel launch: cuLaunchKernel, or where `pdl` cuLaunchKernelEx
+  /// with programmatic stream serialization (the kernel starts launching
+  /// under the one before it on `stream`, and awaitPriorKernels waits).
+  CUresult launchKernel(CUfunction fn, const uint32_t (&grid)[3],
+                        const uint32_t (&block)[3], uint32_t sharedBytes,
+                        CUstream stream, void **params) const;
   /// Issues one launch on `stream` (the compute stream unless it is the
   /// side stream's).
   void enqueue(const Launch &l, const Prepared &pl, bool timed,
@@ -536,6 +545,9 @@ private:
   int smCount = 1; // streaming multiprocessors: the wide wgmma GEMM's grid
   double peakBytesPerSecond = 0;
   bool profile = false, syncEach = false, useGraphs = true;
+  /// GPTC_PDL: gptc's kernels launched with programmatic stream
+  /// serialization (launchKernel).
+  bool pdl = false;
   bool forceGemmFallback = false;  // GPTC_GEMM_FALLBACK=1
   bool dgeluInCublasLt = false;    // GPTC_GEMM_DGELU=cublaslt
   /// GPTC_GEMM_OWN: gptc's own GEMMs timed among the ways (1), never

@@ -1011,9 +1011,10 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
     values[i] = f.args[i] + stride * uint64_t(loop);
     params[i] = &values[i];
   }
+  const uint32_t grid[3] = {f.grid[0], f.grid[1], 1},
+                 block[3] = {f.threads, 1, 1};
   if (CUresult r =
-          cu.cuLaunchKernel(f.fn, f.grid[0], f.grid[1], 1, f.threads, 1, 1,
-                            f.sharedBytes, stream, params, nullptr);
+          launchKernel(f.fn, grid, block, f.sharedBytes, stream, params);
       r != CUDA_SUCCESS)
     throw DeviceError("cannot launch gptc's kernel of " + label + ": " +
                       cuError(cu, r));

@@ -326,6 +326,43 @@ TEST(CudaBackendFake, MatmulsGraphsAndLaunches) {
   b->synchronize();
 }
 
+/// On compute capability 9.0 (the fake's) gptc's kernels launch with
+/// programmatic stream serialization (GPTC_PDL, on by default: each waits
+/// for the one before inside, awaitPriorKernels), eagerly and captured;
+/// GPTC_PDL=0 launches them plainly, and so does GPTC_PROFILE, whose
+/// events time each kernel alone. The results are the same.
+TEST(CudaBackendFake, KernelsLaunchProgrammaticallySerialized) {
+  FreshCacheDir fresh;
+  auto serialized = hook<int (*)()>("gptcFakeSerializedLaunches");
+  for (auto [name, value, expected] :
+       {std::tuple<const char *, const char *, int>{"GPTC_PDL", "1", 1},
+        {"GPTC_PDL", "0", 0},
+        {"GPTC_PROFILE", "1", 0}}) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    auto b = fakeBackendWith(name, value);
+    ASSERT_TRUE(b);
+    hook<void (*)(int)>("gptcFakeSetArgCount")(2);
+    Program p = program(true);
+    b->load(p);
+    std::vector<float> a = random(24, 1), w = random(20, 2), w2 = random(30, 3);
+    b->upload(A, a.data());
+    b->upload(W, w.data());
+    b->upload(W2, w2.data());
+    serialized();
+    // An eager run, then a captured one: one generated kernel each.
+    for (int run = 0; run < 2; ++run) {
+      b->run(p.functions[0], 0, p.functions[0].launches.size());
+      b->synchronize();
+      EXPECT_EQ(serialized(), expected) << "run " << run;
+    }
+    std::vector<float> y(36);
+    b->download(Y, y.data());
+    HostTensor t = gptc::exec::matmul(tensor({2, 3, 4}, a), tensor({4, 5}, w),
+                                      false, false);
+    expectNear(y, gptc::exec::matmul(t, tensor({6, 5}, w2), false, true).f32);
+  }
+}
+
 /// A weight gradient's GEMM beside the rest (planStreams): %0 x, %1 w
 /// (parameters), %2 t2 = x·w, %3 g = t2ᵀ·x (a gradient, on the side stream:
 /// t2's last read), %4 t3 = x·x, %5 t4 = t3·w, %6 y = t4·w (an output).
@@ -1792,6 +1829,7 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_GEMM_TUNE", "yes",
          "GPTC_GEMM_TUNE=yes: expected 1 or 0 or time"},
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
+        {"GPTC_PDL", "yes", "GPTC_PDL=yes: expected 1 or 0"},
         {"GPTC_GEMM_OWN", "only",
          "GPTC_GEMM_OWN=only: expected 1 or 0 or narrow or wide"},
         {"GPTC_VARIANT", "split,,atomic",

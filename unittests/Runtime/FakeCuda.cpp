@@ -556,6 +556,27 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
       stream);
   return CUDA_SUCCESS;
 }
+/// cuLaunchKernelEx: the launch as cuLaunchKernel's, counted where it
+/// asks for programmatic stream serialization (gptcFakeSerializedLaunches:
+/// how many since the last call), refused with an attribute the backend
+/// has no use for.
+static int serializedLaunches = 0;
+extern "C" int gptcFakeSerializedLaunches() {
+  return std::exchange(serializedLaunches, 0);
+}
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                  void **params, void **extra) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute &a = config->attrs[i];
+    if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
+        a.value.programmaticStreamSerializationAllowed != 1)
+      return CUDA_ERROR_INVALID_VALUE;
+    ++serializedLaunches;
+  }
+  return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                        config->blockDimX, config->blockDimY, config->blockDimZ,
+                        config->sharedMemBytes, config->hStream, params, extra);
+}
 CUresult CUDAAPI cuStreamBeginCapture(CUstream, CUstreamCaptureMode) {
   capturing = true;
   captured.work.clear();

@@ -13,6 +13,12 @@
 //                      table goes to stderr at the end unless profileReport()
 //                      was called
 //   GPTC_CUDA_GRAPH=0  never capture a run into a CUDA graph
+//   GPTC_PDL=1|0       1 (the default, compute capability 9.0 on, not
+//                      with GPTC_PROFILE or GPTC_CUDA_SYNC): launch gptc's
+//                      kernels with programmatic stream serialization, so
+//                      that each starts launching under the one before it
+//                      and waits for it inside (awaitPriorKernels in
+//                      kernels/types.cuh); 0: plain launches
 //   GPTC_CUDA_SYNC=1   synchronise after every launch, so an asynchronous
 //                      fault names the exact launch (slow; for debugging)
 //   GPTC_CUBLASLT=PATH the cuBLASLt library to dlopen first

@@ -60,7 +60,7 @@ void Emitter::begin(const std::string &name, int launchBounds,
   os << "extern \"C\" __global__ void __launch_bounds__(" << launchBounds;
   if (minBlocks && opts.capRegisters)
     os << ", " << minBlocks;
-  os << ")\n" << name << "(" << parameters() << ") {\n";
+  os << ")\n" << name << "(" << parameters() << ") {\n  awaitPriorKernels();\n";
 }
 
 void Emitter::elementLoop(int64_t n) {

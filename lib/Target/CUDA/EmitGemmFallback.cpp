@@ -169,7 +169,8 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
                     : std::string()) +
                "\n//===--- generated ---===//\n\n"
                "extern \"C\" __global__ void __launch_bounds__(" +
-               launchBounds(kind) + ")\n" + k.name + "(" + params + ") {\n" +
+               launchBounds(kind) + ")\n" + k.name + "(" + params +
+               ") {\n  awaitPriorKernels();\n" +
                (own ? "#if GPTC_WGMMA\n  " + call + ";\n#endif\n"
                     : "  " + call + ";\n") +
                "}\n";

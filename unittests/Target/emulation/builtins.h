@@ -260,6 +260,8 @@ struct alignas(8) uint2 {
 };
 /// A hint to the memory system: nothing to do here.
 inline void prefetchL2(const void *) {}
+/// Kernels run one after another here: nothing to wait for.
+inline void awaitPriorKernels() {}
 /// An 8-byte access of four 2-byte elements: aligned to 8 on the GPU.
 template <typename T> inline uint2 loadPacked4(const T *p) {
   static_assert(sizeof(T) == 2, "four 2-byte elements");

@@ -23,6 +23,25 @@ typedef unsigned int u32;
 #endif
 #endif
 
+/// Programmatic dependent launch (sm_90 on): the first statement of every
+/// gptc kernel. It waits until the kernels before it in its stream have
+/// finished and their writes are visible (griddepcontrol.wait), then lets
+/// the next kernel start launching (launch_dependents), whose blocks take
+/// the SMs this one's leave and wait here in turn. The runtime launches
+/// with the programmatic-serialization attribute (GPTC_PDL), so the gap
+/// between two kernels, the next one's launch, is spent under this one;
+/// launched without it, the wait returns at once. Before any access, in
+/// every block: a kernel whose blocks all left without waiting would
+/// count as finished before its predecessor, and the one after it would
+/// read too early.
+__device__ __forceinline__ void awaitPriorKernels() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n"
+               "griddepcontrol.launch_dependents;\n" ::
+                   : "memory");
+#endif
+}
+
 struct bf16 { unsigned short bits; };
 struct f16 { unsigned short bits; };
 
