@@ -34,16 +34,49 @@ MemoryPlanSummary summarizePlan(const Program &p) {
   for (const Function &f : p.functions) {
     size_t n = f.launches.size();
     const std::vector<std::pair<int, int>> ranges = liveRanges(p, f);
+    auto isTemp = [&](size_t b) {
+      return ranges[b].first >= 0 && p.buffers[b].role == Role::Temp;
+    };
     std::vector<int64_t> delta(n + 1, 0);
     for (size_t b = 0; b < p.buffers.size(); ++b)
-      if (auto [first, last] = ranges[b];
-          first >= 0 && p.buffers[b].role == Role::Temp) {
-        delta[first] += p.buffers[b].bytes();
-        delta[std::min<size_t>(size_t(last) + 1, n)] -= p.buffers[b].bytes();
+      if (isTemp(b)) {
+        delta[size_t(ranges[b].first)] += p.buffers[b].bytes();
+        delta[std::min<size_t>(size_t(ranges[b].second) + 1, n)] -=
+            p.buffers[b].bytes();
       }
     int64_t live = 0;
+    int peak = -1;
     for (size_t l = 0; l < n; ++l)
-      s.tempsLive = std::max(s.tempsLive, live += delta[l]);
+      if ((live += delta[l]) > s.tempsLive) {
+        s.tempsLive = live;
+        peak = int(l);
+      }
+    if (peak < 0)
+      continue; // no new peak in f
+    s.peakFunction = f.name;
+    s.peakLaunch = peak;
+    s.peakLaunches = int(n);
+    const Launch &at = f.launches[size_t(peak)];
+    s.peakOp = at.kernel + (at.loc.empty() ? "" : " at " + at.loc);
+    std::vector<size_t> alive;
+    for (size_t b = 0; b < p.buffers.size(); ++b)
+      if (isTemp(b) && ranges[b].first <= peak && peak <= ranges[b].second)
+        alive.push_back(b);
+    s.peakTemps = int(alive.size());
+    // Largest first; among equals, the one alive longest (the lower id).
+    std::stable_sort(alive.begin(), alive.end(), [&](size_t x, size_t y) {
+      return p.buffers[x].bytes() > p.buffers[y].bytes();
+    });
+    s.peakLargest.clear();
+    for (size_t i = 0; i < alive.size() && i < kPeakLargest; ++i) {
+      const Buffer &b = p.buffers[alive[i]];
+      MemoryPlanSummary::LiveTemp t{bufferType(b), b.bytes(), ""};
+      // Its first writer: the launch that starts its range writes it, or a
+      // view of it (an output's root is the temp).
+      const Launch &w = f.launches[size_t(ranges[alive[i]].first)];
+      t.writer = w.kernel + (w.loc.empty() ? "" : " at " + w.loc);
+      s.peakLargest.push_back(std::move(t));
+    }
   }
   return s;
 }
@@ -61,6 +94,17 @@ std::string printMemoryPlan(const MemoryPlanSummary &s) {
       out += row(name, it->second) + "\n";
   out += row("temps (planned, peak)", s.temps) + "  (alive at once " +
          withThousands(s.tempsLive) + ")\n";
+  if (s.peakLaunch >= 0) {
+    out += "    at " + s.peakFunction + " launch " +
+           std::to_string(s.peakLaunch) + " of " +
+           std::to_string(s.peakLaunches) + " (" + s.peakOp +
+           "): " + std::to_string(s.peakTemps) + " temps, the largest:\n";
+    for (const MemoryPlanSummary::LiveTemp &t : s.peakLargest) {
+      std::string line = "      " + t.type;
+      line += std::string(line.size() < 34 ? 34 - line.size() : 1, ' ');
+      out += line + withThousands(t.bytes) + " bytes  from " + t.writer + "\n";
+    }
+  }
   out += row("arena total", s.arena) + "\n";
   return out;
 }

@@ -55,14 +55,6 @@ std::string number(double v) {
   return std::string(buf, r.ptr);
 }
 
-std::string typeOf(const Buffer &b) {
-  std::string s = dtypeName(b.dtype);
-  s += '[';
-  for (size_t i = 0; i < b.shape.size(); ++i)
-    s += (i ? "x" : "") + std::to_string(b.shape[i]);
-  return s + ']';
-}
-
 std::string ids(const std::vector<int> &v, const char *sep) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i)
@@ -142,8 +134,8 @@ void printLaunch(const Program &p, const Function &f, const Launch &l,
     if (id >= 0 && size_t(id) < p.buffers.size() &&
         p.buffers[id].viewOf >= 0 && !viewShown[id]) {
       viewShown[id] = true;
-      os << "    // %" << id << " = view of %" << p.buffers[id].viewOf
-         << " : " << typeOf(p.buffers[id]) << '\n';
+      os << "    // %" << id << " = view of %" << p.buffers[id].viewOf << " : "
+         << bufferType(p.buffers[id]) << '\n';
     }
   os << "    ";
   if (!l.outputs.empty())
@@ -181,8 +173,9 @@ void printLaunch(const Program &p, const Function &f, const Launch &l,
     for (size_t i = 0; i < l.outputs.size(); ++i) {
       int id = l.outputs[i];
       os << (i ? ", " : "")
-         << (id >= 0 && size_t(id) < p.buffers.size() ? typeOf(p.buffers[id])
-                                                       : "?");
+         << (id >= 0 && size_t(id) < p.buffers.size()
+                 ? bufferType(p.buffers[id])
+                 : "?");
     }
   }
   // `kernel<<<grid, block, shared>>>`, labelled when there are variants.
@@ -223,6 +216,14 @@ void printLaunch(const Program &p, const Function &f, const Launch &l,
 
 } // namespace
 
+std::string bufferType(const Buffer &b) {
+  std::string s = dtypeName(b.dtype);
+  s += '[';
+  for (size_t i = 0; i < b.shape.size(); ++i)
+    s += (i ? "x" : "") + std::to_string(b.shape[i]);
+  return s + ']';
+}
+
 std::string printProgram(const Program &p) {
   std::ostringstream os;
   os << "// gptc kernel program\n";
@@ -258,7 +259,7 @@ std::string printProgram(const Program &p) {
     if (b.role == Role::Constant)
       name += constantText(b);
     os << "  " << pad("%" + std::to_string(i), 8, true) << "  "
-       << pad(roleName(b.role), 11) << pad(typeOf(b), 24) << ' '
+       << pad(roleName(b.role), 11) << pad(bufferType(b), 24) << ' '
        << pad(std::to_string(b.offset), 11, true)
        << pad(std::to_string(b.bytes()), 12, true) << "  " << name << '\n';
   }

@@ -17,6 +17,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace gptc::rt {
 
@@ -25,7 +26,20 @@ struct MemoryPlanSummary {
   std::map<Role, int64_t> bound; ///< reserved bytes per role (no Temp)
   int64_t temps = 0;     ///< the temps' region: arena minus bound buffers
   int64_t tempsLive = 0; ///< most temp bytes alive at once, any function
+  /// Where tempsLive is reached first: the function, its launch (index,
+  /// of how many), the launch's op and source location, how many temps
+  /// are alive there, and the largest of them.
+  struct LiveTemp {
+    std::string type; ///< "bf16[16x1024x50304]"
+    int64_t bytes = 0;
+    std::string writer; ///< its first writer's op and location
+  };
+  std::string peakFunction;
+  int peakLaunch = -1, peakLaunches = 0, peakTemps = 0;
+  std::string peakOp;
+  std::vector<LiveTemp> peakLargest; ///< at most kPeakLargest, largest first
 };
+inline constexpr size_t kPeakLargest = 5;
 
 /// Reads the summary off a planned Program (planMemory ran).
 MemoryPlanSummary summarizePlan(const Program &p);
@@ -34,7 +48,11 @@ MemoryPlanSummary summarizePlan(const Program &p);
 ///   "planned arena (what the runtime allocates):"
 ///   "  params (fp32)                   109,799,424 bytes  104.7 MiB"
 ///   ...
-///   "  temps (planned, peak)           66,818,816 bytes  63.7 MiB  (alive at once 60,000,000)"
+///   "  temps (planned, peak)           66,818,816 bytes  63.7 MiB  (alive at
+///   once 60,000,000)" "    at grads launch 37 of 250 (cross_entropy_with_grad
+///   at m.cpp:9:5): 412 temps, the largest:" "      bf16[16x1024x50304]
+///   1,648,361,472 bytes  from matmul at m.cpp:8:3"
+///   ...
 ///   "  arena total                     179,836,928 bytes  171.5 MiB"
 std::string printMemoryPlan(const MemoryPlanSummary &s);
 

@@ -431,6 +431,8 @@ std::vector<std::pair<int, int>> liveRanges(const Program &p, const Function &f)
 /// The text form `gptc emit --stage=kernels` prints: the buffers with their
 /// offsets, then each function's launches, one per line.
 std::string printProgram(const Program &p);
+/// A buffer's type as the text form writes it: "f32[2x64x128]".
+std::string bufferType(const Buffer &b);
 
 /// The binary form the training program carries (CBOR of the structure,
 /// behind a magic and a version); readProgram throws FormatError naming
