@@ -2124,6 +2124,22 @@ const OwnGemmCase kOwnGemmCases[] = {{0.01f, 5.0f, false, "128x128"},
                                      {5.0f, 0.01f, false, "128x256"},
                                      {5.0f, 5.0f, false, ""},
                                      {0.01f, 0.01f, true, ""}};
+
+/// Tuning's line for the GEMM `key` names in `err` keeps the case's shape
+/// (its time, 0.002 ms a run), or neither; and says "not used" where both
+/// write zeros, and only there.
+void expectOwnGemmLine(const std::string &err, const std::string &key,
+                       const OwnGemmCase &c) {
+  const size_t line = err.find(key);
+  ASSERT_NE(line, std::string::npos) << key << "\n" << err;
+  const std::string timed = err.substr(line, err.find('\n', line) - line);
+  for (const std::string shape : {"128x128", "128x256"})
+    EXPECT_EQ(timed.find("gptc wgmma GEMM " + shape + " 0.002 (kept)") !=
+                  std::string::npos,
+              shape == c.kept)
+        << timed;
+  EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
+}
 } // namespace
 
 /// gptc's own GEMMs (kernels/gemm_wgmma.cuh) in each block shape are more
@@ -2166,18 +2182,8 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
     const std::string kept = c.kept;
     expectOtherWaysTook(err, kept.empty() ? "0" : "2", 2);
     for (const char *key : {"matmul_epilogue 256x256x64 bf16, ms a run:",
-                            "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:"}) {
-      const size_t line = err.find(key);
-      ASSERT_NE(line, std::string::npos) << key << "\n" << err;
-      const std::string timed = err.substr(line, err.find('\n', line) - line);
-      for (const char *shape : {"128x128", "128x256"})
-        EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
-                             " 0.002 (kept)") != std::string::npos,
-                  kept == shape)
-            << timed;
-      if (c.wrong)
-        EXPECT_NE(timed.find("not used"), std::string::npos) << timed;
-    }
+                            "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:"})
+      expectOwnGemmLine(err, key, c);
     for (int i = 0; i < 4; ++i)
       EXPECT_EQ(contains(names, own[size_t(i)]),
                 kept == (i < 2 ? "128x128" : "128x256"))
@@ -2283,15 +2289,7 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
       kernelMs(nullptr, 0.0f);
       onHost(nullptr, 0, nullptr);
       const std::string kept = c.kept;
-      const size_t line = err.find(g.key);
-      ASSERT_NE(line, std::string::npos) << err;
-      const std::string timed = err.substr(line, err.find('\n', line) - line);
-      for (const char *shape : {"128x128", "128x256"})
-        EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
-                             " 0.002 (kept)") != std::string::npos,
-                  kept == shape)
-            << timed;
-      EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
+      expectOwnGemmLine(err, g.key, c);
       for (int i = 0; i < 2; ++i)
         EXPECT_EQ(contains(names, g.own[size_t(i)]),
                   kept == (i == 0 ? "128x128" : "128x256"))
@@ -2353,18 +2351,8 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemmWithBiasGradient) {
     auto [err, run] = loadAndRun(ownGemmBiasGradient, "time", &names);
     kernelMs(nullptr, 0.0f);
     onHost(nullptr, 0, nullptr);
-    const std::string key = "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:";
-    const size_t line = err.find(key);
-    ASSERT_NE(line, std::string::npos) << key << "\n" << err;
-    const std::string timed = err.substr(line, err.find('\n', line) - line);
+    expectOwnGemmLine(err, "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:", c);
     const std::string kept = c.kept;
-    for (const char *shape : {"128x128", "128x256"})
-      EXPECT_EQ(timed.find(std::string("gptc wgmma GEMM ") + shape +
-                           " 0.002 (kept)") != std::string::npos,
-                kept == shape)
-          << timed;
-    if (c.wrong)
-      EXPECT_NE(timed.find("not used"), std::string::npos) << timed;
     EXPECT_EQ(contains(names, own[0]), kept == "128x128");
     EXPECT_EQ(contains(names, own[1]), kept == "128x256");
     EXPECT_EQ(contains(names, sums), true) << "the bias gradient's sums";
