@@ -504,6 +504,22 @@ void CudaBackendImpl::run(const Function &f, size_t begin, size_t end) {
       CUgraph graph = nullptr;
       try {
         enqueueRange(f, begin, end, false, false, true);
+      } catch (const DeviceError &e) {
+        cu.cuStreamEndCapture(compute, &graph);
+        if (graph)
+          cu.cuGraphDestroy(graph);
+        if (!pdl)
+          throw;
+        // A driver that refuses programmatic launches in a capture: plain
+        // launches from now on; this run eager, the next one captured.
+        pdl = false;
+        std::fprintf(stderr,
+                     "gptc: capturing %s with programmatic launches failed "
+                     "(%s); plain launches from now on (GPTC_PDL=0)\n",
+                     f.name.c_str(), e.what());
+        enqueueRange(f, begin, end, false, true, false);
+        g.calls = 1;
+        return;
       } catch (...) {
         cu.cuStreamEndCapture(compute, &graph);
         if (graph)

@@ -363,6 +363,49 @@ TEST(CudaBackendFake, KernelsLaunchProgrammaticallySerialized) {
   }
 }
 
+/// Where the driver refuses a programmatic launch in a capture, the run it
+/// was capturing runs eagerly with plain launches, one stderr line says
+/// so, and the next run is captured with plain launches; every run's
+/// results are right.
+TEST(CudaBackendFake, RefusedProgrammaticCaptureFallsBackToPlainLaunches) {
+  REQUIRE_FAKE(b);
+  auto serialized = hook<int (*)()>("gptcFakeSerializedLaunches");
+  auto refuse = hook<void (*)(bool)>("gptcFakeRefuseSerializedInCapture");
+  Program p = program(true);
+  b->load(p);
+  std::vector<float> w = random(20, 2), w2 = random(30, 3);
+  b->upload(W, w.data());
+  b->upload(W2, w2.data());
+  serialized();
+  refuse(true);
+  testing::internal::CaptureStderr();
+  // Eager (programmatic), refused capture (plain, eager), captured plainly,
+  // replayed.
+  const int expected[] = {1, 0, 0, 0};
+  for (int run = 0; run < 4; ++run) {
+    std::vector<float> a = random(24, 30 + run);
+    b->upload(A, a.data());
+    b->run(p.functions[0], 0, p.functions[0].launches.size());
+    b->synchronize();
+    EXPECT_EQ(serialized(), expected[run]) << "run " << run;
+    std::vector<float> y(36);
+    b->download(Y, y.data());
+    HostTensor t = gptc::exec::matmul(tensor({2, 3, 4}, a), tensor({4, 5}, w),
+                                      false, false);
+    expectNear(y, gptc::exec::matmul(t, tensor({6, 5}, w2), false, true).f32);
+  }
+  refuse(false);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("gptc: capturing forward with programmatic launches "
+                     "failed (cannot launch "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("plain launches from now on (GPTC_PDL=0)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("CUDA graph capture of"), std::string::npos) << err;
+}
+
 /// A weight gradient's GEMM beside the rest (planStreams): %0 x, %1 w
 /// (parameters), %2 t2 = x·w, %3 g = t2ᵀ·x (a gradient, on the side stream:
 /// t2's last read), %4 t3 = x·x, %5 t4 = t3·w, %6 y = t4·w (an output).

@@ -559,10 +559,15 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
 /// cuLaunchKernelEx: the launch as cuLaunchKernel's, counted where it
 /// asks for programmatic stream serialization (gptcFakeSerializedLaunches:
 /// how many since the last call), refused with an attribute the backend
-/// has no use for.
+/// has no use for, and in a capture where the test says so (as a driver
+/// before CUDA 12.3 might: gptcFakeRefuseSerializedInCapture).
 static int serializedLaunches = 0;
+static bool refuseSerializedInCapture = false;
 extern "C" int gptcFakeSerializedLaunches() {
   return std::exchange(serializedLaunches, 0);
+}
+extern "C" void gptcFakeRefuseSerializedInCapture(bool refuse) {
+  refuseSerializedInCapture = refuse;
 }
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                                   void **params, void **extra) {
@@ -571,6 +576,8 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
     if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
         a.value.programmaticStreamSerializationAllowed != 1)
       return CUDA_ERROR_INVALID_VALUE;
+    if (capturing && refuseSerializedInCapture)
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     ++serializedLaunches;
   }
   return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ,
