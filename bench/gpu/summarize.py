@@ -123,7 +123,10 @@ RUNS = re.compile(r"^timed runs: .*\bupdate (\d+)")
 def kinds_side_by_side(prof, torch_json, torch_log, lines, summary):
     """gptc's time by kernel kind (the GPTC_PROFILE=1 table's "kind:" rows,
     over its timed runs of update, one a step) beside PyTorch's
-    (torch_gpt2.py --profile), in ms a step; then PyTorch's top kernels."""
+    (torch_gpt2.py --profile), in ms a step; their sums, the timed runs'
+    steps (the benchmark table's "gptc" and PyTorch rows) and what lies
+    between: the step's time outside the kernels (launch gaps, host
+    waits); then PyTorch's top kernels."""
     kinds, runs = {}, None
     for row in prof.splitlines():
         m = KIND.match(row)
@@ -141,11 +144,27 @@ def kinds_side_by_side(prof, torch_json, torch_log, lines, summary):
     lines.append(f"time by kind, ms a step (gptc: GPTC_PROFILE=1 over {runs} steps; "
                  "PyTorch: torch_gpt2.py --profile):")
     lines.append(f"{'kind':10} {'gptc':>8} {'PyTorch':>8} {'gptc-PyTorch':>13}")
-    for kind in ("GEMM", "attention", "optimizer", "other"):
-        a, b = ours.get(kind, 0.0), theirs.get(kind)
-        diff = f"{a - b:+13.3f}" if b is not None else f"{'-':>13}"
+    def row(name, a, b):
+        diff = f"{a - b:+13.3f}" if a is not None and b is not None else f"{'-':>13}"
+        mine = f"{a:8.3f}" if a is not None else f"{'-':>8}"
         their = f"{b:8.3f}" if b is not None else f"{'-':>8}"
-        lines.append(f"{kind:10} {a:8.3f} {their} {diff}")
+        lines.append(f"{name:10} {mine} {their} {diff}")
+    for kind in ("GEMM", "attention", "optimizer", "other"):
+        row(kind, ours.get(kind, 0.0), theirs.get(kind))
+    # (The kinds cover every kernel: their sum is the profile's.)
+    sums = (sum(ours.values()), sum(theirs.values()) if theirs else None)
+    row("kernels", *sums)
+    bench = summary.get("bench", {}).get("rows", [])
+    step = (next((r["ms_per_step"] for r in bench if r["impl"] == "gptc"), None),
+            next((r["ms_per_step"] for r in bench
+                  if r["impl"].startswith("pytorch") and "micro" not in r["impl"]),
+                 None))
+    row("step", *step)
+    gaps = tuple(s - k if s is not None and k is not None else None
+                 for s, k in zip(step, sums))
+    row("between", *gaps)
+    summary["kinds_ms_per_step"]["between_kernels"] = {"gptc": gaps[0],
+                                                       "pytorch": gaps[1]}
     log = (torch_log or "").splitlines()
     start = next((i for i, l in enumerate(log) if l.startswith("profile of ")), None)
     if start is not None:
