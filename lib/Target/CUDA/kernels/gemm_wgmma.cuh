@@ -63,7 +63,8 @@ template <int kColTiles> struct Stage {
 /// half-warp); the stages' barriers, and with kTurns the multipliers'
 /// turns (`turn[g]`: warpgroup g may start its next tile's products).
 template <int kColTiles, int kStages, bool kTurns> struct Specialized {
-  static constexpr int kTiles = kColTiles, kRing = kStages;
+  /// (The parameters, for the functions that take a Shape.)
+  static constexpr int kColumnTiles = kColTiles, kRing = kStages;
   static constexpr bool kTakesTurns = kTurns;
   /// A multiplying warpgroup's accumulators: 2 of 64 rows taking turns,
   /// else one (its half of the tile).
@@ -134,7 +135,7 @@ __device__ __forceinline__ void
 gemmCopyStages(Shape &s, const bf16 *a, const bf16 *b, i64 n, i64 k, int tiles,
                int colTiles, const Epilogue &epilogue) {
   using namespace gemm;
-  constexpr int kCols = 64 * Shape::kTiles, kStages = Shape::kRing;
+  constexpr int kCols = 64 * Shape::kColumnTiles, kStages = Shape::kRing;
   const int depthTiles = int(k / kDepth);
   int fill = 0; // the stages filled so far
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -142,7 +143,7 @@ gemmCopyStages(Shape &s, const bf16 *a, const bf16 *b, i64 n, i64 k, int tiles,
               col0 = i64(tile % colTiles) * kCols;
     if constexpr (Epilogue::kOperandRows) // 128 rows, lines of 128 bytes
 #pragma unroll
-      for (int line = 0; line < Shape::kTiles; ++line)
+      for (int line = 0; line < Shape::kColumnTiles; ++line)
         prefetchL2(epilogue.operand((row0 + threadIdx.x) * n + col0 + 64 * line,
                                     col0 + 64 * line));
     for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
@@ -196,7 +197,7 @@ __device__ __forceinline__ void
 gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
                    i64 k, int tiles, int colTiles, const Epilogue &epilogue) {
   using namespace gemm;
-  constexpr int kCols = 64 * Shape::kTiles, kStages = Shape::kRing,
+  constexpr int kCols = 64 * Shape::kColumnTiles, kStages = Shape::kRing,
                 kAccs = Shape::kAccumulators, kTurns = Shape::kTakesTurns;
   // An accumulator's 32-column steps of the epilogue, and all of them.
   constexpr int kSteps = kCols / 32, kAllSteps = kAccs * kSteps;
@@ -214,11 +215,11 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
     int fill = i * depthTiles; // the tile's first stage
     if constexpr (kTurns)
       gemmAwaitTurn(s, group, i);
-    float d[kAccs][8 * Shape::kTiles][4];
+    float d[kAccs][8 * Shape::kColumnTiles][4];
     for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
       const int st = fill % kStages;
       mbarrierWait(&s.full[st], (fill / kStages) & 1);
-      const Stage<Shape::kTiles> &stage = s.stage[st];
+      const Stage<Shape::kColumnTiles> &stage = s.stage[st];
       if constexpr (kTurns)
         wgmmaFence(d[0], d[1]);
       else
@@ -323,7 +324,7 @@ gemmWgmmaWalk(const bf16 *a, const bf16 *b,
               const Epilogue &epilogue) {
   using namespace gemm;
   auto &s = wg::dynamicSharedAs<Shape>();
-  const int colTiles = int(n / (64 * Shape::kTiles)),
+  const int colTiles = int(n / (64 * Shape::kColumnTiles)),
             tiles = int(m / kRows) * colTiles;
   if (threadIdx.x == 0) {
     for (int i = 0; i < Shape::kRing; ++i) {
