@@ -2030,6 +2030,37 @@ TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
   }
 }
 
+// Taking turns over many laps: one block walks 6 tiles of 128 x 128 at
+// GPT-2's depth (768: 12 steps a tile, 72 fills of the 6 stages), each
+// warpgroup 3 in turn, so that every barrier's phase parity wraps (the
+// second warpgroup waits for its turn's phases 0, 1 and 2). x·wtᵀ within
+// one ulp of the executor's rounding, or 2e-5 of it near 0.
+TEST(TemplateKernelsOnHost, WgmmaGemmTurnsOverManyLapsMatchTheCpuExecutor) {
+  const DType bf16 = DType::BF16;
+  const int64_t m = 384, n = 256, k = 768;
+  Builder b;
+  int x = b.buf(bf16, {m, k}), wt = b.buf(bf16, {n, k}),
+      out = b.buf(bf16, {m, n});
+  b.launch("matmul", {x, wt}, {out}).ints["transpose_b"] = 1;
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  HostKernels kernels(p, HostTarget::Sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 61)),
+                              wtBits = bf16Bits(randomFloats({n, k}, 62));
+  std::vector<uint16_t> outBits(size_t(m * n), 0xffff);
+  kernels.call("gemm_wgmma_plain_bf16",
+               {address(xBits), address(wtBits), address(outBits), uint64_t(m),
+                uint64_t(n), uint64_t(k)},
+               1);
+  const exec::HostTensor want = exec::matmul(
+      fromBf16Bits(xBits, {m, k}), fromBf16Bits(wtBits, {n, k}), false, true);
+  // Summed in another order than the executor's: float32 partial sums of
+  // up to about 100 (768 products of about 1 in size) differ by a few of
+  // their ulps, up to about 2e-5, which is more than a bf16 ulp where the
+  // sum is near 0 (2 of the 98,304 elements here).
+  expectWithinOneUlpOrTiny(bf16Bits(want), outBits, "x·wtᵀ", 2e-5f);
+}
+
 // GELU's derivative with its bias gradient (--bias-grads=gelu: c_fc's),
 // in gptc's own blocks of either shape: gelu'(pre) · (dy·wtᵀ) within one
 // ulp of the executor's rounding, as above, and the bias gradient's
