@@ -12,6 +12,11 @@ namespace {
 
 int64_t alignUp(int64_t n) { return (n + 255) / 256 * 256; }
 
+/// "matmul at models/gpt2.cpp:91:25", or the op alone without a location.
+std::string opAt(const Launch &l) {
+  return l.kernel + (l.loc.empty() ? "" : " at " + l.loc);
+}
+
 std::string row(const std::string &name, int64_t bytes) {
   return "  " + name +
          std::string(name.size() < 32 ? 32 - name.size() : 1, ' ') +
@@ -56,8 +61,7 @@ MemoryPlanSummary summarizePlan(const Program &p) {
     s.peakFunction = f.name;
     s.peakLaunch = peak;
     s.peakLaunches = int(n);
-    const Launch &at = f.launches[size_t(peak)];
-    s.peakOp = at.kernel + (at.loc.empty() ? "" : " at " + at.loc);
+    s.peakOp = opAt(f.launches[size_t(peak)]);
     std::vector<size_t> alive;
     for (size_t b = 0; b < p.buffers.size(); ++b)
       if (isTemp(b) && ranges[b].first <= peak && peak <= ranges[b].second)
@@ -73,8 +77,7 @@ MemoryPlanSummary summarizePlan(const Program &p) {
       MemoryPlanSummary::LiveTemp t{bufferType(b), b.bytes(), ""};
       // Its first writer: the launch that starts its range writes it, or a
       // view of it (an output's root is the temp).
-      const Launch &w = f.launches[size_t(ranges[alive[i]].first)];
-      t.writer = w.kernel + (w.loc.empty() ? "" : " at " + w.loc);
+      t.writer = opAt(f.launches[size_t(ranges[alive[i]].first)]);
       s.peakLargest.push_back(std::move(t));
     }
   }

@@ -44,16 +44,20 @@ inline constexpr size_t kPeakLargest = 5;
 /// Reads the summary off a planned Program (planMemory ran).
 MemoryPlanSummary summarizePlan(const Program &p);
 
-/// One line per role that has buffers, then temps and the arena total:
-///   "planned arena (what the runtime allocates):"
-///   "  params (fp32)                   109,799,424 bytes  104.7 MiB"
-///   ...
-///   "  temps (planned, peak)           66,818,816 bytes  63.7 MiB  (alive at
-///   once 60,000,000)" "    at grads launch 37 of 250 (cross_entropy_with_grad
-///   at m.cpp:9:5): 412 temps, the largest:" "      bf16[16x1024x50304]
-///   1,648,361,472 bytes  from matmul at m.cpp:8:3"
-///   ...
-///   "  arena total                     179,836,928 bytes  171.5 MiB"
+/// One line per role that has buffers, then the temps (with where they
+/// peak and the largest alive there) and the arena total; columns cut
+/// short here:
+///
+///     planned arena (what the runtime allocates):
+///       params (fp32)           109,799,424 bytes  104.7 MiB
+///       ...
+///       temps (planned, peak)    66,818,816 bytes  63.7 MiB  (alive at
+///                                                  once 60,000,000)
+///         at grads launch 37 of 250 (cross_entropy_with_grad at
+///         m.cpp:9:5): 412 temps, the largest:
+///           bf16[16x1024x50304]  1,648,361,472 bytes  from matmul at ...
+///           ...
+///       arena total             179,836,928 bytes  171.5 MiB
 std::string printMemoryPlan(const MemoryPlanSummary &s);
 
 } // namespace gptc::rt
