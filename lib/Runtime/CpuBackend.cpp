@@ -577,13 +577,13 @@ private:
             const int in = l.inputs[i];
             if (out.overlaps(range(in)) &&
                 !(base_[in] == base_[l.outputs[o]] && mayWriteInPlace(l, i, o)))
-              planError(f.name + ": " + l.kernel + " at " + l.loc + " writes " +
+              planError(f.name + ": " + opAt(l) + " writes " +
                         bs[l.outputs[o]].name + " over its input " +
                         bs[in].name);
           }
           for (size_t o2 = o + 1; o2 < l.outputs.size(); ++o2)
             if (out.overlaps(range(l.outputs[o2])))
-              planError(f.name + ": " + l.kernel + " at " + l.loc + " writes " +
+              planError(f.name + ": " + opAt(l) + " writes " +
                         bs[l.outputs[o]].name + " and " +
                         bs[l.outputs[o2]].name + " to the same bytes");
         }
@@ -648,7 +648,7 @@ private:
     const Launch &l = f.launches[index];
     auto where = [&] {
       return "cpu: " + f.name + " launch " + std::to_string(index) + " (" +
-             l.kernel + (l.loc.empty() ? "" : " at " + l.loc) + "): ";
+             opAt(l) + "): ";
     };
     auto kernel = kernels().find(l.kernel);
     if (kernel == kernels().end())

@@ -42,7 +42,7 @@ namespace gptc::rt::cudaapi {
   X(cuLaunchKernelEx) X(cuGetErrorName)                                        \
   X(cuGetErrorString) X(cuStreamBeginCapture) X(cuStreamEndCapture)            \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)            \
-  X(cuGraphExecDestroy)
+  X(cuGraphExecDestroy) X(cuTensorMapEncodeTiled)
 // clang-format on
 
 struct Driver {

@@ -190,9 +190,8 @@ void CudaBackendImpl::prepareSideStream() {
       if (side.stream == 0)
         continue;
       any = true;
-      const std::string where = f.name + " launch " + std::to_string(i) +
-                                " (" + side.kernel + " at " +
-                                (side.loc.empty() ? "?" : side.loc) + ")";
+      const std::string where =
+          f.name + " launch " + std::to_string(i) + " (" + opAt(side) + ")";
       if (side.stream != 1 || !runsBeside(side.kernel) || side.join <= int(i) ||
           side.join > int(f.launches.size()))
         throw DeviceError(where +
@@ -469,8 +468,8 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   } else if (pl.cudnn >= 0) {
     runCudnn(l, pl, stream);
   } else {
-    throw DeviceError("no CUDA kernel for gpt." + l.kernel + " at " +
-                      (l.loc.empty() ? "?" : l.loc) + " (" + pl.label + ")");
+    throw DeviceError("no CUDA kernel for gpt." + opAt(l) + " (" + pl.label +
+                      ")");
   }
   if (start) {
     CUevent end = pooledEvent(timingPool, true);

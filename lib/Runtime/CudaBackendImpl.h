@@ -49,6 +49,9 @@ constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's, per GEMM
 /// partialsScratch: GPT-2's c_fc bias gradient at B·T = 16,384 rows takes
 /// 3 MiB of partials (256 chunks of 3,072 float32).
 constexpr size_t kPartialsBytes = 8u << 20;
+/// gptc's own GEMMs' tensor maps (operandMap): device memory in blocks of
+/// this many 128-byte maps (GPT-2's program asks for about 200).
+constexpr size_t kTensorMapsPerBlock = 256;
 /// GEMM tuning (GPTC_GEMM_TUNE): how many of the heuristic's algorithms
 /// to time. Of 8, the fastest was another than the heuristic's first for
 /// 10 of GPT-2's 16 shapes on an H100 (docs/benchmarks.md, twenty-fourth
@@ -321,6 +324,8 @@ public:
     for (CUdeviceptr w : {workspace, sideWorkspace, partialsScratch})
       if (w)
         cu.cuMemFree(w);
+    for (CUdeviceptr maps : tensorMapBlocks)
+      cu.cuMemFree(maps);
     for (uint8_t *pinned : {staging, mailbox})
       if (pinned)
         cu.cuMemFreeHost(pinned);
@@ -349,7 +354,9 @@ public:
       cudnnBytes += p.workspace ? p.bytes : 0;
     return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0) +
            (sideWorkspace ? int64_t(kWorkspaceBytes) : 0) +
-           (partialsScratch ? int64_t(kPartialsBytes) : 0) + cudnnBytes;
+           (partialsScratch ? int64_t(kPartialsBytes) : 0) + cudnnBytes +
+           int64_t(tensorMapBlocks.size() * kTensorMapsPerBlock *
+                   sizeof(CUtensorMap));
   }
   bool profiling() const override { return profile; }
 
@@ -508,6 +515,11 @@ private:
   /// (rt::wgmmaGemmFit, and the operands' alignment); as GPTC_GEMM_OWN
   /// says.
   std::vector<GemmPlan> planOwnGemms(const Launch &l, const GemmMapping &map);
+  /// A device copy of the tensor map of the bf16 operand at `base` as
+  /// `operand` describes it (cuTensorMapEncodeTiled: 2-D, the 128-byte
+  /// swizzle), for a wgmma GEMM to read a or b through; 0 where the driver
+  /// refuses it (one stderr line, the first time).
+  CUdeviceptr operandMap(CUdeviceptr base, const WgmmaOperandMap &operand);
   /// The kernels after a GEMM planned at `level` < Full.
   void planFollowups(const Launch &l, const GemmMapping &map, GemmPlan &g,
                      const std::string &label, EpilogueLevel level);
@@ -561,6 +573,11 @@ private:
   /// next loop's GEMM may use the cuBLASLt workspace), made when the first
   /// such way is planned; kPartialsBytes.
   CUdeviceptr partialsScratch = 0;
+  /// The own GEMMs' tensor maps, kTensorMapsPerBlock a block; the last
+  /// block holds tensorMapsInLast.
+  std::vector<CUdeviceptr> tensorMapBlocks;
+  size_t tensorMapsInLast = 0;
+  bool saidMapRefused = false; // operandMap's stderr line, once
   /// The matrix layouts of row-chunked ways (one loop's rows), those of
   /// ways not kept too; destroyed with the handle.
   std::vector<cublasLtMatrixLayout_t> chunkLayouts;

@@ -71,6 +71,7 @@ GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
 #include "gptc/Support/Sha256.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +79,7 @@ GemmMapping mapMatmul(const Buffer &a, const Buffer &b, const Buffer &out,
 #include <fstream>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 namespace gptc::rt::detail {
 
@@ -832,6 +834,15 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
     own.candidates = {cublasLtMatmulAlgo_t{}};
     own.outPtr = address(l.outputs[0]);
+    // a and b through their tensor maps.
+    const std::array<WgmmaOperandMap, 2> operands =
+        wgmmaOperandMaps(kind, fit->m, fit->n, fit->k);
+    const CUdeviceptr mapA = operandMap(address(l.inputs[0]), operands[0]),
+                      mapB = mapA
+                                 ? operandMap(address(l.inputs[1]), operands[1])
+                                 : 0;
+    if (!mapB)
+      continue;
     GemmPlan::Followup f;
     f.fn = fallbackKernel(kind, DType::BF16, l.kernel);
     f.threads = gemmFallbackThreads(gemmFallbackKernel(kind, DType::BF16));
@@ -839,10 +850,10 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     const int64_t tiles = fit->m / 128 * (fit->n / (wide ? 256 : 128));
     f.grid[0] = uint32_t(std::min<int64_t>(tiles, smCount));
     f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
-    // (a, b, the bias or pre-activation (none for a plain GEMM), then the
-    // results (the bias gradient's partial sums in its place), then m, n,
-    // k.)
-    f.args = {address(l.inputs[0]), address(l.inputs[1])};
+    // (a's and b's maps, the bias or pre-activation (none for a plain
+    // GEMM), then the results (the bias gradient's partial sums in its
+    // place), then m, n, k.)
+    f.args = {uint64_t(mapA), uint64_t(mapB)};
     if (!plain)
       f.args.push_back(address(l.inputs[2]));
     f.args.push_back(address(l.outputs[0]));
@@ -865,6 +876,44 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     ways.push_back(std::move(own));
   }
   return ways;
+}
+
+CUdeviceptr CudaBackendImpl::operandMap(CUdeviceptr base,
+                                        const WgmmaOperandMap &operand) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(operand.inner),
+                              cuuint64_t(operand.outer)};
+  const cuuint64_t rowBytes[1] = {cuuint64_t(operand.inner) * 2};
+  const cuuint32_t box[2] = {64, operand.boxRows}, unitStrides[2] = {1, 1};
+  if (CUresult r = cu.cuTensorMapEncodeTiled(
+          &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+          reinterpret_cast<void *>(base), dims, rowBytes, box, unitStrides,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      r != CUDA_SUCCESS) {
+    if (!std::exchange(saidMapRefused, true))
+      std::fprintf(
+          stderr,
+          "gptc: cuTensorMapEncodeTiled refused a %lldx%lld bf16 "
+          "operand (%s): gptc's own GEMMs are left out where it does\n",
+          (long long)operand.outer, (long long)operand.inner,
+          cuError(cu, r).c_str());
+    return 0;
+  }
+  if (tensorMapBlocks.empty() || tensorMapsInLast == kTensorMapsPerBlock) {
+    CUdeviceptr block = 0;
+    check(cu.cuMemAlloc(&block, kTensorMapsPerBlock * sizeof(CUtensorMap)),
+          "cuMemAlloc (gptc's GEMMs' tensor maps)");
+    tensorMapBlocks.push_back(block);
+    tensorMapsInLast = 0;
+  }
+  const CUdeviceptr at =
+      tensorMapBlocks.back() + tensorMapsInLast++ * sizeof(CUtensorMap);
+  check(cu.cuMemcpyHtoDAsync(at, &map, sizeof map, compute),
+        "cuMemcpyHtoDAsync (a tensor map)");
+  check(cu.cuStreamSynchronize(compute), "cuStreamSynchronize (a tensor map)");
+  return at;
 }
 
 void CudaBackendImpl::planFollowups(const Launch &l, const GemmMapping &map,

@@ -355,9 +355,8 @@ int checkKernels(const Program &p, Backend &device, Backend &reference,
         error = e.what();
       }
 
-      std::string head = std::string("[") + f->name + " " + std::to_string(i) +
-                         "] " + l.kernel + " at " +
-                         (l.loc.empty() ? "?" : l.loc);
+      std::string head =
+          std::string("[") + f->name + " " + std::to_string(i) + "] " + opAt(l);
       std::vector<std::vector<uint8_t>> refOutputs;
       for (int o : l.outputs) {
         refOutputs.emplace_back(size_t(p.buffers[o].bytes()));

@@ -12,11 +12,6 @@ namespace {
 
 int64_t alignUp(int64_t n) { return (n + 255) / 256 * 256; }
 
-/// "matmul at models/gpt2.cpp:91:25", or the op alone without a location.
-std::string opAt(const Launch &l) {
-  return l.kernel + (l.loc.empty() ? "" : " at " + l.loc);
-}
-
 std::string row(const std::string &name, int64_t bytes) {
   return "  " + name +
          std::string(name.size() < 32 ? 32 - name.size() : 1, ' ') +

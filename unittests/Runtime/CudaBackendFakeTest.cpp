@@ -2257,6 +2257,96 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnGemms) {
   }
 }
 
+namespace {
+/// The tensor maps the own GEMMs read a and b through, as each launch of
+/// one passed them (its first two arguments), decoded by the fake.
+struct SeenMap {
+  uint64_t base, dims[2], rowBytes;
+  uint32_t box[2];
+  bool bf16Swizzled;
+};
+std::vector<std::pair<SeenMap, SeenMap>> seenMaps;
+void seeMaps(const uint64_t *args) {
+  auto decode = hook<bool (*)(uint64_t, uint64_t *, uint64_t *, uint64_t *,
+                              uint32_t *, bool *)>("gptcFakeTensorMap");
+  SeenMap m[2] = {};
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(decode(args[i], &m[i].base, m[i].dims, &m[i].rowBytes, m[i].box,
+                       &m[i].bf16Swizzled))
+        << "argument " << i << " is no tensor map";
+  seenMaps.push_back({m[0], m[1]});
+}
+} // namespace
+
+/// gptc's own GEMMs read a and b through tensor maps (Hopper's TMA) that
+/// the runtime encodes at load, as rt::wgmmaOperandMaps says: 2-D bf16
+/// with the 128-byte swizzle, rows `inner` · 2 bytes apart; a [m, k] in
+/// boxes of 64 x 128; b [k, n] (GELU's forward) in 64 x 64, b [n, k]
+/// (its derivative's) in 64 x the block's columns. Where the driver
+/// refuses to encode a map, the own GEMMs are left out, with one stderr
+/// line, and cuBLASLt's GEMMs run with the CPU backend's results.
+TEST(CudaBackendFake, GptcsOwnGemmsReadTheirOperandsThroughTensorMaps) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  struct Expected {
+    const char *kernel, *own;
+    uint64_t bDims[2];
+    uint32_t bBox;
+  };
+  const Expected cases[] = {
+      {"gemm_wgmma_bias_gelu_bf16", "narrow", {256, 64}, 64},
+      {"gemm_wgmma_gelu_grad_bf16", "narrow", {64, 256}, 128},
+      {"gemm_wgmma_wide_bias_gelu_bf16", "wide", {256, 64}, 64},
+      {"gemm_wgmma_wide_gelu_grad_bf16", "wide", {64, 256}, 256}};
+  for (const Expected &c : cases) {
+    SCOPED_TRACE(c.kernel);
+    ScopedEnv env("GPTC_GEMM_OWN", c.own);
+    seenMaps.clear();
+    onHost(c.kernel, 8, seeMaps);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmEpilogues, "time", &names);
+    onHost(nullptr, 0, nullptr);
+    ASSERT_TRUE(contains(names, c.kernel)) << err;
+    ASSERT_FALSE(seenMaps.empty());
+    for (const auto &[a, b] : seenMaps) { // (each launch, the same maps)
+      // a: x or dy, [256, 64].
+      EXPECT_EQ(a.dims[0], 64u);
+      EXPECT_EQ(a.dims[1], 256u);
+      EXPECT_EQ(a.rowBytes, 128u);
+      EXPECT_EQ(a.box[0], 64u);
+      EXPECT_EQ(a.box[1], 128u);
+      EXPECT_EQ(b.dims[0], c.bDims[0]);
+      EXPECT_EQ(b.dims[1], c.bDims[1]);
+      EXPECT_EQ(b.rowBytes, 2 * c.bDims[0]);
+      EXPECT_EQ(b.box[0], 64u);
+      EXPECT_EQ(b.box[1], c.bBox);
+      EXPECT_TRUE(a.bf16Swizzled && b.bf16Swizzled);
+      EXPECT_NE(a.base, b.base);
+      EXPECT_EQ((a.base | b.base) % 16, 0u);
+    }
+    expectKeptChoiceMatchesCpu(ownGemmEpilogues);
+  }
+  auto refuse = hook<void (*)(bool)>("gptcFakeRefuseTensorMaps");
+  refuse(true);
+  ScopedEnv env("GPTC_GEMM_OWN", "narrow");
+  std::vector<std::string> names;
+  auto [err, run] = loadAndRun(ownGemmEpilogues, "time", &names);
+  const std::string line = "gptc: cuTensorMapEncodeTiled refused a 256x64 "
+                           "bf16 operand (";
+  const size_t at = err.find(line);
+  EXPECT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(err.find(line, at + 1), std::string::npos) << "said twice: " << err;
+  EXPECT_NE(err.find("gptc's own GEMMs are left out where it does"),
+            std::string::npos);
+  for (const Expected &c : cases)
+    EXPECT_FALSE(contains(names, c.kernel)) << c.kernel;
+  EXPECT_FALSE(run.empty()) << "no cuBLASLt GEMM ran";
+  expectKeptChoiceMatchesCpu(ownGemmEpilogues);
+  refuse(false);
+}
+
 /// A plain bf16 GEMM with a transposed b at gptc's wgmma tiles (dy [256,
 /// 64] by wt [256, 64]: an input gradient's form), with gptc's own GEMMs
 /// without an epilogue (GemmPlain) in both block shapes.

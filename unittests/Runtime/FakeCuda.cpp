@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -365,6 +366,74 @@ CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr d, const void *h, size_t n,
                                    CUstream) {
   std::memcpy(reinterpret_cast<void *>(d), h, n);
   return CUDA_SUCCESS;
+}
+/// cuTensorMapEncodeTiled: checked as the driver checks a tiled map
+/// (rank 1 to 5, a 16-byte aligned address, row strides multiples of 16
+/// below 2^40, boxes of 1 to 256, a box row at most the swizzle's span),
+/// then written in the fake's layout: what the host GEMMs (runGemmFallback)
+/// read, and what gptcFakeTensorMap gives a test.
+struct FakeTensorMap {
+  uint64_t tag, base, dims[2], rowBytes;
+  uint32_t box[2];
+  int dataType, swizzle;
+};
+constexpr uint64_t kFakeTensorMapTag = 0x66616b65746d6170ull;
+static_assert(sizeof(FakeTensorMap) <= sizeof(CUtensorMap));
+/// A test's say that every encoding is refused (as a driver might refuse
+/// an address or shape).
+static bool refuseTensorMaps = false;
+extern "C" void gptcFakeRefuseTensorMaps(bool refuse) {
+  refuseTensorMaps = refuse;
+}
+CUresult CUDAAPI cuTensorMapEncodeTiled(
+    CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *base,
+    const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+    const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion,
+    CUtensorMapFloatOOBfill) {
+  const int elementBytes = type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 ? 2 : 4;
+  const uint32_t span = swizzle == CU_TENSOR_MAP_SWIZZLE_128B  ? 128
+                        : swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64
+                        : swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 32
+                                                               : ~0u;
+  if (refuseTensorMaps || !map || rank < 1 || rank > 5 ||
+      reinterpret_cast<uintptr_t>(base) % 16 ||
+      interleave != CU_TENSOR_MAP_INTERLEAVE_NONE ||
+      box[0] * uint32_t(elementBytes) > span)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (cuuint32_t i = 0; i < rank; ++i)
+    if (dims[i] == 0 || box[i] == 0 || box[i] > 256 || elementStrides[i] != 1 ||
+        (i > 0 && (strides[i - 1] % 16 || strides[i - 1] >= (1ull << 40))))
+      return CUDA_ERROR_INVALID_VALUE;
+  if (rank != 2) // (gptc asks for 2)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  FakeTensorMap f{kFakeTensorMapTag,  reinterpret_cast<uint64_t>(base),
+                  {dims[0], dims[1]}, strides[0],
+                  {box[0], box[1]},   int(type),
+                  int(swizzle)};
+  std::memset(map, 0, sizeof *map);
+  std::memcpy(map, &f, sizeof f);
+  return CUDA_SUCCESS;
+}
+/// The map a kernel argument points at: its base address, dims (inner
+/// first), row bytes, box, and whether it is bf16 with the 128-byte
+/// swizzle; false if `at` holds no map.
+extern "C" bool gptcFakeTensorMap(uint64_t at, uint64_t *base, uint64_t *dims,
+                                  uint64_t *rowBytes, uint32_t *box,
+                                  bool *bf16Swizzled) {
+  FakeTensorMap f;
+  std::memcpy(&f, reinterpret_cast<const void *>(at), sizeof f);
+  if (f.tag != kFakeTensorMapTag)
+    return false;
+  *base = f.base;
+  dims[0] = f.dims[0];
+  dims[1] = f.dims[1];
+  *rowBytes = f.rowBytes;
+  box[0] = f.box[0];
+  box[1] = f.box[1];
+  *bf16Swizzled = f.dataType == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 &&
+                  f.swizzle == CU_TENSOR_MAP_SWIZZLE_128B;
+  return true;
 }
 CUresult CUDAAPI cuMemcpyDtoHAsync(void *h, CUdeviceptr d, size_t n, CUstream) {
   std::memcpy(h, reinterpret_cast<void *>(d), n);
@@ -749,7 +818,23 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
     // gptc's own GEMMs: pre = a·b + bias, out = gelu(pre), b [k, n]; or
     // out = gelu'(pre) · (a·bᵀ), b [n, k], and with "_bias_" out's column
     // sums over each 16 rows into float partials [m / 16, n]; or "_plain_"
-    // out = a·bᵀ (a, b, out). a [m, k]; m, n, k last.
+    // out = a·bᵀ (a, b, out). a [m, k]; m, n, k last. a and b come as
+    // their tensor maps: the operands are at the maps' bases.
+    uint64_t operands[2];
+    for (int i = 0; i < 2; ++i) {
+      uint64_t dims[2], rowBytes;
+      uint32_t box[2];
+      bool swizzled;
+      if (!gptcFakeTensorMap(a[size_t(i)], &operands[i], dims, &rowBytes, box,
+                             &swizzled)) {
+        std::fprintf(stderr, "fake CUDA: %s's operand %d is no tensor map\n",
+                     name.c_str(), i);
+        std::abort();
+      }
+    }
+    auto ptr = [&](int i) {
+      return reinterpret_cast<void *>(i < 2 ? operands[i] : a[size_t(i)]);
+    };
     const bool biasGelu = name.find("bias_gelu") != std::string::npos;
     const bool partials = name.find("gelu_grad_bias") != std::string::npos;
     const bool plain = name.find("_plain_") != std::string::npos;

@@ -27,7 +27,7 @@ struct EmbeddedHeader {
 std::string emulation() {
   std::string all;
   for (const char *part :
-       {"threads.h", "builtins.h", "wgmma.h", "mbarrier.h"}) {
+       {"threads.h", "builtins.h", "wgmma.h", "mbarrier.h", "tma.h"}) {
     const EmbeddedHeader *h = nullptr;
     for (const EmbeddedHeader &e : kEmulationParts)
       if (std::string(e.name) == part)
@@ -266,6 +266,18 @@ void HostKernels::call(const std::string &name, std::vector<uint64_t> args,
       symbol("call_" + name));
   fn(args.data(), gx, gy);
   throwOnRaces();
+}
+
+uint64_t HostKernels::tensorMap(const void *base,
+                                const rt::WgmmaOperandMap &map) {
+  auto encode = reinterpret_cast<int (*)(
+      void *, const void *, uint64_t, uint64_t, uint64_t, unsigned, unsigned)>(
+      symbol("gptcEmuEncodeTensorMap"));
+  MapBytes &m = maps.emplace_back();
+  if (encode(&m, base, uint64_t(map.inner), uint64_t(map.outer),
+             uint64_t(map.inner) * 2, 64, map.boxRows) != 0)
+    throw std::invalid_argument("a tensor map the driver would refuse");
+  return reinterpret_cast<uint64_t>(&m);
 }
 
 void HostKernels::throwOnRaces() {

@@ -23,6 +23,7 @@
 #include "gptc/Target/CUDA/EmitCUDA.h"
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,11 @@ public:
   /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks.
   void call(const std::string &name, std::vector<uint64_t> args, unsigned gx,
             unsigned gy = 1);
+  /// The address of a tensor map (emulation/tma.h's layout) of the bf16
+  /// operand at `base` as `map` describes it, kept while this lives: what
+  /// the wgmma GEMMs take where the runtime passes the driver's maps.
+  /// Throws std::invalid_argument where cuTensorMapEncodeTiled would refuse.
+  uint64_t tensorMap(const void *base, const rt::WgmmaOperandMap &map);
 
   std::string error;
 
@@ -68,6 +74,10 @@ private:
 
   std::string dir;
   void *handle = nullptr;
+  struct alignas(64) MapBytes {
+    uint64_t opaque[16];
+  };
+  std::deque<MapBytes> maps;
 };
 
 /// The bf16 attention backward the emitter picks (EmitOptions).

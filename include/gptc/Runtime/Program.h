@@ -47,6 +47,7 @@
 #include "gptc/Executor/ScalarProgram.h"
 #include "gptc/Train/ParamSpec.h"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -189,6 +190,12 @@ inline bool runsBeside(const std::string &kernel) {
   return isGemm(kernel) || kernel == "sort_ids";
 }
 
+/// How an error line or report names a launch's op: "matmul at
+/// models/gpt2.cpp:91:25", or the op alone where it has no location.
+inline std::string opAt(const Launch &l) {
+  return l.kernel + (l.loc.empty() ? "" : " at " + l.loc);
+}
+
 /// The least a launch costs, for the profile's floors: the bytes of its
 /// operands and results, each read or written once, and the FLOPs of its
 /// products. GEMMs: 2·M·N·K. Attention: the model's, 4·T·S·D a head
@@ -235,25 +242,27 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 /// And some that are the whole GEMM, gptc's own (kernels/gemm_wgmma.cuh,
 /// sm_90a programs alone, bf16), ways GEMM tuning times against
 /// cuBLASLt's; in tiles of 128 x 128 taken in turns by two warpgroups, a
-/// [m, k], m and n multiples of 128, k of 64:
-///   WgmmaBiasGelu   (const T *a, const T *b, const T *bias, T *out,
+/// [m, k], m and n multiples of 128, k of 64. They read a and b through
+/// tensor maps in device memory (`const TensorMap *a, *b` below: 128
+/// bytes each, encoded as wgmmaOperandMaps says):
+///   WgmmaBiasGelu   (const TensorMap *a, *b, const T *bias, T *out,
 ///                    T *pre, i64 m, i64 n, i64 k)   pre = a·b + bias,
 ///                                    out = gelu(pre); b [k, n]
-///   WgmmaGeluGrad   (const T *a, const T *b, const T *pre, T *out,
+///   WgmmaGeluGrad   (const TensorMap *a, *b, const T *pre, T *out,
 ///                    i64 m, i64 n, i64 k)   out = gelu'(pre) · (a·bᵀ);
 ///                                    b [n, k]
-///   WgmmaBias       (const T *a, const T *b, const T *bias, T *out,
+///   WgmmaBias       (const TensorMap *a, *b, const T *bias, T *out,
 ///                    i64 m, i64 n, i64 k)   out = a·b + bias; b [k, n]
 ///                                    (the forward's projections without
 ///                                    GELU: c_attn's, the c_proj's)
-///   WgmmaPlain      (const T *a, const T *b, T *out, i64 m, i64 n, i64 k)
+///   WgmmaPlain      (const TensorMap *a, *b, T *out, i64 m, i64 n, i64 k)
 ///                                    out = a·bᵀ; b [n, k] (a plain matmul
 ///                                    with transpose_b: the backward's
 ///                                    input gradients, the lm_head's
 ///                                    logits): the same blocks without an
 ///                                    epilogue, so that tuning's times say
 ///                                    what the products cost alone
-///   WgmmaGeluGradBias (const T *a, const T *b, const T *pre, T *out,
+///   WgmmaGeluGradBias (const TensorMap *a, *b, const T *pre, T *out,
 ///                    float *partials, i64 m, i64 n, i64 k)
 ///                                    as WgmmaGeluGrad, with its bias
 ///                                    gradient's partial sums for
@@ -298,6 +307,46 @@ inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
   default:
     return kind;
   }
+}
+/// Whether a wgmma GEMM is one of the wide blocks' (128 x 256 tiles).
+inline bool isWideWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaWideBiasGelu ||
+         kind == GemmFallback::WgmmaWideGeluGrad ||
+         kind == GemmFallback::WgmmaWideGeluGradBias ||
+         kind == GemmFallback::WgmmaWidePlain ||
+         kind == GemmFallback::WgmmaWideBias;
+}
+/// Whether a GemmFallback kernel is one of gptc's own wgmma GEMMs.
+inline bool isWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaBiasGelu ||
+         kind == GemmFallback::WgmmaGeluGrad ||
+         kind == GemmFallback::WgmmaGeluGradBias ||
+         kind == GemmFallback::WgmmaPlain || kind == GemmFallback::WgmmaBias ||
+         isWideWgmmaGemm(kind);
+}
+/// How a wgmma GEMM reads an operand: through a tensor map (Hopper's TMA)
+/// that the runtime encodes at load (cuTensorMapEncodeTiled): 2-D bf16,
+/// `inner` elements a row (contiguous), `outer` rows `inner` · 2 bytes
+/// apart, in boxes of 64 x `boxRows` elements (a box row is 128 bytes,
+/// one row of wgmma's 128-byte swizzle, which the copies write).
+struct WgmmaOperandMap {
+  int64_t inner, outer;
+  uint32_t boxRows;
+};
+/// a's map and b's for wgmma GEMM `kind` of m, n, k: a [m, k] in boxes of
+/// 128 rows; b [n, k] (WgmmaGeluGrad, WgmmaGeluGradBias, WgmmaPlain and
+/// their wide twins: K-major) in boxes of the tile's 128 or 256 columns,
+/// or b [k, n] (WgmmaBiasGelu, WgmmaBias: N-major) in boxes of 64 x 64.
+inline std::array<WgmmaOperandMap, 2>
+wgmmaOperandMaps(GemmFallback kind, int64_t m, int64_t n, int64_t k) {
+  const bool nMajorB = kind == GemmFallback::WgmmaBiasGelu ||
+                       kind == GemmFallback::WgmmaWideBiasGelu ||
+                       kind == GemmFallback::WgmmaBias ||
+                       kind == GemmFallback::WgmmaWideBias;
+  const WgmmaOperandMap a{k, m, 128};
+  if (nMajorB)
+    return {a, WgmmaOperandMap{n, k, 64}};
+  return {a, WgmmaOperandMap{k, n, isWideWgmmaGemm(kind) ? 256u : 128u}};
 }
 /// "gemm_fallback_bias_bf16", "gemm_fallback_column_sums_f32", ...,
 /// "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16".

@@ -21,10 +21,15 @@ namespace gptc::cuda::detail {
 namespace {
 
 using rt::GemmFallback;
+using rt::isWgmmaGemm;
 
 /// The entry point's parameters and its call of the template.
 std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
   const std::string T = ctype(t);
+  // gptc's own GEMMs read a and b through tensor maps (TMA).
+  const std::string maps = "const TensorMap *a, const TensorMap *b, ";
+  // Their block shape, a template argument: 128 x 256 tiles, or 128 x 128.
+  const std::string wide = rt::isWideWgmmaGemm(kind) ? "true" : "false";
   switch (kind) {
   case GemmFallback::Bias:
     return {T + " *d, const " + T + " *bias, " + T +
@@ -46,57 +51,32 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
             "gemmFallbackColumnSums(partial, out, chunks, cols)"};
   case GemmFallback::WgmmaBiasGelu:
   case GemmFallback::WgmmaWideBiasGelu:
-    return {"const " + T + " *a, const " + T + " *b, const " + T + " *bias, " +
-                T + " *out, " + T + " *pre, i64 m, i64 n, i64 k",
-            std::string("gemmWgmmaBiasGelu<") +
-                (kind == GemmFallback::WgmmaWideBiasGelu ? "true" : "false") +
+    return {maps + "const " + T + " *bias, " + T + " *out, " + T +
+                " *pre, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaBiasGelu<") + wide +
                 ">(a, b, bias, out, pre, m, n, k)"};
   case GemmFallback::WgmmaGeluGradBias:
   case GemmFallback::WgmmaWideGeluGradBias:
-    return {
-        "const " + T + " *a, const " + T + " *b, const " + T + " *pre, " + T +
-            " *out, float *partials, i64 m, i64 n, i64 k",
-        std::string("gemmWgmmaGeluGradBias<") +
-            (kind == GemmFallback::WgmmaWideGeluGradBias ? "true" : "false") +
-            ">(a, b, pre, out, partials, m, n, k)"};
+    return {maps + "const " + T + " *pre, " + T +
+                " *out, float *partials, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaGeluGradBias<") + wide +
+                ">(a, b, pre, out, partials, m, n, k)"};
   case GemmFallback::WgmmaBias:
   case GemmFallback::WgmmaWideBias:
-    return {"const " + T + " *a, const " + T + " *b, const " + T + " *bias, " +
-                T + " *out, i64 m, i64 n, i64 k",
-            std::string("gemmWgmmaBias<") +
-                (kind == GemmFallback::WgmmaWideBias ? "true" : "false") +
+    return {maps + "const " + T + " *bias, " + T + " *out, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaBias<") + wide +
                 ">(a, b, bias, out, m, n, k)"};
   case GemmFallback::WgmmaPlain:
   case GemmFallback::WgmmaWidePlain:
-    return {"const " + T + " *a, const " + T + " *b, " + T +
-                " *out, i64 m, i64 n, i64 k",
-            std::string("gemmWgmmaPlain<") +
-                (kind == GemmFallback::WgmmaWidePlain ? "true" : "false") +
-                ">(a, b, out, m, n, k)"};
+    return {maps + T + " *out, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaPlain<") + wide + ">(a, b, out, m, n, k)"};
   case GemmFallback::WgmmaGeluGrad:
   case GemmFallback::WgmmaWideGeluGrad:
-    return {"const " + T + " *a, const " + T + " *b, const " + T + " *pre, " +
-                T + " *out, i64 m, i64 n, i64 k",
-            std::string("gemmWgmmaGeluGrad<") +
-                (kind == GemmFallback::WgmmaWideGeluGrad ? "true" : "false") +
+    return {maps + "const " + T + " *pre, " + T + " *out, i64 m, i64 n, i64 k",
+            std::string("gemmWgmmaGeluGrad<") + wide +
                 ">(a, b, pre, out, m, n, k)"};
   }
   return {};
-}
-
-bool isWideWgmmaGemm(GemmFallback kind) {
-  return kind == GemmFallback::WgmmaWideBiasGelu ||
-         kind == GemmFallback::WgmmaWideGeluGrad ||
-         kind == GemmFallback::WgmmaWideGeluGradBias ||
-         kind == GemmFallback::WgmmaWidePlain ||
-         kind == GemmFallback::WgmmaWideBias;
-}
-bool isWgmmaGemm(GemmFallback kind) {
-  return kind == GemmFallback::WgmmaBiasGelu ||
-         kind == GemmFallback::WgmmaGeluGrad ||
-         kind == GemmFallback::WgmmaGeluGradBias ||
-         kind == GemmFallback::WgmmaPlain || kind == GemmFallback::WgmmaBias ||
-         isWideWgmmaGemm(kind);
 }
 
 /// 256 threads; the column partials at least 4 blocks an SM (64

@@ -2,28 +2,34 @@
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
 // kernels it compiles for the CPU, joined by its emulation() in the order
-// threads.h, builtins.h, wgmma.h, mbarrier.h. Not a header to include:
-// each part uses what the ones before it define.
+// threads.h, builtins.h, wgmma.h, mbarrier.h, tma.h. Not a header to
+// include: each part uses what the ones before it define.
 //
 // What warp-specialized kernels hand work over with (types.cuh):
 // mbarrierInit, mbarrierArrive and mbarrierWait, as the PTX ISA defines
-// mbarrier's phases; and setmaxnreg (raiseRegisters, lowerRegisters),
-// which has nothing to do here but be warpgroup-wide. A waiting thread
-// sleeps until the phase it names completes; an arrival releases what its
-// thread did before it to every thread that then waits for its phase (the
-// race checker's clocks, threads.h). A wait no arrival can end is
-// reported, and let go, so that the block still ends.
+// mbarrier's phases, with the transaction count that tensor copies
+// complete (mbarrierArriveExpectTx; tma.h lands the copies); and setmaxnreg
+// (raiseRegisters, lowerRegisters), which has nothing to do here but be
+// warpgroup-wide. A waiting thread sleeps until the phase it names completes;
+// an arrival releases what its thread did before it to every thread that then
+// waits for its phase (the race checker's clocks, threads.h). A wait no arrival
+// can end is reported, and let go, so that the block still ends.
 //
 //===----------------------------------------------------------------------===//
 
 namespace emu {
 /// One mbarrier of the block: where the kernel keeps it, its arrival
-/// count, the arrivals its current phase still needs, the phases it
-/// completed, and the clocks its arrivals released: of the current phase
-/// so far, and of the last completed one.
+/// count, the arrivals its current phase still needs, the bytes of copies
+/// it still expects (its transaction count: up by an arrival's expect_tx,
+/// down as copies land), the phases it completed, and the clocks its
+/// arrivals released: of the current phase so far, and of the last
+/// completed one. `landing`: the granules tensor copies wrote in the
+/// current phase, in flight (race::Granule::pending) until it completes.
 struct Mbarrier {
   const void *at = nullptr;
   int expected = 0, pending = 0;
+  long long tx = 0;
+  std::vector<race::Granule *> landing;
   long long phases = 0;
   int initThread = 0, initEpoch = 0, initClock = 0; // who initialised it
 
@@ -70,6 +76,29 @@ EMU_UNCHECKED inline void mbarrierAcquire(const Mbarrier &b) {
   for (int t = 0; t < race::clockThreads; ++t)
     mine[t] = std::max(mine[t], b.done[t]);
 }
+/// Completes the current phase once its arrivals are in and the bytes it
+/// expects landed: the copies' granules become written (to wgmma, the
+/// async proxy, with no fence needed) by their issuer at the clock it
+/// issued them, which the phase releases.
+EMU_UNCHECKED inline void mbarrierMayComplete(Mbarrier &b) {
+  if (b.pending > 0 || b.tx > 0)
+    return;
+  if (b.tx < 0)
+    race::misuse("copies landed more bytes than the phase expects", "mbarrier");
+  for (race::Granule *g : b.landing)
+    if (g->pending) {
+      g->pending = false;
+      g->visibleFrom = race::epoch + 1;
+      g->writeSeq = 0;
+      b.released[g->writer] = std::max(b.released[g->writer], g->writeClock);
+    }
+  b.landing.clear();
+  b.tx = 0;
+  ++b.phases;
+  b.pending = b.expected;
+  std::copy(b.released, b.released + race::clockThreads, b.done);
+  std::fill(b.released, b.released + race::clockThreads, 0);
+}
 EMU_UNCHECKED static bool mbarrierPhaseDone(int t) {
   return mbarrierPassed(mbarriers[threads[t].mbarrier], threads[t].parity);
 }
@@ -103,6 +132,8 @@ EMU_UNCHECKED inline void mbarrierInit(unsigned long long *bar, u32 count) {
     emu::race::misuse("init with a count of 0 or past 2^20 - 1", "mbarrier");
   b->at = bar;
   b->expected = b->pending = int(count);
+  b->tx = 0;
+  b->landing.clear();
   b->phases = 0;
   b->initThread = emu::current;
   b->initEpoch = emu::race::epoch;
@@ -110,9 +141,11 @@ EMU_UNCHECKED inline void mbarrierInit(unsigned long long *bar, u32 count) {
   std::fill(b->released, b->released + emu::race::clockThreads, 0);
   std::fill(b->done, b->done + emu::race::clockThreads, 0);
 }
-/// One arrival: this thread's clock released to the phase, and the phase
-/// completed by the last arrival it needs.
-EMU_UNCHECKED inline void mbarrierArrive(unsigned long long *bar) {
+/// One arrival, expecting `bytes` more of copies in the phase: this
+/// thread's clock released to the phase, and the phase completed by the
+/// last arrival it needs once its bytes landed.
+EMU_UNCHECKED inline void mbarrierArriveExpecting(unsigned long long *bar,
+                                                  long long bytes) {
   emu::race::Busy guard;
   emu::Mbarrier *b = emu::mbarrierAt(bar, "arrive");
   if (!b)
@@ -122,12 +155,17 @@ EMU_UNCHECKED inline void mbarrierArrive(unsigned long long *bar) {
   for (int t = 0; t < emu::race::clockThreads; ++t)
     b->released[t] = std::max(b->released[t], mine[t]);
   ++mine[emu::current];
-  if (--b->pending > 0)
-    return;
-  ++b->phases;
-  b->pending = b->expected;
-  std::copy(b->released, b->released + emu::race::clockThreads, b->done);
-  std::fill(b->released, b->released + emu::race::clockThreads, 0);
+  b->tx += bytes;
+  --b->pending;
+  emu::mbarrierMayComplete(*b);
+}
+inline void mbarrierArrive(unsigned long long *bar) {
+  mbarrierArriveExpecting(bar, 0);
+}
+inline void mbarrierArriveExpectTx(unsigned long long *bar, u32 bytes) {
+  if (bytes >= (1u << 20))
+    emu::race::misuse("expect_tx of 2^20 bytes or more", "mbarrier");
+  mbarrierArriveExpecting(bar, bytes);
 }
 /// Returns once the phase of `parity` completed (try_wait in a loop).
 EMU_UNCHECKED inline void mbarrierWait(unsigned long long *bar, u32 parity) {

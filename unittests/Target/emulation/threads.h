@@ -2,8 +2,8 @@
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
 // kernels it compiles for the CPU, joined by its emulation() in the order
-// threads.h, builtins.h, wgmma.h, mbarrier.h. Not a header to include:
-// each part uses what the ones before it define.
+// threads.h, builtins.h, wgmma.h, mbarrier.h, tma.h. Not a header to
+// include: each part uses what the ones before it define.
 //
 // The CUDA qualifiers as host C++, the built-in indices' storage, and each
 // block's threads run as coroutines (ucontext): __syncthreads and the warp

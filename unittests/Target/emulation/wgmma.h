@@ -2,8 +2,8 @@
 //
 // Part of the host emulation that HostKernels.cpp puts in front of the
 // kernels it compiles for the CPU, joined by its emulation() in the order
-// threads.h, builtins.h, wgmma.h, mbarrier.h. Not a header to include:
-// each part uses what the ones before it define.
+// threads.h, builtins.h, wgmma.h, mbarrier.h, tma.h. Not a header to
+// include: each part uses what the ones before it define.
 //
 // sm_90a's instructions for the kernels' GPTC_WGMMA path: wgmma (its
 // fences, commit groups and waits, B and A read through descriptors),

@@ -7,14 +7,14 @@
 // plain GEMMs of the same FLOPs took 102.7 and 107.1: cuBLASLt's epilogue
 // runs after the product, reading and writing while the SM's tensor cores
 // idle. Here one block an SM walks the result's tiles, warp-specialized:
-// a warpgroup copies a and b into a ring of stages, and two others
-// multiply, in one of two block shapes. Each is one more way GEMM tuning
-// times at load (rt::GemmFallback::WgmmaBiasGelu, WgmmaGeluGrad and their
-// WgmmaWide* twins), kept only where it is faster and computes what
-// cuBLASLt's way does. The same blocks with no epilogue (WgmmaPlain: the
-// plain GEMMs with a transposed b) or the bias alone (WgmmaBias: the
-// forward's other projections) are ways too, so that tuning also says
-// what the products cost with a light epilogue.
+// one thread has the copy engine (TMA) bring a and b into a ring of
+// stages, and two warpgroups multiply, in one of two block shapes. Each is one
+// more way GEMM tuning times at load (rt::GemmFallback::WgmmaBiasGelu,
+// WgmmaGeluGrad and their WgmmaWide* twins), kept only where it is faster and
+// computes what cuBLASLt's way does. The same blocks with no epilogue
+// (WgmmaPlain: the plain GEMMs with a transposed b) or the bias alone
+// (WgmmaBias: the forward's other projections) are ways too, so that tuning
+// also says what the products cost with a light epilogue.
 //
 // - Taking turns (128 x 128 tiles, gemm::Turns): each multiplying
 //   warpgroup takes every other tile whole, as two m64n128k16
@@ -35,7 +35,15 @@
 // pipe 40% busy, each tile's first copies and its epilogue in series
 // with its products. The stages change hands through mbarriers, `full`
 // once a stage's copies landed, `empty` once its products are done; only
-// the copier waits for copies, only the multipliers for products.
+// the multipliers wait for products.
+//
+// Why the copy engine: the cp.async copier before it (the fifty-first
+// session's, untimed) spent a warpgroup's 128 threads issuing 24 16-byte
+// copies each a stage and computing their swizzled addresses, and waited
+// for its own copies a stage late before it could hand one over. A tensor
+// copy is one instruction a box: it swizzles as it writes, and completes
+// the stage's barrier itself as its bytes land (CUTLASS's warp-specialized
+// GEMMs are built the same way).
 //
 // m is a multiple of 128, n of the tile's columns, k of 64; every pointer
 // 16-byte aligned. The tiles walk n fastest: a block's 128 rows of a stay
@@ -104,65 +112,67 @@ gemmBTiles(const gemm::Stage<kColTiles> &st, int kc) {
                                    kc * 2048);
 }
 
-/// Starts the copies of depth tile `dt` of the 128 x 64·kColTiles tile at
-/// (row0, col0) into stage `st`, by the kCopiers threads (not committed).
+/// Fills stage `st` with depth tile `dt` of the 128 x 64·kColTiles tile at
+/// (row0, col0), by the copy engine: one thread arrives at the stage's
+/// `full` barrier expecting the stage's bytes, and asks for a's 128 rows
+/// in one box and b's columns in one (K-major: 64·kColTiles rows of b) or
+/// kColTiles (N-major: 64 x 64 each); the barrier's phase completes once
+/// they landed, swizzled as wgmma reads them (the maps' 128-byte swizzle).
 template <bool kKMajorB, int kColTiles>
 __device__ __forceinline__ void
-gemmLoadStage(gemm::Stage<kColTiles> &st, const bf16 *a, const bf16 *b, i64 n,
-              i64 k, i64 row0, i64 col0, int dt) {
-  using gemm::kCopiers;
-  const i64 k0 = i64(dt) * gemm::kDepth;
-  for (int h = 0; h < 2; ++h)
-    st.a[h].template loadAsync<kCopiers>(a + k0, k, row0 + 64 * h);
-  for (int h = 0; h < kColTiles; ++h) {
-    if (kKMajorB) // b's rows col0 + 64h.., columns k0..
-      st.b[h].template loadAsync<kCopiers>(b + k0, k, col0 + 64 * h);
-    else // b's rows k0.., columns col0 + 64h..
-      st.b[h].template loadAsync<kCopiers>(b + col0 + 64 * h, n, k0);
-  }
+gemmLoadStage(gemm::Stage<kColTiles> &st, unsigned long long *full,
+              const TensorMap *a, const TensorMap *b, int row0, int col0,
+              int dt) {
+  static_assert(sizeof st == (2 + kColTiles) * 8192, "tiles back to back");
+  const int k0 = dt * gemm::kDepth;
+  mbarrierArriveExpectTx(full, sizeof st);
+  tensorCopy2d(sharedAddress(st.a[0].data), a, k0, row0, full);
+  if (kKMajorB) // b's rows col0.., columns k0..
+    tensorCopy2d(sharedAddress(st.b[0].data), b, k0, col0, full);
+  else // b's rows k0.., columns col0 + 64h..
+#pragma unroll
+    for (int h = 0; h < kColTiles; ++h)
+      tensorCopy2d(sharedAddress(st.b[h].data), b, col0 + 64 * h, k0, full);
 }
 
-/// The copier (the block's first warpgroup): fills the stages in turn,
-/// the block's tiles one after another, a stage again once its products
-/// are done (`empty`), and hands each over (`full`) once its copies
-/// landed, which it waits for a fill later, so that two are in flight.
-/// Where the epilogue reads a matrix (GELU's derivative: the
-/// pre-activation, which the forward wrote long before, out of L2), it
-/// asks for the tile's rows of it into L2 as the tile's copies start: a
-/// tile's products ahead of the epilogue that reads them.
+/// The copier (the block's first warp; the rest of its warpgroup has
+/// nothing to do): fills the stages in turn, the block's tiles one after
+/// another, a stage again once its products are done (`empty`); its first
+/// lane asks for the copies, which hand the stage over (`full`) as they
+/// land. Where the epilogue reads a matrix (GELU's derivative: the
+/// pre-activation, which the forward wrote long before, out of L2), the
+/// warp asks for the tile's rows of it into L2 as the tile's copies
+/// start: a tile's products ahead of the epilogue that reads them.
 template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
-gemmCopyStages(Shape &s, const bf16 *a, const bf16 *b, i64 n, i64 k, int tiles,
-               int colTiles, const Epilogue &epilogue) {
+gemmCopyStages(Shape &s, const TensorMap *a, const TensorMap *b, i64 n, i64 k,
+               int tiles, int colTiles, const Epilogue &epilogue) {
   using namespace gemm;
   constexpr int kCols = 64 * Shape::kColumnTiles, kStages = Shape::kRing;
-  const int depthTiles = int(k / kDepth);
+  const int depthTiles = int(k / kDepth), lane = threadIdx.x % 32;
+  if (threadIdx.x >= 32)
+    return;
+  if (lane == 0) {
+    tensorMapAcquire(a);
+    tensorMapAcquire(b);
+  }
   int fill = 0; // the stages filled so far
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const i64 row0 = i64(tile / colTiles) * kRows,
-              col0 = i64(tile % colTiles) * kCols;
+    const int row0 = tile / colTiles * kRows, col0 = tile % colTiles * kCols;
     if constexpr (Epilogue::kOperandRows) // 128 rows, lines of 128 bytes
 #pragma unroll
-      for (int line = 0; line < Shape::kColumnTiles; ++line)
-        prefetchL2(epilogue.operand((row0 + threadIdx.x) * n + col0 + 64 * line,
-                                    col0 + 64 * line));
+      for (int r = lane; r < kRows; r += 32)
+#pragma unroll
+        for (int line = 0; line < Shape::kColumnTiles; ++line)
+          prefetchL2(epilogue.operand((row0 + r) * n + col0 + 64 * line,
+                                      col0 + 64 * line));
     for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
       const int st = fill % kStages;
       if (fill >= kStages) // its last fill's products are done
         mbarrierWait(&s.empty[st], (fill / kStages - 1) & 1);
-      gemmLoadStage<kKMajorB>(s.stage[st], a, b, n, k, row0, col0, dt);
-      commitCopies();
-      if (fill > 0) { // the fill before this one landed: hand it over
-        waitCopies<1>();
-        fenceProxyAsync();
-        mbarrierArrive(&s.full[(fill - 1) % kStages]);
-      }
+      if (lane == 0)
+        gemmLoadStage<kKMajorB>(s.stage[st], &s.full[st], a, b, row0, col0, dt);
     }
-  }
-  if (fill > 0) {
-    waitCopies<0>();
-    fenceProxyAsync();
-    mbarrierArrive(&s.full[(fill - 1) % kStages]);
   }
 }
 
@@ -312,14 +322,16 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
 /// gptc's wgmma GEMM with `Epilogue` (GemmBiasGelu, GemmGeluGrad, ...) in
 /// block shape `Shape`: out[i] = the epilogue's output i of the product
 /// a·b, [m, n] bf16, a [m, k] and b [k, n] row-major (an N-major B), or
-/// with kKMajorB b [n, k] (a K-major one, read transposed). One block an
-/// SM walks the tiles (tile r · n/C + c at rows 128r, columns Cc, C the
-/// shape's columns; grid ≤ the tiles, blockDim.x == 384): the first
-/// warpgroup copies (gemmCopyStages), the other two multiply and run the
-/// epilogue (gemmMultiplyStages).
+/// with kKMajorB b [n, k] (a K-major one, read transposed). a and b are
+/// read through their tensor maps (rt::wgmmaOperandMaps: 2-D, the
+/// 128-byte swizzle, boxes of a's 128 rows and of b's tile columns). One
+/// block an SM walks the tiles (tile r · n/C + c at rows 128r, columns
+/// Cc, C the shape's columns; grid ≤ the tiles, blockDim.x == 384): the
+/// first warp copies (gemmCopyStages), the second and third warpgroups
+/// multiply and run the epilogue (gemmMultiplyStages).
 template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
-gemmWgmmaWalk(const bf16 *a, const bf16 *b,
+gemmWgmmaWalk(const TensorMap *a, const TensorMap *b,
               bf16 *const (&out)[Epilogue::kOutputs], i64 m, i64 n, i64 k,
               const Epilogue &epilogue) {
   using namespace gemm;
@@ -328,7 +340,7 @@ gemmWgmmaWalk(const bf16 *a, const bf16 *b,
             tiles = int(m / kRows) * colTiles;
   if (threadIdx.x == 0) {
     for (int i = 0; i < Shape::kRing; ++i) {
-      mbarrierInit(&s.full[i], kCopiers);
+      mbarrierInit(&s.full[i], 1);
       mbarrierInit(&s.empty[i], Shape::kTakesTurns ? 128 : kMultipliers);
     }
     for (int g = 0; g < 2; ++g)
@@ -449,7 +461,7 @@ struct GemmBias : BiasOperand {
 /// [k, n]. kWide: 128 x 256 tiles shared, else 128 x 128 taken in turns
 /// (GemmShape).
 template <bool kWide>
-__device__ void gemmWgmmaBiasGelu(const bf16 *a, const bf16 *b,
+__device__ void gemmWgmmaBiasGelu(const TensorMap *a, const TensorMap *b,
                                   const bf16 *bias, bf16 *out, bf16 *pre, i64 m,
                                   i64 n, i64 k) {
   bf16 *const results[2] = {out, pre};
@@ -460,8 +472,9 @@ __device__ void gemmWgmmaBiasGelu(const bf16 *a, const bf16 *b,
 /// out = gelu'(pre) · (a·bᵀ), [m, n] bf16; b [n, k], read transposed (the
 /// c_proj weight a c_fc backward reads). kWide as above.
 template <bool kWide>
-__device__ void gemmWgmmaGeluGrad(const bf16 *a, const bf16 *b, const bf16 *pre,
-                                  bf16 *out, i64 m, i64 n, i64 k) {
+__device__ void gemmWgmmaGeluGrad(const TensorMap *a, const TensorMap *b,
+                                  const bf16 *pre, bf16 *out, i64 m, i64 n,
+                                  i64 k) {
   bf16 *const results[1] = {out};
   gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k,
                                         GemmGeluGrad{pre});
@@ -470,7 +483,7 @@ __device__ void gemmWgmmaGeluGrad(const bf16 *a, const bf16 *b, const bf16 *pre,
 /// The same with the bias gradient's partial sums (GemmGeluGradBias):
 /// partials [m / 16, n] float32. kWide as above.
 template <bool kWide>
-__device__ void gemmWgmmaGeluGradBias(const bf16 *a, const bf16 *b,
+__device__ void gemmWgmmaGeluGradBias(const TensorMap *a, const TensorMap *b,
                                       const bf16 *pre, bf16 *out,
                                       float *partials, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
@@ -481,16 +494,17 @@ __device__ void gemmWgmmaGeluGradBias(const bf16 *a, const bf16 *b,
 /// backward's input gradients and the lm_head read their weights). kWide
 /// as above.
 template <bool kWide>
-__device__ void gemmWgmmaPlain(const bf16 *a, const bf16 *b, bf16 *out, i64 m,
-                               i64 n, i64 k) {
+__device__ void gemmWgmmaPlain(const TensorMap *a, const TensorMap *b,
+                               bf16 *out, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
   gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k, GemmPlain{});
 }
 /// out = a·b + bias, [m, n] bf16; bias [n]; b [k, n] (N-major, as the
 /// forward's projections read their weights). kWide as above.
 template <bool kWide>
-__device__ void gemmWgmmaBias(const bf16 *a, const bf16 *b, const bf16 *bias,
-                              bf16 *out, i64 m, i64 n, i64 k) {
+__device__ void gemmWgmmaBias(const TensorMap *a, const TensorMap *b,
+                              const bf16 *bias, bf16 *out, i64 m, i64 n,
+                              i64 k) {
   bf16 *const results[1] = {out};
   gemmWgmmaWalk<false, GemmShape<kWide>>(a, b, results, m, n, k,
                                          GemmBias{{bias}});

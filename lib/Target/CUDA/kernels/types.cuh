@@ -521,6 +521,44 @@ __device__ __forceinline__ void fenceProxyAsyncGlobal() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+/// Hopper's tensor copies (TMA, cp.async.bulk.tensor): a box of a 2-D
+/// global tensor, described by a tensor map the host encoded
+/// (cuTensorMapEncodeTiled; CUtensorMap's 128 opaque bytes), lands in
+/// shared memory by the copy engine, not the threads, and completes bytes
+/// of an mbarrier's transaction count. gptc's maps lie in global memory,
+/// written by a host copy before the launch: a thread acquires one
+/// (tensorMapAcquire) before its first copy through it.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+__device__ __forceinline__ void tensorMapAcquire(const TensorMap *map) {
+  asm volatile(
+      "fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map)
+      : "memory");
+}
+/// One arrival at *bar that also expects `bytes` more of copies in its
+/// current phase: the phase completes once its arrivals are in and that
+/// many bytes landed.
+__device__ __forceinline__ void mbarrierArriveExpectTx(unsigned long long *bar,
+                                                       u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   sharedAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+/// The box at element (x, y) of `map` (x along the rows, y the row) into
+/// shared memory at `to` (1,024-byte aligned for the 128-byte swizzle),
+/// its bytes counted at *bar.
+__device__ __forceinline__ void tensorCopy2d(u32 to, const TensorMap *map,
+                                             int x, int y,
+                                             unsigned long long *bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+      ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(to),
+      "l"(map), "r"(x), "r"(y), "r"(sharedAddress(bar))
+      : "memory");
+}
+
 /// Whether *count is at least n for the whole warp, from one volatile
 /// load now: waitForCount's first poll, taken early so that its L2 round
 /// trip runs under other work. (The vote here pins the load: peeked
