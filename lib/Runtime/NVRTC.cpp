@@ -40,6 +40,8 @@ struct NvrtcApi {
   nvrtcResult (*getCUBIN)(nvrtcProgram, char *);
   nvrtcResult (*getProgramLogSize)(nvrtcProgram, size_t *);
   nvrtcResult (*getProgramLog)(nvrtcProgram, char *);
+  nvrtcResult (*getNumSupportedArchs)(int *);
+  nvrtcResult (*getSupportedArchs)(int *);
 };
 
 template <typename F> bool bind(NvrtcApi &api, F &fn, const char *symbol) {
@@ -73,7 +75,9 @@ NvrtcApi loadNvrtc() {
             bind(api, api.getCUBINSize, "nvrtcGetCUBINSize") &&
             bind(api, api.getCUBIN, "nvrtcGetCUBIN") &&
             bind(api, api.getProgramLogSize, "nvrtcGetProgramLogSize") &&
-            bind(api, api.getProgramLog, "nvrtcGetProgramLog");
+            bind(api, api.getProgramLog, "nvrtcGetProgramLog") &&
+            bind(api, api.getNumSupportedArchs, "nvrtcGetNumSupportedArchs") &&
+            bind(api, api.getSupportedArchs, "nvrtcGetSupportedArchs");
   if (!ok)
     api.handle = nullptr;
   return api;
@@ -125,6 +129,11 @@ std::string readWholeFile(const std::string &path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+std::string malformedArch(const std::string &arch) {
+  return "unknown GPU architecture '" + arch +
+         "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)";
+}
+
 } // namespace
 
 bool isSupportedArch(const std::string &arch) {
@@ -140,8 +149,7 @@ bool isSupportedArch(const std::string &arch) {
 
 std::vector<std::string> nvrtcOptions(const std::string &arch) {
   if (!isSupportedArch(arch))
-    throw DeviceError("unknown GPU architecture '" + arch +
-                      "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
+    throw DeviceError(malformedArch(arch));
   // No --use_fast_math: the CPU reference computes expf/logf/tanhf/erff
   // exactly, and the checks against it should only see summation-order
   // differences. Kernels call the approximate special-function unit where
@@ -149,6 +157,30 @@ std::vector<std::string> nvrtcOptions(const std::string &arch) {
   // the tensor-core flash attention's softmax).
   return {"-std=c++17", "--gpu-architecture=" + arch, "-default-device",
           "--ptxas-options=-v", "-lineinfo"};
+}
+
+std::string nvrtcArchProblem(const std::string &arch) {
+  if (!isSupportedArch(arch))
+    return malformedArch(arch);
+  std::vector<int> known;
+  try {
+    const NvrtcApi &api = nvrtc();
+    int n = 0;
+    check(api, api.getNumSupportedArchs(&n), "nvrtcGetNumSupportedArchs");
+    known.resize(size_t(std::max(n, 0)));
+    check(api, api.getSupportedArchs(known.data()), "nvrtcGetSupportedArchs");
+  } catch (const DeviceError &) {
+    return ""; // no NVRTC: whoever compiles says so
+  }
+  const int number = std::stoi(arch.substr(3));
+  if (std::find(known.begin(), known.end(), number) != known.end())
+    return "";
+  std::string list;
+  for (int k : known)
+    if (k >= 80) // (isSupportedArch's floor)
+      list += (list.empty() ? "sm_" : ", sm_") + std::to_string(k);
+  return "NVRTC " + nvrtcVersion() + " does not compile for " + arch +
+         " (it does for " + (list.empty() ? "none from sm_80 on" : list) + ")";
 }
 
 std::string nvrtcVersion() {

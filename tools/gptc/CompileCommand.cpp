@@ -92,9 +92,8 @@ int runCompile(int argc, char **argv) {
                    "gptc compile: compile a model into a training program\n",
                    /*withMLIROptions=*/true);
   (void)model.config(); // flag errors before the missing backend
-  if (!rt::isSupportedArch(gpuArch))
-    fail("unknown GPU architecture '" + gpuArch +
-         "' (expected sm_80, sm_86, sm_89, sm_90, sm_90a, ...)");
+  if (std::string problem = rt::nvrtcArchProblem(gpuArch); !problem.empty())
+    fail(problem);
   const cuda::EmitOptions emit = kernels.emitOptions(gpuArch, /*archFromFlag=*/true);
   if (!(weightDecay >= 0) || !(clip >= 0))
     fail("--weight-decay and --clip must be non-negative");

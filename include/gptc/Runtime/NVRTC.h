@@ -37,6 +37,12 @@ struct CompiledKernel {
 /// ("sm_" then digits and an optional "a"), NVRTC decides the rest.
 bool isSupportedArch(const std::string &arch);
 
+/// Why gptc cannot compile for `arch`, in one line, or "" if it can: a
+/// malformed spelling, or an architecture the loaded NVRTC does not list
+/// (nvrtcGetSupportedArchs; "" where there is no NVRTC to ask). So that
+/// `gptc compile --gpu-arch=sm_99` says so before it lowers the model.
+std::string nvrtcArchProblem(const std::string &arch);
+
 /// The fixed NVRTC options for `arch`: C++17, the architecture, -default-device,
 /// fast math off (the CPU reference uses exact expf/tanhf), ptxas -v for
 /// the resource report. Throws DeviceError for a malformed arch.
