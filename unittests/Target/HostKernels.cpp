@@ -70,9 +70,11 @@ std::vector<std::string> declaredNames(const std::string &decl) {
 /// emu::race::declare(&a, sizeof a, "a"); ...` where it is declared, and
 /// each module-scope `__device__ T x[n];` (scratch) is declared when the
 /// library loads. (Only declarations that start a line.) The dynamic
-/// shared memory, `extern __shared__ T a[];`, becomes `static T a[n];` of
-/// `dynamicBytes` (the most the kernel's launches ask for), declared as that
-/// many bytes.
+/// shared memory, `extern __shared__ T a[];`, becomes `T *a`, the running
+/// block's row of `static T a_ctas[kMaxCtas][n]`: a copy for each block of
+/// a cluster, each of at least `dynamicBytes` (the most the kernel's
+/// launches ask for) and a multiple of 1,024 bytes, so that a swizzled
+/// tile lies alike in each; declared as that many bytes.
 std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
   std::string out;
   size_t done = 0;
@@ -92,11 +94,13 @@ std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
       std::string name = declaredNames(decl).front();
       std::string type = decl.substr(0, decl.rfind(name));
       std::string bytes = std::to_string(dynamicBytes);
+      const std::string ctas = name + "_ctas";
       out += source.substr(done, at - done) + "alignas(16) static " + type +
-             name +
-             "[(" + bytes + " + sizeof(" + type + ") - 1) / sizeof(" + type +
-             ") + 1]; emu::race::declare(&" + name + ", " + bytes + ", \"" +
-             name + "\");";
+             ctas + "[emu::kMaxCtas][(" + bytes + " + sizeof(" + type +
+             ") + 1023) / 1024 * 1024 / sizeof(" + type + ")]; " + type +
+             "*const " + name + " = " + ctas + "[emu::ctaShared(" + ctas +
+             ", sizeof " + ctas + "[0])]; emu::race::declare(" + name + ", " +
+             bytes + ", \"" + name + "\");";
       done = line = end + 1;
       continue;
     }
@@ -151,7 +155,8 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
            declareMemory(s, dynamicBytes[k]) + "} }\n";
   }
   // The GEMM-epilogue fallbacks, which no launch names: call_NAME(args,
-  // grid x, grid y) with 1-D blocks of rt::gemmFallbackThreads.
+  // grid x, grid y, cluster) with 1-D blocks of rt::gemmFallbackThreads,
+  // in clusters of `cluster` along x.
   src += "static const unsigned long long *fallbackArgs;\n";
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     const std::string &name = p.kernels[k].name;
@@ -164,7 +169,8 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
                std::to_string(j) + "]}";
       src += ");\n}\n";
       src += "extern \"C\" void call_" + name +
-             "(const unsigned long long *a, unsigned gx, unsigned gy) {\n"
+             "(const unsigned long long *a, unsigned gx, unsigned gy,"
+             " unsigned cluster) {\n"
              "  fallbackArgs = a;\n  emu::body = body_" +
              name +
              ";\n"
@@ -174,13 +180,14 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
              ", 1, 1};\n"
              "  blockIndex.z = 0;\n"
              "  for (blockIndex.y = 0; blockIndex.y < gy; ++blockIndex.y)\n"
-             "  for (blockIndex.x = 0; blockIndex.x < gx; ++blockIndex.x)\n"
-             "    emu::runBlock(" +
-             threads + ");\n}\n";
+             "  for (blockIndex.x = 0; blockIndex.x < gx; blockIndex.x +="
+             " cluster)\n"
+             "    emu::runCluster(" +
+             threads + ", int(cluster));\n}\n";
     }
   }
   // Per launch: its body (the kernel call) and a runner over the blocks,
-  // run_F_I for launch I of function F.
+  // run_F_I for launch I of function F, in clusters of `cluster` along x.
   src += "static void **args;\n";
   for (size_t f = 0; f < p.functions.size(); ++f)
     for (size_t i = 0; i < p.functions[f].launches.size(); ++i) {
@@ -200,17 +207,28 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       for (int b : l.outputs)
         bytes += std::to_string(p.buffers.at(b).bytes()) + ", ";
       src += "static const long long bytes_" + id + "[] = {" + bytes + "0};\n";
-      src += "extern \"C\" void run_" + id + "(void **a) {\n  args = a;\n"
-             "  emu::body = body_" + id + ";\n"
+      src += "extern \"C\" void run_" + id +
+             "(void **a, unsigned cluster) {\n  args = a;\n"
+             "  emu::body = body_" +
+             id +
+             ";\n"
              "  emu::race::launchOutputs(a + " +
              std::to_string(l.inputs.size()) + ", bytes_" + id + ", " +
-             std::to_string(l.outputs.size()) + ");\n"
-             "  gridSize = {" + dims(l.grid) + "};\n"
-             "  blockSize = {" + dims(l.block) + "};\n"
-             "  for (blockIndex.z = 0; blockIndex.z < gridSize.z; ++blockIndex.z)\n"
-             "  for (blockIndex.y = 0; blockIndex.y < gridSize.y; ++blockIndex.y)\n"
-             "  for (blockIndex.x = 0; blockIndex.x < gridSize.x; ++blockIndex.x)\n"
-             "    emu::runBlock(blockSize.x);\n}\n";
+             std::to_string(l.outputs.size()) +
+             ");\n"
+             "  gridSize = {" +
+             dims(l.grid) +
+             "};\n"
+             "  blockSize = {" +
+             dims(l.block) +
+             "};\n"
+             "  for (blockIndex.z = 0; blockIndex.z < gridSize.z; "
+             "++blockIndex.z)\n"
+             "  for (blockIndex.y = 0; blockIndex.y < gridSize.y; "
+             "++blockIndex.y)\n"
+             "  for (blockIndex.x = 0; blockIndex.x < gridSize.x;"
+             " blockIndex.x += cluster)\n"
+             "    emu::runCluster(blockSize.x, int(cluster));\n}\n";
     }
   char tmpl[] = "/tmp/gptc-host-kernels-XXXXXX";
   if (!mkdtemp(tmpl)) {
@@ -253,18 +271,22 @@ void *HostKernels::symbol(const std::string &name) const {
 }
 
 void HostKernels::run(size_t function, size_t launch,
-                      std::vector<void *> pointers) {
-  auto fn = reinterpret_cast<void (*)(void **)>(symbol(
-      "run_" + std::to_string(function) + "_" + std::to_string(launch)));
-  fn(pointers.data());
+                      std::vector<void *> pointers, unsigned cluster) {
+  auto fn = reinterpret_cast<void (*)(void **, unsigned)>(
+      symbol("run_" + std::to_string(function) + "_" + std::to_string(launch)));
+  fn(pointers.data(), cluster);
   throwOnRaces();
 }
 
 void HostKernels::call(const std::string &name, std::vector<uint64_t> args,
-                       unsigned gx, unsigned gy) {
-  auto fn = reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned)>(
-      symbol("call_" + name));
-  fn(args.data(), gx, gy);
+                       unsigned gx, unsigned gy, unsigned cluster) {
+  if (cluster == 0 || gx % cluster)
+    throw std::invalid_argument("a grid of " + std::to_string(gx) +
+                                " blocks in clusters of " +
+                                std::to_string(cluster));
+  auto fn = reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned,
+                                      unsigned)>(symbol("call_" + name));
+  fn(args.data(), gx, gy, cluster);
   throwOnRaces();
 }
 

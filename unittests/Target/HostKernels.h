@@ -47,16 +47,21 @@ public:
 
   bool ok() const { return handle != nullptr; }
   /// Runs launch `launch` of function `function` over every block of its
-  /// grid; `pointers` are its inputs', then its outputs' host addresses.
-  /// Throws std::runtime_error on a race within a block.
-  void run(size_t function, size_t launch, std::vector<void *> pointers);
+  /// grid, in clusters of `cluster` along x (which must divide the grid's
+  /// x; a test's, the runtime launches none); `pointers` are its inputs',
+  /// then its outputs' host addresses. Throws std::runtime_error on a race
+  /// within a block (or cluster).
+  void run(size_t function, size_t launch, std::vector<void *> pointers,
+           unsigned cluster = 1);
   /// run() in the first function.
   void run(size_t launch, std::vector<void *> pointers) {
     run(0, launch, std::move(pointers));
   }
-  /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks.
+  /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks,
+  /// in clusters of `cluster` blocks along x (emulation/threads.h:
+  /// runCluster), which must divide gx.
   void call(const std::string &name, std::vector<uint64_t> args, unsigned gx,
-            unsigned gy = 1);
+            unsigned gy = 1, unsigned cluster = 1);
   /// The address of a tensor map (emulation/tma.h's layout) of the bf16
   /// operand at `base` as `map` describes it, kept while this lives: what
   /// the wgmma GEMMs take where the runtime passes the driver's maps.

@@ -1558,6 +1558,121 @@ TEST(HostRaceChecker, NamesEachMissingOrdering) {
 
 namespace {
 
+/// What the emulation says about `body`, a kernel run as one cluster of
+/// two blocks of 128 threads with 2 KB of dynamic shared memory each (t
+/// is threadIdx.x, rank the block's in the cluster, `bar` an mbarrier at
+/// the start of that memory), which writes `out` [256] floats: the first
+/// race or misuse, or "" and each element (block r's thread t's at 128r +
+/// t) in `values`.
+std::string clusterRun(const std::string &body,
+                       std::vector<float> *values = nullptr) {
+  Builder b;
+  int out = b.buf(DType::F32, {256});
+  rt::Launch &l = b.launch("probe", {}, {out});
+  l.deviceKernel = 0;
+  l.grid[0] = 2;
+  l.block[0] = 128;
+  l.sharedBytes = 2048;
+  b.p.kernels.push_back(
+      {"probe",
+       cuda::kernelTemplate("types.cuh") +
+           "extern \"C\" __global__ void probe(float *out) {\n"
+           "  const int t = threadIdx.x, rank = blockIdx.x % 2;\n"
+           "  extern __shared__ uint4 gptcDynamicShared[];\n"
+           "  unsigned long long *bar =\n"
+           "      reinterpret_cast<unsigned long long "
+           "*>(gptcDynamicShared);\n" +
+           body + "\n}\n",
+       {},
+       "",
+       {}});
+  HostKernels kernels(b.p);
+  if (!kernels.ok())
+    return "does not compile: " + kernels.error;
+  std::vector<float> o(256, -1.0f);
+  try {
+    kernels.run(0, 0, {o.data()}, 2);
+  } catch (const std::runtime_error &e) {
+    return e.what();
+  }
+  if (values)
+    *values = o;
+  return "";
+}
+
+} // namespace
+
+// Clusters in the emulation (threads.h: runCluster): the two blocks run
+// together, each with its own dynamic shared memory, and meet at
+// barrier.cluster; block 1's thread arrives at block 0's mbarrier through
+// its cluster address (mapa), which block 0's threads wait for. What each
+// misuse gets: an arrival from the other block with no barrier.cluster
+// since the mbarrier's init, a wait no arrival ends, global memory both
+// blocks write with no barrier.cluster between, mapa of a __shared__
+// static (which has no copy a block) or to a rank outside the cluster.
+TEST(HostClusterEmulation, BlocksOfAClusterMeetAndArriveAtEachOther) {
+  const std::string init = "  if (t == 0) mbarrierInit(bar, 1);\n";
+  const std::string arrive =
+      "  if (rank == 1 && t == 0)\n"
+      "    mbarrierArriveRemote(clusterSharedAddress(sharedAddress(bar), "
+      "0));\n";
+  const std::string wait = "  if (rank == 0) mbarrierWaitCluster(bar, 0);\n"
+                           "  out[128 * rank + t] = 1000.0f * rank + t;\n";
+  std::vector<float> values;
+  EXPECT_EQ(clusterRun(init + "  clusterSync();\n" + arrive + wait +
+                           "  clusterSync();",
+                       &values),
+            "");
+  for (int i = 0; i < 256; ++i)
+    EXPECT_EQ(values[size_t(i)], 1000.0f * float(i / 128) + float(i % 128));
+  // Each block's dynamic shared memory is its own: the same offset holds
+  // each block's rank.
+  EXPECT_EQ(clusterRun("  float *mine = reinterpret_cast<float *>(bar);\n"
+                       "  if (t == 0) mine[0] = float(rank);\n"
+                       "  __syncthreads();\n"
+                       "  out[128 * rank + t] = mine[0];",
+                       &values),
+            "");
+  for (int i = 0; i < 256; ++i)
+    EXPECT_EQ(values[size_t(i)], float(i / 128));
+  EXPECT_EQ(clusterRun(init + "  __syncthreads();\n" + arrive + wait +
+                       "  clusterSync();"),
+            "mbarrier misuse in block (1, 0, 0): thread 128: arrive from "
+            "another block of the cluster, with no barrier.cluster (or "
+            "mbarrier) since the mbarrier's init (1 race in all)");
+  EXPECT_EQ(clusterRun(init + "  clusterSync();\n" + wait + "  clusterSync();"),
+            "mbarrier misuse in block (0, 0, 0): thread 0: waits for a phase "
+            "that no arrival completes (the block deadlocks) (128 races in "
+            "all)");
+  // Global memory both blocks write, unordered.
+  EXPECT_EQ(clusterRun("  if (t == 0) out[0] = float(rank);"),
+            "global-memory race in block (1, 0, 0): thread 128 writes, with "
+            "no barrier.cluster (or mbarrier) since, what another block of "
+            "the cluster writes: byte 0 of output 0, last written by thread 0 "
+            "(2 races in all)");
+  EXPECT_EQ(clusterRun("  if (t == 0 && rank == 0) out[0] = 1.0f;\n"
+                       "  clusterSync();\n"
+                       "  if (t == 0 && rank == 1) out[0] = 2.0f;",
+                       &values),
+            "");
+  EXPECT_EQ(values[0], 2.0f);
+  EXPECT_EQ(
+      clusterRun("  __shared__ float s[4];\n"
+                 "  if (t == 0) out[128 * rank] = float(clusterSharedAddress("
+                 "sharedAddress(s), 0));"),
+      "cluster misuse in block (0, 0, 0): thread 0: mapa of an address "
+      "outside the dynamic shared memory, or to a rank outside the "
+      "cluster (2 races in all)");
+  EXPECT_EQ(
+      clusterRun("  if (t == 0) out[128 * rank] = float(clusterSharedAddress("
+                 "sharedAddress(bar), 2));"),
+      "cluster misuse in block (0, 0, 0): thread 0: mapa of an address "
+      "outside the dynamic shared memory, or to a rank outside the "
+      "cluster (2 races in all)");
+}
+
+namespace {
+
 /// bf16 bits of `t`'s values, rounded to nearest even.
 std::vector<uint16_t> bf16Bits(const exec::HostTensor &t) {
   std::vector<uint16_t> bits(t.f32.size());

@@ -37,7 +37,8 @@ inline int __syncthreads_or(int p) {
   long long *slots = emu::orSlots[call & 1];
   slots[me] = call << 1 | (p != 0);
   emu::wait(emu::AtBarrier);
-  for (size_t t = 0; t < emu::threads.size(); ++t)
+  const int first = emu::cta * emu::ctaThreads;
+  for (int t = first; t < first + emu::ctaThreads; ++t)
     if (slots[t] == (call << 1 | 1))
       return 1;
   return 0;
@@ -293,6 +294,59 @@ inline u32 sharedAddress(const void *p) {
   return u32(static_cast<const char *>(p) - sharedBase);
 }
 inline char *sharedPointer(u32 a) { return sharedBase + (long long)(int)a; }
+
+// Thread block clusters: a cluster's blocks run together (emu::runCluster),
+// each with its copy of the dynamic shared memory, rank r's `stride` bytes
+// after rank 0's (HostKernels lays each kernel's out so: ctaShared).
+namespace emu {
+struct ClusterShared {
+  const char *base = nullptr;
+  size_t stride = 0;
+};
+constexpr int kMaxClusterShared = 256; // kernels of one library
+static ClusterShared clusterShared[kMaxClusterShared];
+static int clusterSharedCount;
+/// The running block's rank, whose copy of `storage` (kMaxCtas copies,
+/// `stride` bytes apart) is its dynamic shared memory; `storage` is kept
+/// for clusterSharedAddress.
+EMU_UNCHECKED inline int ctaShared(const void *storage, size_t stride) {
+  const char *base = static_cast<const char *>(storage);
+  for (int i = 0; i < clusterSharedCount; ++i)
+    if (clusterShared[i].base == base)
+      return cta;
+  if (clusterSharedCount == kMaxClusterShared) {
+    std::fprintf(stderr, "emulation: more than %d dynamic shared arrays\n",
+                 kMaxClusterShared);
+    std::abort();
+  }
+  clusterShared[clusterSharedCount++] = {base, stride};
+  return cta;
+}
+} // namespace emu
+/// barrier.cluster.arrive.release, then .wait.acquire: every thread of
+/// the cluster's blocks arrives; what each did before, all see after.
+inline void clusterSync() { emu::wait(emu::AtClusterBarrier); }
+/// fence.mbarrier_init: nothing to order here (clusterSync orders all).
+inline void fenceMbarrierInit() {}
+/// mapa.shared::cluster: the address of the byte at `a` of this block's
+/// dynamic shared memory in the cluster's block of rank `rank`. Other
+/// shared memory (a kernel's __shared__ statics) has no copy a block
+/// apart here, so mapping it is reported.
+EMU_UNCHECKED inline u32 clusterSharedAddress(u32 a, u32 rank) {
+  const char *p = sharedPointer(a);
+  for (int i = 0; i < emu::clusterSharedCount; ++i) {
+    const emu::ClusterShared &c = emu::clusterShared[i];
+    if (p >= c.base && p < c.base + emu::kMaxCtas * c.stride) {
+      if (rank >= u32(emu::threads.size() / emu::ctaThreads))
+        break;
+      return sharedAddress(c.base + rank * c.stride + (p - c.base) % c.stride);
+    }
+  }
+  emu::race::misuse("mapa of an address outside the dynamic shared memory, "
+                    "or to a rank outside the cluster",
+                    "cluster");
+  return a;
+}
 /// 16-byte shared accesses (cp.async, ldmatrix rows) must be
 /// 16-byte aligned on the GPU; here a misaligned one aborts.
 inline char *aligned16(u32 a) {

@@ -13,7 +13,10 @@
 // warpgroup-wide. A waiting thread sleeps until the phase it names completes;
 // an arrival releases what its thread did before it to every thread that then
 // waits for its phase (the race checker's clocks, threads.h). A wait no arrival
-// can end is reported, and let go, so that the block still ends.
+// can end is reported, and let go, so that the block still ends. In a
+// cluster, a thread may arrive at another block's mbarrier
+// (mbarrierArriveRemote, at its clusterSharedAddress), and tensor copies
+// multicast to the cluster's blocks complete each one's (tma.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,10 +35,11 @@ struct Mbarrier {
   std::vector<race::Granule *> landing;
   long long phases = 0;
   int initThread = 0, initEpoch = 0, initClock = 0; // who initialised it
+  int cta = 0; // the rank of the block whose shared memory holds it
 
   int released[race::kMaxThreads], done[race::kMaxThreads];
 };
-constexpr int kMaxMbarriers = 32; // a block's
+constexpr int kMaxMbarriers = 64; // a cluster's
 static Mbarrier *mbarriers = new Mbarrier[kMaxMbarriers];
 static int mbarrierCount;
 
@@ -52,13 +56,21 @@ EMU_UNCHECKED inline Mbarrier *mbarrierAt(const void *at, const char *op) {
   return nullptr;
 }
 /// An arrival or wait must see the init: by its thread, after a barrier,
-/// or through another mbarrier.
+/// or through another mbarrier (from another block of the cluster: after
+/// barrier.cluster, or through an mbarrier).
 EMU_UNCHECKED inline void mbarrierSeesInit(const Mbarrier &b, const char *op) {
-  if (current != b.initThread && race::epoch == b.initEpoch &&
+  if (current != b.initThread &&
+      (race::epoch == b.initEpoch || !race::sameBlock(b.initThread)) &&
       !race::ordered(b.initThread, b.initClock)) {
-    char what[96];
-    std::snprintf(what, sizeof what,
-                  "%s in the barrier interval of the mbarrier's init", op);
+    char what[160];
+    if (race::sameBlock(b.initThread))
+      std::snprintf(what, sizeof what,
+                    "%s in the barrier interval of the mbarrier's init", op);
+    else
+      std::snprintf(what, sizeof what,
+                    "%s from another block of the cluster, with no "
+                    "barrier.cluster (or mbarrier) since the mbarrier's init",
+                    op);
     race::misuse(what, "mbarrier");
   }
 }
@@ -88,7 +100,7 @@ EMU_UNCHECKED inline void mbarrierMayComplete(Mbarrier &b) {
   for (race::Granule *g : b.landing)
     if (g->pending) {
       g->pending = false;
-      g->visibleFrom = race::epoch + 1;
+      g->visibleFrom = race::ctaEpochs[b.cta] + 1;
       g->writeSeq = 0;
       b.released[g->writer] = std::max(b.released[g->writer], g->writeClock);
     }
@@ -105,11 +117,14 @@ EMU_UNCHECKED static bool mbarrierPhaseDone(int t) {
 EMU_UNCHECKED static void mbarrierDeadlock(int t) {
   race::Busy guard;
   const int was = current;
+  const Dim3 block = blockIndex;
   current = t;
+  blockIndex = threads[t].block;
   race::misuse("waits for a phase that no arrival completes (the block "
                "deadlocks)",
                "mbarrier");
   current = was;
+  blockIndex = block;
 }
 } // namespace emu
 
@@ -136,6 +151,7 @@ EMU_UNCHECKED inline void mbarrierInit(unsigned long long *bar, u32 count) {
   b->landing.clear();
   b->phases = 0;
   b->initThread = emu::current;
+  b->cta = emu::cta;
   b->initEpoch = emu::race::epoch;
   b->initClock = emu::race::clocks[emu::current][emu::current];
   std::fill(b->released, b->released + emu::race::clockThreads, 0);
@@ -161,6 +177,12 @@ EMU_UNCHECKED inline void mbarrierArriveExpecting(unsigned long long *bar,
 }
 inline void mbarrierArrive(unsigned long long *bar) {
   mbarrierArriveExpecting(bar, 0);
+}
+/// One arrival at the mbarrier at `bar`, a clusterSharedAddress: in this
+/// block or another of the cluster (release at cluster scope).
+inline void mbarrierArriveRemote(u32 bar) {
+  mbarrierArriveExpecting(
+      reinterpret_cast<unsigned long long *>(sharedPointer(bar)), 0);
 }
 inline void mbarrierArriveExpectTx(unsigned long long *bar, u32 bytes) {
   if (bytes >= (1u << 20))
@@ -188,6 +210,11 @@ EMU_UNCHECKED inline void mbarrierWait(unsigned long long *bar, u32 parity) {
   }
   emu::race::Busy guard;
   emu::mbarrierAcquire(*b);
+}
+/// The same, acquiring at cluster scope what arrivals from other blocks
+/// released (here all acquires are).
+inline void mbarrierWaitCluster(unsigned long long *bar, u32 parity) {
+  mbarrierWait(bar, parity);
 }
 /// setmaxnreg: the warpgroup's threads all execute it (.sync.aligned).
 template <int N> EMU_UNCHECKED inline void raiseRegisters() {

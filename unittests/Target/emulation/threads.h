@@ -9,8 +9,10 @@
 // block's threads run as coroutines (ucontext): __syncthreads and the warp
 // operations switch to a scheduler that resumes the threads once all live
 // threads of the block (or warp) arrived, so barriers, shuffles and shared
-// memory behave as on a GPU. The race checker (namespace emu::race) sees
-// every access the kernels' -fsanitize=thread instrumentation reports.
+// memory behave as on a GPU. A cluster's blocks (runCluster) run
+// together, each with its own dynamic shared memory (HostKernels gives
+// each rank a copy). The race checker (namespace emu::race) sees every
+// access the kernels' -fsanitize=thread instrumentation reports.
 //
 //===----------------------------------------------------------------------===//
 
@@ -50,19 +52,29 @@ enum State {
   AtBarrier,
   AtWarpBarrier,
   AtWarpgroupBarrier,
-  AtMbarrier, ///< waiting for a phase of an mbarrier (mbarrier.h)
+  AtMbarrier,       ///< waiting for a phase of an mbarrier (mbarrier.h)
+  AtClusterBarrier, ///< barrier.cluster: every thread of the cluster's blocks
   Done
 };
 struct Thread {
   Dim3 index;
+  Dim3 block;  ///< its block's blockIdx
+  int cta = 0; ///< its block's rank in the cluster
   State state = Running;
   int mbarrier = -1;     ///< the mbarrier it waits at (mbarrier.h's index)
   unsigned parity = 0;   ///< the parity of the phase it waits for
   long long orCalls = 0; ///< __syncthreads_or calls so far
   long long warpOps = 0; ///< warp-wide operations (shuffles, mma, ...) so far
 };
+/// The running blocks' threads: a cluster's rank r block's are
+/// threads[r·ctaThreads, (r + 1)·ctaThreads).
 static std::vector<Thread> threads;
 static int current;
+static int ctaThreads;
+/// The running thread's block's rank in its cluster, which picks its copy
+/// of the dynamic shared memory (HostKernels); at most kMaxCtas.
+static int cta;
+constexpr int kMaxCtas = 2;
 static void (*body)();
 static float floatSlots[1024];
 static int intSlots[1024];
@@ -107,9 +119,15 @@ static void yield() {
 static bool inThread; // a kernel thread runs (not the scheduler)
 namespace race {
 static const char *stackLo, *stackHi; // the running thread's stack
-}
+/// The running thread's block's barrier intervals so far (its
+/// __syncthreads), and each block's of the cluster.
+static int epoch, ctaEpochs[kMaxCtas];
+} // namespace race
 static void resume(int t) {
   current = t;
+  cta = threads[t].cta;
+  blockIndex = threads[t].block;
+  race::epoch = race::ctaEpochs[cta];
   race::stackLo = coroutines[t]->stack.get();
   race::stackHi = race::stackLo + kStackBytes;
   inThread = true;
@@ -157,11 +175,11 @@ static void wait(State s) {
   yield();
 }
 
-/// Race checking within a block. Every access to a __shared__ variable, and
-/// to a launch's buffers, is seen: the plain C++ ones through GCC's
-/// -fsanitize=thread instrumentation (the __tsan_* hooks below; HostKernels
-/// registers each __shared__ variable where it is declared and each buffer
-/// when its launch starts), and the inline-PTX helpers' (vector stores,
+/// Race checking within a cluster's blocks. Every access to a __shared__
+/// variable, and to a launch's buffers, is seen: the plain C++ ones through
+/// GCC's -fsanitize=thread instrumentation (the __tsan_* hooks below;
+/// HostKernels registers each __shared__ variable where it is declared and each
+/// buffer when its launch starts), and the inline-PTX helpers' (vector stores,
 /// cp.async, ldmatrix rows) through explicit calls. Memory is tracked in
 /// 2-byte granules (bf16 elements), time in barrier intervals of the block.
 /// A granule another thread wrote is readable from the interval after its
@@ -172,7 +190,10 @@ static void wait(State s) {
 /// The emulation runs threads one after another, so without this a missing
 /// __syncthreads would pass here and fail, now and then, on a GPU. (Blocks
 /// run one after another and each starts afresh: what one block wrote and
-/// another reads, through lastBlockToArrive, is not checked.)
+/// another reads, through lastBlockToArrive, is not checked. A cluster's
+/// blocks run together, and the intervals are each block's own, so what
+/// one block's thread writes another's reads only through an mbarrier or
+/// barrier.cluster, which order by the clocks.)
 ///
 /// The checker is called for every load and store of the kernels, so it
 /// keeps to plain arrays: code it calls is instrumented too (and not
@@ -265,8 +286,7 @@ static unsigned long long slotMask;
 static int pagesUsed; // by this block: pool[0, pagesUsed)
 static std::vector<Page *> pool;
 static PageSlot *lastSlot;
-static long long block; // serial number of the block run
-static int epoch;
+static long long block; // serial number of the block (or cluster) run
 /// A thread's cp.async groups: committed so far, and granules in flight.
 struct Pending {
   Granule *granule;
@@ -461,6 +481,7 @@ EMU_UNCHECKED static void reset(int n) {
   Busy guard;
   ++block;
   epoch = 0;
+  std::fill(ctaEpochs, ctaEpochs + kMaxCtas, 0);
   if (clocksMoved)
     for (int t = 0; t < clockThreads; ++t)
       std::fill(clocks[t], clocks[t] + clockThreads, 0);
@@ -477,6 +498,23 @@ EMU_UNCHECKED static void reset(int n) {
 /// Whether this thread has acquired thread `writer`'s clock `clock`.
 EMU_UNCHECKED inline bool ordered(int writer, int clock) {
   return clocks[current][writer] >= clock;
+}
+/// Whether thread `t` is of this thread's block, whose barrier intervals
+/// `epoch` counts (another block's are no measure of order here).
+EMU_UNCHECKED inline bool sameBlock(int t) { return t / ctaThreads == cta; }
+/// barrier.cluster's release: every thread acquires every thread's clock
+/// (each has arrived and waits), then moves its own on.
+EMU_UNCHECKED static void joinClocks() {
+  Busy guard;
+  std::vector<int> all(clocks[0], clocks[0] + clockThreads);
+  for (int t = 1; t < clockThreads; ++t)
+    for (int u = 0; u < clockThreads; ++u)
+      all[u] = std::max(all[u], clocks[t][u]);
+  for (int t = 0; t < clockThreads; ++t) {
+    std::copy(all.begin(), all.end(), clocks[t]);
+    ++clocks[t][t];
+  }
+  clocksMoved = true;
 }
 /// A new wgmma of the warpgroup from thread `first` on: its id in wgmmaOps.
 EMU_UNCHECKED static int newWgmmaOp(int first) {
@@ -500,7 +538,7 @@ EMU_UNCHECKED static bool landedBefore(int id) {
   const WgmmaOp &op = wgmmaOps[id];
   if (op.unlanded > 0)
     return false;
-  if (op.landedEpoch < epoch)
+  if (op.landedEpoch < epoch && sameBlock(op.first))
     return true;
   for (int t = 0; t < 128; ++t)
     if (!ordered(op.first + t, landClocks[id][t]))
@@ -537,10 +575,15 @@ EMU_UNCHECKED static void write(const char *p, const Region &r, Granule &g,
            p, r, g);
   else if (g.readEpoch == epoch && (g.manyWarps || g.readerWarp != warp))
     report("writes, in the barrier interval another warp reads,", p, r, g);
-  else if (g.writer >= 0 && g.writer != current && g.writeEpoch == epoch &&
+  else if (g.writer >= 0 && g.writer != current &&
+           (g.writeEpoch == epoch || !sameBlock(g.writer)) &&
            (g.writer / 32 != warp || g.writerWarpOps == ops) &&
            !ordered(g.writer, g.writeClock))
-    report("writes, in the barrier interval another thread writes,", p, r, g);
+    report(sameBlock(g.writer)
+               ? "writes, in the barrier interval another thread writes,"
+               : "writes, with no barrier.cluster (or mbarrier) since, what "
+                 "another block of the cluster writes:",
+           p, r, g);
   g.writer = current;
   g.writeEpoch = epoch;
   g.writerWarpOps = ops;
@@ -562,9 +605,14 @@ EMU_UNCHECKED static void read(const char *p, const Region &r, Granule &g,
       report("reads, never written,", p, r, g);
   } else if (g.pending) {
     report("reads a cp.async its writer has not waited for:", p, r, g);
-  } else if (g.writer != current && epoch < g.visibleFrom &&
+  } else if (g.writer != current &&
+             (epoch < g.visibleFrom || !sameBlock(g.writer)) &&
              !ordered(g.writer, g.writeClock)) {
-    if (g.writer / 32 != warp)
+    if (!sameBlock(g.writer))
+      report("reads, with no barrier.cluster (or mbarrier) since, what "
+             "another block of the cluster writes:",
+             p, r, g);
+    else if (g.writer / 32 != warp)
       report("reads, in the barrier interval another warp writes,", p, r, g);
     else if (g.writerWarpOps == threads[current].warpOps)
       report("reads, with no warp-wide operation since, what another lane "
@@ -673,38 +721,64 @@ static void bulkAtExit(int n);
 static void mbarriersAtStart();
 static bool mbarrierPhaseDone(int t);
 static void mbarrierDeadlock(int t);
-static void runBlock(int n) {
-  threads.assign(n, Thread());
+/// Runs the blocks of a cluster of `ctas` along x, from blockIndex on
+/// (restored after), `n` threads each: their threads together, so that
+/// each one's waits on the others (barrier.cluster, mbarriers) end. A
+/// block alone is a cluster of one.
+static void runCluster(int n, int ctas) {
+  const Dim3 first = blockIndex;
+  const int all = n * ctas;
+  if (ctas < 1 || ctas > kMaxCtas || (ctas > 1 && n % 128)) {
+    std::fprintf(stderr,
+                 "emulation: clusters of 1 to %d blocks of 128·i threads\n",
+                 kMaxCtas);
+    std::abort();
+  }
+  threads.assign(all, Thread());
+  ctaThreads = n;
   std::memset(orSlots, 0, sizeof orSlots);
-  race::reset(n);
+  race::reset(all);
   mbarriersAtStart();
-  while (int(coroutines.size()) < n)
+  while (int(coroutines.size()) < all)
     coroutines.push_back(newCoroutine());
-  for (int t = 0; t < n; ++t)
-    threads[t].index.x = t;
+  for (int t = 0; t < all; ++t) {
+    threads[t].index.x = t % n;
+    threads[t].cta = t / n;
+    threads[t].block = first;
+    threads[t].block.x += t / n;
+  }
   for (;;) {
-    for (int t = 0; t < n; ++t)
+    for (int t = 0; t < all; ++t)
       if (threads[t].state == Running)
         resume(t);
     bool progress = false;
-    for (int t = 0; t < n; ++t)
+    for (int t = 0; t < all; ++t)
       if (threads[t].state == AtMbarrier && mbarrierPhaseDone(t)) {
         threads[t].state = Running;
         progress = true;
       }
-    for (int w = 0; w < n; w += 32)
-      progress |= release(w, std::min(32, n - w), AtWarpBarrier);
-    for (int w = 0; w < n; w += 128)
-      progress |= release(w, std::min(128, n - w), AtWarpgroupBarrier);
-    if (release(0, n, AtBarrier)) {
-      ++race::epoch;
+    for (int c = 0; c < ctas; ++c) {
+      for (int w = 0; w < n; w += 32)
+        progress |= release(c * n + w, std::min(32, n - w), AtWarpBarrier);
+      for (int w = 0; w < n; w += 128)
+        progress |=
+            release(c * n + w, std::min(128, n - w), AtWarpgroupBarrier);
+      if (release(c * n, n, AtBarrier)) {
+        ++race::ctaEpochs[c];
+        progress = true;
+      }
+    }
+    if (release(0, all, AtClusterBarrier)) {
+      race::joinClocks();
+      for (int c = 0; c < ctas; ++c)
+        ++race::ctaEpochs[c];
       progress = true;
     }
     if (progress)
       continue;
     // Threads waiting for a phase no arrival will complete: reported (a
     // misuse), and let go, so that the block ends.
-    for (int t = 0; t < n; ++t)
+    for (int t = 0; t < all; ++t)
       if (threads[t].state == AtMbarrier) {
         mbarrierDeadlock(t);
         threads[t].state = Running;
@@ -712,14 +786,16 @@ static void runBlock(int n) {
       }
     if (progress)
       continue;
-    for (int t = 0; t < n; ++t)
+    for (int t = 0; t < all; ++t)
       if (threads[t].state != Done) {
         std::fprintf(stderr, "emulated block deadlocked\n");
         std::abort();
       }
-    wgmmaAtExit(n);
-    bulkAtExit(n);
+    wgmmaAtExit(all);
+    bulkAtExit(all);
+    blockIndex = first;
     return;
   }
 }
+static void runBlock(int n) { runCluster(n, 1); }
 } // namespace emu

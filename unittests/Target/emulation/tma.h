@@ -14,6 +14,7 @@
 // counts its bytes at its mbarrier; the race checker keeps its granules
 // in flight until that phase completes (mbarrier.h), so that a read
 // before it, or a copy into a stage a wgmma may still read, is reported.
+// A multicast copy is one copy for each block it names.
 //
 //===----------------------------------------------------------------------===//
 
@@ -129,4 +130,25 @@ EMU_UNCHECKED inline void tensorCopy2d(u32 to, const TensorMap *map, int x,
   emu::race::Busy guard;
   b->tx -= (long long)bytes;
   emu::mbarrierMayComplete(*b);
+}
+
+/// The same box into `to` of each block of the cluster whose rank's bit
+/// `blocks` sets (.multicast::cluster), its bytes counted at that block's
+/// mbarrier at bar's address: one copy for each.
+EMU_UNCHECKED inline void tensorCopy2dMulticast(u32 to, const TensorMap *map,
+                                                int x, int y,
+                                                unsigned long long *bar,
+                                                unsigned short blocks) {
+  if (blocks == 0 || blocks >> (emu::threads.size() / emu::ctaThreads)) {
+    emu::race::Busy guard;
+    emu::race::misuse("a multicast to no block, or to a rank outside the "
+                      "cluster",
+                      "tensor copy");
+    return;
+  }
+  for (u32 rank = 0; blocks >> rank; ++rank)
+    if (blocks >> rank & 1)
+      tensorCopy2d(clusterSharedAddress(to, rank), map, x, y,
+                   reinterpret_cast<unsigned long long *>(sharedPointer(
+                       clusterSharedAddress(sharedAddress(bar), rank))));
 }

@@ -482,8 +482,10 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
   op.group = wgThreads[me].committed;
   // The warpgroup's threads are all at this wgmma (the barrier above):
   // the first of them here makes its record.
-  const int wg = me / 128;
-  if (wg >= 4)
+  // (wg counts the cluster's warpgroups; a granule of a block's shared
+  // memory keeps the last read of each of that block's own, `local`.)
+  const int wg = me / 128, local = me % emu::ctaThreads / 128;
+  if (local >= 4)
     emu::race::misuse("wgmma in a block's fifth warpgroup: the race "
                       "checker follows four");
   if (wgIssued[me]++ == wgMade[wg]) {
@@ -513,11 +515,11 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
         emu::race::misuse("the warpgroup's A descriptors differ");
     }
     wgmmaReads("wgmma reads B outside the __shared__ variable it starts in",
-               address, op.lbo, op.sbo, kTransB, op.swizzled, 8 * NT, wg,
+               address, op.lbo, op.sbo, kTransB, op.swizzled, 8 * NT, local,
                op.readOfB);
     if (!a)
       wgmmaReads("wgmma reads A outside the __shared__ variable it starts in",
-                 aAddress, op.aLbo, op.aSbo, false, op.aSwizzled, 64, wg,
+                 aAddress, op.aLbo, op.aSbo, false, op.aSwizzled, 64, local,
                  op.readOfB);
   }
   if (!known || !aKnown)
