@@ -61,9 +61,10 @@ compile gpt2-bf16-biasgemm gpt2 bf16 "$batch" "$seq" --bias-grads=gemm
 # c_fc's bias gradient from the GEMM that writes GELU's derivative
 # (--bias-grads=gelu): on sm_90a gptc's own warp-specialized GEMM sums its
 # partials on the way, timed at load against cuBLASLt's ways; and one
-# layer at GPT-2's widths for its check.
+# layer at GPT-2's widths for its check (T=256: 512 rows, so that the
+# blocks in pairs fit too).
 compile gpt2-bf16-biasgelu gpt2 bf16 "$batch" "$seq" --bias-grads=gelu
-compile check-gpt2w-bf16-biasgelu gpt2 bf16 2 192 --n-layer=1 \
+compile check-gpt2w-bf16-biasgelu gpt2 bf16 2 256 --n-layer=1 \
   --vocab-size=1000 --bias-grads=gelu
 # The weights cast to bf16 in every gradient function, as before the
 # thirty-fifth session, against the default's copies written by AdamW

@@ -192,16 +192,20 @@ cudnn_checks() {
 # forty-ninth session the plain GEMMs with a transposed b and the
 # projections with a bias alone, gemm_wgmma.cuh; GEMM tuning times them
 # against cuBLASLt's ways, GPTC_GEMM_OWN): each
-# block shape run wherever it fits (GPTC_GEMM_OWN=narrow, wide) in one
-# layer at GPT-2's widths, each launch against the CPU backend, then all
-# timed among the other ways (their "ms a run" lines). Where a check
+# block shape run wherever it fits (GPTC_GEMM_OWN=narrow, wide, paired)
+# in one layer at GPT-2's widths, each launch against the CPU backend,
+# then all timed among the other ways (their "ms a run" lines). The pairs
+# (clusters of two blocks, the fifty-fourth session's, which no GPU has
+# run before) need m a multiple of 256: the T=256 program. Where a check
 # fails, the steps after it run without them (GPTC_GEMM_OWN=0), so that a
 # fault costs the call their figures and nothing else.
 own_gemm_checks() {
-  local limit=$1 shape
-  for shape in narrow wide; do
+  local limit=$1 shape program
+  for shape in narrow wide paired; do
+    program=check-gpt2w-bf16
+    [[ $shape == paired ]] && program=check-gpt2w-bf16-auto
     if ! GPTC_GEMM_OWN=$shape step "$limit" check-gpt2w-bf16-own-$shape \
-      "${lib[@]}" "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
+      "${lib[@]}" "$P/$program" --device=cuda --check-kernels \
       --check-dump="$logs/dump-gpt2w-bf16-own-$shape"; then
       echo "   gptc's own GEMMs ($shape) failed their check: the steps after run with GPTC_GEMM_OWN=0"
       export GPTC_GEMM_OWN=0
@@ -209,14 +213,16 @@ own_gemm_checks() {
     fi
   done
   # GELU's derivative with its bias gradient's partials (--bias-grads=gelu).
-  if [[ -x $P/check-gpt2w-bf16-biasgelu ]] &&
-    ! GPTC_GEMM_OWN=wide step "$limit" check-gpt2w-bf16-biasgelu-own \
-      "${lib[@]}" "$P/check-gpt2w-bf16-biasgelu" --device=cuda --check-kernels \
-      --check-dump="$logs/dump-gpt2w-bf16-biasgelu-own"; then
-    echo "   gptc's own GEMM with the bias gradient failed its check: the steps after run with GPTC_GEMM_OWN=0"
-    export GPTC_GEMM_OWN=0
-    return
-  fi
+  for shape in wide paired; do
+    if [[ -x $P/check-gpt2w-bf16-biasgelu ]] &&
+      ! GPTC_GEMM_OWN=$shape step "$limit" check-gpt2w-bf16-biasgelu-own-$shape \
+        "${lib[@]}" "$P/check-gpt2w-bf16-biasgelu" --device=cuda --check-kernels \
+        --check-dump="$logs/dump-gpt2w-bf16-biasgelu-own-$shape"; then
+      echo "   gptc's own GEMM with the bias gradient ($shape) failed its check: the steps after run with GPTC_GEMM_OWN=0"
+      export GPTC_GEMM_OWN=0
+      return
+    fi
+  done
   GPTC_GEMM_TUNE=time step "$limit" check-gpt2w-bf16-gemmways "${lib[@]}" \
     "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
     --check-dump="$logs/dump-gpt2w-bf16-gemmways"
@@ -396,7 +402,7 @@ ncu_sections=(--section SpeedOfLight --section Occupancy
 # sizes, where they lost to cuBLASLt's epilogue GEMMs (forty-seventh
 # session): L2 traffic, tensor-pipe use, stalls.
 if want ownncu && [[ -n $ncu_bin ]]; then
-  for shape in narrow wide; do
+  for shape in narrow wide paired; do
     GPTC_GEMM_OWN=$shape GPTC_CUDA_GRAPH=0 step 120 ncu-own-$shape "$ncu_bin" \
       --target-processes all --kernel-id ::regex:'^gemm_wgmma_.*_bf16$':1 \
       "${ncu_sections[@]}" \
@@ -404,10 +410,10 @@ if want ownncu && [[ -n $ncu_bin ]]; then
   done
   # GELU's derivative with its bias gradient's partials (--bias-grads=gelu).
   if [[ -x $P/gpt2-bf16-biasgelu ]]; then
-    for shape in narrow wide; do
+    for shape in narrow wide paired; do
       GPTC_GEMM_OWN=$shape GPTC_CUDA_GRAPH=0 step 120 \
         ncu-own-biasgelu-$shape "$ncu_bin" --target-processes all \
-        --kernel-id ::regex:'^gemm_wgmma_(wide_)?gelu_grad_bias_bf16$':1 \
+        --kernel-id ::regex:'^gemm_wgmma_((wide|paired)_)?gelu_grad_bias_bf16$':1 \
         "${ncu_sections[@]}" \
         "${lib[@]}" "$P/gpt2-bf16-biasgelu" --device=cuda --data="$data" \
         --steps=1 --seed=1

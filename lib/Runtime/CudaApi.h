@@ -42,7 +42,8 @@ namespace gptc::rt::cudaapi {
   X(cuLaunchKernelEx) X(cuGetErrorName)                                        \
   X(cuGetErrorString) X(cuStreamBeginCapture) X(cuStreamEndCapture)            \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)            \
-  X(cuGraphExecDestroy) X(cuTensorMapEncodeTiled)
+  X(cuGraphExecDestroy) X(cuTensorMapEncodeTiled)                              \
+  X(cuOccupancyMaxActiveClusters)
 // clang-format on
 
 struct Driver {

@@ -421,13 +421,22 @@ CudaBackendImpl::prepared(const Function &f) const {
 CUresult CudaBackendImpl::launchKernel(CUfunction fn, const uint32_t (&grid)[3],
                                        const uint32_t (&block)[3],
                                        uint32_t sharedBytes, CUstream stream,
-                                       void **params) const {
-  if (!pdl)
+                                       void **params, uint32_t cluster) const {
+  if (!pdl && cluster <= 1)
     return cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1],
                              block[2], sharedBytes, stream, params, nullptr);
-  CUlaunchAttribute serialized{};
-  serialized.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  serialized.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchAttribute attrs[2] = {};
+  unsigned numAttrs = 0;
+  if (pdl) {
+    attrs[numAttrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[numAttrs++].value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attrs[numAttrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[numAttrs].value.clusterDim.x = cluster;
+    attrs[numAttrs].value.clusterDim.y = 1;
+    attrs[numAttrs++].value.clusterDim.z = 1;
+  }
   CUlaunchConfig config{};
   config.gridDimX = grid[0];
   config.gridDimY = grid[1];
@@ -437,9 +446,30 @@ CUresult CudaBackendImpl::launchKernel(CUfunction fn, const uint32_t (&grid)[3],
   config.blockDimZ = block[2];
   config.sharedMemBytes = sharedBytes;
   config.hStream = stream;
-  config.attrs = &serialized;
-  config.numAttrs = 1;
+  config.attrs = attrs;
+  config.numAttrs = numAttrs;
   return cu.cuLaunchKernelEx(&config, fn, params, nullptr);
+}
+
+int CudaBackendImpl::activeClusters(CUfunction fn, uint32_t cluster,
+                                    uint32_t threads,
+                                    uint32_t sharedBytes) const {
+  CUlaunchAttribute dims{};
+  dims.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  dims.value.clusterDim.x = cluster;
+  dims.value.clusterDim.y = dims.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = cluster;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = threads;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = sharedBytes;
+  config.attrs = &dims;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cu.cuOccupancyMaxActiveClusters(&clusters, fn, &config) != CUDA_SUCCESS)
+    return 0;
+  return clusters;
 }
 
 void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,

@@ -135,6 +135,7 @@ struct GemmPlan {
     std::vector<uint64_t> args;
     uint32_t sharedBytes = 0; ///< dynamic shared memory a block
     uint32_t threads = 256;   ///< a block's (gemmFallbackThreads)
+    uint32_t cluster = 1; ///< blocks a cluster, along x (gemmFallbackCluster)
     /// Row chunks (loops of one GEMM's rows): added to args at each loop,
     /// the kernel launched right after that loop's GEMM, while its rows
     /// are still in L2. Empty: launched once, after the last loop.
@@ -231,10 +232,11 @@ public:
     dgeluInCublasLt =
         envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
     const std::string own =
-        envSwitch("GPTC_GEMM_OWN", {"1", "0", "narrow", "wide"});
+        envSwitch("GPTC_GEMM_OWN", {"1", "0", "narrow", "wide", "paired"});
     ownGemms = own == "0"        ? OwnGemms::Never
                : own == "narrow" ? OwnGemms::Narrow
                : own == "wide"   ? OwnGemms::Wide
+               : own == "paired" ? OwnGemms::Paired
                                  : OwnGemms::Timed;
     const std::string tune = envSwitch("GPTC_GEMM_TUNE", {"1", "0", "time"});
     tuneGemms = tune != "0";
@@ -509,8 +511,9 @@ private:
                std::vector<GemmPlan> &others);
   /// gptc's own GEMMs for l (kernels/gemm_wgmma.cuh: GELU's GEMM with its
   /// bias, or GELU's derivative's, on sm_90a), in blocks of 128 x 128 and
-  /// (where n allows) 128 x 256, other ways for tuning to time: plans with
-  /// no cuBLASLt call, each its one kernel in `after`. None where the
+  /// (where n allows) 128 x 256, and those in pairs (where m allows, and
+  /// the device runs clusters of them), other ways for tuning to time: plans
+  /// with no cuBLASLt call, each its one kernel in `after`. None where the
   /// program lacks the kernels or l is not what they take
   /// (rt::wgmmaGemmFit, and the operands' alignment); as GPTC_GEMM_OWN
   /// says.
@@ -530,10 +533,17 @@ private:
   const std::vector<Prepared> &prepared(const Function &f) const;
   /// One kernel launch: cuLaunchKernel, or where `pdl` cuLaunchKernelEx
   /// with programmatic stream serialization (the kernel starts launching
-  /// under the one before it on `stream`, and awaitPriorKernels waits).
+  /// under the one before it on `stream`, and awaitPriorKernels waits),
+  /// and in clusters of `cluster` blocks along x where that is more than 1.
   CUresult launchKernel(CUfunction fn, const uint32_t (&grid)[3],
                         const uint32_t (&block)[3], uint32_t sharedBytes,
-                        CUstream stream, void **params) const;
+                        CUstream stream, void **params,
+                        uint32_t cluster = 1) const;
+  /// How many clusters of `cluster` blocks (of `threads` and `sharedBytes`)
+  /// of kernel fn the device runs at once (cuOccupancyMaxActiveClusters);
+  /// 0 where it runs none or cannot say.
+  int activeClusters(CUfunction fn, uint32_t cluster, uint32_t threads,
+                     uint32_t sharedBytes) const;
   /// Issues one launch on `stream` (the compute stream unless it is the
   /// side stream's).
   void enqueue(const Launch &l, const Prepared &pl, bool timed,
@@ -563,8 +573,8 @@ private:
   bool forceGemmFallback = false;  // GPTC_GEMM_FALLBACK=1
   bool dgeluInCublasLt = false;    // GPTC_GEMM_DGELU=cublaslt
   /// GPTC_GEMM_OWN: gptc's own GEMMs timed among the ways (1), never
-  /// (0), or one block shape alone, untimed (narrow, wide).
-  enum class OwnGemms { Timed, Never, Narrow, Wide };
+  /// (0), or one block shape alone, untimed (narrow, wide, paired).
+  enum class OwnGemms { Timed, Never, Narrow, Wide, Paired };
   OwnGemms ownGemms = OwnGemms::Timed;
   bool tuneGemms = true;           // GPTC_GEMM_TUNE=1 (or time), the default
   bool retimeGemms = false;        // GPTC_GEMM_TUNE=time

@@ -563,10 +563,11 @@ int CudaBackendImpl::planGemm(const Launch &l, const std::string &label) {
     refused = refusedBefore;
   }
   // gptc's own GEMMs with GELU's epilogue or its derivative, or none
-  // (sm_90a): other ways, or with GPTC_GEMM_OWN=narrow or wide the
-  // launch's one plan.
-  const bool ownOnly =
-      ownGemms == OwnGemms::Narrow || ownGemms == OwnGemms::Wide;
+  // (sm_90a): other ways, or with GPTC_GEMM_OWN=narrow, wide or paired
+  // the launch's one plan.
+  const bool ownOnly = ownGemms == OwnGemms::Narrow ||
+                       ownGemms == OwnGemms::Wide ||
+                       ownGemms == OwnGemms::Paired;
   if (otherWays || ownOnly || (tuneGemms && !forceGemmFallback))
     if (std::vector<GemmPlan> own = planOwnGemms(l, map); !own.empty()) {
       if (ownOnly) {
@@ -814,11 +815,28 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
                    !hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
                                                  buffer(l.outputs[1]).dtype))))
     return ways;
-  for (bool wide : {false, true}) {
-    const GemmFallback kind = wide ? wideWgmmaGemm(fit->kind) : fit->kind;
-    if ((wide && !fit->wide) || (ownGemms == OwnGemms::Narrow && wide) ||
-        (ownGemms == OwnGemms::Wide && !wide) ||
+  enum Blocks { Narrow, Wide, Paired };
+  for (Blocks blocks : {Narrow, Wide, Paired}) {
+    const bool wide = blocks != Narrow, paired = blocks == Paired;
+    const GemmFallback kind = paired ? pairedWgmmaGemm(fit->kind)
+                              : wide ? wideWgmmaGemm(fit->kind)
+                                     : fit->kind;
+    const OwnGemms only[] = {OwnGemms::Narrow, OwnGemms::Wide,
+                             OwnGemms::Paired};
+    if ((wide && !fit->wide) || (paired && !fit->paired) ||
+        (ownGemms != OwnGemms::Timed && ownGemms != only[blocks]) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
+      continue;
+    // A pair's blocks run as a cluster: as many as the device runs at
+    // once walk the tiles (an SM's pair may be short of a partner).
+    const uint32_t sharedBytes = paired ? kGemmWgmmaPairedSharedBytes
+                                 : wide ? kGemmWgmmaWideSharedBytes
+                                        : kGemmWgmmaSharedBytes;
+    const CUfunction fn = fallbackKernel(kind, DType::BF16, l.kernel);
+    const uint32_t threads =
+        gemmFallbackThreads(gemmFallbackKernel(kind, DType::BF16));
+    const int pairs = paired ? activeClusters(fn, 2, threads, sharedBytes) : 0;
+    if (paired && pairs < 1)
       continue;
     GemmPlan own;
     own.shape =
@@ -829,8 +847,12 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
          : plain    ? " tB"
          : fit->kind == GemmFallback::WgmmaBias ? " + bias"
                                                 : " tB + GELU's derivative") +
-        (wide ? ", 128x256 blocks" : ", 128x128 blocks");
-    own.way = wide ? "gptc wgmma GEMM 128x256" : "gptc wgmma GEMM 128x128";
+        (paired ? ", 128x256 blocks in pairs"
+         : wide ? ", 128x256 blocks"
+                : ", 128x128 blocks");
+    own.way = paired ? "gptc wgmma GEMM 128x256 pairs"
+              : wide ? "gptc wgmma GEMM 128x256"
+                     : "gptc wgmma GEMM 128x128";
     own.tuneKey = l.kernel + " " + own.shape + " -> bf16 gptc wgmma";
     own.candidates = {cublasLtMatmulAlgo_t{}};
     own.outPtr = address(l.outputs[0]);
@@ -844,12 +866,14 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     if (!mapB)
       continue;
     GemmPlan::Followup f;
-    f.fn = fallbackKernel(kind, DType::BF16, l.kernel);
-    f.threads = gemmFallbackThreads(gemmFallbackKernel(kind, DType::BF16));
-    // The blocks walk their tiles, one block an SM.
+    f.fn = fn;
+    f.threads = threads;
+    // The blocks walk their tiles, one block an SM (a pair two SMs).
     const int64_t tiles = fit->m / 128 * (fit->n / (wide ? 256 : 128));
-    f.grid[0] = uint32_t(std::min<int64_t>(tiles, smCount));
-    f.sharedBytes = wide ? kGemmWgmmaWideSharedBytes : kGemmWgmmaSharedBytes;
+    f.grid[0] = paired ? uint32_t(2 * std::min<int64_t>(tiles / 2, pairs))
+                       : uint32_t(std::min<int64_t>(tiles, smCount));
+    f.cluster = paired ? 2 : 1;
+    f.sharedBytes = sharedBytes;
     // (a's and b's maps, the bias or pre-activation (none for a plain
     // GEMM), then the results (the bias gradient's partial sums in its
     // place), then m, n, k.)
@@ -1062,8 +1086,8 @@ void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
   }
   const uint32_t grid[3] = {f.grid[0], f.grid[1], 1},
                  block[3] = {f.threads, 1, 1};
-  if (CUresult r =
-          launchKernel(f.fn, grid, block, f.sharedBytes, stream, params);
+  if (CUresult r = launchKernel(f.fn, grid, block, f.sharedBytes, stream,
+                                params, f.cluster);
       r != CUDA_SUCCESS)
     throw DeviceError("cannot launch gptc's kernel of " + label + ": " +
                       cuError(cu, r));

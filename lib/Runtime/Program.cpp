@@ -259,6 +259,15 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   case GemmFallback::WgmmaWideBias:
     stem = "gemm_wgmma_wide_bias_";
     break;
+  case GemmFallback::WgmmaPairedBiasGelu:
+    stem = "gemm_wgmma_paired_bias_gelu_";
+    break;
+  case GemmFallback::WgmmaPairedGeluGrad:
+    stem = "gemm_wgmma_paired_gelu_grad_";
+    break;
+  case GemmFallback::WgmmaPairedGeluGradBias:
+    stem = "gemm_wgmma_paired_gelu_grad_bias_";
+    break;
   }
   return std::string(stem) + dtypeName(t);
 }
@@ -317,6 +326,8 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
         (i == 1 && !biasGelu ? fit.n : fit.m * fit.n))
       return std::nullopt;
   fit.wide = fit.n % 256 == 0;
+  fit.paired =
+      fit.wide && fit.m % 256 == 0 && pairedWgmmaGemm(fit.kind) != fit.kind;
   return fit;
 }
 

@@ -1876,7 +1876,7 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_PDL", "yes", "GPTC_PDL=yes: expected 1 or 0"},
         {"GPTC_GEMM_OWN", "only",
-         "GPTC_GEMM_OWN=only: expected 1 or 0 or narrow or wide"},
+         "GPTC_GEMM_OWN=only: expected 1 or 0 or narrow or wide or paired"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
          "(or own, time, or -label)"},
@@ -2345,6 +2345,95 @@ TEST(CudaBackendFake, GptcsOwnGemmsReadTheirOperandsThroughTensorMaps) {
   EXPECT_FALSE(run.empty()) << "no cuBLASLt GEMM ran";
   expectKeptChoiceMatchesCpu(ownGemmEpilogues);
   refuse(false);
+}
+
+/// ownGemmEpilogues with gptc's own GEMMs in pairs of blocks beside the
+/// others (m = 256: one 256 x 256 tile a GEMM).
+Function ownGemmPairs(Program &p) {
+  Function f = ownGemmEpilogues(p);
+  addFakeGemmKernels(p, {GemmFallback::WgmmaPairedBiasGelu,
+                         GemmFallback::WgmmaPairedGeluGrad});
+  return f;
+}
+
+/// gptc's own GEMMs in pairs (clusters of two 128 x 256 blocks sharing b)
+/// are one more way tuning times where the program has them: faster than
+/// the rest, they are kept and run in clusters of two (cuLaunchKernelEx's
+/// cluster dimension; the fake refuses a paired kernel launched otherwise),
+/// two blocks a cluster, as many clusters as tiles of 256 x 256 up to what
+/// the device runs at once (cuOccupancyMaxActiveClusters), with b's map in
+/// boxes of half the tile's columns (b [n, k]: 128 rows), and match the
+/// CPU backend. GPTC_GEMM_OWN=paired takes them untimed. Where the device
+/// runs no cluster of two, they are left out and cuBLASLt's GEMMs run.
+TEST(CudaBackendFake, GptcsOwnGemmsInPairsRunInClustersOfTwo) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto clusterLaunches =
+      hook<int (*)(unsigned *, unsigned *)>("gptcFakeClusterLaunches");
+  auto activeClusters = hook<void (*)(int)>("gptcFakeActiveClusters");
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  const std::vector<std::string> own = {
+      "gemm_wgmma_bias_gelu_bf16",        "gemm_wgmma_gelu_grad_bf16",
+      "gemm_wgmma_wide_bias_gelu_bf16",   "gemm_wgmma_wide_gelu_grad_bf16",
+      "gemm_wgmma_paired_bias_gelu_bf16", "gemm_wgmma_paired_gelu_grad_bf16"};
+  for (size_t i = 0; i < own.size(); ++i)
+    kernelMs(own[i].c_str(), i < 4 ? 5.0f : 0.01f);
+  unsigned grid = 0, cluster = 0;
+  clusterLaunches(&grid, &cluster);
+  {
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmPairs, "time", &names);
+    expectOtherWaysTook(err, "2", 2);
+    for (const char *key : {"matmul_epilogue 256x256x64 bf16, ms a run:",
+                            "matmul_gelu_grad 256x256x64 bf16 tB, ms a run:"}) {
+      const size_t line = err.find(key);
+      ASSERT_NE(line, std::string::npos) << key << "\n" << err;
+      EXPECT_NE(err.substr(line, err.find('\n', line) - line)
+                    .find("gptc wgmma GEMM 128x256 pairs 0.002 (kept)"),
+                std::string::npos)
+          << err;
+    }
+    for (size_t i = 0; i < own.size(); ++i)
+      EXPECT_EQ(contains(names, own[i]), i >= 4) << own[i];
+    EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
+    EXPECT_GE(clusterLaunches(&grid, &cluster), 2);
+    EXPECT_EQ(grid, 2u);
+    EXPECT_EQ(cluster, 2u);
+    expectKeptChoiceMatchesCpu(ownGemmPairs);
+  }
+  kernelMs(nullptr, 0.0f);
+  {
+    ScopedEnv env("GPTC_GEMM_OWN", "paired");
+    seenMaps.clear();
+    onHost(own[5].c_str(), 7, seeMaps);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmPairs, "1", &names);
+    onHost(nullptr, 0, nullptr);
+    EXPECT_TRUE(contains(names, own[4]) && contains(names, own[5])) << err;
+    EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
+    ASSERT_FALSE(seenMaps.empty());
+    for (const auto &[a, b] : seenMaps) {
+      EXPECT_EQ(a.box[1], 128u);
+      EXPECT_EQ(b.dims[0], 64u);
+      EXPECT_EQ(b.dims[1], 256u);
+      EXPECT_EQ(b.box[1], 128u);
+    }
+    expectKeptChoiceMatchesCpu(ownGemmPairs);
+  }
+  activeClusters(0);
+  clusterLaunches(&grid, &cluster); // (the checks' runs above)
+  for (const char *value : {"paired", "1"}) {
+    SCOPED_TRACE(value);
+    ScopedEnv env("GPTC_GEMM_OWN", value);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmPairs, "time", &names);
+    EXPECT_FALSE(contains(names, own[4]) || contains(names, own[5]));
+    EXPECT_EQ(err.find("pairs"), std::string::npos) << err;
+    EXPECT_EQ(clusterLaunches(&grid, &cluster), 0);
+  }
+  activeClusters(60);
 }
 
 /// A plain bf16 GEMM with a transposed b at gptc's wgmma tiles (dy [256,

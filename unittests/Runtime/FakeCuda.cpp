@@ -507,6 +507,26 @@ CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a,
       *v = it->second;
   return CUDA_SUCCESS;
 }
+/// Clusters: the fake's H100 runs 60 clusters of two blocks at once (its
+/// 132 SMs in GPCs of 18 or fewer, some of them short of a partner; a
+/// test may say another count, 0 for none: gptcFakeActiveClusters), and
+/// none of more blocks; the config must ask for clusters along x.
+static int activeClustersOfTwo = 60;
+extern "C" void gptcFakeActiveClusters(int n) { activeClustersOfTwo = n; }
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *clusters, CUfunction,
+                                              const CUlaunchConfig *config) {
+  *clusters = 0;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const CUlaunchAttributeValue &v = config->attrs[i].value;
+      if (v.clusterDim.y != 1 || v.clusterDim.z != 1 ||
+          config->gridDimX % v.clusterDim.x)
+        return CUDA_ERROR_INVALID_VALUE;
+      *clusters = v.clusterDim.x == 2 ? activeClustersOfTwo : 0;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_INVALID_VALUE;
+}
 /// The fake runs no kernel: any function fits 4 blocks of any size an SM.
 CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks,
                                                              CUfunction, int,
@@ -563,8 +583,20 @@ extern "C" void gptcFakeKernelRunsOnHost(const char *name, int args,
     hostKernels[name] = {args, fn};
 }
 
-CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
-                                unsigned threads, unsigned, unsigned,
+/// The cluster size (along x) of the launch cuLaunchKernelEx passes on.
+static unsigned launchCluster = 1;
+/// The grids and cluster sizes of the launches in clusters, as a test
+/// reads them (gptcFakeClusterLaunches: how many since the last call, the
+/// last one's grid and cluster).
+static int clusterLaunches = 0;
+static unsigned lastClusterGrid = 0, lastCluster = 0;
+extern "C" int gptcFakeClusterLaunches(unsigned *grid, unsigned *cluster) {
+  *grid = lastClusterGrid;
+  *cluster = lastCluster;
+  return std::exchange(clusterLaunches, 0);
+}
+CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gridX, unsigned,
+                                unsigned, unsigned threads, unsigned, unsigned,
                                 unsigned shared, CUstream stream, void **params,
                                 void **) {
   if (failLaunchIn >= 0 && failLaunchIn-- == 0)
@@ -583,9 +615,17 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
     lastKernel = name;
   int fallbackArgs = gptc::rt::gemmFallbackArgCount(name);
   bool fallback = fallbackArgs > 0;
-  // (A fallback's blocks are of its size: the kernel's launch bounds.)
-  if (fallback && threads != gptc::rt::gemmFallbackThreads(name))
+  // (A fallback's blocks are of its size: the kernel's launch bounds; the
+  // paired GEMMs' in clusters of two, which the grid fills.)
+  if (fallback && (threads != gptc::rt::gemmFallbackThreads(name) ||
+                   launchCluster != gptc::rt::gemmFallbackCluster(name) ||
+                   gridX % launchCluster))
     return CUDA_ERROR_INVALID_VALUE;
+  if (launchCluster > 1) {
+    ++clusterLaunches;
+    lastClusterGrid = gridX;
+    lastCluster = launchCluster;
+  }
   auto host = hostKernels.find(name);
   HostKernel onHost = host == hostKernels.end() ? nullptr : host->second.second;
   std::vector<uint64_t> args;
@@ -627,9 +667,10 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned,
 }
 /// cuLaunchKernelEx: the launch as cuLaunchKernel's, counted where it
 /// asks for programmatic stream serialization (gptcFakeSerializedLaunches:
-/// how many since the last call), refused with an attribute the backend
-/// has no use for, and in a capture where the test says so (as a driver
-/// before CUDA 12.3 might: gptcFakeRefuseSerializedInCapture).
+/// how many since the last call), in clusters along x where it asks for
+/// them, refused with an attribute the backend has no use for, and in a
+/// capture where the test says so (as a driver before CUDA 12.3 might:
+/// gptcFakeRefuseSerializedInCapture).
 static int serializedLaunches = 0;
 static bool refuseSerializedInCapture = false;
 extern "C" int gptcFakeSerializedLaunches() {
@@ -640,18 +681,33 @@ extern "C" void gptcFakeRefuseSerializedInCapture(bool refuse) {
 }
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                                   void **params, void **extra) {
+  unsigned cluster = 1;
+  bool serialized = false;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute &a = config->attrs[i];
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      if (a.value.clusterDim.x < 1 || a.value.clusterDim.y != 1 ||
+          a.value.clusterDim.z != 1)
+        return CUDA_ERROR_INVALID_VALUE;
+      cluster = a.value.clusterDim.x;
+      continue;
+    }
     if (a.id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ||
         a.value.programmaticStreamSerializationAllowed != 1)
       return CUDA_ERROR_INVALID_VALUE;
     if (capturing && refuseSerializedInCapture)
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    ++serializedLaunches;
+    serialized = true;
   }
-  return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ,
-                        config->blockDimX, config->blockDimY, config->blockDimZ,
-                        config->sharedMemBytes, config->hStream, params, extra);
+  launchCluster = cluster;
+  const CUresult r =
+      cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ,
+                     config->blockDimX, config->blockDimY, config->blockDimZ,
+                     config->sharedMemBytes, config->hStream, params, extra);
+  launchCluster = 1;
+  if (r == CUDA_SUCCESS && serialized)
+    ++serializedLaunches;
+  return r;
 }
 CUresult CUDAAPI cuStreamBeginCapture(CUstream, CUstreamCaptureMode) {
   capturing = true;

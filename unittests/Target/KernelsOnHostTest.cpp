@@ -62,7 +62,8 @@ template <typename T> uint64_t address(const std::vector<T> &v) {
   return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
 }
 
-/// Runs gptc's wgmma GEMM `name` of m, n, k on `blocks` blocks: a and b
+/// Runs gptc's wgmma GEMM `name` of m, n, k on `blocks` blocks (the
+/// paired ones in clusters of two, as the runtime launches them): a and b
 /// as their tensor maps (rt::wgmmaOperandMaps, in the emulation's layout,
 /// as the runtime passes the driver's), then the arguments `rest`.
 void callWgmmaGemm(HostKernels &kernels, const std::string &name,
@@ -76,13 +77,15 @@ void callWgmmaGemm(HostKernels &kernels, const std::string &name,
         GemmFallback::WgmmaWideBiasGelu, GemmFallback::WgmmaWideGeluGrad,
         GemmFallback::WgmmaGeluGradBias, GemmFallback::WgmmaWideGeluGradBias,
         GemmFallback::WgmmaPlain, GemmFallback::WgmmaWidePlain,
-        GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias})
+        GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias,
+        GemmFallback::WgmmaPairedBiasGelu, GemmFallback::WgmmaPairedGeluGrad,
+        GemmFallback::WgmmaPairedGeluGradBias})
     if (rt::gemmFallbackKernel(kind, DType::BF16) == name) {
       const auto maps = rt::wgmmaOperandMaps(kind, m, n, k);
       std::vector<uint64_t> args = {kernels.tensorMap(a.data(), maps[0]),
                                     kernels.tensorMap(b.data(), maps[1])};
       args.insert(args.end(), rest.begin(), rest.end());
-      kernels.call(name, args, blocks);
+      kernels.call(name, args, blocks, 1, rt::gemmFallbackCluster(name));
       return;
     }
   ADD_FAILURE() << name << " is no wgmma GEMM";
@@ -1994,9 +1997,10 @@ int64_t expectWithinOneUlpOrTiny(const std::vector<uint16_t> &want,
 // form), but where that form's tiny values stand for the executor's 0.
 // One block walking the 4 tiles of 128 x 128, each warpgroup 2 in turn
 // (5 steps of 64 each, 20 through 6 stages, so every stage is filled
-// again), and one walking the 2 tiles of 128 x 256 (through 4 stages),
-// each staged a warp at a time. The emitter adds the kernels for sm_90a
-// alone, and only for GEMMs whose shapes fit their tiles.
+// again), one walking the 2 tiles of 128 x 256 (through 4 stages), and a
+// cluster of two taking those in a pair, each staged a warp at a time.
+// The emitter adds the kernels for sm_90a alone, and only for GEMMs whose
+// shapes fit their tiles (the pairs' m a multiple of 256).
 TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 320;
@@ -2007,10 +2011,11 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
   int wt = b.buf(bf16, {n, k}), dp = b.buf(bf16, {m, n});
   b.launch("matmul_gelu_grad", {x, wt, pre}, {dp}).ints["transpose_b"] = 1;
-  // Each in blocks of 128 x 128 and of 128 x 256.
+  // Each in blocks of 128 x 128, of 128 x 256, and those in pairs.
   const std::vector<std::string> own = {
-      "gemm_wgmma_bias_gelu_bf16", "gemm_wgmma_gelu_grad_bf16",
-      "gemm_wgmma_wide_bias_gelu_bf16", "gemm_wgmma_wide_gelu_grad_bf16"};
+      "gemm_wgmma_bias_gelu_bf16",        "gemm_wgmma_gelu_grad_bf16",
+      "gemm_wgmma_wide_bias_gelu_bf16",   "gemm_wgmma_wide_gelu_grad_bf16",
+      "gemm_wgmma_paired_bias_gelu_bf16", "gemm_wgmma_paired_gelu_grad_bf16"};
   auto ownKernels = [&](const rt::Program &p) {
     std::vector<std::string> names;
     for (const rt::DeviceKernel &dk : p.kernels)
@@ -2046,14 +2051,25 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
     EXPECT_EQ(ownKernels(emitForHost(narrow.p, HostTarget::Sm90a)),
               std::vector<std::string>{own[0]});
   }
+  // 128 rows: no pairs.
+  {
+    Builder rows;
+    int rx = rows.buf(bf16, {128, 64}), rw = rows.buf(bf16, {64, 256}),
+        rb = rows.buf(bf16, {256}), ro = rows.buf(bf16, {128, 256}),
+        rp = rows.buf(bf16, {128, 256});
+    rows.launch("matmul_epilogue", {rx, rw, rb}, {ro, rp}).ints["gelu"] = 1;
+    EXPECT_EQ(ownKernels(emitForHost(rows.p, HostTarget::Sm90a)),
+              (std::vector<std::string>{own[0], own[2]}));
+  }
 
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
   EXPECT_EQ(ownKernels(p), own);
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   const std::vector<uint32_t> shared = rt::dynamicSharedBytes(p);
-  EXPECT_EQ(shared[shared.size() - 3], rt::kGemmWgmmaSharedBytes);
-  EXPECT_EQ(shared.back(), rt::kGemmWgmmaWideSharedBytes);
+  EXPECT_EQ(shared[shared.size() - 5], rt::kGemmWgmmaSharedBytes);
+  EXPECT_EQ(shared[shared.size() - 3], rt::kGemmWgmmaWideSharedBytes);
+  EXPECT_EQ(shared.back(), rt::kGemmWgmmaPairedSharedBytes);
   const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 21)),
                               wBits = bf16Bits(randomFloats({k, n}, 22)),
                               biasBits = bf16Bits(randomFloats({n}, 23)),
@@ -2061,14 +2077,18 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   const std::vector<exec::HostTensor> fused = exec::matmulEpilogue(
       fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
       fromBf16Bits(biasBits, {n}), false, false, true, true);
-  for (int wide = 0; wide < 2; ++wide) {
-    SCOPED_TRACE(wide ? "128 x 256 tiles" : "128 x 128 tiles in turns");
-    // One block walks all the tiles.
+  for (int shape = 0; shape < 3; ++shape) {
+    SCOPED_TRACE(shape == 2   ? "128 x 256 tiles in pairs"
+                 : shape == 1 ? "128 x 256 tiles"
+                              : "128 x 128 tiles in turns");
+    // One block (or pair) walks all the tiles.
+    const unsigned blocks = shape == 2 ? 2 : 1;
     std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
         preBits(size_t(m * n), 0xffff), dpBits(size_t(m * n), 0xffff);
-    callWgmmaGemm(kernels, own[2 * wide], xBits, wBits, m, n, k,
+    callWgmmaGemm(kernels, own[size_t(2 * shape)], xBits, wBits, m, n, k,
                   {address(biasBits), address(outBits), address(preBits),
-                   uint64_t(m), uint64_t(n), uint64_t(k)});
+                   uint64_t(m), uint64_t(n), uint64_t(k)},
+                  blocks);
     expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
     EXPECT_GT(expectWithinOneUlpOrTiny(bf16Bits(fused[0]), outBits,
                                        "GELU(x·w + bias)"),
@@ -2076,9 +2096,10 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
         << "no pre-activation far enough below 0 to tell";
 
     // GELU's derivative at that pre-activation.
-    callWgmmaGemm(kernels, own[2 * wide + 1], xBits, wtBits, m, n, k,
+    callWgmmaGemm(kernels, own[size_t(2 * shape + 1)], xBits, wtBits, m, n, k,
                   {address(preBits), address(dpBits), uint64_t(m), uint64_t(n),
-                   uint64_t(k)});
+                   uint64_t(k)},
+                  blocks);
     const std::vector<exec::HostTensor> dgelu = exec::matmulGeluGrad(
         fromBf16Bits(xBits, {m, k}), fromBf16Bits(wtBits, {n, k}),
         fromBf16Bits(preBits, {m, n}), false, true, false);
@@ -2241,12 +2262,13 @@ TEST(TemplateKernelsOnHost, WgmmaGemmCopiesThroughWrongMapsAreReported) {
 }
 
 // GELU's derivative with its bias gradient (--bias-grads=gelu: c_fc's),
-// in gptc's own blocks of either shape: gelu'(pre) · (dy·wtᵀ) within one
+// in gptc's own blocks of each shape: gelu'(pre) · (dy·wtᵀ) within one
 // ulp of the executor's rounding, as above, and the bias gradient's
 // partial sums (16 rows each) adding up, in order, to the executor's
 // column sums of the float32 derivative. One block walks 2 tiles of
-// 128 x 256, or 4 of 128 x 128 in turns, 5 steps each, so the stages fill
-// again. Where n is no multiple of 256, the 128-column kernel alone fits.
+// 128 x 256, or 4 of 128 x 128 in turns, and a pair the 2 of 128 x 256, 5
+// steps each, so the stages fill again. Where n is no multiple of 256, the
+// 128-column kernel alone fits.
 TEST(TemplateKernelsOnHost,
      WgmmaGeluGradWithBiasGradientMatchesTheCpuExecutor) {
   const DType bf16 = DType::BF16;
@@ -2256,8 +2278,9 @@ TEST(TemplateKernelsOnHost,
       pre = b.buf(bf16, {m, n}), dp = b.buf(bf16, {m, n}),
       db = b.buf(bf16, {n});
   b.launch("matmul_gelu_grad", {dy, wt, pre}, {dp, db}).ints["transpose_b"] = 1;
-  const std::string own[2] = {"gemm_wgmma_gelu_grad_bias_bf16",
-                              "gemm_wgmma_wide_gelu_grad_bias_bf16"};
+  const std::string own[3] = {"gemm_wgmma_gelu_grad_bias_bf16",
+                              "gemm_wgmma_wide_gelu_grad_bias_bf16",
+                              "gemm_wgmma_paired_gelu_grad_bias_bf16"};
   auto hasOwn = [&](rt::Program &p, const std::string &kernel) {
     for (const rt::DeviceKernel &dk : p.kernels)
       if (dk.name == kernel)
@@ -2277,7 +2300,7 @@ TEST(TemplateKernelsOnHost,
     EXPECT_FALSE(hasOwn(np, "gemm_wgmma_gelu_grad_bf16"));
   }
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
-  ASSERT_TRUE(hasOwn(p, own[0]) && hasOwn(p, own[1]));
+  ASSERT_TRUE(hasOwn(p, own[0]) && hasOwn(p, own[1]) && hasOwn(p, own[2]));
   EXPECT_FALSE(hasOwn(p, "gemm_wgmma_gelu_grad_bf16"));
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
@@ -2293,7 +2316,8 @@ TEST(TemplateKernelsOnHost,
     std::vector<float> partials(size_t(m / 16 * n), -1.0f);
     callWgmmaGemm(kernels, name, dyBits, wtBits, m, n, k,
                   {address(preBits), address(dpBits), address(partials),
-                   uint64_t(m), uint64_t(n), uint64_t(k)});
+                   uint64_t(m), uint64_t(n), uint64_t(k)},
+                  rt::gemmFallbackCluster(name));
     expectWithinOneUlpOrTiny(bf16Bits(want[0]), dpBits, "gelu'(pre) · (dy·wtᵀ)",
                              4e-4f);
     // (ColumnSums's order: chunk after chunk.)
@@ -2305,17 +2329,64 @@ TEST(TemplateKernelsOnHost,
   }
 }
 
+// The paired blocks in several clusters, each pair walking its share of
+// the 256 x 256 tiles (2 steps deep, so that one pair's 4 tiles fill its 4
+// stages twice): pre = x·w + bias and GELU(pre) as the executor's, from
+// one cluster, two, and three (4 tiles: 2, 1 and 1). A grid of an odd
+// number of blocks is refused before it runs.
+TEST(TemplateKernelsOnHost, WgmmaPairsWalkTheirTilesInClusters) {
+  const DType bf16 = DType::BF16;
+  const int64_t m = 512, n = 512, k = 128;
+  Builder b;
+  int x = b.buf(bf16, {m, k}), w = b.buf(bf16, {k, n}), bias = b.buf(bf16, {n}),
+      out = b.buf(bf16, {m, n}), pre = b.buf(bf16, {m, n});
+  b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  HostKernels kernels(emitForHost(b.p, HostTarget::Sm90a), HostTarget::Sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 51)),
+                              wBits = bf16Bits(randomFloats({k, n}, 52)),
+                              biasBits = bf16Bits(randomFloats({n}, 53));
+  const std::vector<exec::HostTensor> fused = exec::matmulEpilogue(
+      fromBf16Bits(xBits, {m, k}), fromBf16Bits(wBits, {k, n}),
+      fromBf16Bits(biasBits, {n}), false, false, true, true);
+  const std::string name = "gemm_wgmma_paired_bias_gelu_bf16";
+  for (unsigned clusters : {1u, 2u, 3u}) {
+    SCOPED_TRACE(std::to_string(clusters) + " clusters");
+    std::vector<uint16_t> outBits(size_t(m * n), 0xffff),
+        preBits(size_t(m * n), 0xffff);
+    callWgmmaGemm(kernels, name, xBits, wBits, m, n, k,
+                  {address(biasBits), address(outBits), address(preBits),
+                   uint64_t(m), uint64_t(n), uint64_t(k)},
+                  2 * clusters);
+    expectWithinOneUlp(bf16Bits(fused[1]), preBits, "x·w + bias");
+    expectWithinOneUlpOrTiny(bf16Bits(fused[0]), outBits, "GELU(x·w + bias)");
+  }
+  std::vector<uint16_t> outBits(size_t(m * n)), preBits(size_t(m * n));
+  EXPECT_THROW(
+      callWgmmaGemm(kernels, name, xBits, wBits, m, n, k,
+                    {address(biasBits), address(outBits), address(preBits),
+                     uint64_t(m), uint64_t(n), uint64_t(k)},
+                    3),
+      std::invalid_argument);
+}
+
 // The race checker and the emulation's in-flight poison see each of the
 // wgmma GEMMs' syncs: taken out one at a time (each barrier), or a wait
-// raised by one, in either block shape, a run races, is refused, deadlocks
+// raised by one, in each block shape, a run races, is refused, deadlocks
 // or writes other bits. One block walks 2 tiles of 128 x 128 in turns, or
-// 2 of 128 x 256: the barrier after the mbarriers' init; the copier's
-// wait for an empty stage, its arrival that expects a stage's bytes, and
-// that arrival expecting fewer bytes than the copies land (only a's) or
-// more; the multipliers' wait for a full stage, their waits for products
-// before they release one (and before the epilogue), both releases, and
-// the warp syncs around the staged results (12 in all); taking turns,
-// also the wait for a turn and the arrival that passes it on (14).
+// 2 of 128 x 256; a pair 2 tiles of 256 x 256: the
+// barrier after the mbarriers' init (in a pair, barrier.cluster); the
+// copier's wait for an empty stage (in a pair, for its multipliers' drain,
+// its two passes of that to both blocks, and its wait for both blocks'),
+// its arrival that expects a stage's bytes, and that arrival expecting
+// fewer bytes than the copies land (only a's) or more; the multipliers'
+// wait for a full stage, their waits for products before they release
+// one (and before the epilogue), both releases and the arrival they make,
+// and the warp syncs around the staged results (13 in all, 16 in a pair);
+// taking turns, also the wait for a turn and the arrival that passes it
+// on (15). (Not here: a pair's barrier.cluster before it ends, which the
+// emulation cannot miss. Its arrivals land at once, so the other block's
+// last one is in before the copy that block waits for.)
 TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 384;
@@ -2327,41 +2398,56 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
   // Wide: 2 tiles of 6 steps, 12 fills of the 4 stages. In turns: 2
   // tiles of 12 steps (m = 256, n = 128, k = 768), 24 fills of the 6, so
   // that the second warpgroup's first stage is the first's of two laps
-  // before, which its turn keeps it from taking.
+  // before, which its turn keeps it from taking. In a pair: 2 tiles of 6
+  // steps (n = 512), 12 fills of the 4 in each block.
+  enum Shape { Turns = 1, Wide = 2, Paired = 4 };
   const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, 2 * k}, 31)),
-                              wBits = bf16Bits(randomFloats({k, n}, 32)),
+                              wBits = bf16Bits(randomFloats({2 * k, n}, 32)),
                               biasBits = bf16Bits(randomFloats({n}, 33));
-  // The kernel's out and pre, one block walking all the tiles.
-  auto run = [&](HostKernels &kernels, const std::string &name, bool wide) {
-    const int64_t cols = wide ? n : n / 2, depth = wide ? k : 2 * k;
+  // The kernel's out and pre, one block (or pair) walking all the tiles.
+  auto run = [&](HostKernels &kernels, const std::string &name, Shape shape) {
+    const int64_t cols = shape == Turns  ? n / 2
+                         : shape == Wide ? n
+                                         : 2 * n,
+                  depth = shape == Turns ? 2 * k : k;
     std::vector<uint16_t> outBits(size_t(m * cols), 0xffff),
         preBits(size_t(m * cols), 0xffff);
     callWgmmaGemm(kernels, name, xBits, wBits, m, cols, depth,
                   {address(biasBits), address(outBits), address(preBits),
-                   uint64_t(m), uint64_t(cols), uint64_t(depth)});
+                   uint64_t(m), uint64_t(cols), uint64_t(depth)},
+                  shape == Paired ? 2 : 1);
     outBits.insert(outBits.end(), preBits.begin(), preBits.end());
     return outBits;
   };
   struct Mutation {
     const char *fn, *statement, *replacement;
-    bool turnsAlone; // only taking turns runs it
+    int shapes; // the block shapes that run it
   };
+  const int all = Turns | Wide | Paired;
   const Mutation mutations[] = {
-      {"gemmWgmmaWalk", "__syncthreads();", "", false},
-      {"gemmCopyStages", "mbarrierWait(", "(void)(", false},
-      {"gemmLoadStage", "mbarrierArriveExpectTx(", "(void)(", false},
-      {"gemmLoadStage", "sizeof st)", "sizeof st.a)", false},
-      {"gemmLoadStage", "sizeof st)", "sizeof st + 16)", false},
-      {"gemmMultiplyStages", "mbarrierWait(", "(void)(", false},
-      {"gemmMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>", false},
-      {"gemmMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>", false},
-      {"gemmMultiplyStages", "mbarrierArrive(", "(void)(", false},
-      {"gemmMultiplyStages", "__syncwarp();", "", false},
-      {"gemmAwaitTurn", "mbarrierWait(", "(void)(", true},
-      {"gemmPassTurn", "mbarrierArrive(", "(void)(", true}};
-  for (bool wide : {false, true}) {
-    const std::string name =
-        wide ? "gemm_wgmma_wide_bias_gelu_bf16" : "gemm_wgmma_bias_gelu_bf16";
+      {"gemmWgmmaWalk", "gemmBarriersReady<Shape>();", "", all},
+      {"gemmAwaitEmptyStage", "mbarrierWait(&s.empty", "(void)(&s.empty",
+       Turns | Wide},
+      {"gemmAwaitEmptyStage", "mbarrierWait(&s.drained", "(void)(&s.drained",
+       Paired},
+      {"gemmAwaitEmptyStage", "mbarrierArriveRemote(", "(void)(", Paired},
+      {"gemmAwaitEmptyStage", "mbarrierWaitCluster(", "(void)(", Paired},
+      {"gemmLoadStage", "mbarrierArriveExpectTx(", "(void)(", all},
+      {"gemmLoadStage", "sizeof st)", "sizeof st.a)", all},
+      {"gemmLoadStage", "sizeof st)", "sizeof st + 16)", all},
+      {"gemmMultiplyStages", "mbarrierWait(", "(void)(", all},
+      {"gemmMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>", all},
+      {"gemmMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>", all},
+      {"gemmMultiplyStages", "gemmReleaseStage(", "(void)(", all},
+      {"gemmReleaseStage", "mbarrierArrive(", "(void)(", all},
+      {"gemmMultiplyStages", "__syncwarp();", "", all},
+      {"gemmAwaitTurn", "mbarrierWait(", "(void)(", Turns},
+      {"gemmPassTurn", "mbarrierArrive(", "(void)(", Turns}};
+  for (auto [shape, name, count] :
+       {std::tuple<Shape, const char *, int>{Turns, "gemm_wgmma_bias_gelu_bf16",
+                                             15},
+        {Wide, "gemm_wgmma_wide_bias_gelu_bf16", 13},
+        {Paired, "gemm_wgmma_paired_bias_gelu_bf16", 16}}) {
     SCOPED_TRACE(name);
     size_t kernel = p.kernels.size();
     for (size_t i = 0; i < p.kernels.size(); ++i)
@@ -2370,11 +2456,11 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
     ASSERT_LT(kernel, p.kernels.size());
     HostKernels whole(p, HostTarget::Sm90a);
     ASSERT_TRUE(whole.ok()) << whole.error;
-    const std::vector<uint16_t> want = run(whole, name, wide);
+    const std::vector<uint16_t> want = run(whole, name, shape);
     const std::string source = p.kernels[kernel].source;
     int done = 0;
     for (const Mutation &mu : mutations) {
-      if (mu.turnsAlone && wide)
+      if (!(mu.shapes & shape))
         continue;
       auto [from, to] = functionSpan(source, mu.fn);
       ASSERT_NE(from, std::string::npos) << mu.fn;
@@ -2385,7 +2471,7 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
                      HostTarget::Sm90a,
                      [&](rt::Program &, HostKernels &kernels, size_t line) {
                        try {
-                         EXPECT_NE(run(kernels, name, wide), want)
+                         EXPECT_NE(run(kernels, name, shape), want)
                              << statement << " at line " << line
                              << " replaced by '" << mu.replacement
                              << "': nothing reported, the same bits";
@@ -2394,6 +2480,6 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
                        }
                      });
     }
-    EXPECT_EQ(done, wide ? 12 : 14);
+    EXPECT_EQ(done, count);
   }
 }

@@ -269,10 +269,15 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    ColumnSums: partials [m/16, n] the
 ///                                    column sums of out's 16-row groups
 /// and each again in tiles of 128 x 256 (WgmmaWide*), where n is a
-/// multiple of 256. Each is warp-specialized, one block an SM walking the
-/// tiles (grid at most the tiles: (m / 128) · (n / 128) or (n / 256)),
+/// multiple of 256; and the GELU ones (WgmmaBiasGelu, WgmmaGeluGrad,
+/// WgmmaGeluGradBias) again in the wide tiles taken by clusters of two
+/// blocks that share b's (WgmmaPaired*: m a multiple of 256; launched
+/// with the cluster-dimension attribute, gemmFallbackCluster). Each is
+/// warp-specialized, one block an SM walking the tiles (grid at most the
+/// tiles: (m / 128) · (n / 128) or (n / 256); paired, an even grid),
 /// 1-D blocks of 384 threads (gemmFallbackThreads), with
-/// kGemmWgmmaSharedBytes or kGemmWgmmaWideSharedBytes.
+/// kGemmWgmmaSharedBytes, kGemmWgmmaWideSharedBytes or
+/// kGemmWgmmaPairedSharedBytes.
 enum class GemmFallback {
   Bias,
   GeluGrad,
@@ -288,7 +293,10 @@ enum class GemmFallback {
   WgmmaPlain,
   WgmmaWidePlain,
   WgmmaBias,
-  WgmmaWideBias
+  WgmmaWideBias,
+  WgmmaPairedBiasGelu,
+  WgmmaPairedGeluGrad,
+  WgmmaPairedGeluGradBias
 };
 /// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu:
 /// WgmmaWideBiasGelu, ...).
@@ -308,6 +316,26 @@ inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
     return kind;
   }
 }
+/// The paired blocks' kind of a wgmma GEMM (WgmmaBiasGelu:
+/// WgmmaPairedBiasGelu, ...); `kind` itself where it has none.
+inline GemmFallback pairedWgmmaGemm(GemmFallback kind) {
+  switch (kind) {
+  case GemmFallback::WgmmaBiasGelu:
+    return GemmFallback::WgmmaPairedBiasGelu;
+  case GemmFallback::WgmmaGeluGrad:
+    return GemmFallback::WgmmaPairedGeluGrad;
+  case GemmFallback::WgmmaGeluGradBias:
+    return GemmFallback::WgmmaPairedGeluGradBias;
+  default:
+    return kind;
+  }
+}
+/// Whether a wgmma GEMM is one of the paired blocks' (clusters of two).
+inline bool isPairedWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaPairedBiasGelu ||
+         kind == GemmFallback::WgmmaPairedGeluGrad ||
+         kind == GemmFallback::WgmmaPairedGeluGradBias;
+}
 /// Whether a wgmma GEMM is one of the wide blocks' (128 x 256 tiles).
 inline bool isWideWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaWideBiasGelu ||
@@ -322,7 +350,7 @@ inline bool isWgmmaGemm(GemmFallback kind) {
          kind == GemmFallback::WgmmaGeluGrad ||
          kind == GemmFallback::WgmmaGeluGradBias ||
          kind == GemmFallback::WgmmaPlain || kind == GemmFallback::WgmmaBias ||
-         isWideWgmmaGemm(kind);
+         isWideWgmmaGemm(kind) || isPairedWgmmaGemm(kind);
 }
 /// How a wgmma GEMM reads an operand: through a tensor map (Hopper's TMA)
 /// that the runtime encodes at load (cuTensorMapEncodeTiled): 2-D bf16,
@@ -335,12 +363,14 @@ struct WgmmaOperandMap {
 };
 /// a's map and b's for wgmma GEMM `kind` of m, n, k: a [m, k] in boxes of
 /// 128 rows; b [n, k] (WgmmaGeluGrad, WgmmaGeluGradBias, WgmmaPlain and
-/// their wide twins: K-major) in boxes of the tile's 128 or 256 columns,
-/// or b [k, n] (WgmmaBiasGelu, WgmmaBias: N-major) in boxes of 64 x 64.
+/// their wide and paired twins: K-major) in boxes of the tile's 128 or 256
+/// columns (paired: half of its 256, each block's share), or b [k, n]
+/// (WgmmaBiasGelu, WgmmaBias and theirs: N-major) in boxes of 64 x 64.
 inline std::array<WgmmaOperandMap, 2>
 wgmmaOperandMaps(GemmFallback kind, int64_t m, int64_t n, int64_t k) {
   const bool nMajorB = kind == GemmFallback::WgmmaBiasGelu ||
                        kind == GemmFallback::WgmmaWideBiasGelu ||
+                       kind == GemmFallback::WgmmaPairedBiasGelu ||
                        kind == GemmFallback::WgmmaBias ||
                        kind == GemmFallback::WgmmaWideBias;
   const WgmmaOperandMap a{k, m, 128};
@@ -366,6 +396,9 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_wgmma_wide_bias_gelu_", 8},
         {"gemm_wgmma_wide_gelu_grad_bias_", 8},
         {"gemm_wgmma_wide_gelu_grad_", 7},
+        {"gemm_wgmma_paired_bias_gelu_", 8},
+        {"gemm_wgmma_paired_gelu_grad_bias_", 8},
+        {"gemm_wgmma_paired_gelu_grad_", 7},
         {"gemm_wgmma_plain_", 6},
         {"gemm_wgmma_wide_plain_", 6},
         {"gemm_wgmma_bias_", 7},
@@ -386,7 +419,9 @@ struct WgmmaGemmFit {
   GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaGeluGradBias,
                      ///< WgmmaPlain, WgmmaBias
   int64_t m, n, k;
-  bool wide; ///< n is a multiple of 256: the wide blocks fit too
+  bool wide;   ///< n is a multiple of 256: the wide blocks fit too
+  bool paired; ///< wide, m a multiple of 256, and a GELU kind: the paired
+               ///< blocks fit too
 };
 std::optional<WgmmaGemmFit> wgmmaGemmFit(const struct Program &p,
                                          const struct Launch &l);
@@ -399,9 +434,14 @@ inline constexpr uint32_t kGemmWgmmaSharedBytes =
                               6 * 4 * 8192 + 8 * 16 * 40 * 4 + 1024 + 1024 - 16,
                           kGemmWgmmaWideSharedBytes =
                               4 * 6 * 8192 + 8 * 16 * 40 * 4 + 1024 + 1024 - 16;
+/// The paired blocks': the wide ones', in the same layout.
+inline constexpr uint32_t kGemmWgmmaPairedSharedBytes =
+    kGemmWgmmaWideSharedBytes;
 /// What a GemmFallback kernel `name` asks for beside its static shared
 /// memory: the wgmma GEMMs' figures, else 0.
 inline uint32_t gemmFallbackSharedBytes(std::string_view name) {
+  if (name.substr(0, 18) == "gemm_wgmma_paired_")
+    return kGemmWgmmaPairedSharedBytes;
   if (name.substr(0, 16) == "gemm_wgmma_wide_")
     return kGemmWgmmaWideSharedBytes;
   return name.substr(0, 11) == "gemm_wgmma_" ? kGemmWgmmaSharedBytes : 0;
@@ -410,6 +450,11 @@ inline uint32_t gemmFallbackSharedBytes(std::string_view name) {
 /// GEMMs (a warpgroup that copies, two that multiply), else 256.
 inline unsigned gemmFallbackThreads(std::string_view name) {
   return name.substr(0, 11) == "gemm_wgmma_" ? 384 : 256;
+}
+/// The blocks of a cluster (along x) GemmFallback kernel `name` is
+/// launched in: 2 for the paired wgmma GEMMs, else 1.
+inline unsigned gemmFallbackCluster(std::string_view name) {
+  return name.substr(0, 18) == "gemm_wgmma_paired_" ? 2 : 1;
 }
 
 struct Function {

@@ -28,8 +28,11 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
   const std::string T = ctype(t);
   // gptc's own GEMMs read a and b through tensor maps (TMA).
   const std::string maps = "const TensorMap *a, const TensorMap *b, ";
-  // Their block shape, a template argument: 128 x 256 tiles, or 128 x 128.
-  const std::string wide = rt::isWideWgmmaGemm(kind) ? "true" : "false";
+  // Their block shape, a template argument: 128 x 256 tiles, those in
+  // pairs, or 128 x 128 taken in turns.
+  const std::string wide = rt::isPairedWgmmaGemm(kind) ? "gemm::kPairedBlocks"
+                           : rt::isWideWgmmaGemm(kind) ? "gemm::kWideBlocks"
+                                                       : "gemm::kTurnsBlocks";
   switch (kind) {
   case GemmFallback::Bias:
     return {T + " *d, const " + T + " *bias, " + T +
@@ -51,12 +54,14 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
             "gemmFallbackColumnSums(partial, out, chunks, cols)"};
   case GemmFallback::WgmmaBiasGelu:
   case GemmFallback::WgmmaWideBiasGelu:
+  case GemmFallback::WgmmaPairedBiasGelu:
     return {maps + "const " + T + " *bias, " + T + " *out, " + T +
                 " *pre, i64 m, i64 n, i64 k",
             std::string("gemmWgmmaBiasGelu<") + wide +
                 ">(a, b, bias, out, pre, m, n, k)"};
   case GemmFallback::WgmmaGeluGradBias:
   case GemmFallback::WgmmaWideGeluGradBias:
+  case GemmFallback::WgmmaPairedGeluGradBias:
     return {maps + "const " + T + " *pre, " + T +
                 " *out, float *partials, i64 m, i64 n, i64 k",
             std::string("gemmWgmmaGeluGradBias<") + wide +
@@ -72,6 +77,7 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
             std::string("gemmWgmmaPlain<") + wide + ">(a, b, out, m, n, k)"};
   case GemmFallback::WgmmaGeluGrad:
   case GemmFallback::WgmmaWideGeluGrad:
+  case GemmFallback::WgmmaPairedGeluGrad:
     return {maps + "const " + T + " *pre, " + T + " *out, i64 m, i64 n, i64 k",
             std::string("gemmWgmmaGeluGrad<") + wide +
                 ">(a, b, pre, out, m, n, k)"};
@@ -106,6 +112,8 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
           needed.insert({fit->kind, d});
           if (fit->wide)
             needed.insert({rt::wideWgmmaGemm(fit->kind), d});
+          if (fit->paired)
+            needed.insert({rt::pairedWgmmaGemm(fit->kind), d});
         }
       if (l.kernel == "matmul_epilogue") {
         needed.insert({GemmFallback::Bias, d});
@@ -145,6 +153,8 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
                           std::to_string(rt::kGemmWgmmaSharedBytes) +
                           "u && kGemmWgmmaWideSharedBytes == " +
                           std::to_string(rt::kGemmWgmmaWideSharedBytes) +
+                          "u && kGemmWgmmaPairedSharedBytes == " +
+                          std::to_string(rt::kGemmWgmmaPairedSharedBytes) +
                           "u, \"the runtime's figures\");\n#endif\n"
                     : std::string()) +
                "\n//===--- generated ---===//\n\n"

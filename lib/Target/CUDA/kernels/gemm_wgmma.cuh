@@ -27,6 +27,16 @@
 //   epilogue together while the copier fills the stages for the next
 //   tile: a quarter fewer bytes from L2 a FLOP (85 FLOP a byte against
 //   64), the epilogue in series with the products. 4 stages of 48 KB.
+// - In pairs (gemm::Paired): the wide blocks in clusters of two, which
+//   take the two 128-row halves of a 256 x 256 tile and share its b: each
+//   block's copier brings half of b's stage into both blocks' shared
+//   memory by one multicast copy (tensorCopy2dMulticast), so b is read
+//   from L2 once a pair. At GPT-2's c_fc (16384 x 3072 x 768) the wide
+//   blocks read a 12 times and b 128 times, 0.91 GB from L2 a GEMM; in
+//   pairs b 64 times, 0.60 GB (cuBLASLt's fastest kernels there run in
+//   clusters of two too). A stage is filled again once both blocks'
+//   multipliers are done with it: each block's `drained` barrier gathers
+//   its own, and its copier passes that on to both blocks' `empty`.
 //
 // Why warp-specialized: Nsight Compute on the forty-seventh session's
 // blocks (H200), where every thread copied and multiplied, found the
@@ -70,20 +80,48 @@ template <int kColTiles> struct Stage {
 /// floats apart, so that a warp's writes of 2 meet each bank once a
 /// half-warp); the stages' barriers, and with kTurns the multipliers'
 /// turns (`turn[g]`: warpgroup g may start its next tile's products).
-template <int kColTiles, int kStages, bool kTurns> struct Specialized {
+/// kBlocks: the blocks of a cluster, which share b's tiles (1 or 2); with
+/// 2, `drained[s]`: this block's multipliers are done with stage s.
+template <int kColTiles, int kStages, bool kTurns, int kBlocks = 1>
+struct Specialized {
   /// (The parameters, for the functions that take a Shape.)
-  static constexpr int kColumnTiles = kColTiles, kRing = kStages;
+  static constexpr int kColumnTiles = kColTiles, kRing = kStages,
+                       kCluster = kBlocks;
   static constexpr bool kTakesTurns = kTurns;
+  static_assert(kBlocks == 1 || (kBlocks == 2 && kColTiles % 2 == 0),
+                "pairs split b's tiles in halves");
   /// A multiplying warpgroup's accumulators: 2 of 64 rows taking turns,
   /// else one (its half of the tile).
   static constexpr int kAccumulators = kTurns ? 2 : 1;
   Stage<kColTiles> stage[kStages];
   float staged[8][16][40];
-  unsigned long long full[kStages], empty[kStages], turn[2];
+  unsigned long long full[kStages], empty[kStages], turn[2], drained[kStages];
 };
-/// The two block shapes, both timed at load, in the same 213 KB.
+/// The block shapes, each timed at load, in the same 213 KB.
 using Turns = Specialized<2, 6, true>;
 using Wide = Specialized<4, 4, false>;
+using Paired = Specialized<4, 4, false, 2>;
+
+/// A block's walk over the result's tiles: tile t at rows
+/// 128·(kCluster·(t / colTiles) + rank), columns 64·kColTiles·(t %
+/// colTiles), where rank is the block's in its cluster (blockIdx.x %
+/// kCluster: clusters lie along x); a cluster's blocks take tile
+/// blockIdx.x / kCluster, then every gridDim.x / kCluster-th after it.
+template <class Shape> struct TileWalk {
+  int colTiles, tiles, first, stride, rank;
+  __device__ __forceinline__ TileWalk(i64 m, i64 n)
+      : colTiles(int(n / (64 * Shape::kColumnTiles))),
+        tiles(int(m / (kRows * Shape::kCluster)) * colTiles),
+        first(int(blockIdx.x) / Shape::kCluster),
+        stride(int(gridDim.x) / Shape::kCluster),
+        rank(int(blockIdx.x) % Shape::kCluster) {}
+  __device__ __forceinline__ i64 row0(int tile) const {
+    return (i64(tile / colTiles) * Shape::kCluster + rank) * kRows;
+  }
+  __device__ __forceinline__ i64 col0(int tile) const {
+    return i64(tile % colTiles) * 64 * Shape::kColumnTiles;
+  }
+};
 
 } // namespace gemm
 
@@ -94,7 +132,9 @@ template <class T> constexpr unsigned gemmWgmmaSharedBytes() {
 }
 constexpr unsigned kGemmWgmmaSharedBytes = gemmWgmmaSharedBytes<gemm::Turns>(),
                    kGemmWgmmaWideSharedBytes =
-                       gemmWgmmaSharedBytes<gemm::Wide>();
+                       gemmWgmmaSharedBytes<gemm::Wide>(),
+                   kGemmWgmmaPairedSharedBytes =
+                       gemmWgmmaSharedBytes<gemm::Paired>();
 
 /// B's descriptor for a stage's columns at k16 step kc: the b tiles lie
 /// back to back, 8 KB apart. K-major, they are 64·kColTiles rows of 128
@@ -118,21 +158,65 @@ gemmBTiles(const gemm::Stage<kColTiles> &st, int kc) {
 /// in one box and b's columns in one (K-major: 64·kColTiles rows of b) or
 /// kColTiles (N-major: 64 x 64 each); the barrier's phase completes once
 /// they landed, swizzled as wgmma reads them (the maps' 128-byte swizzle).
-template <bool kKMajorB, int kColTiles>
+/// In a pair (kCluster 2), the block of rank `rank` asks for half of b's
+/// (K-major: its 32·kColTiles rows, the map's box; N-major: kColTiles / 2
+/// boxes) into both blocks' stage, whose `full` barriers count them.
+template <bool kKMajorB, int kCluster, int kColTiles>
 __device__ __forceinline__ void
 gemmLoadStage(gemm::Stage<kColTiles> &st, unsigned long long *full,
               const TensorMap *a, const TensorMap *b, int row0, int col0,
-              int dt) {
+              int dt, int rank) {
   static_assert(sizeof st == (2 + kColTiles) * 8192, "tiles back to back");
   const int k0 = dt * gemm::kDepth;
   mbarrierArriveExpectTx(full, sizeof st);
   tensorCopy2d(sharedAddress(st.a[0].data), a, k0, row0, full);
-  if (kKMajorB) // b's rows col0.., columns k0..
-    tensorCopy2d(sharedAddress(st.b[0].data), b, k0, col0, full);
-  else // b's rows k0.., columns col0 + 64h..
+  if constexpr (kCluster == 1) {
+    if (kKMajorB) // b's rows col0.., columns k0..
+      tensorCopy2d(sharedAddress(st.b[0].data), b, k0, col0, full);
+    else // b's rows k0.., columns col0 + 64h..
 #pragma unroll
-    for (int h = 0; h < kColTiles; ++h)
-      tensorCopy2d(sharedAddress(st.b[h].data), b, col0 + 64 * h, k0, full);
+      for (int h = 0; h < kColTiles; ++h)
+        tensorCopy2d(sharedAddress(st.b[h].data), b, col0 + 64 * h, k0, full);
+  } else {
+    constexpr int kHalf = kColTiles / 2;
+    const unsigned short both = 3;
+    if (kKMajorB)
+      tensorCopy2dMulticast(sharedAddress(st.b[kHalf * rank].data), b, k0,
+                            col0 + 64 * kHalf * rank, full, both);
+    else
+#pragma unroll
+      for (int h = kHalf * rank; h < kHalf * (rank + 1); ++h)
+        tensorCopy2dMulticast(sharedAddress(st.b[h].data), b, col0 + 64 * h, k0,
+                              full, both);
+  }
+}
+
+/// Before the copier fills stage `st` again (its fill'th fill, past the
+/// first lap): the stage's products are done, in both blocks of a pair.
+/// Alone, the multipliers arrive at `empty`. In a pair they arrive at
+/// `drained`; once they are in, lane 0 passes that on to `empty` in both
+/// blocks, whose phase completes with both blocks' passes.
+template <class Shape>
+__device__ __forceinline__ void gemmAwaitEmptyStage(Shape &s, int st, int fill,
+                                                    int lane, int rank) {
+  const unsigned parity = (fill / Shape::kRing - 1) & 1;
+  if constexpr (Shape::kCluster == 1) {
+    mbarrierWait(&s.empty[st], parity);
+  } else {
+    mbarrierWait(&s.drained[st], parity);
+    if (lane == 0) {
+      const u32 empty = sharedAddress(&s.empty[st]);
+      mbarrierArriveRemote(clusterSharedAddress(empty, rank));
+      mbarrierArriveRemote(clusterSharedAddress(empty, 1 - rank));
+    }
+    mbarrierWaitCluster(&s.empty[st], parity);
+  }
+}
+/// The multipliers are done with stage `st`: `empty`, or in a pair
+/// `drained` (gemmAwaitEmptyStage).
+template <class Shape>
+__device__ __forceinline__ void gemmReleaseStage(Shape &s, int st) {
+  mbarrierArrive(Shape::kCluster == 1 ? &s.empty[st] : &s.drained[st]);
 }
 
 /// The copier (the block's first warp; the rest of its warpgroup has
@@ -146,9 +230,9 @@ gemmLoadStage(gemm::Stage<kColTiles> &st, unsigned long long *full,
 template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
 gemmCopyStages(Shape &s, const TensorMap *a, const TensorMap *b, i64 n, i64 k,
-               int tiles, int colTiles, const Epilogue &epilogue) {
+               const gemm::TileWalk<Shape> &walk, const Epilogue &epilogue) {
   using namespace gemm;
-  constexpr int kCols = 64 * Shape::kColumnTiles, kStages = Shape::kRing;
+  constexpr int kStages = Shape::kRing;
   const int depthTiles = int(k / kDepth), lane = threadIdx.x % 32;
   if (threadIdx.x >= 32)
     return;
@@ -157,8 +241,8 @@ gemmCopyStages(Shape &s, const TensorMap *a, const TensorMap *b, i64 n, i64 k,
     tensorMapAcquire(b);
   }
   int fill = 0; // the stages filled so far
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int row0 = tile / colTiles * kRows, col0 = tile % colTiles * kCols;
+  for (int tile = walk.first; tile < walk.tiles; tile += walk.stride) {
+    const int row0 = int(walk.row0(tile)), col0 = int(walk.col0(tile));
     if constexpr (Epilogue::kOperandRows) // 128 rows, lines of 128 bytes
 #pragma unroll
       for (int r = lane; r < kRows; r += 32)
@@ -169,9 +253,10 @@ gemmCopyStages(Shape &s, const TensorMap *a, const TensorMap *b, i64 n, i64 k,
     for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
       const int st = fill % kStages;
       if (fill >= kStages) // its last fill's products are done
-        mbarrierWait(&s.empty[st], (fill / kStages - 1) & 1);
+        gemmAwaitEmptyStage(s, st, fill, lane, walk.rank);
       if (lane == 0)
-        gemmLoadStage<kKMajorB>(s.stage[st], &s.full[st], a, b, row0, col0, dt);
+        gemmLoadStage<kKMajorB, Shape::kCluster>(s.stage[st], &s.full[st], a, b,
+                                                 row0, col0, dt, walk.rank);
     }
   }
 }
@@ -205,7 +290,8 @@ __device__ __forceinline__ void gemmPassTurn(Shape &s, int group) {
 template <bool kKMajorB, class Shape, class Epilogue>
 __device__ __forceinline__ void
 gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
-                   i64 k, int tiles, int colTiles, const Epilogue &epilogue) {
+                   i64 k, const gemm::TileWalk<Shape> &walk,
+                   const Epilogue &epilogue) {
   using namespace gemm;
   constexpr int kCols = 64 * Shape::kColumnTiles, kStages = Shape::kRing,
                 kAccs = Shape::kAccumulators, kTurns = Shape::kTakesTurns;
@@ -217,11 +303,9 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
   float(&staged)[16][40] = s.staged[warp];
   // The block's tiles this warpgroup takes: every one, or every other.
   const int first = kTurns ? group : 0, stride = kTurns ? 2 : 1;
-  for (int i = first; int(blockIdx.x) + i * int(gridDim.x) < tiles;
-       i += stride) {
-    const int tile = int(blockIdx.x) + i * int(gridDim.x);
-    const i64 row0 = i64(tile / colTiles) * kRows,
-              col0 = i64(tile % colTiles) * kCols;
+  for (int i = first; walk.first + i * walk.stride < walk.tiles; i += stride) {
+    const int tile = walk.first + i * walk.stride;
+    const i64 row0 = walk.row0(tile), col0 = walk.col0(tile);
     int fill = i * depthTiles; // the tile's first stage
     if constexpr (kTurns)
       gemmAwaitTurn(s, group, i);
@@ -247,13 +331,13 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
           gemmPassTurn(s, group);
       wgmmaWait<1>(); // this warpgroup's products of the fill before
       if (dt > 0)
-        mbarrierArrive(&s.empty[(fill - 1) % kStages]);
+        gemmReleaseStage(s, (fill - 1) % kStages);
     }
     wgmmaWait<0>();
 #pragma unroll
     for (int acc = 0; acc < kAccs; ++acc)
       wgmmaFenceOperands(d[acc]);
-    mbarrierArrive(&s.empty[(fill - 1) % kStages]);
+    gemmReleaseStage(s, (fill - 1) % kStages);
     // This warp's rows of accumulator acc: 16 from rowBase(acc). Lane's
     // element r of step c: row 4r + lane/8, column 32c + 4(lane % 8).
     auto rowBase = [&](int acc) {
@@ -319,6 +403,15 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
   }
 }
 
+/// The barriers initialised, for all of the block's threads: in a pair,
+/// both blocks' (the other block's copies and arrivals reach them).
+template <class Shape> __device__ __forceinline__ void gemmBarriersReady() {
+  if constexpr (Shape::kCluster > 1)
+    clusterSync();
+  else
+    __syncthreads();
+}
+
 /// gptc's wgmma GEMM with `Epilogue` (GemmBiasGelu, GemmGeluGrad, ...) in
 /// block shape `Shape`: out[i] = the epilogue's output i of the product
 /// a·b, [m, n] bf16, a [m, k] and b [k, n] row-major (an N-major B), or
@@ -336,30 +429,49 @@ gemmWgmmaWalk(const TensorMap *a, const TensorMap *b,
               const Epilogue &epilogue) {
   using namespace gemm;
   auto &s = wg::dynamicSharedAs<Shape>();
-  const int colTiles = int(n / (64 * Shape::kColumnTiles)),
-            tiles = int(m / kRows) * colTiles;
+  const TileWalk<Shape> walk(m, n);
+  constexpr bool kPaired = Shape::kCluster > 1;
   if (threadIdx.x == 0) {
     for (int i = 0; i < Shape::kRing; ++i) {
       mbarrierInit(&s.full[i], 1);
-      mbarrierInit(&s.empty[i], Shape::kTakesTurns ? 128 : kMultipliers);
+      // In a pair, `empty` counts the two blocks' copiers' passes.
+      mbarrierInit(&s.empty[i], kPaired              ? 2
+                                : Shape::kTakesTurns ? 128
+                                                     : kMultipliers);
+      mbarrierInit(&s.drained[i], kMultipliers);
     }
     for (int g = 0; g < 2; ++g)
       mbarrierInit(&s.turn[g], 128);
+    if (kPaired)
+      fenceMbarrierInit();
   }
-  __syncthreads(); // the barriers initialised
+  gemmBarriersReady<Shape>();
   if (threadIdx.x < kCopiers) {
     lowerRegisters<40>();
-    gemmCopyStages<kKMajorB>(s, a, b, n, k, tiles, colTiles, epilogue);
+    gemmCopyStages<kKMajorB>(s, a, b, n, k, walk, epilogue);
   } else {
     raiseRegisters<232>();
-    gemmMultiplyStages<kKMajorB>(s, out, n, k, tiles, colTiles, epilogue);
+    gemmMultiplyStages<kKMajorB>(s, out, n, k, walk, epilogue);
   }
+  // A block leaves once the other is done with its shared memory: the
+  // other's copies into it land before its multipliers finish, but an
+  // arrival at its `empty` may still be on its way (CUTLASS's producers
+  // wait out their last stages for the same reason).
+  if constexpr (kPaired)
+    clusterSync();
 }
-/// The block shape of an entry point's kWide: 128 x 256 tiles shared,
-/// else 128 x 128 taken in turns.
-template <bool kWide> struct GemmShapeOf { using type = gemm::Turns; };
-template <> struct GemmShapeOf<true> { using type = gemm::Wide; };
-template <bool kWide> using GemmShape = typename GemmShapeOf<kWide>::type;
+/// An entry point's block shape, kBlocks: 128 x 128 tiles taken in turns
+/// (gemm::kTurnsBlocks), 128 x 256 shared (kWideBlocks), or those in
+/// pairs sharing b (kPairedBlocks, launched in clusters of two).
+namespace gemm {
+enum : int { kTurnsBlocks = 0, kWideBlocks = 1, kPairedBlocks = 2 };
+}
+template <int kBlocks> struct GemmShapeOf { using type = gemm::Turns; };
+template <> struct GemmShapeOf<gemm::kWideBlocks> { using type = gemm::Wide; };
+template <> struct GemmShapeOf<gemm::kPairedBlocks> {
+  using type = gemm::Paired;
+};
+template <int kBlocks> using GemmShape = typename GemmShapeOf<kBlocks>::type;
 
 /// The epilogues: each reads one bf16 operand at the result's elements
 /// (kReadsOperand; `operand`: the bias at the column, or a matrix of the
@@ -458,55 +570,54 @@ struct GemmBias : BiasOperand {
 };
 
 /// pre = a·b + bias, out = GELU(pre), both [m, n] bf16; bias [n] bf16; b
-/// [k, n]. kWide: 128 x 256 tiles shared, else 128 x 128 taken in turns
-/// (GemmShape).
-template <bool kWide>
+/// [k, n]. kBlocks: the block shape (GemmShape).
+template <int kBlocks>
 __device__ void gemmWgmmaBiasGelu(const TensorMap *a, const TensorMap *b,
                                   const bf16 *bias, bf16 *out, bf16 *pre, i64 m,
                                   i64 n, i64 k) {
   bf16 *const results[2] = {out, pre};
-  gemmWgmmaWalk<false, GemmShape<kWide>>(a, b, results, m, n, k,
-                                         GemmBiasGelu{{bias}});
+  gemmWgmmaWalk<false, GemmShape<kBlocks>>(a, b, results, m, n, k,
+                                           GemmBiasGelu{{bias}});
 }
 
 /// out = gelu'(pre) · (a·bᵀ), [m, n] bf16; b [n, k], read transposed (the
-/// c_proj weight a c_fc backward reads). kWide as above.
-template <bool kWide>
+/// c_proj weight a c_fc backward reads). kBlocks as above.
+template <int kBlocks>
 __device__ void gemmWgmmaGeluGrad(const TensorMap *a, const TensorMap *b,
                                   const bf16 *pre, bf16 *out, i64 m, i64 n,
                                   i64 k) {
   bf16 *const results[1] = {out};
-  gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k,
-                                        GemmGeluGrad{pre});
+  gemmWgmmaWalk<true, GemmShape<kBlocks>>(a, b, results, m, n, k,
+                                          GemmGeluGrad{pre});
 }
 
 /// The same with the bias gradient's partial sums (GemmGeluGradBias):
-/// partials [m / 16, n] float32. kWide as above.
-template <bool kWide>
+/// partials [m / 16, n] float32. kBlocks as above.
+template <int kBlocks>
 __device__ void gemmWgmmaGeluGradBias(const TensorMap *a, const TensorMap *b,
                                       const bf16 *pre, bf16 *out,
                                       float *partials, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
-  gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k,
-                                        GemmGeluGradBias{{pre}, partials});
+  gemmWgmmaWalk<true, GemmShape<kBlocks>>(a, b, results, m, n, k,
+                                          GemmGeluGradBias{{pre}, partials});
 }
 /// out = a·bᵀ, [m, n] bf16; b [n, k], read transposed (K-major, as the
-/// backward's input gradients and the lm_head read their weights). kWide
-/// as above.
-template <bool kWide>
+/// backward's input gradients and the lm_head read their weights).
+/// kBlocks as above.
+template <int kBlocks>
 __device__ void gemmWgmmaPlain(const TensorMap *a, const TensorMap *b,
                                bf16 *out, i64 m, i64 n, i64 k) {
   bf16 *const results[1] = {out};
-  gemmWgmmaWalk<true, GemmShape<kWide>>(a, b, results, m, n, k, GemmPlain{});
+  gemmWgmmaWalk<true, GemmShape<kBlocks>>(a, b, results, m, n, k, GemmPlain{});
 }
 /// out = a·b + bias, [m, n] bf16; bias [n]; b [k, n] (N-major, as the
-/// forward's projections read their weights). kWide as above.
-template <bool kWide>
+/// forward's projections read their weights). kBlocks as above.
+template <int kBlocks>
 __device__ void gemmWgmmaBias(const TensorMap *a, const TensorMap *b,
                               const bf16 *bias, bf16 *out, i64 m, i64 n,
                               i64 k) {
   bf16 *const results[1] = {out};
-  gemmWgmmaWalk<false, GemmShape<kWide>>(a, b, results, m, n, k,
-                                         GemmBias{{bias}});
+  gemmWgmmaWalk<false, GemmShape<kBlocks>>(a, b, results, m, n, k,
+                                           GemmBias{{bias}});
 }
 #endif // GPTC_WGMMA

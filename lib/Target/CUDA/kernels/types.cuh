@@ -559,6 +559,65 @@ __device__ __forceinline__ void tensorCopy2d(u32 to, const TensorMap *map,
       : "memory");
 }
 
+/// Thread block clusters (sm_90): the blocks of a cluster (launched with
+/// the cluster-dimension attribute) run at once on neighbouring SMs and
+/// reach each other's shared memory. clusterSync: every thread of the
+/// cluster's blocks arrives and waits; what each did before, all see
+/// after (release, acquire). clusterSharedAddress: the address of shared
+/// address `a` in the cluster's block of rank `rank` (%cluster_ctarank).
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\n"
+               "barrier.cluster.wait.acquire;\n" ::
+                   : "memory");
+}
+/// Orders this thread's mbarrierInits before the cluster's other blocks'
+/// uses of those barriers (then clusterSync).
+__device__ __forceinline__ void fenceMbarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ u32 clusterSharedAddress(u32 a, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(r)
+               : "r"(a), "r"(rank));
+  return r;
+}
+/// One arrival at the mbarrier at `bar`, a clusterSharedAddress (this
+/// block's or another's), releasing at cluster scope what this thread
+/// acquired and did before.
+__device__ __forceinline__ void mbarrierArriveRemote(u32 bar) {
+  asm volatile(
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(
+          bar)
+      : "memory");
+}
+/// mbarrierWait acquiring at cluster scope: what arrivals from the
+/// cluster's other blocks released.
+__device__ __forceinline__ void mbarrierWaitCluster(unsigned long long *bar,
+                                                    u32 parity) {
+  for (u32 done = 0; !done;)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], "
+        "%2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(sharedAddress(bar)), "r"(parity)
+        : "memory");
+}
+/// tensorCopy2d into `to` of each block of the cluster whose rank's bit
+/// `blocks` sets, its bytes counted at that block's mbarrier at bar's
+/// address (one read of global memory, or L2, for all of them).
+__device__ __forceinline__ void
+tensorCopy2dMulticast(u32 to, const TensorMap *map, int x, int y,
+                      unsigned long long *bar, unsigned short blocks) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
+               ".mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+               "{%2, %3}], [%4], %5;\n" ::"r"(to),
+               "l"(map), "r"(x), "r"(y), "r"(sharedAddress(bar)), "h"(blocks)
+               : "memory");
+}
+
 /// Whether *count is at least n for the whole warp, from one volatile
 /// load now: waitForCount's first poll, taken early so that its L2 round
 /// trip runs under other work. (The vote here pins the load: peeked
