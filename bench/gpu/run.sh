@@ -197,30 +197,28 @@ cudnn_checks() {
 # then all timed among the other ways (their "ms a run" lines). The pairs
 # (clusters of two blocks, the fifty-fourth session's, which no GPU has
 # run before) need m a multiple of 256: the T=256 program. Where a check
-# fails, the steps after it run without them (GPTC_GEMM_OWN=0), so that a
-# fault costs the call their figures and nothing else.
+# fails, the steps after it run without them (GPTC_GEMM_OWN=0; the pairs
+# failing, without those alone: unpaired), so that a fault costs the call
+# their figures and nothing else.
 own_gemm_checks() {
-  local limit=$1 shape program
-  for shape in narrow wide paired; do
-    program=check-gpt2w-bf16
-    [[ $shape == paired ]] && program=check-gpt2w-bf16-auto
-    if ! GPTC_GEMM_OWN=$shape step "$limit" check-gpt2w-bf16-own-$shape \
+  local limit=$1 check shape program
+  # shape:program; then GELU's derivative with its bias gradient's partials
+  # (--bias-grads=gelu), in the wide blocks and in pairs.
+  for check in narrow:check-gpt2w-bf16 wide:check-gpt2w-bf16 \
+    wide:check-gpt2w-bf16-biasgelu paired:check-gpt2w-bf16-auto \
+    paired:check-gpt2w-bf16-biasgelu; do
+    shape=${check%%:*} program=${check#*:}
+    [[ -x $P/$program ]] || continue
+    [[ $shape == paired && ${GPTC_GEMM_OWN:-} == unpaired ]] && continue
+    if ! GPTC_GEMM_OWN=$shape step "$limit" "$program-own-$shape" \
       "${lib[@]}" "$P/$program" --device=cuda --check-kernels \
-      --check-dump="$logs/dump-gpt2w-bf16-own-$shape"; then
-      echo "   gptc's own GEMMs ($shape) failed their check: the steps after run with GPTC_GEMM_OWN=0"
-      export GPTC_GEMM_OWN=0
-      return
-    fi
-  done
-  # GELU's derivative with its bias gradient's partials (--bias-grads=gelu).
-  for shape in wide paired; do
-    if [[ -x $P/check-gpt2w-bf16-biasgelu ]] &&
-      ! GPTC_GEMM_OWN=$shape step "$limit" check-gpt2w-bf16-biasgelu-own-$shape \
-        "${lib[@]}" "$P/check-gpt2w-bf16-biasgelu" --device=cuda --check-kernels \
-        --check-dump="$logs/dump-gpt2w-bf16-biasgelu-own-$shape"; then
-      echo "   gptc's own GEMM with the bias gradient ($shape) failed its check: the steps after run with GPTC_GEMM_OWN=0"
-      export GPTC_GEMM_OWN=0
-      return
+      --check-dump="$logs/dump-$program-own-$shape"; then
+      # The pairs alone failing leaves the others timed (unpaired).
+      local fallback=0
+      [[ $shape == paired ]] && fallback=unpaired
+      echo "   gptc's own GEMMs ($shape, $program) failed their check: the steps after run with GPTC_GEMM_OWN=$fallback"
+      export GPTC_GEMM_OWN=$fallback
+      [[ $fallback == 0 ]] && return
     fi
   done
   GPTC_GEMM_TUNE=time step "$limit" check-gpt2w-bf16-gemmways "${lib[@]}" \
@@ -402,7 +400,10 @@ ncu_sections=(--section SpeedOfLight --section Occupancy
 # sizes, where they lost to cuBLASLt's epilogue GEMMs (forty-seventh
 # session): L2 traffic, tensor-pipe use, stalls.
 if want ownncu && [[ -n $ncu_bin ]]; then
-  for shape in narrow wide paired; do
+  # (Not the pairs where they failed their check: GPTC_GEMM_OWN=unpaired.)
+  own_shapes="narrow wide paired"
+  [[ ${GPTC_GEMM_OWN:-} == unpaired ]] && own_shapes="narrow wide"
+  for shape in $own_shapes; do
     GPTC_GEMM_OWN=$shape GPTC_CUDA_GRAPH=0 step 120 ncu-own-$shape "$ncu_bin" \
       --target-processes all --kernel-id ::regex:'^gemm_wgmma_.*_bf16$':1 \
       "${ncu_sections[@]}" \
@@ -410,7 +411,7 @@ if want ownncu && [[ -n $ncu_bin ]]; then
   done
   # GELU's derivative with its bias gradient's partials (--bias-grads=gelu).
   if [[ -x $P/gpt2-bf16-biasgelu ]]; then
-    for shape in narrow wide paired; do
+    for shape in $own_shapes; do
       GPTC_GEMM_OWN=$shape GPTC_CUDA_GRAPH=0 step 120 \
         ncu-own-biasgelu-$shape "$ncu_bin" --target-processes all \
         --kernel-id ::regex:'^gemm_wgmma_((wide|paired)_)?gelu_grad_bias_bf16$':1 \

@@ -232,12 +232,14 @@ public:
     dgeluInCublasLt =
         envSwitch("GPTC_GEMM_DGELU", {"gptc", "cublaslt"}) == "cublaslt";
     const std::string own =
-        envSwitch("GPTC_GEMM_OWN", {"1", "0", "narrow", "wide", "paired"});
-    ownGemms = own == "0"        ? OwnGemms::Never
-               : own == "narrow" ? OwnGemms::Narrow
-               : own == "wide"   ? OwnGemms::Wide
-               : own == "paired" ? OwnGemms::Paired
-                                 : OwnGemms::Timed;
+        envSwitch("GPTC_GEMM_OWN",
+                  {"1", "0", "narrow", "wide", "paired", "unpaired"});
+    ownGemms = own == "0"          ? OwnGemms::Never
+               : own == "narrow"   ? OwnGemms::Narrow
+               : own == "wide"     ? OwnGemms::Wide
+               : own == "paired"   ? OwnGemms::Paired
+               : own == "unpaired" ? OwnGemms::Unpaired
+                                   : OwnGemms::Timed;
     const std::string tune = envSwitch("GPTC_GEMM_TUNE", {"1", "0", "time"});
     tuneGemms = tune != "0";
     retimeGemms = tune == "time";
@@ -573,8 +575,10 @@ private:
   bool forceGemmFallback = false;  // GPTC_GEMM_FALLBACK=1
   bool dgeluInCublasLt = false;    // GPTC_GEMM_DGELU=cublaslt
   /// GPTC_GEMM_OWN: gptc's own GEMMs timed among the ways (1), never
-  /// (0), or one block shape alone, untimed (narrow, wide, paired).
-  enum class OwnGemms { Timed, Never, Narrow, Wide, Paired };
+  /// (0), one block shape alone, untimed (narrow, wide, paired), or timed
+  /// but for the pairs (unpaired: what the GPU job falls back to where the
+  /// pairs fail their check).
+  enum class OwnGemms { Timed, Never, Narrow, Wide, Paired, Unpaired };
   OwnGemms ownGemms = OwnGemms::Timed;
   bool tuneGemms = true;           // GPTC_GEMM_TUNE=1 (or time), the default
   bool retimeGemms = false;        // GPTC_GEMM_TUNE=time

@@ -823,8 +823,10 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
                                      : fit->kind;
     const OwnGemms only[] = {OwnGemms::Narrow, OwnGemms::Wide,
                              OwnGemms::Paired};
+    const bool timed =
+        ownGemms == OwnGemms::Timed || (ownGemms == OwnGemms::Unpaired && !paired);
     if ((wide && !fit->wide) || (paired && !fit->paired) ||
-        (ownGemms != OwnGemms::Timed && ownGemms != only[blocks]) ||
+        (!timed && ownGemms != only[blocks]) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
       continue;
     // A pair's blocks run as a cluster: as many as the device runs at

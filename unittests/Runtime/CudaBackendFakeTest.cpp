@@ -1876,7 +1876,8 @@ TEST(CudaBackendFake, SwitchValuesAreChecked) {
         {"GPTC_CUDA_GRAPH", "off", "GPTC_CUDA_GRAPH=off: expected 1 or 0"},
         {"GPTC_PDL", "yes", "GPTC_PDL=yes: expected 1 or 0"},
         {"GPTC_GEMM_OWN", "only",
-         "GPTC_GEMM_OWN=only: expected 1 or 0 or narrow or wide or paired"},
+         "GPTC_GEMM_OWN=only: expected 1 or 0 or narrow or wide or paired or "
+         "unpaired"},
         {"GPTC_VARIANT", "split,,atomic",
          "GPTC_VARIANT=split,,atomic: expected labels separated by commas "
          "(or own, time, or -label)"},
@@ -2363,8 +2364,9 @@ Function ownGemmPairs(Program &p) {
 /// two blocks a cluster, as many clusters as tiles of 256 x 256 up to what
 /// the device runs at once (cuOccupancyMaxActiveClusters), with b's map in
 /// boxes of half the tile's columns (b [n, k]: 128 rows), and match the
-/// CPU backend. GPTC_GEMM_OWN=paired takes them untimed. Where the device
-/// runs no cluster of two, they are left out and cuBLASLt's GEMMs run.
+/// CPU backend. GPTC_GEMM_OWN=paired takes them untimed, =unpaired times
+/// the others alone. Where the device runs no cluster of two, they are
+/// left out and cuBLASLt's GEMMs run.
 TEST(CudaBackendFake, GptcsOwnGemmsInPairsRunInClustersOfTwo) {
   REQUIRE_FAKE(plain);
   plain.reset();
@@ -2422,6 +2424,18 @@ TEST(CudaBackendFake, GptcsOwnGemmsInPairsRunInClustersOfTwo) {
     }
     expectKeptChoiceMatchesCpu(ownGemmPairs);
   }
+  // GPTC_GEMM_OWN=unpaired: the others timed, the pairs left out.
+  for (size_t i = 0; i < own.size(); ++i)
+    kernelMs(own[i].c_str(), i < 2 ? 0.01f : i < 4 ? 5.0f : 0.001f);
+  {
+    ScopedEnv env("GPTC_GEMM_OWN", "unpaired");
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownGemmPairs, "time", &names);
+    for (size_t i = 0; i < own.size(); ++i)
+      EXPECT_EQ(contains(names, own[i]), i < 2) << own[i];
+    EXPECT_EQ(err.find("pairs"), std::string::npos) << err;
+  }
+  kernelMs(nullptr, 0.0f);
   activeClusters(0);
   clusterLaunches(&grid, &cluster); // (the checks' runs above)
   for (const char *value : {"paired", "1"}) {
