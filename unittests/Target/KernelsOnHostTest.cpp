@@ -62,6 +62,19 @@ template <typename T> uint64_t address(const std::vector<T> &v) {
   return uint64_t(reinterpret_cast<uintptr_t>(v.data()));
 }
 
+/// Adds c_fc's forward to `b`: a bf16 GEMM with GELU's epilogue, x
+/// [rows, depth] by w [depth, cols] + bias [cols], its output and
+/// pre-activation [rows, cols]; returns (x, the pre-activation).
+std::pair<int, int> addGeluGemm(Builder &b, int64_t rows, int64_t cols,
+                                int64_t depth) {
+  const DType bf16 = DType::BF16;
+  int x = b.buf(bf16, {rows, depth}), w = b.buf(bf16, {depth, cols}),
+      bias = b.buf(bf16, {cols}), out = b.buf(bf16, {rows, cols}),
+      pre = b.buf(bf16, {rows, cols});
+  b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  return {x, pre};
+}
+
 /// Runs gptc's wgmma GEMM `name` of m, n, k on `blocks` blocks (the
 /// paired ones in clusters of two, as the runtime launches them): a and b
 /// as their tensor maps (rt::wgmmaOperandMaps, in the emulation's layout,
@@ -2031,11 +2044,8 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
         {256, 192, 64},
         {256, 256, 96}}) {
     Builder off;
-    int ox = off.buf(bf16, {rows, depth}), ow = off.buf(bf16, {depth, cols}),
-        ob = off.buf(bf16, {cols}), oo = off.buf(bf16, {rows, cols}),
-        op = off.buf(bf16, {rows, cols}), owt = off.buf(bf16, {cols, depth}),
-        odp = off.buf(bf16, {rows, cols});
-    off.launch("matmul_epilogue", {ox, ow, ob}, {oo, op}).ints["gelu"] = 1;
+    auto [ox, op] = addGeluGemm(off, rows, cols, depth);
+    int owt = off.buf(bf16, {cols, depth}), odp = off.buf(bf16, {rows, cols});
     off.launch("matmul_gelu_grad", {ox, owt, op}, {odp}).ints["transpose_b"] =
         1;
     EXPECT_TRUE(ownKernels(emitForHost(off.p, HostTarget::Sm90a)).empty())
@@ -2044,20 +2054,14 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
   // 384 columns: the 128-column blocks alone.
   {
     Builder narrow;
-    int nx = narrow.buf(bf16, {128, 64}), nw = narrow.buf(bf16, {64, 384}),
-        nb = narrow.buf(bf16, {384}), no = narrow.buf(bf16, {128, 384}),
-        np = narrow.buf(bf16, {128, 384});
-    narrow.launch("matmul_epilogue", {nx, nw, nb}, {no, np}).ints["gelu"] = 1;
+    addGeluGemm(narrow, 128, 384, 64);
     EXPECT_EQ(ownKernels(emitForHost(narrow.p, HostTarget::Sm90a)),
               std::vector<std::string>{own[0]});
   }
   // 128 rows: no pairs.
   {
     Builder rows;
-    int rx = rows.buf(bf16, {128, 64}), rw = rows.buf(bf16, {64, 256}),
-        rb = rows.buf(bf16, {256}), ro = rows.buf(bf16, {128, 256}),
-        rp = rows.buf(bf16, {128, 256});
-    rows.launch("matmul_epilogue", {rx, rw, rb}, {ro, rp}).ints["gelu"] = 1;
+    addGeluGemm(rows, 128, 256, 64);
     EXPECT_EQ(ownKernels(emitForHost(rows.p, HostTarget::Sm90a)),
               (std::vector<std::string>{own[0], own[2]}));
   }
@@ -2335,12 +2339,9 @@ TEST(TemplateKernelsOnHost,
 // one cluster, two, and three (4 tiles: 2, 1 and 1). A grid of an odd
 // number of blocks is refused before it runs.
 TEST(TemplateKernelsOnHost, WgmmaPairsWalkTheirTilesInClusters) {
-  const DType bf16 = DType::BF16;
   const int64_t m = 512, n = 512, k = 128;
   Builder b;
-  int x = b.buf(bf16, {m, k}), w = b.buf(bf16, {k, n}), bias = b.buf(bf16, {n}),
-      out = b.buf(bf16, {m, n}), pre = b.buf(bf16, {m, n});
-  b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  addGeluGemm(b, m, n, k);
   HostKernels kernels(emitForHost(b.p, HostTarget::Sm90a), HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
   const std::vector<uint16_t> xBits = bf16Bits(randomFloats({m, k}, 51)),
@@ -2388,12 +2389,9 @@ TEST(TemplateKernelsOnHost, WgmmaPairsWalkTheirTilesInClusters) {
 // emulation cannot miss. Its arrivals land at once, so the other block's
 // last one is in before the copy that block waits for.)
 TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
-  const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 384;
   Builder b;
-  int x = b.buf(bf16, {m, k}), w = b.buf(bf16, {k, n}), bias = b.buf(bf16, {n}),
-      out = b.buf(bf16, {m, n}), pre = b.buf(bf16, {m, n});
-  b.launch("matmul_epilogue", {x, w, bias}, {out, pre}).ints["gelu"] = 1;
+  addGeluGemm(b, m, n, k);
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
   // Wide: 2 tiles of 6 steps, 12 fills of the 4 stages. In turns: 2
   // tiles of 12 steps (m = 256, n = 128, k = 768), 24 fills of the 6, so
