@@ -1575,7 +1575,7 @@ TEST(HostRaceChecker, NamesEachMissingOrdering) {
 namespace {
 
 /// What the emulation says about `body`, a kernel run as one cluster of
-/// two blocks of 128 threads with 2 KB of dynamic shared memory each (t
+/// two blocks of 128 threads with 4 KB of dynamic shared memory each (t
 /// is threadIdx.x, rank the block's in the cluster, `bar` an mbarrier at
 /// the start of that memory), which writes `out` [256] floats: the first
 /// race or misuse, or "" and each element (block r's thread t's at 128r +
@@ -1588,7 +1588,7 @@ std::string clusterRun(const std::string &body,
   l.deviceKernel = 0;
   l.grid[0] = 2;
   l.block[0] = 128;
-  l.sharedBytes = 2048;
+  l.sharedBytes = 4096;
   b.p.kernels.push_back(
       {"probe",
        cuda::kernelTemplate("types.cuh") +
@@ -1685,6 +1685,45 @@ TEST(HostClusterEmulation, BlocksOfAClusterMeetAndArriveAtEachOther) {
       "cluster misuse in block (0, 0, 0): thread 0: mapa of an address "
       "outside the dynamic shared memory, or to a rank outside the "
       "cluster (2 races in all)");
+}
+
+// A multicast tensor copy by block 0 lands in each block its mask names
+// and counts its bytes at that block's mbarrier (at the same address):
+// with both named, both blocks' waits end; with block 0 alone, block 1
+// waits for a phase no copy completes. A mask of no block or of a rank
+// past the cluster is refused (and then every thread's wait deadlocks).
+// (The box: `out` as 8 rows of 64 bf16.)
+TEST(HostClusterEmulation, MulticastCopiesLandInTheBlocksTheyName) {
+  auto copy = [](const char *mask) {
+    return std::string(
+               "  alignas(64) static TensorMap map;\n"
+               "  char *base = reinterpret_cast<char *>(bar) + 16;\n"
+               "  char *box = base + (1024 - reinterpret_cast<unsigned long "
+               "long>(base) % 1024) % 1024;\n"
+               "  if (t == 0) {\n"
+               "    gptcEmuEncodeTensorMap(&map, out, 64, 8, 128, 64, 8);\n"
+               "    mbarrierInit(bar, 1);\n"
+               "  }\n"
+               "  clusterSync();\n"
+               "  if (t == 0) mbarrierArriveExpectTx(bar, 1024);\n"
+               "  if (rank == 0 && t == 0)\n"
+               "    tensorCopy2dMulticast(sharedAddress(box), &map, 0, 0, bar, ") +
+           mask +
+           ");\n"
+           "  mbarrierWait(bar, 0);\n"
+           "  clusterSync();";
+  };
+  EXPECT_EQ(clusterRun(copy("3")), "");
+  EXPECT_EQ(clusterRun(copy("1")),
+            "mbarrier misuse in block (1, 0, 0): thread 128: waits for a phase "
+            "that no arrival completes (the block deadlocks) (128 races in "
+            "all)");
+  for (const char *mask : {"0", "4"})
+    EXPECT_EQ(clusterRun(copy(mask)),
+              "tensor copy misuse in block (0, 0, 0): thread 0: a multicast "
+              "to no block, or to a rank outside the cluster (257 races in "
+              "all)")
+        << mask;
 }
 
 namespace {
