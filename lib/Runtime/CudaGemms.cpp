@@ -816,15 +816,15 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
                                                  buffer(l.outputs[1]).dtype))))
     return ways;
   enum Blocks { Narrow, Wide, Paired };
+  // The GPTC_GEMM_OWN value that runs each block shape alone, untimed.
+  const OwnGemms only[] = {OwnGemms::Narrow, OwnGemms::Wide, OwnGemms::Paired};
   for (Blocks blocks : {Narrow, Wide, Paired}) {
     const bool wide = blocks != Narrow, paired = blocks == Paired;
     const GemmFallback kind = paired ? pairedWgmmaGemm(fit->kind)
                               : wide ? wideWgmmaGemm(fit->kind)
                                      : fit->kind;
-    const OwnGemms only[] = {OwnGemms::Narrow, OwnGemms::Wide,
-                             OwnGemms::Paired};
-    const bool timed =
-        ownGemms == OwnGemms::Timed || (ownGemms == OwnGemms::Unpaired && !paired);
+    const bool timed = ownGemms == OwnGemms::Timed ||
+                       (ownGemms == OwnGemms::Unpaired && !paired);
     if ((wide && !fit->wide) || (paired && !fit->paired) ||
         (!timed && ownGemms != only[blocks]) ||
         !hasKernel(gemmFallbackKernel(kind, DType::BF16)))
