@@ -484,8 +484,9 @@ void CudaBackendImpl::enqueue(const Launch &l, const Prepared &pl,
   }
   if (pl.fn) {
     const LaunchVariant &k = pl.kernel;
-    if (CUresult r = launchKernel(pl.fn, k.grid, k.block, k.sharedBytes, stream,
-                                  const_cast<void **>(pl.argPtrs.data()));
+    if (CUresult r =
+            launchKernel(pl.fn, k.grid, k.block, k.sharedBytes, stream,
+                         const_cast<void **>(pl.argPtrs.data()), k.cluster);
         r != CUDA_SUCCESS)
       throw DeviceError("cannot launch " + pl.label + ": " + cuError(cu, r));
   } else if (pl.gemm >= 0) {

@@ -112,6 +112,7 @@ void copyKernelChoice(To &to, const From &from) {
     to.block[d] = from.block[d];
   }
   to.sharedBytes = from.sharedBytes;
+  to.cluster = from.cluster;
 }
 } // namespace
 

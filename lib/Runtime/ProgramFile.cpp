@@ -40,14 +40,17 @@ constexpr char kMagic[8] = {'G', 'P', 'T', 'C', 'P', 'R', 'O', 'G'};
 /// a reduce_sum, a GEMM and a concat were).
 /// 11: sort_ids launches, and embedding_grad reading their keys
 /// (`position_bits`: the sorted form, SortEmbeddingIds.cpp).
-constexpr uint32_t kVersion = 11;
+/// 12: each launch's and variant's `cluster` (blocks a cluster: the loss
+/// gradient's cluster forms).
+constexpr uint32_t kVersion = 12;
 
 json kernelChoiceToJson(const LaunchVariant &v) {
   return {{"label", v.label},
           {"device_kernel", v.deviceKernel},
           {"grid", {v.grid[0], v.grid[1], v.grid[2]}},
           {"block", {v.block[0], v.block[1], v.block[2]}},
-          {"shared_bytes", v.sharedBytes}};
+          {"shared_bytes", v.sharedBytes},
+          {"cluster", v.cluster}};
 }
 
 json bodyToJson(const exec::ScalarProgram &b) {
@@ -77,6 +80,7 @@ json launchToJson(const Launch &l) {
           {"grid", {l.grid[0], l.grid[1], l.grid[2]}},
           {"block", {l.block[0], l.block[1], l.block[2]}},
           {"shared_bytes", l.sharedBytes},
+          {"cluster", l.cluster},
           {"variant", l.variant},
           {"variants", variants},
           {"stream", l.stream},
@@ -367,6 +371,11 @@ Program readProgram(const uint8_t *data, size_t size,
           v.block[d] = block[d];
         }
         v.sharedBytes = r.get<uint32_t>(j, "shared_bytes", at);
+        v.cluster = r.get<uint32_t>(j, "cluster", at);
+        if (v.cluster < 1 || v.cluster > 8 || v.grid[0] % v.cluster != 0)
+          r.fail("field '" + at + ".cluster' is " + std::to_string(v.cluster) +
+                 ": clusters of 1 to 8 blocks that divide the grid's x (" +
+                 std::to_string(v.grid[0]) + ")");
         return v;
       };
       setOwnVariant(l, kernelChoice(lj, "variant", lp, -1));

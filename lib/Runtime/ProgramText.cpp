@@ -189,6 +189,8 @@ void printLaunch(const Program &p, const Function &f, const Launch &l,
     os << "<<<(" << v.grid[0] << ',' << v.grid[1] << ',' << v.grid[2]
        << "), (" << v.block[0] << ',' << v.block[1] << ',' << v.block[2]
        << "), " << v.sharedBytes << ">>>";
+    if (v.cluster > 1)
+      os << " in clusters of " << v.cluster;
   };
   if (l.deviceKernel >= 0) {
     os << " => ";

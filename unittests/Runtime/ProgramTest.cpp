@@ -241,9 +241,11 @@ TEST(ProgramTest, RoundTripIsExact) {
   LaunchVariant other;
   other.label = "two";
   other.deviceKernel = 1;
+  other.grid[0] = 8;
   other.grid[1] = 3;
   other.block[0] = 128;
   other.sharedBytes = 65536;
+  other.cluster = 4; // (the loss gradient's cluster forms)
   l.variants.push_back(other);
   // A side-stream launch (planStreams) and where it joins.
   Launch &sideLaunch = p.functions[1].launches[3];
@@ -285,7 +287,7 @@ TEST(ProgramTest, RoundTripIsExact) {
     leadingRows |= b.viewOf == copy && b.role == Role::ParamCopy &&
                    b.shape[0] < q.buffers[copy].shape[0];
   EXPECT_TRUE(leadingRows);
-  EXPECT_EQ(bytes[8], 11);
+  EXPECT_EQ(bytes[8], 12);
   EXPECT_NE(q.function("grads_accumulate"), nullptr);
   ASSERT_EQ(q.functions.size(), p.functions.size());
   for (size_t f = 0; f < p.functions.size(); ++f) {
@@ -328,6 +330,8 @@ TEST(ProgramTest, RoundTripIsExact) {
   EXPECT_EQ(ql.variants[0].grid[1], 3u);
   EXPECT_EQ(ql.variants[0].block[0], 128u);
   EXPECT_EQ(ql.variants[0].sharedBytes, 65536u);
+  EXPECT_EQ(ql.variants[0].cluster, 4u);
+  EXPECT_EQ(ql.cluster, 1u);
   EXPECT_EQ(q.functions[1].launches[3].stream, 1);
   EXPECT_EQ(q.functions[1].launches[3].join, 5);
   EXPECT_EQ(q.functions[1].launches[2].stream, 0);
@@ -337,8 +341,8 @@ TEST(ProgramTest, RoundTripIsExact) {
   EXPECT_NE(printProgram(q).find(
                 " => one: k0<<<(12,1,1), (1,256,1), 4096>>>"),
             std::string::npos);
-  EXPECT_NE(printProgram(q).find(
-                "\n      or two: k1<<<(1,3,1), (128,1,1), 65536>>>\n"),
+  EXPECT_NE(printProgram(q).find("\n      or two: k1<<<(8,3,1), (128,1,1), "
+                                 "65536>>> in clusters of 4\n"),
             std::string::npos);
   // A constant carries its bytes: grads' seed 1.0f.
   bool sawConstant = false;
@@ -369,7 +373,7 @@ TEST(ProgramTest, DamagedBytesAreOneFormatError) {
   // line that says what to do.
   version[8] = 1;
   EXPECT_EQ(formatErrorOf(version),
-            "prog.bin: gptc program version 1, this build reads version 11 "
+            "prog.bin: gptc program version 1, this build reads version 12 "
             "(recompile it with this gptc)");
   std::vector<uint8_t> garbage = bytes;
   garbage[12] = 0xff; // a CBOR "break" where the document should start
@@ -457,6 +461,21 @@ TEST(ProgramTest, MissingOrBadFieldsAreNamed) {
   EXPECT_EQ(formatErrorOf(doc),
             "prog.bin: missing field 'functions[1].launches[2].variants[0]."
             "label'");
+
+  // A cluster is 1 to 8 blocks, and divides the grid's x.
+  doc = documentOf(withVariant);
+  doc["functions"][1]["launches"][2]["variants"][0]["cluster"] = 0;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'functions[1].launches[2].variants[0].cluster' "
+            "is 0: clusters of 1 to 8 blocks that divide the grid's x (1)");
+  doc = documentOf(withVariant);
+  doc["functions"][1]["launches"][2]["grid"] = {6, 1, 1};
+  doc["functions"][1]["launches"][2]["cluster"] = 4;
+  EXPECT_EQ(formatErrorOf(doc),
+            "prog.bin: field 'functions[1].launches[2].cluster' is 4: "
+            "clusters of 1 to 8 blocks that divide the grid's x (6)");
+  doc["functions"][1]["launches"][2]["cluster"] = 2;
+  EXPECT_EQ(formatErrorOf(doc), "");
 
   // A launch runs on stream 0 or 1, and a side one joins later.
   doc = documentOf(p);

@@ -130,6 +130,7 @@ struct LaunchVariant {
   int deviceKernel = -1; ///< into Program::kernels
   uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   uint32_t sharedBytes = 0;
+  uint32_t cluster = 1; ///< blocks a cluster, along x (sm_90)
 };
 
 struct Launch {
@@ -149,6 +150,9 @@ struct Launch {
   int deviceKernel = -1; ///< into Program::kernels; -1: cuBLASLt (matmul)
   uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
   uint32_t sharedBytes = 0;
+  /// > 1: launched in clusters of this many blocks along x (which divides
+  /// grid[0]); the blocks of a cluster share their shared memory (sm_90).
+  uint32_t cluster = 1;
   /// Other kernels that compute the same results from the same operands
   /// (the attention algorithms the target has, for a program compiled with
   /// --attention-forward=auto or --attention-backward=auto). The CUDA
@@ -174,7 +178,8 @@ struct Launch {
 
 /// The launch's own kernel as a variant (labelled `l.variant`).
 LaunchVariant ownVariant(const Launch &l);
-/// Makes v the launch's own kernel (grid, block, shared bytes and label).
+/// Makes v the launch's own kernel (grid, block, shared bytes, cluster and
+/// label).
 void setOwnVariant(Launch &l, const LaunchVariant &v);
 /// The launch's candidates: its own kernel first, then l.variants.
 std::vector<LaunchVariant> launchCandidates(const Launch &l);

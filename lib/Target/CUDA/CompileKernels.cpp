@@ -68,6 +68,8 @@ void dump(const rt::Program &p, const std::string &arch,
               {"grid", {v.grid[0], v.grid[1], v.grid[2]}},
               {"block", {v.block[0], v.block[1], v.block[2]}},
               {"dynamic_shared_bytes", v.sharedBytes}};
+          if (v.cluster > 1) // (blocks a cluster along x)
+            entry["cluster"] = v.cluster;
           if (!l.variants.empty()) {
             entry["variant"] = v.label;
             entry["own"] = v.deviceKernel == l.deviceKernel;
