@@ -65,16 +65,53 @@ std::vector<std::string> declaredNames(const std::string &decl) {
   return names;
 }
 
+/// A declaration's type and its declarators' names and bounds: `T a[2], b`
+/// is T with {a, [2]} and {b, ""}.
+struct Declaration {
+  std::string type;
+  std::vector<std::pair<std::string, std::string>> declarators;
+};
+Declaration parseDeclaration(const std::string &decl) {
+  Declaration d;
+  int depth = 0;
+  for (size_t i = 0, piece = 0; i <= decl.size(); ++i) {
+    char c = i < decl.size() ? decl[i] : ',';
+    if (c == '<' || c == '[' || c == '(')
+      ++depth;
+    else if (c == '>' || c == ']' || c == ')')
+      --depth;
+    else if (c == ',' && depth == 0) {
+      // The declarator: its name, the last identifier before any bounds.
+      const std::string p = decl.substr(piece, i - piece);
+      const size_t bounds = std::min(p.find('['), p.size());
+      const size_t e = p.find_last_not_of(" \t", bounds - 1) + 1;
+      const size_t b = p.find_last_not_of("abcdefghijklmnopqrstuvwxyz"
+                                          "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_",
+                                          e - 1) +
+                       1;
+      if (d.declarators.empty())
+        d.type = p.substr(0, b);
+      d.declarators.push_back({p.substr(b, e - b), p.substr(bounds)});
+      piece = i + 1;
+    }
+  }
+  return d;
+}
+
 /// A kernel source with its memory made known to the race checker, on the
-/// same lines: each `__shared__ T a[2], b;` becomes `static T a[2], b;
-/// emu::race::declare(&a, sizeof a, "a"); ...` where it is declared, and
-/// each module-scope `__device__ T x[n];` (scratch) is declared when the
+/// same lines. Each `__shared__ T a[2];` becomes the running block's copy
+/// of a static: `struct alignas(16) a_cta { T v[2]; }; static a_cta
+/// a_ctas[emu::kMaxCtas]; auto &a = a_ctas[emu::cta].v;
+/// emu::race::declare(&a, sizeof a, "a");`, where it is declared (a copy
+/// for each block of a cluster, as each block of a GPU has its own); each
+/// module-scope `__device__ T x[n];` (scratch) is declared when the
 /// library loads. (Only declarations that start a line.) The dynamic
 /// shared memory, `extern __shared__ T a[];`, becomes `T *a`, the running
-/// block's row of `static T a_ctas[kMaxCtas][n]`: a copy for each block of
-/// a cluster, each of at least `dynamicBytes` (the most the kernel's
-/// launches ask for) and a multiple of 1,024 bytes, so that a swizzled
-/// tile lies alike in each; declared as that many bytes.
+/// block's row of `static T a_ctas[kMaxCtas][n]`: each copy at least
+/// `dynamicBytes` (the most the kernel's launches ask for) and a multiple
+/// of 1,024 bytes, so that a swizzled tile lies alike in each; declared as
+/// that many bytes. (mapa reaches the dynamic copies only.)
 std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
   std::string out;
   size_t done = 0;
@@ -111,16 +148,22 @@ std::string declareMemory(const std::string &source, uint32_t dynamicBytes) {
                    decl.find('{') != std::string::npos))
       continue; // a function
     std::string declares;
-    for (const std::string &name : declaredNames(decl))
-      declares += shared ? " emu::race::declare(&" + name + ", sizeof " +
-                               name + ", \"" + name + "\");"
-                         : " static const bool declared_" + name +
-                               " = (emu::race::declareScratch(&" + name +
-                               ", sizeof " + name + ", \"" + name +
-                               "\"), true);";
-    out += source.substr(done, at - done) +
-           (shared ? "alignas(16) static " + decl : "__device__ " + decl) +
-           ";" + declares;
+    if (shared) {
+      const Declaration d = parseDeclaration(decl);
+      for (const auto &[name, bounds] : d.declarators)
+        declares += "struct alignas(16) " + name + "_cta { " + d.type + "v" +
+                    bounds + "; }; static " + name + "_cta " + name +
+                    "_ctas[emu::kMaxCtas]; auto &" + name + " = " + name +
+                    "_ctas[emu::cta].v; emu::race::declare(&" + name +
+                    ", sizeof " + name + ", \"" + name + "\"); ";
+    } else {
+      declares = "__device__ " + decl + ";";
+      for (const std::string &name : declaredNames(decl))
+        declares += " static const bool declared_" + name +
+                    " = (emu::race::declareScratch(&" + name + ", sizeof " +
+                    name + ", \"" + name + "\"), true);";
+    }
+    out += source.substr(done, at - done) + declares;
     done = line = end + 1;
   }
   return out + source.substr(done);
@@ -209,6 +252,9 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       src += "static const long long bytes_" + id + "[] = {" + bytes + "0};\n";
       src += "extern \"C\" void run_" + id +
              "(void **a, unsigned cluster) {\n  args = a;\n"
+             "  if (cluster == 0)\n    cluster = " +
+             std::to_string(l.cluster) +
+             ";\n"
              "  emu::body = body_" +
              id +
              ";\n"

@@ -48,11 +48,11 @@ public:
   bool ok() const { return handle != nullptr; }
   /// Runs launch `launch` of function `function` over every block of its
   /// grid, in clusters of `cluster` along x (which must divide the grid's
-  /// x; a test's, the runtime launches none); `pointers` are its inputs',
+  /// x; 0: the launch's own, Launch::cluster); `pointers` are its inputs',
   /// then its outputs' host addresses. Throws std::runtime_error on a race
   /// within a block (or cluster).
   void run(size_t function, size_t launch, std::vector<void *> pointers,
-           unsigned cluster = 1);
+           unsigned cluster = 0);
   /// run() in the first function.
   void run(size_t launch, std::vector<void *> pointers) {
     run(0, launch, std::move(pointers));

@@ -329,9 +329,9 @@ inline void clusterSync() { emu::wait(emu::AtClusterBarrier); }
 /// fence.mbarrier_init: nothing to order here (clusterSync orders all).
 inline void fenceMbarrierInit() {}
 /// mapa.shared::cluster: the address of the byte at `a` of this block's
-/// dynamic shared memory in the cluster's block of rank `rank`. Other
-/// shared memory (a kernel's __shared__ statics) has no copy a block
-/// apart here, so mapping it is reported.
+/// dynamic shared memory in the cluster's block of rank `rank`. The
+/// kernels' __shared__ statics have a copy a block too (HostKernels), but
+/// none a fixed stride apart, so mapping one is reported.
 EMU_UNCHECKED inline u32 clusterSharedAddress(u32 a, u32 rank) {
   const char *p = sharedPointer(a);
   for (int i = 0; i < emu::clusterSharedCount; ++i) {
@@ -346,6 +346,30 @@ EMU_UNCHECKED inline u32 clusterSharedAddress(u32 a, u32 rank) {
                     "or to a rank outside the cluster",
                     "cluster");
   return a;
+}
+namespace emu {
+/// A thread's access, through a clusterSharedAddress, to shared memory at
+/// `a` (`what`): reported where that is another block's before the
+/// cluster's first barrier.cluster (that block may not have started).
+EMU_UNCHECKED inline void expectStartedOwner(u32 a, const char *what) {
+  const char *p = sharedPointer(a);
+  for (int i = 0; i < clusterSharedCount; ++i) {
+    const ClusterShared &c = clusterShared[i];
+    if (p >= c.base && p < c.base + kMaxCtas * c.stride &&
+        int((p - c.base) / c.stride) != cta && clusterBarriersPassed == 0)
+      race::misuse(what, "cluster");
+  }
+}
+} // namespace emu
+/// st.shared::cluster.f32: `v` into the shared memory at `a`, a
+/// clusterSharedAddress (this block's or another's of the cluster, which
+/// must have started: after a barrier.cluster); seen by the race checker
+/// as this thread's store there.
+inline void storeSharedCluster(u32 a, float v) {
+  emu::expectStartedOwner(a, "st.shared::cluster into another block's "
+                             "shared memory before a barrier.cluster (it "
+                             "may not have started)");
+  *reinterpret_cast<float *>(sharedPointer(a)) = v;
 }
 /// 16-byte shared accesses (cp.async, ldmatrix rows) must be
 /// 16-byte aligned on the GPU; here a misaligned one aborts.

@@ -181,6 +181,9 @@ inline void mbarrierArrive(unsigned long long *bar) {
 /// One arrival at the mbarrier at `bar`, a clusterSharedAddress: in this
 /// block or another of the cluster (release at cluster scope).
 inline void mbarrierArriveRemote(u32 bar) {
+  emu::expectStartedOwner(bar, "an arrival at another block's mbarrier "
+                               "before a barrier.cluster (it may not have "
+                               "started)");
   mbarrierArriveExpecting(
       reinterpret_cast<unsigned long long *>(sharedPointer(bar)), 0);
 }

@@ -72,9 +72,13 @@ static std::vector<Thread> threads;
 static int current;
 static int ctaThreads;
 /// The running thread's block's rank in its cluster, which picks its copy
-/// of the dynamic shared memory (HostKernels); at most kMaxCtas.
+/// of shared memory (HostKernels); at most kMaxCtas.
 static int cta;
-constexpr int kMaxCtas = 2;
+/// The barrier.cluster the running cluster's threads have all passed: until
+/// the first, another block of the cluster may not have started on a GPU,
+/// so its shared memory is not to be touched (builtins.h, mbarrier.h).
+static int clusterBarriersPassed;
+constexpr int kMaxCtas = 4;
 static void (*body)();
 static float floatSlots[1024];
 static int intSlots[1024];
@@ -728,9 +732,11 @@ static void mbarrierDeadlock(int t);
 static void runCluster(int n, int ctas) {
   const Dim3 first = blockIndex;
   const int all = n * ctas;
-  if (ctas < 1 || ctas > kMaxCtas || (ctas > 1 && n % 128)) {
+  // (Whole warps a block, so that no warp's threads straddle two blocks;
+  // a wgmma's warpgroup needs 128·i, as on a GPU.)
+  if (ctas < 1 || ctas > kMaxCtas || (ctas > 1 && n % 32)) {
     std::fprintf(stderr,
-                 "emulation: clusters of 1 to %d blocks of 128·i threads\n",
+                 "emulation: clusters of 1 to %d blocks of 32·i threads\n",
                  kMaxCtas);
     std::abort();
   }
@@ -738,6 +744,7 @@ static void runCluster(int n, int ctas) {
   ctaThreads = n;
   std::memset(orSlots, 0, sizeof orSlots);
   race::reset(all);
+  clusterBarriersPassed = 0;
   mbarriersAtStart();
   while (int(coroutines.size()) < all)
     coroutines.push_back(newCoroutine());
@@ -769,6 +776,7 @@ static void runCluster(int n, int ctas) {
       }
     }
     if (release(0, all, AtClusterBarrier)) {
+      ++clusterBarriersPassed;
       race::joinClocks();
       for (int c = 0; c < ctas; ++c)
         ++race::ctaEpochs[c];
