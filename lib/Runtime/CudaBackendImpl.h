@@ -546,6 +546,13 @@ private:
   /// 0 where it runs none or cannot say.
   int activeClusters(CUfunction fn, uint32_t cluster, uint32_t threads,
                      uint32_t sharedBytes) const;
+  /// Whether the device runs a cluster of candidate c's (a kernel of the
+  /// program): always where c.cluster is 1.
+  bool clusterFits(const LaunchVariant &c) const {
+    return c.cluster <= 1 ||
+           activeClusters(entries[size_t(c.deviceKernel)], c.cluster,
+                          c.block[0], c.sharedBytes) > 0;
+  }
   /// Issues one launch on `stream` (the compute stream unless it is the
   /// side stream's).
   void enqueue(const Launch &l, const Prepared &pl, bool timed,

@@ -132,7 +132,7 @@ std::vector<uint8_t> trialOperands(DType t, int64_t n, uint64_t seed) {
 // "time". GPTC_VARIANT's "-label" leaves the variants so labelled out of
 // the candidates (not a launch's own kernel, every timing's reference):
 // a variant that fails or hangs on some GPU need not end the timing of
-// the others.
+// the others. (Such a label no launch has leaves nothing out.)
 /// GPTC_VARIANT's word for every launch's own kernel, whatever its label.
 constexpr const char *kOwnKernels = "own";
 /// GPTC_VARIANT's word for timing again what an earlier run chose.
@@ -145,7 +145,7 @@ namespace {
 /// (the same bits, run to run and across a resume) without timing them:
 /// kernelCacheDir()/variants/KEY, KEY the SHA-256 of the device (name and
 /// arch) and the candidates (label, kernel name and source, grid, block,
-/// dynamic shared bytes). "" when there is no cache directory.
+/// dynamic shared bytes, cluster). "" when there is no cache directory.
 std::string variantChoiceFile(const std::string &deviceName,
                               const std::string &deviceArch,
                               const Program &prog,
@@ -172,10 +172,14 @@ std::string variantChoiceFile(const std::string &deviceName,
       continue;
     }
     const DeviceKernel &k = prog.kernels[c.deviceKernel];
-    char shape[96];
+    char shape[112];
     std::snprintf(shape, sizeof shape, "(%u,%u,%u) (%u,%u,%u) %u", c.grid[0],
                   c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2],
                   c.sharedBytes);
+    if (c.cluster > 1) // (older choices' keys stay as they were)
+      std::snprintf(shape + std::strlen(shape),
+                    sizeof shape - std::strlen(shape), " cluster %u",
+                    c.cluster);
     for (const std::string *f : {&c.label, &k.name, &k.source})
       field(*f);
     field(shape);
@@ -225,9 +229,11 @@ CudaBackendImpl::variantLabels(std::set<std::string> &leftOut) {
           labels.insert(c.label);
       }
   for (std::string forced : forcedVariants) {
+    // (A label to leave out that no launch has leaves nothing out: a
+    // script may leave a variant out of every program it runs.)
     if (forced.size() > 1 && forced[0] == '-') {
-      forced.erase(0, 1);
-      leftOut.insert(forced);
+      leftOut.insert(forced.substr(1));
+      continue;
     }
     if (forced != kOwnKernels && forced != kTimeAgain &&
         !labels.count(forced)) {
@@ -289,6 +295,12 @@ void CudaBackendImpl::timeCandidates(
     if (c.deviceKernel == kCudnnAttention &&
         (plan = cudnnPlan(l, c.label, why)) < 0) {
       notUsed(c, why);
+      continue;
+    }
+    // A cluster form the device cannot run (its blocks' shared memory or
+    // threads too many for the SMs a cluster spans) is no candidate.
+    if (c.deviceKernel >= 0 && !clusterFits(c)) {
+      notUsed(c, "no cluster of " + std::to_string(c.cluster) + " blocks fits");
       continue;
     }
     Prepared &trial = *trials.emplace_back(new Prepared(pl));
@@ -364,9 +376,9 @@ void CudaBackendImpl::timeVariants() {
   CUevent start = newEvent(true), stop = newEvent(true);
   auto key = [](const LaunchVariant &v) {
     char k[160];
-    std::snprintf(k, sizeof k, "%d (%u,%u,%u) (%u,%u,%u) %u;", v.deviceKernel,
-                  v.grid[0], v.grid[1], v.grid[2], v.block[0], v.block[1],
-                  v.block[2], v.sharedBytes);
+    std::snprintf(k, sizeof k, "%d (%u,%u,%u) (%u,%u,%u) %u %u;",
+                  v.deviceKernel, v.grid[0], v.grid[1], v.grid[2], v.block[0],
+                  v.block[1], v.block[2], v.sharedBytes, v.cluster);
     return std::string(k);
   };
   // The candidate GPTC_VARIANT picks, or -1.
@@ -408,8 +420,13 @@ void CudaBackendImpl::timeVariants() {
               : std::string();
       size_t kept = 0;
       std::string why; // cuDNN's, where it cannot take the launch
-      // A candidate this run can launch: cuDNN's needs its plan.
+      // A candidate this run can launch: cuDNN's needs its plan, a cluster
+      // form room for a cluster.
       auto usable = [&](const LaunchVariant &c) {
+        if (c.deviceKernel >= 0 && !clusterFits(c)) {
+          why = "no cluster of " + std::to_string(c.cluster) + " blocks fits";
+          return false;
+        }
         return c.deviceKernel != kCudnnAttention ||
                cudnnPlan(l, c.label, why) >= 0;
       };

@@ -657,6 +657,57 @@ TEST(CudaBackendFake, KernelVariantsAreTimedAndTheFastestRuns) {
                     .f32);
 }
 
+// A variant launched in clusters (the loss gradient's cluster forms:
+// LaunchVariant::cluster) is timed and run in clusters of its size along
+// x; where the device runs no cluster of that size
+// (cuOccupancyMaxActiveClusters), the line says so and it is no candidate.
+TEST(CudaBackendFake, ClusterVariantsRunInClustersWhereTheyFit) {
+  REQUIRE_FAKE(plain); // (loads the fake, for its hooks)
+  plain.reset();
+  Program p = programWithVariants();
+  for (Launch &l : p.functions[0].launches)
+    if (!l.variants.empty())
+      l.variants[0].cluster = 2; // atomic: 2 blocks, one cluster
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto clusterLaunches =
+      hook<int (*)(unsigned *, unsigned *)>("gptcFakeClusterLaunches");
+  auto activeClusters = hook<void (*)(int)>("gptcFakeActiveClusters");
+  auto load = [&](CudaBackend &b) {
+    kernelMs("k_gelu", 0.5f);
+    kernelMs("k_gelu_atomic", 0.2f);
+    kernelMs("k_gelu_wgmma", 0.35f);
+    testing::internal::CaptureStderr();
+    b.load(p);
+    kernelMs(nullptr, 0);
+    return testing::internal::GetCapturedStderr();
+  };
+  unsigned grid = 0, cluster = 0;
+  {
+    REQUIRE_FAKE(b);
+    clusterLaunches(&grid, &cluster);
+    EXPECT_EQ(load(*b), "gptc: kernel variants timed at load for 2 launches: "
+                        "split 0.100 ms, atomic 0.040 ms, wgmma 0.070 ms; "
+                        "atomic (k_gelu_atomic) runs\n");
+    EXPECT_EQ(clusterLaunches(&grid, &cluster), 6); // a warm-up, five timed
+    const Function &f = p.functions[0];
+    b->run(f, 0, f.launches.size());
+    b->synchronize();
+    EXPECT_EQ(clusterLaunches(&grid, &cluster), 2);
+    EXPECT_EQ(grid, 2u);
+    EXPECT_EQ(cluster, 2u);
+  }
+  {
+    REQUIRE_FAKE(b);
+    activeClusters(0);
+    const std::string err = load(*b);
+    activeClusters(60);
+    EXPECT_EQ(err, "gptc: kernel variants timed at load for 2 launches: "
+                   "split 0.100 ms, atomic (not used: no cluster of 2 blocks "
+                   "fits), wgmma 0.070 ms; wgmma (k_gelu_wgmma) runs\n");
+    EXPECT_EQ(clusterLaunches(&grid, &cluster), 0);
+  }
+}
+
 // An attention launch with variants has cuDNN's fused attention as one
 // more candidate (GPTC_CUDNN, on by default); where cuDNN cannot take the
 // launch (here: float32 operands), the line says why and the others are
@@ -1246,12 +1297,26 @@ TEST(CudaBackendFake, GptcVariantLeavesOneOutOfTheTiming) {
   // With a label to run, that one runs untimed.
   EXPECT_EQ(load("-atomic,wgmma"),
             "gptc: GPTC_VARIANT: wgmma (k_gelu_wgmma) runs for 2 launches\n");
+  // A label to leave out that no launch has leaves nothing out (a script
+  // may leave a variant out of every program it runs, some without it).
+  EXPECT_EQ(load("-mma,time"),
+            "gptc: kernel variants timed at load for 2 launches: split 0.100 "
+            "ms, atomic 0.040 ms, wgmma 0.070 ms; atomic (k_gelu_atomic) "
+            "runs\n");
   kernelMs(nullptr, 0);
-  auto wrong = fakeBackendWith("GPTC_VARIANT", "-mma");
+  // A label to run that no launch has is an error.
+  auto wrong = fakeBackendWith("GPTC_VARIANT", "mma");
   ASSERT_TRUE(wrong);
   expectLoadRefused(*wrong, p,
                     "GPTC_VARIANT: no launch has a variant 'mma' (this "
                     "program's: atomic, split, wgmma)");
+  // Nor does a program without variants refuse one to leave out.
+  Program noVariants = program(true);
+  auto none = fakeBackendWith("GPTC_VARIANT", "-cluster4,time");
+  ASSERT_TRUE(none);
+  testing::internal::CaptureStderr();
+  none->load(noVariants);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(CudaBackendFake, LargeUploadsGoThroughStagingInChunks) {

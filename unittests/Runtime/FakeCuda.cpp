@@ -509,8 +509,9 @@ CUresult CUDAAPI cuFuncGetAttribute(int *v, CUfunction_attribute a,
 }
 /// Clusters: the fake's H100 runs 60 clusters of two blocks at once (its
 /// 132 SMs in GPCs of 18 or fewer, some of them short of a partner; a
-/// test may say another count, 0 for none: gptcFakeActiveClusters), and
-/// none of more blocks; the config must ask for clusters along x.
+/// test may say another count, 0 for none: gptcFakeActiveClusters), half
+/// as many of four, and none of more blocks; the config must ask for
+/// clusters along x.
 static int activeClustersOfTwo = 60;
 extern "C" void gptcFakeActiveClusters(int n) { activeClustersOfTwo = n; }
 CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *clusters, CUfunction,
@@ -522,7 +523,10 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *clusters, CUfunction,
       if (v.clusterDim.y != 1 || v.clusterDim.z != 1 ||
           config->gridDimX % v.clusterDim.x)
         return CUDA_ERROR_INVALID_VALUE;
-      *clusters = v.clusterDim.x == 2 ? activeClustersOfTwo : 0;
+      // (Clusters of 4: half as many, so none where none of 2 fits.)
+      *clusters = v.clusterDim.x == 2   ? activeClustersOfTwo
+                  : v.clusterDim.x == 4 ? activeClustersOfTwo / 2
+                                        : 0;
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_INVALID_VALUE;
@@ -617,9 +621,9 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gridX, unsigned,
   bool fallback = fallbackArgs > 0;
   // (A fallback's blocks are of its size: the kernel's launch bounds; the
   // paired GEMMs' in clusters of two, which the grid fills.)
-  if (fallback && (threads != gptc::rt::gemmFallbackThreads(name) ||
-                   launchCluster != gptc::rt::gemmFallbackCluster(name) ||
-                   gridX % launchCluster))
+  if (gridX % launchCluster ||
+      (fallback && (threads != gptc::rt::gemmFallbackThreads(name) ||
+                    launchCluster != gptc::rt::gemmFallbackCluster(name))))
     return CUDA_ERROR_INVALID_VALUE;
   if (launchCluster > 1) {
     ++clusterLaunches;

@@ -85,7 +85,10 @@
 //                      uncapped for a spilling kernel; own: each launch's
 //                      own kernel, whatever its label; time: time the
 //                      candidates again and keep the new choice); a label
-//                      no launch has is an error that lists the program's
+//                      no launch has is an error that lists the program's;
+//                      -L leaves the candidates labelled L out of the
+//                      timing (never a launch's own kernel), and leaves
+//                      nothing out where no launch has one
 // An attention launch with variants also has cuDNN's fused flash attention
 // among its candidates where libcudnn.so.9 loads (cuDNN 9 is optional):
 // timed and checked against the launch's own kernel like gptc's.
