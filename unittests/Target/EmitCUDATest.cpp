@@ -211,11 +211,13 @@ TEST(EmitCUDA, EveryLaunchGetsAKernelAndDuplicatesShareOne) {
 
 namespace {
 /// A launch with no variant but emitCUDA's twins: for the bf16 loss
-/// gradient its max-first form (the own kernel labelled "online"), and
-/// where `staged` (sm_90a) for a layernorm gradient its staged form (the
-/// own kernel labelled "own"), launched alike in more shared memory.
-void expectOnlyTwinVariants(const rt::Launch &l, bool staged) {
-  if (staged &&
+/// gradient its max-first form (the own kernel labelled "online") and,
+/// where `hopper` (sm_90a), its cluster forms (2 and 4 blocks a row in
+/// clusters of as many, each with a slice of the row in shared memory);
+/// and where `hopper`, for a layernorm gradient its staged form (the own
+/// kernel labelled "own"), launched alike in more shared memory.
+void expectOnlyTwinVariants(const rt::Launch &l, bool hopper) {
+  if (hopper &&
       (l.kernel == "layernorm_grad" || l.kernel == "fused_layernorm_grad")) {
     ASSERT_EQ(l.variants.size(), 1u);
     EXPECT_EQ(l.variant, "own");
@@ -232,9 +234,22 @@ void expectOnlyTwinVariants(const rt::Launch &l, bool staged) {
     EXPECT_EQ(l.variant, "");
     return;
   }
-  ASSERT_EQ(l.variants.size(), 1u);
+  ASSERT_EQ(l.variants.size(), hopper ? 3u : 1u);
   EXPECT_EQ(l.variant, cuda::kOnlineLabel);
   EXPECT_EQ(l.variants[0].label, cuda::kMaxFirstLabel);
+  EXPECT_EQ(l.variants[0].cluster, 1u);
+  if (!hopper)
+    return;
+  for (uint32_t ctas : {2u, 4u}) {
+    const rt::LaunchVariant &v = l.variants[ctas / 2];
+    EXPECT_EQ(v.label, ctas == 2 ? cuda::kCluster2Label : cuda::kCluster4Label);
+    EXPECT_EQ(v.cluster, ctas);
+    EXPECT_EQ(v.grid[0], l.grid[0] * ctas);
+    EXPECT_EQ(v.block[0], l.block[0] / ctas);
+    // The row's slice, then the pairs: (V·2 / ctas rounded up to 16) + 8·ctas.
+    const uint32_t slice = (l.sharedBytes / 16 + ctas - 1) / ctas * 16;
+    EXPECT_EQ(v.sharedBytes, slice + 8 * ctas);
+  }
 }
 } // namespace
 
@@ -345,9 +360,9 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
     EXPECT_EQ(
         l.variants.size(),
         l.kernel == "flash_attention" || l.kernel == "flash_attention_qkv" ? 8u
-        : l.kernel == "cross_entropy_with_grad" || l.kernel == "layernorm_grad"
-            ? 1u
-            : 0u)
+        : l.kernel == "cross_entropy_with_grad" ? 3u // maxfirst, cluster2, 4
+        : l.kernel == "layernorm_grad"          ? 1u
+                                                : 0u)
         << l.kernel;
   // --attention-backward=deterministic (sm_90a's default): the backwards
   // without float atomics alone, split, wgmma-split and wgmma-split-ss

@@ -747,19 +747,29 @@ TEST(TemplateKernelsOnHost, AttentionBiasGradSumsDqAndDoutWritesZerosForK) {
 // into a buffer of its own or over the logits (the lowering's in-place
 // case): against the CPU executor on the same bf16-rounded logits, over a
 // padded vocabulary: 64 columns, 45 classes (5 chunks of classes, one of 5
-// classes and 3 padding columns, two of padding: one warp's chunks), and
-// 1024 columns, 1000 classes (a chunk a thread of 128: the row's max and
-// sum are the block's). Both forms: the online one (its own kernel) and the
-// max-first one (the "maxfirst" variant emitCUDA adds): into a buffer of
-// its own with dloss 1.5, and in place with dloss -0.75 (the max-first
-// form's negated exponentials) and the rows whose target is 3 ignored.
+// classes and 3 padding columns, two of padding: one warp's chunks), 200
+// columns, 197 classes (25 chunks: slices of 13 and 12 chunks, or of 7, 7,
+// 7 and 4), and 1024 columns, 1000 classes (a chunk a thread of 128: the
+// row's max and sum are the block's). Each form: the online one (its own
+// kernel), the max-first one (the "maxfirst" variant emitCUDA adds) and
+// its cluster forms (2 and 4 blocks a row, launched in clusters, each with
+// a slice: at 64 columns and 4 blocks, the last slice is padding alone):
+// into a buffer of its own with dloss 1.5, and in place with dloss -0.75
+// (the max-first forms' negated exponentials) and the rows whose target is
+// 3 ignored.
 TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
-  for (auto [V, classes] : {std::pair<int64_t, int32_t>{64, 45}, {1024, 1000}})
-    for (bool maxFirst : {false, true})
+  for (auto [V, classes] :
+       {std::pair<int64_t, int32_t>{64, 45}, {200, 197}, {1024, 1000}})
+    for (int form : {0, 1, 2, 4}) // online, max-first, clusters of 2 and 4
       for (auto [inPlace, dlossValue] :
            {std::pair<bool, float>{false, 1.5f}, {true, -0.75f}}) {
+        if (V == 200 && form < 2)
+          continue; // (slices of unequal length: the cluster forms')
+        const bool maxFirst = form >= 1, ctas = form >= 2;
         SCOPED_TRACE(std::to_string(V) + " columns, " +
-                     (maxFirst ? "max-first" : "online") +
+                     (form == 0   ? "online"
+                      : form == 1 ? "max-first"
+                                  : "clusters of " + std::to_string(form)) +
                      (inPlace ? ", in place" : ", own buffer") + ", dloss " +
                      std::to_string(dlossValue));
         const DType f32 = DType::F32, bf = DType::BF16;
@@ -775,10 +785,14 @@ TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
           l.ints["ignore_index"] = 3;
         cuda::EmitOptions opts;
         opts.maxFirstCrossEntropy = maxFirst;
-        rt::Program &p = emitForHost(b.p, HostTarget::Sm80, opts);
-        EXPECT_NE(p.kernels[0].source.find(maxFirst ? ", true, true>(in0, in1"
-                                                    : ", true>(in0, in1, in2"),
-                  std::string::npos);
+        opts.crossEntropyCluster = ctas ? form : 0;
+        const HostTarget target = ctas ? HostTarget::Sm90a : HostTarget::Sm80;
+        rt::Program &p = emitForHost(b.p, target, opts);
+        const std::string call =
+            ctas       ? ", " + std::to_string(form) + ">(in0, in1, in2"
+            : maxFirst ? ", true, true>(in0, in1"
+                       : ", true>(in0, in1, in2";
+        EXPECT_NE(p.kernels[0].source.find(call), std::string::npos);
         // The online form's launch has the max-first one as a variant.
         const rt::Launch &launch = p.functions[0].launches[0];
         ASSERT_EQ(launch.variants.size(), maxFirst ? 0u : 1u);
@@ -790,8 +804,17 @@ TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
                   ", true, true>(in0, in1"),
               std::string::npos);
         }
-        EXPECT_EQ(launch.sharedBytes, uint32_t(V * 2));
-        HostKernels kernels(p);
+        if (ctas) {
+          const int64_t slice = (V / 8 + form - 1) / form;
+          EXPECT_EQ(launch.sharedBytes, uint32_t(slice * 16 + form * 8));
+          EXPECT_EQ(launch.cluster, uint32_t(form));
+          EXPECT_EQ(launch.grid[0], uint32_t(21 * form));
+          EXPECT_EQ(launch.block[0], uint32_t(128 / form));
+        } else {
+          EXPECT_EQ(launch.sharedBytes, uint32_t(V * 2));
+          EXPECT_EQ(launch.cluster, 1u);
+        }
+        HostKernels kernels(p, target);
         ASSERT_TRUE(kernels.ok()) << kernels.error;
         // The logits as runOnRandomData makes them (in place, the run
         // overwrites them), spread to [-8, 8].
@@ -814,6 +837,51 @@ TEST(TemplateKernelsOnHost, Bf16CrossEntropyGradientKeepsRowsInSharedMemory) {
             x, out[targets], out[dloss], classes, ignored);
         expectNear(want, out[dlogits].f32, 1e-3f, "dlogits");
       }
+}
+
+// The cluster form's two barrier.cluster, each taken out alone: without
+// the first, a block stores its pair into the others' shared memory before
+// they may have started (reported as a misuse); without the second, a
+// block reads the pairs before the others have stored them (a race: at
+// byte 520 of the shared memory, block 1's pair behind block 0's slice of
+// 32 chunks and its own pair).
+TEST(TemplateKernelsOnHost, CrossEntropyClusterNeedsBothClusterBarriers) {
+  const DType f32 = DType::F32, bf = DType::BF16;
+  Builder b;
+  int logits = b.buf(bf, {4, 1024}), targets = b.buf(DType::I32, {4});
+  int dloss = b.buf(f32, {}), loss = b.buf(f32, {});
+  int dlogits = b.buf(bf, {4, 1024});
+  b.launch("cross_entropy_with_grad", {logits, targets, dloss}, {loss, dlogits})
+      .ints = {{"num_classes", 1000}};
+  cuda::EmitOptions opts;
+  opts.maxFirstCrossEntropy = true;
+  opts.crossEntropyCluster = 4;
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a, opts);
+  expectRunsUnreported(p, HostTarget::Sm90a);
+  const std::string &source = p.kernels[0].source;
+  auto [from, to] = functionSpan(source, "crossEntropyWithGradCluster");
+  ASSERT_NE(from, std::string::npos);
+  const std::string sync = "clusterSync();";
+  const size_t first = source.find(sync, from);
+  const size_t second = source.find(sync, first + 1);
+  ASSERT_LT(second, to);
+  EXPECT_GT(source.find(sync, second + 1), to) << "two, no more";
+  for (auto [at, says] :
+       {std::pair<size_t, const char *>{first, "may not have started"},
+        {second, "reads, never written, byte 520 of gptcDynamicShared"}}) {
+    SCOPED_TRACE(says);
+    withMutation(
+        p, 0, at, sync.size(), "", HostTarget::Sm90a,
+        [&](rt::Program &mutated, HostKernels &kernels, size_t) {
+          try {
+            runOnRandomData(mutated, kernels, 7, 1000);
+            ADD_FAILURE() << "nothing reported";
+          } catch (const std::runtime_error &e) {
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos)
+                << e.what();
+          }
+        });
+  }
 }
 
 // embedding_grad's id scan (4 ids a thread, 512 a round, 3 rounds ahead)
@@ -1623,9 +1691,10 @@ std::string clusterRun(const std::string &body,
 // barrier.cluster; block 1's thread arrives at block 0's mbarrier through
 // its cluster address (mapa), which block 0's threads wait for. What each
 // misuse gets: an arrival from the other block with no barrier.cluster
-// since the mbarrier's init, a wait no arrival ends, global memory both
-// blocks write with no barrier.cluster between, mapa of a __shared__
-// static (which has no copy a block) or to a rank outside the cluster.
+// since the block started and the mbarrier's init, a wait no arrival ends,
+// global memory both blocks write with no barrier.cluster between, mapa of a
+// __shared__ static (which has no copy a block) or to a rank outside the
+// cluster.
 TEST(HostClusterEmulation, BlocksOfAClusterMeetAndArriveAtEachOther) {
   const std::string init = "  if (t == 0) mbarrierInit(bar, 1);\n";
   const std::string arrive =
@@ -1651,8 +1720,17 @@ TEST(HostClusterEmulation, BlocksOfAClusterMeetAndArriveAtEachOther) {
             "");
   for (int i = 0; i < 256; ++i)
     EXPECT_EQ(values[size_t(i)], float(i / 128));
+  // (An arrival before the first barrier.cluster: block 0 may not have
+  // started, nor initialised its mbarrier; both are reported.)
   EXPECT_EQ(clusterRun(init + "  __syncthreads();\n" + arrive + wait +
                        "  clusterSync();"),
+            "cluster misuse in block (1, 0, 0): thread 128: an arrival at "
+            "another block's mbarrier before a barrier.cluster (it may not "
+            "have started) (2 races in all)");
+  // After it, an mbarrier initialised since is still not another's to
+  // arrive at before the next.
+  EXPECT_EQ(clusterRun("  clusterSync();\n" + init + "  __syncthreads();\n" +
+                       arrive + wait + "  clusterSync();"),
             "mbarrier misuse in block (1, 0, 0): thread 128: arrive from "
             "another block of the cluster, with no barrier.cluster (or "
             "mbarrier) since the mbarrier's init (1 race in all)");

@@ -208,7 +208,8 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsWithAtomic128BackwardMatchTheCpuBackend
 // backward one, the first
 // also with the loss gradient's max-first form (emitCUDA's twin of every
 // bf16 cross_entropy_with_grad) and the layernorm gradients' staged form
-// (emitCUDA's twin of each on sm_90a).
+// (emitCUDA's twin of each on sm_90a), the second and third with its
+// cluster forms (2 and 4 blocks a row, launched in clusters).
 TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBackend) {
   rt::Program p = tinyProgram("bf16", gpt2WidthsOneLayer(), 1, 128);
   cuda::EmitOptions opts;
@@ -228,9 +229,11 @@ TEST(ProgramKernelsOnHost, Bf16Gpt2WidthsEveryAttentionVariantMatchesTheCpuBacke
     for (const std::string &label : labels)
       said += label + "; ";
     SCOPED_TRACE(said);
-    // (8 forward variants, 9 backward; the loss gradient's one, maxfirst,
-    // and the layernorm gradients' one, staged, with the first)
+    // (8 forward variants, 9 backward; the loss gradient's three,
+    // maxfirst, cluster2 and cluster4, with the first three, and the
+    // layernorm gradients' one, staged, with the first)
     EXPECT_EQ(labels.size(), v == 0  ? 4u
+                             : v < 3 ? 3u
                              : v < 8 ? 2u
                                      : 1u)
         << "a forward and a backward variant, the last a backward alone";

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -391,9 +392,29 @@ std::string emitLaunch(const rt::Program &p, Launch &launch,
 }
 
 namespace {
+/// What a twin may launch differently from the own kernel (addTwin).
+enum class TwinGeometry {
+  Same,           ///< grid, block, shared bytes and cluster
+  OwnSharedBytes, ///< its dynamic shared memory
+  Own,            ///< all of it (the loss gradient's cluster forms)
+};
 void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
              const char *label, const char *ownLabel, const char *change,
-             std::map<std::string, int> &bySource, bool sameSharedBytes = true);
+             std::map<std::string, int> &bySource,
+             TwinGeometry geometry = TwinGeometry::Same);
+
+/// Whether l has a variant labelled `label`.
+bool hasVariant(const Launch &l, const char *label) {
+  for (const rt::LaunchVariant &v : l.variants)
+    if (v.label == label)
+      return true;
+  return false;
+}
+
+/// Whether `arch` ("sm_90a") launches blocks in clusters: sm_90 on.
+bool hasClusters(const std::string &arch) {
+  return arch.size() > 5 && std::atoi(arch.c_str() + 3) >= 90;
+}
 } // namespace
 
 void emitCUDA(rt::Program &p, const std::string &arch,
@@ -464,6 +485,24 @@ void emitCUDA(rt::Program &p, const std::string &arch,
           addTwin(p, l, maxFirst, kMaxFirstLabel, kOnlineLabel,
                   "in its max-first form", twins);
   }
+  // Its cluster forms, on GPUs with clusters: timed at load as well (the
+  // launches the max-first form changes, its variant or own kernel).
+  if (!opts.crossEntropyCluster && hasClusters(arch)) {
+    for (auto [ctas, label] : {std::pair<int, const char *>{2, kCluster2Label},
+                               {4, kCluster4Label}}) {
+      EmitOptions cluster = opts;
+      cluster.maxFirstCrossEntropy = true;
+      cluster.crossEntropyCluster = ctas;
+      std::map<std::string, int> twins;
+      for (rt::Function &f : p.functions)
+        for (Launch &l : f.launches)
+          if (l.kernel == "cross_entropy_with_grad" && l.deviceKernel >= 0 &&
+              (opts.maxFirstCrossEntropy || hasVariant(l, kMaxFirstLabel)))
+            addTwin(p, l, cluster, label,
+                    opts.maxFirstCrossEntropy ? kMaxFirstLabel : kOnlineLabel,
+                    "in its cluster form", twins, TwinGeometry::Own);
+    }
+  }
   // The layernorm gradients' staged form (the next row's copies under this
   // row's work, in more shared memory), timed at load against the own
   // kernel, where two blocks an SM still fit: on GPUs whose SM holds two
@@ -480,7 +519,7 @@ void emitCUDA(rt::Program &p, const std::string &arch,
             l.deviceKernel >= 0) {
           // (None where the stage does not fit: the same source.)
           addTwin(p, l, staged, kStagedLabel, "own", "staged", twins,
-                  /*sameSharedBytes=*/false);
+                  TwinGeometry::OwnSharedBytes);
         }
   }
   addGemmFallbackKernels(p, arch);
@@ -494,8 +533,8 @@ bool isLayernormKernel(const std::string &kind) {
 namespace {
 
 /// Adds to l a twin of its own kernel emitted with `options` (which only
-/// change its launch bounds, or with !sameSharedBytes its dynamic shared
-/// memory too), as a variant labelled `label`; the own
+/// change its launch bounds, or what `geometry` lets differ too), as a
+/// variant labelled `label`; the own
 /// kernel is labelled `ownLabel` where it had none. The twin's kernel is
 /// appended (named own + "_" + label), or shared with an earlier launch's
 /// of the same source (`bySource`). Nothing where the source comes out the
@@ -503,7 +542,7 @@ namespace {
 /// the launch's geometry moved.
 void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
              const char *label, const char *ownLabel, const char *change,
-             std::map<std::string, int> &bySource, bool sameSharedBytes) {
+             std::map<std::string, int> &bySource, TwinGeometry geometry) {
   const int own = l.deviceKernel;
   Launch copy = l;
   Emitter emitter(p, copy, options);
@@ -512,9 +551,11 @@ void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
   if (sourceKey(src) ==
       renamed(sourceKey(ownKernel.source), ownKernel.name, kPlaceholder))
     return;
-  if (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
-      !std::equal(copy.block, copy.block + 3, l.block) ||
-      (sameSharedBytes && copy.sharedBytes != l.sharedBytes))
+  if (geometry != TwinGeometry::Own &&
+      (!std::equal(copy.grid, copy.grid + 3, l.grid) ||
+       !std::equal(copy.block, copy.block + 3, l.block) ||
+       copy.cluster != l.cluster ||
+       (geometry == TwinGeometry::Same && copy.sharedBytes != l.sharedBytes)))
     throw EmitError("internal error: " + l.kernel + " launches differently " +
                     change);
   auto [it, added] =
@@ -526,7 +567,7 @@ void addTwin(rt::Program &p, Launch &l, const EmitOptions &options,
       rt::launchOp(l) + (l.loc.empty() ? "" : " at " + l.loc));
   if (l.variant.empty())
     l.variant = ownLabel;
-  rt::LaunchVariant v = rt::ownVariant(copy); // (its shared memory)
+  rt::LaunchVariant v = rt::ownVariant(copy); // (its geometry)
   v.label = label;
   v.deviceKernel = it->second;
   l.variants.push_back(v);

@@ -331,6 +331,8 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   int64_t V = in(0).shape.back(), rows = in(1).numel();
   if (in(0).numel() != rows * V || in(1).dtype != DType::I32)
     unsupported("logits are not [positions, V] of i32 targets");
+  if (out(0).dtype != DType::F32 || (withGrad && in(2).dtype != DType::F32))
+    unsupported("the loss and dloss must be f32");
   int64_t classes = intAttr("num_classes", V);
   bool hasIgnore = l.ints.count("ignore_index");
   int64_t ignore = intAttr("ignore_index", 0);
@@ -340,16 +342,9 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   deviceScratch("double", "gptcLosses", rows);
   deviceScratch("unsigned", "gptcCounter", -1);
   pre << "\n";
-  // Two 512-thread blocks an SM (64 registers a thread): while one block
-  // waits at a barrier between the passes, the other's loads keep DRAM busy.
-  begin(entry, threads, 2);
   // 8-element chunks (16-byte accesses) when rows are a multiple of 8 long
   // (the padded vocabulary's always are), else one element at a time.
   int vec = V % 8 == 0 ? 8 : 1;
-  std::string consts = std::to_string(V) + ", " + std::to_string(classes) +
-                       ", " + i64Literal(rows) + ", " + i64Literal(ignore) +
-                       ", " + (hasIgnore ? "true" : "false") + ", " +
-                       std::to_string(vec);
   // The gradient keeps 2-byte rows in shared memory between its passes
   // (kStash): V·2 bytes, at most 112 KiB so that two blocks fit an H100 SM.
   const bool stash = withGrad && vec == 8 && V * 2 <= 112 * 1024 &&
@@ -358,6 +353,31 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   const bool maxFirst = stash && opts.maxFirstCrossEntropy &&
                         in(0).dtype == DType::BF16 &&
                         out(1).dtype == DType::BF16;
+  // Its cluster form (EmitOptions::crossEntropyCluster): kCtas blocks a
+  // row, each with its slice of the row's chunks stashed, then the
+  // cluster's kCtas (max, sum) pairs, 8 bytes each.
+  if (const int ctas = opts.crossEntropyCluster;
+      maxFirst && ctas > 1 && threads % (32 * ctas) == 0) {
+    const int64_t slice = (V / 8 + ctas - 1) / ctas;
+    // As many blocks an SM as the whole-row form's threads make.
+    begin(entry, threads / ctas, 2 * ctas);
+    os << "  crossEntropyWithGradCluster<" << V << ", " << classes << ", "
+       << i64Literal(rows) << ", " << i64Literal(ignore) << ", "
+       << (hasIgnore ? "true" : "false") << ", " << ctas
+       << ">(in0, in1, in2, out0, out1, gptcLosses, &gptcCounter);\n}\n";
+    l.block[0] = uint32_t(threads / ctas);
+    l.grid[0] = toGrid(rows * ctas);
+    l.cluster = uint32_t(ctas);
+    l.sharedBytes = uint32_t(slice * 16 + ctas * 8);
+    return;
+  }
+  // Two 512-thread blocks an SM (64 registers a thread): while one block
+  // waits at a barrier between the passes, the other's loads keep DRAM busy.
+  begin(entry, threads, 2);
+  std::string consts = std::to_string(V) + ", " + std::to_string(classes) +
+                       ", " + i64Literal(rows) + ", " + i64Literal(ignore) +
+                       ", " + (hasIgnore ? "true" : "false") + ", " +
+                       std::to_string(vec);
   if (withGrad)
     os << "  crossEntropyWithGrad<" << consts << (stash ? ", true" : "")
        << (maxFirst ? ", true" : "")
@@ -365,10 +385,9 @@ void Emitter::emitCrossEntropy(bool withGrad) {
   else
     os << "  crossEntropy<" << consts
        << ">(in0, in1, out0, gptcLosses, &gptcCounter);\n}\n";
-  if (out(0).dtype != DType::F32 || (withGrad && in(2).dtype != DType::F32))
-    unsupported("the loss and dloss must be f32");
   l.block[0] = threads;
   l.grid[0] = toGrid(rows);
+  l.cluster = 1;
   if (stash)
     l.sharedBytes = uint32_t(V * 2);
 }

@@ -176,6 +176,13 @@ struct EmitOptions {
   /// kernel (the online form) labelled kOnlineLabel; set here, it is the
   /// own kernel.
   bool maxFirstCrossEntropy = false;
+  /// 2 or 4, with maxFirstCrossEntropy: that form split across a cluster
+  /// of this many blocks a row (sm_90), each stashing its slice of the row
+  /// in 1/n of the shared memory, and the slices' (max, sum) pairs handed
+  /// across the cluster's shared memory (crossEntropyWithGradCluster).
+  /// emitCUDA gives every max-first launch these as variants labelled
+  /// kCluster2Label and kCluster4Label on sm_90 and later.
+  int crossEntropyCluster = 0;
   /// The layernorm gradients (fused or not) stage each warp's next row of
   /// x and dy in shared memory with cp.async while the warp finishes this
   /// one (kernels/layernorm.cuh, kStaged), with that much more dynamic
@@ -254,6 +261,9 @@ size_t addUncappedVariants(rt::Program &p, const std::string &arch,
 /// The labels of the loss gradient's two forms (maxFirstCrossEntropy).
 inline constexpr const char *kMaxFirstLabel = "maxfirst";
 inline constexpr const char *kOnlineLabel = "online";
+/// The labels of its cluster forms (crossEntropyCluster 2 and 4).
+inline constexpr const char *kCluster2Label = "cluster2";
+inline constexpr const char *kCluster4Label = "cluster4";
 
 /// The label of the variant addDenserVariants adds.
 inline constexpr const char *kDenserLabel = "denser";

@@ -189,19 +189,21 @@ __device__ float countedRows(const int *targets) {
   return blockSum(n, scratch);
 }
 
-/// Writes this row's loss term (0 when ignored) to losses[row] and, in the
-/// last block, the mean to *loss.
-template <i64 kRows, i64 kIgnore, bool kHasIgnore>
+/// Writes row `row`'s loss term (0 when ignored) to losses[row] and, in
+/// the last of the `blocks` blocks that write a term, the mean to *loss.
+/// kThreads: the most threads a block (its shared sums: 16 bytes each).
+template <i64 kRows, i64 kIgnore, bool kHasIgnore, int kThreads = 512>
 __device__ void finishLoss(const int *targets, float *loss, double *losses,
-                           unsigned *counter, double term) {
+                           unsigned *counter, double term, i64 row,
+                           unsigned blocks) {
   if (threadIdx.x == 0)
-    losses[blockIdx.x] = term;
-  if (!lastBlockToArrive(counter, gridDim.x))
+    losses[row] = term;
+  if (!lastBlockToArrive(counter, blocks))
     return;
   // Each thread sums a fixed stride of rows, then a fixed tree: the same
   // order every run.
-  __shared__ double totals[512]; // blockDim.x: 128 or 512
-  __shared__ i64 counts[512];
+  __shared__ double totals[kThreads]; // blockDim.x: 128 or 512, or less
+  __shared__ i64 counts[kThreads];
   double total = 0.0;
   i64 counted = 0;
   for (i64 r = threadIdx.x; r < kRows; r += blockDim.x) {
@@ -236,7 +238,8 @@ __device__ void crossEntropy(const TL *logits, const int *targets, float *loss,
                      toFloat(logits[row * V + target])
                : __longlong_as_double(0x7ff8000000000000ll);
   }
-  finishLoss<kRows, kIgnore, kHasIgnore>(targets, loss, losses, counter, term);
+  finishLoss<kRows, kIgnore, kHasIgnore>(targets, loss, losses, counter, term,
+                                         row, gridDim.x);
 }
 
 /// The loaded chunks' dlogits, in place, and their stores. kChecked: some
@@ -285,26 +288,32 @@ __device__ void rowGradient(const TL *x, TG *g, MaxSum ms, int target,
   }
 }
 
-/// kMaxFirst's first two passes: the row copied into `stash` (every chunk
-/// of a thread at once, as blockMaxSum's), then the max of its classes over
-/// the block, then their sum of exp against it. A thread reads back only
-/// the chunks it copied. Chunks [0, kFull) hold classes only; chunk kFull,
-/// if kClasses is no multiple of 8, some.
-template <int V, int kClasses>
-__device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
-  constexpr int kChunks = V / 8, kFull = kClasses / 8;
-  constexpr bool kPartial = kClasses % 8 != 0;
-  __shared__ float scratch[32];
-  for (int chunk = threadIdx.x; chunk < kChunks; chunk += blockDim.x)
-    copyAsync16(sharedAddress(stash + chunk * 8), row + i64(chunk) * 8);
+/// kMaxFirst's copy: chunks [first, last) of the row into `stash` (chunk c
+/// at stash[c - first]), every chunk of a thread at once, committed as one
+/// group. A thread later reads back only the chunks it copied.
+__device__ __forceinline__ void stashChunks(const bf16 *row, uint4 *stash,
+                                            int first, int last) {
+  for (int chunk = first + threadIdx.x; chunk < last; chunk += blockDim.x)
+    copyAsync16(sharedAddress(stash + (chunk - first)), row + i64(chunk) * 8);
   commitCopies();
-  waitCopies<0>();
-  const uint4 *chunks = reinterpret_cast<const uint4 *>(stash);
-  const bool partialHere = kPartial && threadIdx.x == kFull % blockDim.x;
+}
+
+/// kMaxFirst's first two passes over the stashed chunks [first, last) of a
+/// row: the max of their classes over the block, then their sum of exp
+/// against it ({-inf, 0} for chunks of padding alone). Chunks below kFull
+/// hold classes only; chunk kFull, if kClasses is no multiple of 8, some.
+template <int kClasses>
+__device__ MaxSum stashedMaxThenSum(const uint4 *stash, int first, int last,
+                                    float *scratch) {
+  constexpr int kFull = kClasses / 8;
+  const int full = min(last, kFull);
+  const bool partialHere =
+      kClasses % 8 != 0 && kFull >= first && kFull < last &&
+      (kFull - first) % int(blockDim.x) == int(threadIdx.x);
   u32 pairs = 0xff80ff80u; // two -inf
 #pragma unroll 4
-  for (int chunk = threadIdx.x; chunk < kFull; chunk += blockDim.x) {
-    const uint4 w = chunks[chunk];
+  for (int chunk = first + threadIdx.x; chunk < full; chunk += blockDim.x) {
+    const uint4 w = stash[chunk - first];
     pairs =
         maxBf16x2(pairs, maxBf16x2(maxBf16x2(w.x, w.y), maxBf16x2(w.z, w.w)));
   }
@@ -312,18 +321,20 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
       fmaxf(__uint_as_float(pairs << 16), __uint_as_float(pairs & 0xffff0000u));
   if (partialHere) {
     float x[8];
-    unpack8<bf16>(chunks[kFull], x);
+    unpack8<bf16>(stash[kFull - first], x);
 #pragma unroll
     for (int e = 0; e < kClasses % 8; ++e)
       m = fmaxf(m, x[e]);
   }
   m = blockMax(m, scratch);
+  if (m == -__int_as_float(0x7f800000)) // (no class: the same in all)
+    return {m, 0.0f};
   const float offset = -m * log2e();
   float sum = 0.0f;
 #pragma unroll 4
-  for (int chunk = threadIdx.x; chunk < kFull; chunk += blockDim.x) {
+  for (int chunk = first + threadIdx.x; chunk < full; chunk += blockDim.x) {
     float x[8];
-    unpack8<bf16>(chunks[chunk], x);
+    unpack8<bf16>(stash[chunk - first], x);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       x[e] = fastExp2(fmaf(x[e], log2e(), offset));
@@ -331,7 +342,7 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
   }
   if (partialHere) {
     float x[8];
-    unpack8<bf16>(chunks[kFull], x);
+    unpack8<bf16>(stash[kFull - first], x);
 #pragma unroll
     for (int e = 0; e < kClasses % 8; ++e)
       sum += fastExp2(fmaf(x[e], log2e(), offset));
@@ -339,44 +350,65 @@ __device__ MaxSum stashedMaxThenSum(const bf16 *row, bf16 *stash) {
   return {m, blockSum(sum, scratch)};
 }
 
-/// kMaxFirst's gradient pass over the stashed row (the chunks this thread
-/// copied): exp2(x·log2e + bias), bias = -max·log2e + log2(|scale| / sum),
-/// is |scale|·softmax; negated where the scale is (kNegate), 0 past the
-/// classes. The chunks of classes only go first, with no test an element;
-/// then the row's last chunks, tested; then the thread that wrote the
-/// target's chunk writes the target's element again, less the scale (the
-/// same operations on the same stashed value, then the subtraction).
+/// kMaxFirst's gradient pass over the stashed chunks [first, last) (those
+/// this thread copied): exp2(x·log2e + bias), bias = -max·log2e +
+/// log2(|scale| / sum), is |scale|·softmax; negated where the scale is
+/// (kNegate), 0 past the classes. The chunks of classes only go first, with
+/// no test an element; then the last chunks, tested; then the thread that
+/// wrote the target's chunk, if it is among them, writes the target's
+/// element again, less the scale (the same operations on the same stashed
+/// value, then the subtraction).
 template <int V, int kClasses, bool kNegate, typename TG>
-__device__ __forceinline__ void stashedGradient(const bf16 *stash, TG *g,
-                                                float bias, int target,
-                                                float scale) {
-  constexpr int kChunks = V / 8, kFull = kClasses / 8;
-  const uint4 *chunks = reinterpret_cast<const uint4 *>(stash);
+__device__ __forceinline__ void
+stashedGradient(const uint4 *stash, TG *g, float bias, int target, float scale,
+                int first = 0, int last = V / 8) {
+  constexpr int kFull = kClasses / 8;
   auto scaledSoftmax = [&](float x) {
     const float p = fastExp2(fmaf(x, log2e(), bias));
     return kNegate ? -p : p;
   };
-  int chunk = threadIdx.x;
+  const int full = min(last, kFull);
+  int chunk = first + threadIdx.x;
 #pragma unroll 4
-  for (; chunk < kFull; chunk += blockDim.x) {
+  for (; chunk < full; chunk += blockDim.x) {
     float x[8];
-    unpack8<bf16>(chunks[chunk], x);
+    unpack8<bf16>(stash[chunk - first], x);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       x[e] = scaledSoftmax(x[e]);
     store8(g + chunk * 8, x);
   }
-  for (; chunk < kChunks; chunk += blockDim.x) { // the padding's columns
+  for (; chunk < last; chunk += blockDim.x) { // the padding's columns
     float x[8];
-    unpack8<bf16>(chunks[chunk], x);
+    unpack8<bf16>(stash[chunk - first], x);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       x[e] = chunk * 8 + e < kClasses ? scaledSoftmax(x[e]) : 0.0f;
     store8(g + chunk * 8, x);
   }
-  if (target >= 0 && target < kClasses &&
-      target / 8 % int(blockDim.x) == int(threadIdx.x))
-    g[target] = fromFloat<TG>(scaledSoftmax(toFloat(stash[target])) - scale);
+  const int owner = target / 8; // the target's chunk
+  if (target >= 0 && target < kClasses && owner >= first && owner < last &&
+      (owner - first) % int(blockDim.x) == int(threadIdx.x)) {
+    const bf16 *stashed = reinterpret_cast<const bf16 *>(stash);
+    g[target] = fromFloat<TG>(
+        scaledSoftmax(toFloat(stashed[target - first * 8])) - scale);
+  }
+}
+
+/// The gradient pass, its sign (the scale's, the same for the whole block)
+/// a template argument.
+template <int V, int kClasses, typename TG>
+__device__ __forceinline__ void
+stashedGradientScaled(const uint4 *stash, TG *g, MaxSum ms, int target,
+                      float scale, int first = 0, int last = V / 8) {
+  // (log2 of each apart: scale / sum may leave float32's range.)
+  const float bias = -ms.max * log2e() + (log2f(fabsf(scale)) - log2f(ms.sum));
+  if (scale < 0.0f)
+    stashedGradient<V, kClasses, true>(stash, g, bias, target, scale, first,
+                                       last);
+  else
+    stashedGradient<V, kClasses, false>(stash, g, bias, target, scale, first,
+                                        last);
 }
 
 template <int V, int kClasses, i64 kRows, i64 kIgnore, bool kHasIgnore,
@@ -409,24 +441,106 @@ __device__ void crossEntropyWithGrad(const TL *logits, const int *targets,
     MaxSum ms;
     if constexpr (kMaxFirst) {
       static_assert(kStash && kVec == 8 && sizeof(TL) == 2, "bf16, stashed");
-      ms = stashedMaxThenSum<V, kClasses>(x, stash);
+      __shared__ float scratch[32];
+      stashChunks(x, gptcDynamicShared, 0, V / 8);
+      waitCopies<0>();
+      ms = stashedMaxThenSum<kClasses>(gptcDynamicShared, 0, V / 8, scratch);
     } else {
       ms = blockMaxSum<kClasses, kVec, kStash ? V / kVec : 0>(x, stash);
     }
     const float scale = *dloss / countedRows<kRows, kIgnore, kHasIgnore>(targets);
     if constexpr (kMaxFirst) {
-      // (log2 of each apart: scale / sum may leave float32's range.)
-      const float bias =
-          -ms.max * log2e() + (log2f(fabsf(scale)) - log2f(ms.sum));
-      if (scale < 0.0f) // the same for the whole block
-        stashedGradient<V, kClasses, true>(stash, g, bias, target, scale);
-      else
-        stashedGradient<V, kClasses, false>(stash, g, bias, target, scale);
+      stashedGradientScaled<V, kClasses>(gptcDynamicShared, g, ms, target,
+                                         scale);
     } else {
       rowGradient<V, kClasses, kVec>(kStash ? stash : x, g, ms, target, scale);
     }
     term = valid ? double(logf(ms.sum)) + ms.max - targetLogit
                  : __longlong_as_double(0x7ff8000000000000ll);
   }
-  finishLoss<kRows, kIgnore, kHasIgnore>(targets, loss, losses, counter, term);
+  finishLoss<kRows, kIgnore, kHasIgnore>(targets, loss, losses, counter, term,
+                                         row, gridDim.x);
+}
+
+/// The cluster form (sm_90; bf16 logits and gradient, the row stashed, the
+/// max-first passes): kCtas blocks a row, launched as clusters of kCtas
+/// along x, block rank r of row i at blockIdx.x = kCtas·i + r. Each block
+/// stashes its slice of the row (kSlice chunks, V·2 / kCtas bytes of
+/// shared memory, not V·2), takes its slice's max and then its sum of exp
+/// against that max, and hands the pair to every block of the cluster
+/// (st.shared::cluster into slot r of each block's `pairs`); after a
+/// barrier.cluster each block combines the kCtas pairs in rank order (the
+/// same sum in every block, run to run) and writes its slice's gradient.
+/// Why: the max-first kernel holds a whole row (100,608 bytes at GPT-2's
+/// vocabulary) a block, so an SM runs two rows, each in three phases (its
+/// copies land, its passes, its stores), and the SM's DRAM traffic stops
+/// whenever both are in their passes; a slice a block lets an SM run the
+/// phases of kCtas times as many blocks in the same shared memory. One
+/// barrier.cluster comes early, under the copies in flight: no block
+/// stores into another's shared memory before that one has started. The
+/// block whose slice holds the target writes the row's loss term (rank 0
+/// where the row is ignored, or its target is out of range), so kRows
+/// blocks count themselves at the loss's counter.
+template <int V, int kClasses, i64 kRows, i64 kIgnore, bool kHasIgnore,
+          int kCtas, typename TG>
+__device__ void
+crossEntropyWithGradCluster(const bf16 *logits, const int *targets,
+                            const float *dloss, float *loss, TG *dlogits,
+                            double *losses, unsigned *counter) {
+  constexpr int kChunks = V / 8;
+  constexpr int kSlice = (kChunks + kCtas - 1) / kCtas;
+  const i64 row = blockIdx.x / kCtas;
+  const int rank = int(blockIdx.x % kCtas);
+  // This block's chunks: [first, last) of the row's.
+  const int first = rank * kSlice, last = min(first + kSlice, kChunks);
+  const int target = targets[row];
+  const bf16 *x = logits + row * V;
+  TG *g = dlogits + row * V;
+  extern __shared__ uint4 gptcDynamicShared[];
+  // Chunk c of the row at stash[c - first], then the cluster's pairs.
+  uint4 *stash = gptcDynamicShared;
+  MaxSum *pairs = reinterpret_cast<MaxSum *>(gptcDynamicShared + kSlice);
+  __shared__ float scratch[32];
+  const bool valid = target >= 0 && target < kClasses;
+  const bool ignored = kHasIgnore && target == kIgnore;
+  double term = 0.0;
+  if (ignored) { // (every block of the cluster: one row)
+    const float zeros[8] = {};
+    for (int chunk = first + threadIdx.x; chunk < last; chunk += blockDim.x)
+      store8(g + chunk * 8, zeros);
+  } else {
+    stashChunks(x, stash, first, last);
+    clusterSync(); // every block of the cluster has started
+    waitCopies<0>();
+    const MaxSum mine =
+        stashedMaxThenSum<kClasses>(stash, first, last, scratch);
+    // Thread b hands this block's pair to block b's slot `rank`.
+    if (int(threadIdx.x) < kCtas) {
+      const u32 slot =
+          clusterSharedAddress(sharedAddress(&pairs[rank]), threadIdx.x);
+      storeSharedCluster(slot, mine.max);
+      storeSharedCluster(slot + 4, mine.sum);
+    }
+    clusterSync();
+    MaxSum ms = pairs[0];
+    for (int r = 1; r < kCtas; ++r)
+      ms = combine(ms, pairs[r]);
+    const float scale =
+        *dloss / countedRows<kRows, kIgnore, kHasIgnore>(targets);
+    stashedGradientScaled<V, kClasses>(stash, g, ms, target, scale, first,
+                                       last);
+    const int owner = target / 8; // the target's chunk
+    if (!valid)
+      term = __longlong_as_double(0x7ff8000000000000ll);
+    else if (owner >= first && owner < last)
+      term = double(logf(ms.sum)) + ms.max -
+             toFloat(reinterpret_cast<const bf16 *>(stash)[target - first * 8]);
+  }
+  // One block a row writes its term: the target's, else rank 0.
+  const int writer = valid && !ignored ? (target / 8) / kSlice : 0;
+  if (rank != writer)
+    return;
+  // (Sums for 512 / kCtas threads: no shared memory an SM's blocks lack.)
+  finishLoss<kRows, kIgnore, kHasIgnore, 512 / kCtas>(
+      targets, loss, losses, counter, term, row, unsigned(kRows));
 }

@@ -582,6 +582,12 @@ __device__ __forceinline__ u32 clusterSharedAddress(u32 a, u32 rank) {
                : "r"(a), "r"(rank));
   return r;
 }
+/// st.shared::cluster: `v` into the shared memory at `a`, a
+/// clusterSharedAddress (this block's or another's of the cluster).
+__device__ __forceinline__ void storeSharedCluster(u32 a, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(a), "f"(v)
+               : "memory");
+}
 /// One arrival at the mbarrier at `bar`, a clusterSharedAddress (this
 /// block's or another's), releasing at cluster scope what this thread
 /// acquired and did before.
