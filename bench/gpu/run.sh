@@ -188,6 +188,24 @@ cudnn_checks() {
     --check-dump="$logs/dump-gpt2w-bf16-cudnn-dq-sums"
 }
 
+# The loss gradient's cluster forms (a row split across a cluster of 2 or
+# 4 blocks, the fifty-sixth session's, which no GPU has run before), each
+# in one layer at GPT-2's widths against the CPU backend. Where one fails,
+# the steps after it leave both out of the timing (GPTC_VARIANT's
+# -label), so that a fault costs the call their figures and nothing else.
+cluster_loss_checks() {
+  local limit=$1 form
+  for form in cluster2 cluster4; do
+    if ! GPTC_VARIANT=$form,own step "$limit" "check-gpt2w-bf16-$form" \
+      "${lib[@]}" "$P/check-gpt2w-bf16" --device=cuda --check-kernels \
+      --check-dump="$logs/dump-gpt2w-bf16-$form"; then
+      echo "   the loss gradient's $form form failed its check: the steps after run with GPTC_VARIANT=-cluster2,-cluster4,time"
+      export GPTC_VARIANT=-cluster2,-cluster4,time
+      return
+    fi
+  done
+}
+
 # gptc's own wgmma GEMMs (c_fc's forward and backward, and since the
 # forty-ninth session the plain GEMMs with a transposed b and the
 # projections with a bias alone, gemm_wgmma.cuh; GEMM tuning times them
@@ -250,6 +268,8 @@ if want check; then
   GPTC_VARIANT=maxfirst,own \
     step 100 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
+  # Its cluster forms (sm_90 on), 2 and 4 blocks a row.
+  cluster_loss_checks 100
   # cuDNN's fused attention in every attention launch (where it loads).
   cudnn_checks 100
   own_gemm_checks 100
@@ -269,6 +289,7 @@ if want quickcheck; then
   GPTC_VARIANT=maxfirst,own \
     step 60 check-gpt2w-bf16-maxfirst "${lib[@]}" "$P/check-gpt2w-bf16" \
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
+  cluster_loss_checks 60
   cudnn_checks 60
   own_gemm_checks 60
   # The backward whose blocks wait for each other (wgmma-ordered): its
