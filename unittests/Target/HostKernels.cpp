@@ -39,34 +39,9 @@ std::string emulation() {
   return all;
 }
 
-/// The names a declaration (what follows `__shared__ ` up to its `;`)
-/// declares: `T a[2], b` has a and b.
-std::vector<std::string> declaredNames(const std::string &decl) {
-  std::vector<std::string> names;
-  int depth = 0;
-  for (size_t i = 0, piece = 0; i <= decl.size(); ++i) {
-    char c = i < decl.size() ? decl[i] : ',';
-    if (c == '<' || c == '[' || c == '(')
-      ++depth;
-    else if (c == '>' || c == ']' || c == ')')
-      --depth;
-    else if (c == ',' && depth == 0) {
-      // The declarator's name: the last identifier before any bounds.
-      std::string d = decl.substr(piece, i - piece);
-      d = d.substr(0, d.find('['));
-      size_t e = d.find_last_not_of(" \t");
-      size_t b = d.find_last_not_of("abcdefghijklmnopqrstuvwxyz"
-                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
-                                    e) + 1;
-      names.push_back(d.substr(b, e + 1 - b));
-      piece = i + 1;
-    }
-  }
-  return names;
-}
-
-/// A declaration's type and its declarators' names and bounds: `T a[2], b`
-/// is T with {a, [2]} and {b, ""}.
+/// A declaration's type and its declarators' names and bounds (what
+/// follows `__shared__ ` up to its `;`): `T a[2], b` is T with {a, [2]}
+/// and {b, ""}.
 struct Declaration {
   std::string type;
   std::vector<std::pair<std::string, std::string>> declarators;
@@ -97,6 +72,15 @@ Declaration parseDeclaration(const std::string &decl) {
     }
   }
   return d;
+}
+
+/// The names a declaration (what follows `__shared__ ` up to its `;`)
+/// declares: `T a[2], b` has a and b.
+std::vector<std::string> declaredNames(const std::string &decl) {
+  std::vector<std::string> names;
+  for (const auto &[name, bounds] : parseDeclaration(decl).declarators)
+    names.push_back(name);
+  return names;
 }
 
 /// A kernel source with its memory made known to the race checker, on the
