@@ -407,6 +407,32 @@ TEST(EmitCUDA, AutoAttentionCarriesEveryAlgorithmAsAVariant) {
   }
 }
 
+// The loss gradient's cluster forms come with clusters: sm_90 and sm_90a
+// on, not sm_89 or sm_80; and NVRTC compiles them for sm_90, whose
+// types.cuh has the cluster helpers but not wgmma.
+TEST(EmitCUDA, ClusterFormsComeWithClusters) {
+  for (const std::string arch : {"sm_80", "sm_89", "sm_90", "sm_90a"}) {
+    SCOPED_TRACE(arch);
+    rt::Program p = gpt2Launches(DType::BF16);
+    cuda::emitCUDA(p, arch);
+    int losses = 0;
+    for (const rt::Launch &l : p.functions[0].launches)
+      if (l.kernel == "cross_entropy_with_grad") {
+        ++losses;
+        EXPECT_EQ(l.variants.size(), arch.rfind("sm_9", 0) == 0 ? 3u : 1u);
+      }
+    EXPECT_EQ(losses, 1);
+    if (arch != "sm_90")
+      continue;
+    std::ostringstream report;
+    try {
+      compileKernelsReporting(p, arch, report);
+    } catch (const rt::DeviceError &e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
+
 // ptxas spilled some kernels (here: said to have) under the registers
 // their blocks an SM leave: each launch of one that declares blocks an SM
 // gets the same kernel without them as an "uncapped" variant, launched

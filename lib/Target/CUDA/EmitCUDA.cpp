@@ -413,7 +413,7 @@ bool hasVariant(const Launch &l, const char *label) {
 
 /// Whether `arch` ("sm_90a") launches blocks in clusters: sm_90 on.
 bool hasClusters(const std::string &arch) {
-  return arch.size() > 5 && std::atoi(arch.c_str() + 3) >= 90;
+  return arch.size() >= 5 && std::atoi(arch.c_str() + 3) >= 90;
 }
 } // namespace
 

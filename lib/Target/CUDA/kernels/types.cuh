@@ -344,6 +344,34 @@ template <int N> __device__ __forceinline__ void waitCopies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+#if __CUDA_ARCH__ >= 900
+/// Thread block clusters (sm_90 on, not only sm_90a): the blocks of a
+/// cluster (launched with the cluster-dimension attribute) run at once on
+/// neighbouring SMs and reach each other's shared memory. clusterSync:
+/// every thread of the cluster's blocks arrives and waits; what each did
+/// before, all see after (release, acquire). clusterSharedAddress: the
+/// address of shared address `a` in the cluster's block of rank `rank`
+/// (%cluster_ctarank).
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\n"
+               "barrier.cluster.wait.acquire;\n" ::
+                   : "memory");
+}
+__device__ __forceinline__ u32 clusterSharedAddress(u32 a, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(r)
+               : "r"(a), "r"(rank));
+  return r;
+}
+/// st.shared::cluster: `v` into the shared memory at `a`, a
+/// clusterSharedAddress (this block's or another's of the cluster).
+__device__ __forceinline__ void storeSharedCluster(u32 a, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(a), "f"(v)
+               : "memory");
+}
+#endif // __CUDA_ARCH__ >= 900
+
 #if GPTC_WGMMA
 // Hopper's warpgroup MMA (sm_90a): the 4 warps of a 128-thread warpgroup
 // multiply a 64 x 16 A, from registers (each warp's 16 rows laid out as
@@ -559,34 +587,10 @@ __device__ __forceinline__ void tensorCopy2d(u32 to, const TensorMap *map,
       : "memory");
 }
 
-/// Thread block clusters (sm_90): the blocks of a cluster (launched with
-/// the cluster-dimension attribute) run at once on neighbouring SMs and
-/// reach each other's shared memory. clusterSync: every thread of the
-/// cluster's blocks arrives and waits; what each did before, all see
-/// after (release, acquire). clusterSharedAddress: the address of shared
-/// address `a` in the cluster's block of rank `rank` (%cluster_ctarank).
-__device__ __forceinline__ void clusterSync() {
-  asm volatile("barrier.cluster.arrive.release;\n"
-               "barrier.cluster.wait.acquire;\n" ::
-                   : "memory");
-}
 /// Orders this thread's mbarrierInits before the cluster's other blocks'
 /// uses of those barriers (then clusterSync).
 __device__ __forceinline__ void fenceMbarrierInit() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ u32 clusterSharedAddress(u32 a, u32 rank) {
-  u32 r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(r)
-               : "r"(a), "r"(rank));
-  return r;
-}
-/// st.shared::cluster: `v` into the shared memory at `a`, a
-/// clusterSharedAddress (this block's or another's of the cluster).
-__device__ __forceinline__ void storeSharedCluster(u32 a, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(a), "f"(v)
-               : "memory");
 }
 /// One arrival at the mbarrier at `bar`, a clusterSharedAddress (this
 /// block's or another's), releasing at cluster scope what this thread
