@@ -61,6 +61,16 @@ inline unsigned __shfl_xor_sync(unsigned, unsigned v, int mask) {
   emu::wait(emu::AtWarpBarrier);
   return r;
 }
+/// Every lane gets lane `src`'s word.
+inline unsigned __shfl_sync(unsigned, unsigned v, int src) {
+  int me = emu::current;
+  std::memcpy(&emu::floatSlots[me], &v, 4);
+  emu::wait(emu::AtWarpBarrier);
+  unsigned r;
+  std::memcpy(&r, &emu::floatSlots[(me & ~31) | (src & 31)], 4);
+  emu::wait(emu::AtWarpBarrier);
+  return r;
+}
 /// Lane l gets lane l - delta's word; lanes below delta keep their own.
 inline unsigned __shfl_up_sync(unsigned, unsigned v, unsigned delta) {
   int me = emu::current;

@@ -89,9 +89,9 @@ struct WgInFlight {
   long long group;
   int readOfB; // its race::wgmmaOps id (of A's reads too, from shared memory)
   bool starts = false; // scale-d false: d = a · b, what d held dropped
-  // A from shared memory (K-major), read as it lands: this thread's rows
-  // aRow and aRow + 8.
-  bool aShared = false;
+  // A from shared memory (K-major, or M-major with aTrans), read as it
+  // lands: this thread's rows aRow and aRow + 8.
+  bool aShared = false, aTrans = false;
   u32 aAddress = 0, aLbo = 0, aSbo = 0;
   bool aSwizzled = false;
   int aRow = 0;
@@ -192,7 +192,7 @@ EMU_UNCHECKED inline void wgmmaLand(WgThread &t, const WgInFlight &op) {
       for (int k = 0; k < 16; ++k) {
         unsigned short av;
         std::memcpy(&av,
-                    wgmmaElement(op.aAddress, op.aLbo, op.aSbo, false,
+                    wgmmaElement(op.aAddress, op.aLbo, op.aSbo, op.aTrans,
                                  op.aSwizzled, op.aRow + 8 * h, k),
                     2);
         a[h][k] = toFloat(bf16{av});
@@ -448,8 +448,8 @@ EMU_UNCHECKED inline void wgmmaReads(const char *what, u32 address, u32 lbo,
 }
 static unsigned long long wgADesc[1024];
 /// One wgmma: A from the fragments `a` or, where a is null, from shared
-/// memory through aDesc (K-major); B through desc.
-template <bool kTransB, int NT>
+/// memory through aDesc (K-major, or M-major with kTransA); B through desc.
+template <bool kTransB, bool kTransA, int NT>
 EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
                                      unsigned long long aDesc,
                                      unsigned long long desc, bool accumulate) {
@@ -501,6 +501,7 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
       emu::race::misuse(aMisuse);
   if (!a) {
     op.aShared = true;
+    op.aTrans = kTransA;
     op.aAddress = aAddress;
     op.aLbo = u32(aDesc >> 16 & 0x3fff) << 4;
     op.aSbo = u32(aDesc >> 32 & 0x3fff) << 4;
@@ -519,7 +520,7 @@ EMU_UNCHECKED inline void wgmmaIssue(float (&d)[NT][4], const u32 (*a)[4],
                op.readOfB);
     if (!a)
       wgmmaReads("wgmma reads A outside the __shared__ variable it starts in",
-                 aAddress, op.aLbo, op.aSbo, false, op.aSwizzled, 64, local,
+                 aAddress, op.aLbo, op.aSbo, kTransA, op.aSwizzled, 64, local,
                  op.readOfB);
   }
   if (!known || !aKnown)
@@ -539,12 +540,13 @@ template <bool kTransB, int NT>
 EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], const u32 (&a)[4],
                                     unsigned long long desc,
                                     bool accumulate = true) {
-  wgmmaIssue<kTransB>(d, &a, 0, desc, accumulate);
+  wgmmaIssue<kTransB, false>(d, &a, 0, desc, accumulate);
 }
-/// A from shared memory (K-major), through its descriptor.
-template <bool kTransB, int NT>
+/// A from shared memory (K-major, or M-major with kTransA), through its
+/// descriptor.
+template <bool kTransB, bool kTransA = false, int NT>
 EMU_UNCHECKED inline void wgmmaBf16(float (&d)[NT][4], unsigned long long a,
                                     unsigned long long desc,
                                     bool accumulate = true) {
-  wgmmaIssue<kTransB>(d, nullptr, a, desc, accumulate);
+  wgmmaIssue<kTransB, kTransA>(d, nullptr, a, desc, accumulate);
 }

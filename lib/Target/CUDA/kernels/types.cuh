@@ -761,15 +761,18 @@ wgmmaBf16(float (&d)[32][4], unsigned long long a, unsigned long long b,
 }
 /// m64n128k16 with A from shared memory (gptc's GEMMs, gemm_wgmma.cuh):
 /// A's 2 KB read once for 128 columns, where two m64n64k16 read it twice.
-template <bool kTransB>
+/// kTransA: A is M-major (its core-matrix rows run along M: a weight
+/// gradient's xᵀ, read from x [k, m] as it lies), else K-major.
+template <bool kTransB, bool kTransA = false>
 __device__ __forceinline__ void
 wgmmaBf16(float (&d)[16][4], unsigned long long a, unsigned long long b,
           bool accumulate = true) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-               GPTC_WGMMA_REGS_N128 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+               GPTC_WGMMA_REGS_N128 ", %64, %65, p, 1, 1, %68, %67;\n}\n"
                : GPTC_WGMMA_D_N128(d)
-               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
+               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)),
+                 "n"(int(kTransA)));
 }
 template <bool kTransB>
 __device__ __forceinline__ void
