@@ -325,7 +325,8 @@ public:
     cudnnPlans.clear(); // (their cuDNN handles, while the context lives)
     if (arena)
       cu.cuMemFree(arena);
-    for (CUdeviceptr w : {workspace, sideWorkspace, partialsScratch})
+    for (CUdeviceptr w : {workspace, sideWorkspace, partialsScratch,
+                          weightGradCounters, sideWeightGradCounters})
       if (w)
         cu.cuMemFree(w);
     for (CUdeviceptr maps : tensorMapBlocks)
@@ -358,7 +359,10 @@ public:
       cudnnBytes += p.workspace ? p.bytes : 0;
     return arenaBytes + (workspace ? int64_t(kWorkspaceBytes) : 0) +
            (sideWorkspace ? int64_t(kWorkspaceBytes) : 0) +
-           (partialsScratch ? int64_t(kPartialsBytes) : 0) + cudnnBytes +
+           (partialsScratch ? int64_t(kPartialsBytes) : 0) +
+           (weightGradCounters ? int64_t(kWeightGradCounters * 4) : 0) +
+           (sideWeightGradCounters ? int64_t(kWeightGradCounters * 4) : 0) +
+           cudnnBytes +
            int64_t(tensorMapBlocks.size() * kTensorMapsPerBlock *
                    sizeof(CUtensorMap));
   }
@@ -520,6 +524,9 @@ private:
   /// (rt::wgmmaGemmFit, and the operands' alignment); as GPTC_GEMM_OWN
   /// says.
   std::vector<GemmPlan> planOwnGemms(const Launch &l, const GemmMapping &map);
+  /// planOwnGemms' weight gradients (WgmmaWeightGrad, stream-K).
+  std::optional<GemmPlan> planWeightGradGemm(const Launch &l,
+                                             const WgmmaGemmFit &fit);
   /// A device copy of the tensor map of the bf16 operand at `base` as
   /// `operand` describes it (cuTensorMapEncodeTiled: 2-D, the 128-byte
   /// swizzle), for a wgmma GEMM to read a or b through; 0 where the driver
@@ -726,6 +733,9 @@ private:
   /// launch asks for it.
   CUstream side = nullptr;
   CUdeviceptr sideWorkspace = 0;
+  /// The weight-gradient GEMMs' counters (kWeightGradCounters each), the
+  /// compute stream's and the side stream's, made at the first.
+  CUdeviceptr weightGradCounters = 0, sideWeightGradCounters = 0;
   CUevent forkMark = nullptr, joinMark = nullptr;
   int leastPriority = 0;
   /// Checks at load that nothing runs beside a side-stream launch that

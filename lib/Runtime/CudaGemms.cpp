@@ -794,6 +794,11 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   const std::optional<WgmmaGemmFit> fit = wgmmaGemmFit(*prog, l);
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
+  if (fit->kind == GemmFallback::WgmmaWeightGrad) {
+    if (std::optional<GemmPlan> own = planWeightGradGemm(l, *fit))
+      ways.push_back(std::move(*own));
+    return ways;
+  }
   // a and b are copied 16 bytes at a time; the third operand and the
   // results go four elements at a time.
   const bool plain = fit->kind == GemmFallback::WgmmaPlain;
@@ -902,6 +907,72 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
     ways.push_back(std::move(own));
   }
   return ways;
+}
+
+std::optional<GemmPlan>
+CudaBackendImpl::planWeightGradGemm(const Launch &l, const WgmmaGemmFit &fit) {
+  // The 128 x 128 blocks alone: GPTC_GEMM_OWN=narrow runs them untimed.
+  const std::string name = gemmFallbackKernel(fit.kind, DType::BF16);
+  const bool accumulate = l.inputs.size() == 3;
+  if ((ownGemms != OwnGemms::Timed && ownGemms != OwnGemms::Unpaired &&
+       ownGemms != OwnGemms::Narrow) ||
+      !hasKernel(name))
+    return std::nullopt;
+  const uint64_t floats =
+      address(l.outputs[0]) | (accumulate ? address(l.inputs[2]) : 0);
+  if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
+      floats % 8 != 0)
+    return std::nullopt;
+  // One block an SM, each a span of the tiles' depth steps; two partial
+  // slots a block in the stream's cuBLASLt workspace, which no GEMM uses
+  // meanwhile, and the stream's counters (zeroed once: each launch leaves
+  // them zero).
+  const int64_t iterations = fit.m / 128 * (fit.n / 128) * (fit.k / 64);
+  const int64_t blocks = std::min<int64_t>(smCount, iterations);
+  if (2 * blocks * int64_t(kWeightGradSlotBytes) > int64_t(kWorkspaceBytes) ||
+      iterations * blocks >= int64_t(1) << 31) // (the kernel's int spans)
+    return std::nullopt;
+  const bool onSide = l.stream == 1 && sideWorkspace;
+  const CUdeviceptr scratch = onSide ? sideWorkspace : workspace;
+  CUdeviceptr &counters = onSide ? sideWeightGradCounters : weightGradCounters;
+  if (!counters) {
+    check(cu.cuMemAlloc(&counters, kWeightGradCounters * 4),
+          "cuMemAlloc (weight-gradient GEMMs' counters)");
+    check(cu.cuMemsetD8Async(counters, 0, kWeightGradCounters * 4, compute),
+          "cuMemsetD8Async");
+    check(cu.cuStreamSynchronize(compute), "cuStreamSynchronize");
+  }
+  const std::array<WgmmaOperandMap, 2> operands =
+      wgmmaOperandMaps(fit.kind, fit.m, fit.n, fit.k);
+  const CUdeviceptr mapA = operandMap(address(l.inputs[0]), operands[0]),
+                    mapB = mapA ? operandMap(address(l.inputs[1]), operands[1])
+                                : 0;
+  if (!mapB)
+    return std::nullopt;
+  GemmPlan own;
+  own.shape = std::to_string(fit.m) + "x" + std::to_string(fit.n) + "x" +
+              std::to_string(fit.k) + " bf16 tA" + (accumulate ? " +C" : "") +
+              ", 128x128 blocks, stream-K";
+  own.way = "gptc wgmma GEMM 128x128 stream-K";
+  own.tuneKey = l.kernel + " " + own.shape + " -> f32 gptc wgmma";
+  own.candidates = {cublasLtMatmulAlgo_t{}};
+  own.outPtr = address(l.outputs[0]);
+  GemmPlan::Followup f;
+  f.fn = fallbackKernel(fit.kind, DType::BF16, l.kernel);
+  f.threads = gemmFallbackThreads(name);
+  f.grid[0] = uint32_t(blocks);
+  f.sharedBytes = kGemmWgmmaSharedBytes;
+  f.args = {uint64_t(mapA),
+            uint64_t(mapB),
+            accumulate ? address(l.inputs[2]) : 0,
+            address(l.outputs[0]),
+            uint64_t(scratch),
+            uint64_t(counters),
+            uint64_t(fit.m),
+            uint64_t(fit.n),
+            uint64_t(fit.k)};
+  own.after.push_back(std::move(f));
+  return own;
 }
 
 CUdeviceptr CudaBackendImpl::operandMap(CUdeviceptr base,
@@ -1079,9 +1150,9 @@ cublasStatus_t CudaBackendImpl::runGemm(const GemmPlan &g,
 void CudaBackendImpl::launchFollowup(const GemmPlan::Followup &f, int loop,
                                      const std::string &label,
                                      CUstream stream) {
-  uint64_t values[8];
-  void *params[8];
-  for (size_t i = 0; i < f.args.size() && i < 8; ++i) {
+  uint64_t values[12];
+  void *params[12];
+  for (size_t i = 0; i < f.args.size() && i < 12; ++i) {
     const uint64_t stride = i < f.loopStride.size() ? f.loopStride[i] : 0;
     values[i] = f.args[i] + stride * uint64_t(loop);
     params[i] = &values[i];

@@ -269,18 +269,59 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   case GemmFallback::WgmmaPairedGeluGradBias:
     stem = "gemm_wgmma_paired_gelu_grad_bias_";
     break;
+  case GemmFallback::WgmmaWeightGrad:
+    stem = "gemm_wgmma_weight_grad_";
+    break;
   }
   return std::string(stem) + dtypeName(t);
 }
+
+namespace {
+/// wgmmaGemmFit's weight gradients: a plain matmul with transpose_a, a [k,
+/// m] and b [k, n] bf16 (2-D, as the kernel level's views of the tokens
+/// give them), the result float32 [m, n], and with accumulate its old
+/// value [m, n] last.
+std::optional<WgmmaGemmFit> weightGradFit(const Program &p, const Launch &l,
+                                          bool transposeB) {
+  const size_t inputs = accumulates(l) ? 3 : 2;
+  if (l.kernel != "matmul" || transposeB || l.inputs.size() != inputs ||
+      l.outputs.size() != 1)
+    return std::nullopt;
+  const Buffer &a = p.buffers.at(l.inputs[0]), &b = p.buffers.at(l.inputs[1]),
+               &out = p.buffers.at(l.outputs[0]);
+  if (a.dtype != DType::BF16 || b.dtype != DType::BF16 ||
+      out.dtype != DType::F32 || a.shape.size() != 2 || b.shape.size() != 2)
+    return std::nullopt;
+  WgmmaGemmFit fit{};
+  fit.kind = GemmFallback::WgmmaWeightGrad;
+  fit.m = a.shape.back();
+  fit.n = b.shape.back();
+  if (fit.m <= 0 || fit.n <= 0 || fit.m % 128 != 0 || fit.n % 128 != 0)
+    return std::nullopt;
+  fit.k = a.numel() / fit.m;
+  if (fit.k <= 0 || fit.k % 64 != 0 || b.numel() != fit.k * fit.n ||
+      out.numel() != fit.m * fit.n ||
+      fit.m / 128 * (fit.n / 128) * 4 > kWeightGradCounters)
+    return std::nullopt;
+  if (inputs == 3) {
+    const Buffer &old = p.buffers.at(l.inputs[2]);
+    if (old.dtype != DType::F32 || old.numel() != fit.m * fit.n)
+      return std::nullopt;
+  }
+  return fit;
+}
+} // namespace
 
 std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
   auto flag = [&](const char *name) {
     auto it = l.ints.find(name);
     return it != l.ints.end() && it->second != 0;
   };
-  if (flag("transpose_a") || accumulates(l))
-    return std::nullopt;
   WgmmaGemmFit fit{};
+  if (flag("transpose_a"))
+    return weightGradFit(p, l, flag("transpose_b"));
+  if (accumulates(l))
+    return std::nullopt;
   const bool plain = l.kernel == "matmul" && l.inputs.size() == 2;
   if (!plain && l.inputs.size() != 3)
     return std::nullopt;

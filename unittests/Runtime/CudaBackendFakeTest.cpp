@@ -2609,6 +2609,89 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
   }
 }
 
+/// A weight gradient at gptc's stream-K GEMM's tile sizes: x [256, 128]
+/// and dy [256, 256] bf16 (transpose_a) into w's float32 [128, 256], and
+/// again added to the sums in place (grads_accumulate's accumulate).
+Function ownWeightGradients(Program &p) {
+  enum : int { X, DY, GW, SUM };
+  p.meta["precision"] = "bf16";
+  p.buffers = {buffer("x", DType::BF16, {256, 128}, Role::Param),
+               buffer("dy", DType::BF16, {256, 256}, Role::Param),
+               buffer("gw", DType::F32, {128, 256}, Role::Output),
+               buffer("sum", DType::F32, {128, 256}, Role::Grad)};
+  addFakeGemmKernels(p, {GemmFallback::WgmmaWeightGrad});
+  Function f;
+  f.name = "grads_accumulate";
+  Launch plain = launch("matmul", {X, DY}, {GW}),
+         adding = launch("matmul", {X, DY, SUM}, {SUM});
+  plain.ints["transpose_a"] = 1;
+  adding.ints["transpose_a"] = 1;
+  adding.ints["accumulate"] = 1;
+  f.launches = {plain, adding};
+  return f;
+}
+
+/// Zeros the float32 result of the fake's weight-gradient GEMM (its
+/// arguments: maps, old, out, partials, counters, m, n, k).
+void zeroWeightGradResult(const uint64_t *args) {
+  std::memset(reinterpret_cast<void *>(args[3]), 0,
+              size_t(args[6] * args[7]) * 4);
+}
+
+/// gptc's stream-K weight-gradient GEMM is one more way tuning times, for
+/// the plain and the accumulating GEMM alike: kept where faster than
+/// cuBLASLt's (no cuBLASLt GEMM in the run, the results the CPU
+/// backend's), not where slower, nor where faster but writing zeros ("not
+/// used"). Launched on one block an SM at most (the fake's 1), with its
+/// counters at 0 (the fake checks them). GPTC_GEMM_OWN=narrow runs it
+/// untimed; =wide, which it has no blocks of, leaves cuBLASLt's.
+TEST(CudaBackendFake, GemmTuningTimesTheStreamKWeightGradient) {
+  REQUIRE_FAKE(plain);
+  plain.reset();
+  auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
+  auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
+      "gptcFakeKernelRunsOnHost");
+  const std::string own = "gemm_wgmma_weight_grad_bf16";
+  struct Case {
+    float ms;
+    bool wrong, kept;
+  };
+  for (const Case &c : {Case{0.01f, false, true}, Case{5.0f, false, false},
+                        Case{0.01f, true, false}}) {
+    SCOPED_TRACE(std::to_string(c.ms) + (c.wrong ? " wrong" : ""));
+    kernelMs(own.c_str(), c.ms);
+    if (c.wrong)
+      onHost(own.c_str(), 9, zeroWeightGradResult);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownWeightGradients, "time", &names);
+    kernelMs(nullptr, 0.0f);
+    onHost(nullptr, 0, nullptr);
+    for (const char *key : {"matmul 128x256x256 bf16 tA, ms a run:",
+                            "matmul 128x256x256 bf16 tA +C, ms a run:"}) {
+      const size_t line = err.find(key);
+      ASSERT_NE(line, std::string::npos) << key << "\n" << err;
+      const std::string timed = err.substr(line, err.find('\n', line) - line);
+      EXPECT_EQ(timed.find("gptc wgmma GEMM 128x128 stream-K 0.002 (kept)") !=
+                    std::string::npos,
+                c.kept)
+          << timed;
+      EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
+    }
+    EXPECT_EQ(contains(names, own), c.kept);
+    EXPECT_EQ(run.empty(), c.kept) << "cuBLASLt GEMMs in the run";
+    expectKeptChoiceMatchesCpu(ownWeightGradients);
+  }
+  for (const char *blocks : {"narrow", "wide"}) {
+    ScopedEnv env("GPTC_GEMM_OWN", blocks);
+    std::vector<std::string> names;
+    auto [err, run] = loadAndRun(ownWeightGradients, "time", &names);
+    const bool narrow = std::string(blocks) == "narrow";
+    EXPECT_EQ(contains(names, own), narrow) << blocks;
+    EXPECT_EQ(run.empty(), narrow) << blocks;
+    expectKeptChoiceMatchesCpu(ownWeightGradients);
+  }
+}
+
 /// GELU's derivative with its bias gradient (--bias-grads=gelu's c_fc) at
 /// 256 x 256 x 64, bf16, with gptc's own GEMMs that sum the bias
 /// gradient's partials on their way, in both block shapes.

@@ -874,6 +874,42 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
         }
         partial[k * cols + c] = float(sum);
       }
+  } else if (name.rfind("gemm_wgmma_weight_grad_", 0) == 0) {
+    // gptc's stream-K weight gradient: out = aᵀ·b (+ old where non-null),
+    // float32 [m, n]; a [k, m] and b [k, n] at their tensor maps' bases;
+    // (old, out, partials, counters, m, n, k). The counters must be 0, as
+    // the kernel leaves them.
+    uint64_t operands[2];
+    for (int i = 0; i < 2; ++i) {
+      uint64_t dims[2], rowBytes;
+      uint32_t box[2];
+      bool swizzled;
+      if (!gptcFakeTensorMap(a[size_t(i)], &operands[i], dims, &rowBytes, box,
+                             &swizzled)) {
+        std::fprintf(stderr, "fake CUDA: %s's operand %d is no tensor map\n",
+                     name.c_str(), i);
+        std::abort();
+      }
+    }
+    const int64_t m = num(6), n = num(7), k = num(8);
+    const uint32_t *counters = static_cast<const uint32_t *>(ptr(5));
+    for (int64_t i = 0; i < m / 128 * (n / 128) * 4; ++i)
+      if (counters[i] != 0) {
+        std::fprintf(stderr, "fake CUDA: %s's counter %lld is %u, not 0\n",
+                     name.c_str(), (long long)i, counters[i]);
+        std::abort();
+      }
+    const void *x = reinterpret_cast<const void *>(operands[0]),
+               *dy = reinterpret_cast<const void *>(operands[1]);
+    const float *old = static_cast<const float *>(ptr(2));
+    float *out = static_cast<float *>(ptr(3));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int64_t e = 0; e < k; ++e)
+          sum += load(x, t, e * m + i) * load(dy, t, e * n + j);
+        out[i * n + j] = old ? old[i * n + j] + sum : sum;
+      }
   } else if (name.rfind("gemm_wgmma_", 0) == 0) {
     // gptc's own GEMMs: pre = a·b + bias, out = gelu(pre), b [k, n]; or
     // out = gelu'(pre) · (a·bᵀ), b [n, k], and with "_bias_" out's column

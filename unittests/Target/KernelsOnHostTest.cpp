@@ -92,7 +92,7 @@ void callWgmmaGemm(HostKernels &kernels, const std::string &name,
         GemmFallback::WgmmaPlain, GemmFallback::WgmmaWidePlain,
         GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias,
         GemmFallback::WgmmaPairedBiasGelu, GemmFallback::WgmmaPairedGeluGrad,
-        GemmFallback::WgmmaPairedGeluGradBias})
+        GemmFallback::WgmmaPairedGeluGradBias, GemmFallback::WgmmaWeightGrad})
     if (rt::gemmFallbackKernel(kind, DType::BF16) == name) {
       const auto maps = rt::wgmmaOperandMaps(kind, m, n, k);
       std::vector<uint64_t> args = {kernels.tensorMap(a.data(), maps[0]),
@@ -2306,6 +2306,109 @@ TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
                    uint64_t(k)},
                   blocks);
     expectWithinOneUlp(bf16Bits(wantY[0]), yBits, "x·w + bias");
+  }
+}
+
+// gptc's weight-gradient GEMM (gemmWgmmaWeightGrad, stream-K) on the
+// host's wgmma emulation with the race checker, against the CPU executor's
+// matmul with transpose_a: out = xᵀ·dy in float32, x [k, m] read M-major
+// (the wgmma's transposed A), dy [k, n]; and old + xᵀ·dy, in place. 4
+// tiles of 128 x 128, 5 depth steps each: 20 iterations cut into 1 span
+// (whole tiles, taken in turns), 3 (tiles 1 and 2 shared by two blocks:
+// a block's last segment and the next one's first), 7 (a block inside a
+// tile: three blocks a tile) and 20 (five blocks a tile, one step each).
+// Each within float32's rounding of the executor's sums; the counters
+// back at 0 after every launch. The emitter adds the kernel for sm_90a
+// alone, and not for a shape off the tiles, a bf16 result or b transposed.
+TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
+  const DType bf16 = DType::BF16, f32 = DType::F32;
+  const int64_t m = 256, n = 256, k = 320;
+  const std::string name = "gemm_wgmma_weight_grad_bf16";
+  auto ownKernels = [&](const rt::Program &p) {
+    std::vector<std::string> names;
+    for (const rt::DeviceKernel &dk : p.kernels)
+      if (dk.name.rfind("gemm_wgmma_", 0) == 0)
+        names.push_back(dk.name);
+    return names;
+  };
+  Builder b;
+  int x = b.buf(bf16, {k, m}), dy = b.buf(bf16, {k, n}),
+      out = b.buf(f32, {m, n}), sum = b.buf(f32, {m, n});
+  b.launch("matmul", {x, dy}, {out}).ints["transpose_a"] = 1;
+  rt::Launch &acc = b.launch("matmul", {x, dy, sum}, {sum});
+  acc.ints["transpose_a"] = 1;
+  acc.ints["accumulate"] = 1;
+  rt::Program sm80 = b.p;
+  EXPECT_TRUE(ownKernels(emitForHost(sm80, HostTarget::Sm80)).empty());
+  {
+    // 192 rows; 192 columns; a bf16 result; b transposed; a bias
+    // gradient; a 3-D a (the kernel level's weight gradients take 2-D
+    // views).
+    Builder off;
+    int ox = off.buf(bf16, {64, 192}), oy = off.buf(bf16, {64, 256}),
+        oo = off.buf(f32, {192, 256}), ox2 = off.buf(bf16, {64, 256}),
+        oy2 = off.buf(bf16, {64, 192}), oo2 = off.buf(f32, {256, 192}),
+        ob = off.buf(bf16, {256, 256}), oyt = off.buf(bf16, {256, 64}),
+        ot = off.buf(f32, {256, 256}), og = off.buf(f32, {256, 256}),
+        obias = off.buf(f32, {256}), o3 = off.buf(bf16, {2, 32, 256});
+    off.launch("matmul", {ox, oy}, {oo}).ints["transpose_a"] = 1;
+    off.launch("matmul", {ox2, oy2}, {oo2}).ints["transpose_a"] = 1;
+    off.launch("matmul", {ox2, oy}, {ob}).ints["transpose_a"] = 1;
+    rt::Launch &t = off.launch("matmul", {ox2, oyt}, {ot});
+    t.ints["transpose_a"] = 1;
+    t.ints["transpose_b"] = 1;
+    off.launch("matmul_bias_grad", {ox2, oy}, {og, obias}).ints["transpose_a"] =
+        1;
+    off.launch("matmul", {o3, oy}, {ot}).ints["transpose_a"] = 1;
+    EXPECT_TRUE(ownKernels(emitForHost(off.p, HostTarget::Sm90a)).empty());
+  }
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  EXPECT_EQ(ownKernels(p), std::vector<std::string>{name});
+  HostKernels kernels(p, HostTarget::Sm90a);
+  ASSERT_TRUE(kernels.ok()) << kernels.error;
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 61)),
+                              dyBits = bf16Bits(randomFloats({k, n}, 62));
+  const exec::HostTensor want = exec::matmul(
+      fromBf16Bits(xBits, {k, m}), fromBf16Bits(dyBits, {k, n}), true, false);
+  const exec::HostTensor old = randomFloats({m, n}, 63);
+  exec::HostTensor wantSum = old;
+  for (size_t i = 0; i < wantSum.f32.size(); ++i)
+    wantSum.f32[i] = old.f32[i] + want.f32[i];
+  // Summed in another order than the executor's: within 2^-20 of the
+  // sum of the products' magnitudes (float32's k · 2^-24 bound is 20
+  // times that; cancellation leaves some sums far below it).
+  exec::HostTensor xAbs = fromBf16Bits(xBits, {k, m}),
+                   dyAbs = fromBf16Bits(dyBits, {k, n});
+  for (exec::HostTensor *t : {&xAbs, &dyAbs})
+    for (float &v : t->f32)
+      v = std::fabs(v);
+  const exec::HostTensor magnitude = exec::matmul(xAbs, dyAbs, true, false);
+  auto expectSums = [&](const exec::HostTensor &want,
+                        const std::vector<float> &got, const char *what) {
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(want.f32[i], got[i], std::ldexp(magnitude.f32[i], -20))
+          << what << " element " << i;
+  };
+  const int64_t tiles = m / 128 * (n / 128);
+  for (unsigned blocks : {1u, 3u, 7u, 20u}) {
+    SCOPED_TRACE(std::to_string(blocks) + " blocks");
+    std::vector<float> got(size_t(m * n), -1.0f),
+        partials(size_t(2 * blocks * 128 * 128), -1.0f);
+    std::vector<uint32_t> counters(size_t(4 * tiles), 0);
+    callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                  {0, address(got), address(partials), address(counters),
+                   uint64_t(m), uint64_t(n), uint64_t(k)},
+                  blocks);
+    expectSums(want, got, "xᵀ·dy");
+    EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
+    // Accumulating in place.
+    std::vector<float> sumValues = old.f32;
+    callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                  {address(sumValues), address(sumValues), address(partials),
+                   address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
+                  blocks);
+    expectSums(wantSum, sumValues, "old + xᵀ·dy");
+    EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
   }
 }
 

@@ -273,7 +273,21 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    gradient's partial sums for
 ///                                    ColumnSums: partials [m/16, n] the
 ///                                    column sums of out's 16-row groups
-/// and each again in tiles of 128 x 256 (WgmmaWide*), where n is a
+/// And one for the weight gradients, stream-K (gemm_wgmma.cuh's
+/// gemmWgmmaWeightGrad; m and n multiples of 128, k of 64):
+///   WgmmaWeightGrad (const TensorMap *a, *b, const float *old, float *out,
+///                    float *partials, unsigned *counters, i64 m, i64 n,
+///                    i64 k)          out = aᵀ·b, or old + aᵀ·b where old
+///                                    is non-null (accumulating; it may be
+///                                    out), float32 [m, n]; a [k, m], b [k,
+///                                    n] bf16 (a matmul with transpose_a);
+///                                    the depth steps of all tiles cut
+///                                    into gridDim.x spans, one a block;
+///                                    partials 2 · gridDim.x tiles of
+///                                    128 x 128 floats (kWeightGradSlotBytes
+///                                    each), counters 4 a tile, zero
+///                                    before and after
+/// and each but that again in tiles of 128 x 256 (WgmmaWide*), where n is a
 /// multiple of 256; and the GELU ones (WgmmaBiasGelu, WgmmaGeluGrad,
 /// WgmmaGeluGradBias) again in the wide tiles taken by clusters of two
 /// blocks that share b's (WgmmaPaired*: m a multiple of 256; launched
@@ -301,8 +315,13 @@ enum class GemmFallback {
   WgmmaWideBias,
   WgmmaPairedBiasGelu,
   WgmmaPairedGeluGrad,
-  WgmmaPairedGeluGradBias
+  WgmmaPairedGeluGradBias,
+  WgmmaWeightGrad
 };
+/// A weight-gradient GEMM's partial slot: one 128 x 128 tile of floats;
+/// and the counters a stream's weight-gradient GEMMs share (4 a tile).
+inline constexpr uint32_t kWeightGradSlotBytes = 128 * 128 * 4,
+                          kWeightGradCounters = 16384;
 /// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu:
 /// WgmmaWideBiasGelu, ...).
 inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
@@ -355,7 +374,8 @@ inline bool isWgmmaGemm(GemmFallback kind) {
          kind == GemmFallback::WgmmaGeluGrad ||
          kind == GemmFallback::WgmmaGeluGradBias ||
          kind == GemmFallback::WgmmaPlain || kind == GemmFallback::WgmmaBias ||
-         isWideWgmmaGemm(kind) || isPairedWgmmaGemm(kind);
+         kind == GemmFallback::WgmmaWeightGrad || isWideWgmmaGemm(kind) ||
+         isPairedWgmmaGemm(kind);
 }
 /// How a wgmma GEMM reads an operand: through a tensor map (Hopper's TMA)
 /// that the runtime encodes at load (cuTensorMapEncodeTiled): 2-D bf16,
@@ -370,9 +390,13 @@ struct WgmmaOperandMap {
 /// 128 rows; b [n, k] (WgmmaGeluGrad, WgmmaGeluGradBias, WgmmaPlain and
 /// their wide and paired twins: K-major) in boxes of the tile's 128 or 256
 /// columns (paired: half of its 256, each block's share), or b [k, n]
-/// (WgmmaBiasGelu, WgmmaBias and theirs: N-major) in boxes of 64 x 64.
+/// (WgmmaBiasGelu, WgmmaBias and theirs: N-major) in boxes of 64 x 64;
+/// WgmmaWeightGrad's a [k, m] (M-major) and b [k, n], both in boxes of 64 x
+/// 64.
 inline std::array<WgmmaOperandMap, 2>
 wgmmaOperandMaps(GemmFallback kind, int64_t m, int64_t n, int64_t k) {
+  if (kind == GemmFallback::WgmmaWeightGrad)
+    return {WgmmaOperandMap{m, k, 64}, WgmmaOperandMap{n, k, 64}};
   const bool nMajorB = kind == GemmFallback::WgmmaBiasGelu ||
                        kind == GemmFallback::WgmmaWideBiasGelu ||
                        kind == GemmFallback::WgmmaPairedBiasGelu ||
@@ -407,7 +431,8 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_wgmma_plain_", 6},
         {"gemm_wgmma_wide_plain_", 6},
         {"gemm_wgmma_bias_", 7},
-        {"gemm_wgmma_wide_bias_", 7}})
+        {"gemm_wgmma_wide_bias_", 7},
+        {"gemm_wgmma_weight_grad_", 9}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;
   return 0;
@@ -418,11 +443,13 @@ inline int gemmFallbackArgCount(std::string_view name) {
 /// bias gradient or with one, or a plain bf16 matmul with transpose_b (b [n,
 /// k]), or a bf16 matmul_epilogue with a bias alone (b [k, n]); neither
 /// accumulating nor with a transposed a; m and n multiples of 128, k of
-/// 64. The emitter adds the kernel for sm_90a
-/// where one fits; the runtime also checks the operands' alignment.
+/// 64. Or a weight gradient (WgmmaWeightGrad): a matmul with transpose_a
+/// alone, a [k, m] and b [k, n] bf16 into float32 [m, n], accumulating or
+/// not, with at most kWeightGradCounters / 4 tiles. The emitter adds the kernel
+/// for sm_90a where one fits; the runtime also checks the operands' alignment.
 struct WgmmaGemmFit {
   GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaGeluGradBias,
-                     ///< WgmmaPlain, WgmmaBias
+                     ///< WgmmaPlain, WgmmaBias, WgmmaWeightGrad
   int64_t m, n, k;
   bool wide;   ///< n is a multiple of 256: the wide blocks fit too
   bool paired; ///< wide, m a multiple of 256, and a GELU kind: the paired

@@ -81,6 +81,11 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
     return {maps + "const " + T + " *pre, " + T + " *out, i64 m, i64 n, i64 k",
             std::string("gemmWgmmaGeluGrad<") + wide +
                 ">(a, b, pre, out, m, n, k)"};
+  case GemmFallback::WgmmaWeightGrad: // (bf16 operands, a float32 result)
+    return {maps + "const float *old, float *out, float *partials, unsigned "
+                   "*counters, i64 m, i64 n, i64 k",
+            "gemmWgmmaWeightGrad(a, b, old, out, partials, counters, m, n, "
+            "k)"};
   }
   return {};
 }
@@ -106,14 +111,15 @@ void addGemmFallbackKernels(rt::Program &p, const std::string &arch) {
         continue;
       DType d = p.buffers.at(l.outputs[0]).dtype;
       // gptc's own GEMM, where the target has wgmma and the launch fits
-      // it (the runtime also checks the alignments).
+      // it (the runtime also checks the alignments), named by its bf16
+      // operands (a weight gradient's result is float32).
       if (arch == "sm_90a")
         if (auto fit = rt::wgmmaGemmFit(p, l)) {
-          needed.insert({fit->kind, d});
+          needed.insert({fit->kind, DType::BF16});
           if (fit->wide)
-            needed.insert({rt::wideWgmmaGemm(fit->kind), d});
+            needed.insert({rt::wideWgmmaGemm(fit->kind), DType::BF16});
           if (fit->paired)
-            needed.insert({rt::pairedWgmmaGemm(fit->kind), d});
+            needed.insert({rt::pairedWgmmaGemm(fit->kind), DType::BF16});
         }
       if (l.kernel == "matmul_epilogue") {
         needed.insert({GemmFallback::Bias, d});

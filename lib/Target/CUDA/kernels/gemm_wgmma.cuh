@@ -155,13 +155,15 @@ gemmBTiles(const gemm::Stage<kColTiles> &st, int kc) {
 /// Fills stage `st` with depth tile `dt` of the 128 x 64·kColTiles tile at
 /// (row0, col0), by the copy engine: one thread arrives at the stage's
 /// `full` barrier expecting the stage's bytes, and asks for a's 128 rows
-/// in one box and b's columns in one (K-major: 64·kColTiles rows of b) or
-/// kColTiles (N-major: 64 x 64 each); the barrier's phase completes once
-/// they landed, swizzled as wgmma reads them (the maps' 128-byte swizzle).
+/// in one box (kMMajorA: a [k, m], its 128 columns in two boxes of 64 x
+/// 64, one a half) and b's columns in one (K-major: 64·kColTiles rows of
+/// b) or kColTiles (N-major: 64 x 64 each); the barrier's phase completes
+/// once they landed, swizzled as wgmma reads them (the maps' 128-byte
+/// swizzle).
 /// In a pair (kCluster 2), the block of rank `rank` asks for half of b's
 /// (K-major: its 32·kColTiles rows, the map's box; N-major: kColTiles / 2
 /// boxes) into both blocks' stage, whose `full` barriers count them.
-template <bool kKMajorB, int kCluster, int kColTiles>
+template <bool kKMajorB, int kCluster, bool kMMajorA = false, int kColTiles>
 __device__ __forceinline__ void
 gemmLoadStage(gemm::Stage<kColTiles> &st, unsigned long long *full,
               const TensorMap *a, const TensorMap *b, int row0, int col0,
@@ -169,7 +171,12 @@ gemmLoadStage(gemm::Stage<kColTiles> &st, unsigned long long *full,
   static_assert(sizeof st == (2 + kColTiles) * 8192, "tiles back to back");
   const int k0 = dt * gemm::kDepth;
   mbarrierArriveExpectTx(full, sizeof st);
-  tensorCopy2d(sharedAddress(st.a[0].data), a, k0, row0, full);
+  if constexpr (kMMajorA) // a's rows k0.., columns row0 + 64h..
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      tensorCopy2d(sharedAddress(st.a[h].data), a, row0 + 64 * h, k0, full);
+  else
+    tensorCopy2d(sharedAddress(st.a[0].data), a, k0, row0, full);
   if constexpr (kCluster == 1) {
     if (kKMajorB) // b's rows col0.., columns k0..
       tensorCopy2d(sharedAddress(st.b[0].data), b, k0, col0, full);
@@ -619,5 +626,286 @@ __device__ void gemmWgmmaBias(const TensorMap *a, const TensorMap *b,
   bf16 *const results[1] = {out};
   gemmWgmmaWalk<false, GemmShape<kBlocks>>(a, b, results, m, n, k,
                                            GemmBias{{bias}});
+}
+/// Weight gradients, stream-K. A linear layer's weight gradient is
+/// out[m, n] = aᵀ·b (+ out, accumulating micro-batches) in float32, a [k,
+/// m] and b [k, n] bf16 (the layer's input and its output's gradient, both
+/// as they lie: a read M-major, b N-major), over the batch's tokens: k =
+/// 16,384 at GPT-2's B = 16, and few tiles (c_attn's 768 x 2304: 108 of 128
+/// x 128; c_proj's 768 x 768: 36), fewer than an H100's 132 SMs or a wave
+/// and a bit of them. Tiled whole, such a GEMM leaves SMs idle for its one
+/// long wave (cuBLASLt's ran at 36 to 62% of their floor in the thirtieth
+/// session's H200 profile). Here the tiles' depth steps, tile after tile,
+/// are one row of iterations cut into gridDim.x nearly equal spans, one a
+/// block (CUTLASS's "stream-K"): every SM has the same work, and a tile
+/// whose steps two or three blocks share is summed from their partial
+/// products. Each block's segments (its span's runs within one tile)
+/// are taken in turns by the two multiplying warpgroups, as gemm::Turns
+/// takes tiles.
+///
+/// A segment that is a whole tile stores it. One that is part of a tile
+/// stores its float32 products in the block's partial slot (a 128 x 128
+/// tile: slot 0 for the block's first segment, 1 for its last; a block's
+/// other segments are whole), and each warp counts its rows in at the
+/// tile's counter for them; the warp that counts last (no block waits for
+/// another, so no block can wait for one that has no SM) sums the tile's
+/// slots in block order, its own read back too, and stores the sum: the
+/// same bits whichever block comes last. It leaves the counter at 0 for the
+/// next launch.
+namespace gemm {
+/// (In 32 bits, iterations · gridDim.x below 2^31, which the runtime
+/// checks: GPT-2's lm_head, the largest, has 393 · 6 · 256 iterations at B
+/// = 16, times 132 blocks. A 64-bit division is a call, and the
+/// multipliers spilled their 128 accumulators around it.)
+struct StreamWalk {
+  int iterations, depth, colTiles, blocks;
+  __device__ __forceinline__ StreamWalk(i64 m, i64 n, i64 k)
+      : iterations(int(m / kRows * (n / 128) * (k / kDepth))),
+        depth(int(k / kDepth)), colTiles(int(n / 128)), blocks(int(gridDim.x)) {
+  }
+  /// Block b's first iteration (b = gridDim.x: the end).
+  __device__ __forceinline__ int start(int b) const {
+    return b * iterations / blocks;
+  }
+  /// The block whose span holds iteration `it`.
+  __device__ __forceinline__ int blockOf(int it) const {
+    return ((it + 1) * blocks - 1) / iterations;
+  }
+  __device__ __forceinline__ i64 row0(int tile) const {
+    return i64(tile / colTiles) * kRows;
+  }
+  __device__ __forceinline__ i64 col0(int tile) const {
+    return i64(tile % colTiles) * 128;
+  }
+};
+/// A partial slot's floats: one 128 x 128 tile.
+constexpr int kSlotFloats = kRows * 128;
+} // namespace gemm
+
+/// The copier of a stream-K block: its span's iterations in order, each a
+/// stage (gemmCopyStages' ring).
+__device__ __forceinline__ void
+gemmStreamCopyStages(gemm::Turns &s, const TensorMap *a, const TensorMap *b,
+                     const gemm::StreamWalk &walk) {
+  using namespace gemm;
+  if (threadIdx.x >= 32)
+    return;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) {
+    tensorMapAcquire(a);
+    tensorMapAcquire(b);
+  }
+  const int first = walk.start(int(blockIdx.x)),
+            end = walk.start(int(blockIdx.x) + 1);
+  int fill = 0;
+  for (int it = first; it < end; ++it, ++fill) {
+    const int st = fill % Turns::kRing;
+    if (fill >= Turns::kRing)
+      gemmAwaitEmptyStage(s, st, fill, lane, 0);
+    if (lane == 0) {
+      const int tile = it / walk.depth, dt = it % walk.depth;
+      gemmLoadStage<false, 1, true>(s.stage[st], &s.full[st], a, b,
+                                    int(walk.row0(tile)), int(walk.col0(tile)),
+                                    dt, 0);
+    }
+  }
+}
+
+/// The multipliers of a stream-K block: warpgroup g takes the block's
+/// segments g, g + 2, ..., in turns with the other (gemmAwaitTurn), each
+/// as two m64n128k16 accumulators, A M-major from the stage. Lane's
+/// element e of accumulator acc's 8-column group J: row 64·acc + 16·warp +
+/// lane/4 + 8·(e / 2), column 8J + 2·(lane % 4) + e % 2 of the tile; each
+/// store is a float2, a warp's 8 rows of 32 bytes.
+__device__ __forceinline__ void
+gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
+                         float *partials, unsigned *counters, i64 n,
+                         const gemm::StreamWalk &walk) {
+  using namespace gemm;
+  constexpr int kStages = Turns::kRing;
+  const int group = (threadIdx.x - kCopiers) / 128,
+            warp = (threadIdx.x - kCopiers) / 32 % 4, lane = threadIdx.x % 32;
+  const int me = int(blockIdx.x);
+  const int first = walk.start(me), end = walk.start(me + 1);
+  // The tile offset of this lane's element pair (acc, J, h).
+  // In a slot: this lane's first pair at `mine`, (acc, J, h) at a constant
+  // from it (a pointer a pair, or one moved by a lane's offset each, spilled
+  // some of the accumulators in ptxas).
+  const int laneRow = 16 * warp + lane / 4, laneCol = 2 * (lane % 4);
+  auto offset = [](int acc, int J, int h) {
+    return (64 * acc + 8 * h) * 128 + 8 * J;
+  };
+  int i = 0; // the block's segments before this one
+  for (int from = first; from < end; ++i) {
+    const int tile = from / walk.depth, tileStart = tile * walk.depth,
+              to = end < tileStart + walk.depth ? end : tileStart + walk.depth,
+              segment = from;
+    from = to;
+    if (i % 2 != group)
+      continue;
+    gemmAwaitTurn(s, group, i);
+    const int steps = to - segment;
+    int fill = segment - first;
+    float d[2][16][4];
+    for (int j = 0; j < steps; ++j, ++fill) {
+      const int st = fill % kStages;
+      mbarrierWait(&s.full[st], (fill / kStages) & 1);
+      const Stage<2> &stage = s.stage[st];
+      wgmmaFence(d[0], d[1]);
+#pragma unroll
+      for (int kc = 0; kc < kDepth / 16; ++kc)
+#pragma unroll
+        for (int acc = 0; acc < 2; ++acc)
+          wgmmaBf16<true, true>(
+              d[acc],
+              wgmmaDescriptorPlus(
+                  wgmmaDescriptor(sharedAddress(stage.a[acc].data),
+                                  sizeof stage.a[acc], 1024, true),
+                  kc * 2048),
+              gemmBTiles<false>(stage, kc), j > 0 || kc > 0);
+      wgmmaCommit();
+      if (j + 1 == steps)
+        gemmPassTurn(s, group);
+      wgmmaWait<1>(); // this warpgroup's products of the fill before
+      if (j > 0)
+        gemmReleaseStage(s, (fill - 1) % kStages);
+    }
+    wgmmaWait<0>();
+    wgmmaFenceOperands(d[0]);
+    wgmmaFenceOperands(d[1]);
+    gemmReleaseStage(s, (fill - 1) % kStages);
+    const i64 row0 = walk.row0(tile), col0 = walk.col0(tile);
+    // Stores the tile's sum at (acc, J, h), or adds it to what `old` holds.
+    auto store = [&](int acc, int J, int h, float(&v)[2]) {
+      const i64 at =
+          (row0 + laneRow + 64 * acc + 8 * h) * n + col0 + laneCol + 8 * J;
+      if (old) {
+        float was[2];
+        load2(old + at, was);
+        v[0] = was[0] + v[0];
+        v[1] = was[1] + v[1];
+      }
+      store2(out + at, v);
+    };
+    if (segment == tileStart && to == tileStart + walk.depth) {
+#pragma unroll
+      for (int acc = 0; acc < 2; ++acc)
+#pragma unroll
+        for (int J = 0; J < 16; ++J)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float v[2] = {d[acc][J][2 * h], d[acc][J][2 * h + 1]};
+            store(acc, J, h, v);
+          }
+      continue;
+    }
+    // Part of the tile: into this block's slot (its first segment's, or
+    // its last's), counted in. (What the sum needs is worked out after
+    // the products are stored: beside them, the divisions' registers
+    // spilled some.)
+    float *mine = partials + i64(2 * me + (i > 0)) * kSlotFloats +
+                  laneRow * 128 + laneCol;
+#pragma unroll
+    for (int acc = 0; acc < 2; ++acc)
+#pragma unroll
+      for (int J = 0; J < 16; ++J)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float v[2] = {d[acc][J][2 * h], d[acc][J][2 * h + 1]};
+          store2(mine + offset(acc, J, h), v);
+        }
+    __threadfence();
+    __syncwarp();
+    // The tile's blocks: b0's segment is its last unless the tile starts
+    // its span, the others' their first.
+    const int b0 = walk.blockOf(tileStart),
+              b1 = walk.blockOf(tileStart + walk.depth - 1);
+    auto slot = [&](int block) {
+      const int last = block == b0 && tileStart > walk.start(block);
+      return partials + i64(2 * block + last) * kSlotFloats + laneRow * 128 +
+             laneCol;
+    };
+    unsigned *counter = counters + 4 * tile + warp;
+    unsigned before = 0;
+    if (lane == 0)
+      before = atomicAdd(counter, 1u);
+    if (__shfl_sync(0xffffffffu, before, 0) != unsigned(b1 - b0))
+      continue; // a later segment's warp sums the tile
+    __threadfence();
+    // The slots in block order, kPairs of this lane's pairs at a time (a
+    // part tile has two slots at least: the first two's loads in flight
+    // together). The products are dead by now, but 8 pairs at a time
+    // spilled.
+    constexpr int kPairs = 4, kRounds = 32 / kPairs;
+    auto load = [&](const float *slot, int acc, int J, int h) {
+      return __ldcg(reinterpret_cast<const float2 *>(slot + offset(acc, J, h)));
+    };
+#pragma unroll
+    for (int q = 0; q < kRounds; ++q) {
+      const int acc = q / (kRounds / 2), J0 = q % (kRounds / 2) * kPairs;
+      float sum[kPairs][2][2];
+      const float *slot0 = slot(b0), *slot1 = slot(b0 + 1);
+#pragma unroll
+      for (int J = 0; J < kPairs; ++J)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 x = load(slot0, acc, J0 + J, h),
+                       y = load(slot1, acc, J0 + J, h);
+          sum[J][h][0] = x.x + y.x;
+          sum[J][h][1] = x.y + y.y;
+        }
+      for (int block = b0 + 2; block <= b1; ++block) {
+        const float *next = slot(block);
+#pragma unroll
+        for (int J = 0; J < kPairs; ++J)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float2 x = load(next, acc, J0 + J, h);
+            sum[J][h][0] += x.x;
+            sum[J][h][1] += x.y;
+          }
+      }
+#pragma unroll
+      for (int J = 0; J < kPairs; ++J)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          store(acc, J0 + J, h, sum[J][h]);
+    }
+    if (lane == 0)
+      *counter = 0;
+  }
+}
+
+/// out = aᵀ·b, or with `old` out = old + aᵀ·b (old may be out), [m, n]
+/// float32; a [k, m] and b [k, n] bf16 through their tensor maps (boxes
+/// of 64 x 64). partials: 2 · gridDim.x slots of 128 x 128 floats;
+/// counters: 4 a tile, (m / 128) · (n / 128) tiles, 0 before the launch
+/// and after it. m and n multiples of 128, k of 64; gridDim.x at most the
+/// iterations (the tiles times k / 64), blockDim.x == 384, the Turns
+/// blocks' shared memory.
+__device__ void gemmWgmmaWeightGrad(const TensorMap *a, const TensorMap *b,
+                                    const float *old, float *out,
+                                    float *partials, unsigned *counters, i64 m,
+                                    i64 n, i64 k) {
+  using namespace gemm;
+  auto &s = wg::dynamicSharedAs<Turns>();
+  const StreamWalk walk(m, n, k);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < Turns::kRing; ++i) {
+      mbarrierInit(&s.full[i], 1);
+      mbarrierInit(&s.empty[i], 128);
+      mbarrierInit(&s.drained[i], kMultipliers);
+    }
+    for (int g = 0; g < 2; ++g)
+      mbarrierInit(&s.turn[g], 128);
+  }
+  __syncthreads();
+  if (threadIdx.x < kCopiers) {
+    lowerRegisters<40>();
+    gemmStreamCopyStages(s, a, b, walk);
+  } else {
+    raiseRegisters<232>();
+    gemmStreamMultiplyStages(s, old, out, partials, counters, n, walk);
+  }
 }
 #endif // GPTC_WGMMA
