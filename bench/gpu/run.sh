@@ -220,7 +220,8 @@ cluster_loss_checks() {
 # their figures and nothing else.
 own_gemm_checks() {
   local limit=$1 check shape program
-  # shape:program; then GELU's derivative with its bias gradient's partials
+  # shape:program (narrow: the weight gradients' stream-K blocks too); then
+  # GELU's derivative with its bias gradient's partials
   # (--bias-grads=gelu), in the wide blocks and in pairs.
   for check in narrow:check-gpt2w-bf16 wide:check-gpt2w-bf16 \
     wide:check-gpt2w-bf16-biasgelu paired:check-gpt2w-bf16-auto \

@@ -2316,8 +2316,9 @@ TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
 // tiles of 128 x 128, 5 depth steps each: 20 iterations cut into 1 span
 // (whole tiles, taken in turns), 3 (tiles 1 and 2 shared by two blocks:
 // a block's last segment and the next one's first), 7 (a block inside a
-// tile: three blocks a tile) and 20 (five blocks a tile, one step each).
-// Each within float32's rounding of the executor's sums; the counters
+// tile: three blocks a tile) and 20 (five blocks a tile, one step each);
+// and 384 x 256 (tiles along m first) at 4 and 9. Each within float32's
+// rounding of the executor's sums; the counters
 // back at 0 after every launch. The emitter adds the kernel for sm_90a
 // alone, and not for a shape off the tiles, a bf16 result or b transposed.
 TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
@@ -2366,50 +2367,57 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
   EXPECT_EQ(ownKernels(p), std::vector<std::string>{name});
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
-  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 61)),
-                              dyBits = bf16Bits(randomFloats({k, n}, 62));
-  const exec::HostTensor want = exec::matmul(
-      fromBf16Bits(xBits, {k, m}), fromBf16Bits(dyBits, {k, n}), true, false);
-  const exec::HostTensor old = randomFloats({m, n}, 63);
-  exec::HostTensor wantSum = old;
-  for (size_t i = 0; i < wantSum.f32.size(); ++i)
-    wantSum.f32[i] = old.f32[i] + want.f32[i];
-  // Summed in another order than the executor's: within 2^-20 of the
-  // sum of the products' magnitudes (float32's k · 2^-24 bound is 20
-  // times that; cancellation leaves some sums far below it).
-  exec::HostTensor xAbs = fromBf16Bits(xBits, {k, m}),
-                   dyAbs = fromBf16Bits(dyBits, {k, n});
-  for (exec::HostTensor *t : {&xAbs, &dyAbs})
-    for (float &v : t->f32)
-      v = std::fabs(v);
-  const exec::HostTensor magnitude = exec::matmul(xAbs, dyAbs, true, false);
-  auto expectSums = [&](const exec::HostTensor &want,
-                        const std::vector<float> &got, const char *what) {
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(want.f32[i], got[i], std::ldexp(magnitude.f32[i], -20))
-          << what << " element " << i;
+  // (The kernel takes its sizes at run time: 384 x 256 too, whose 3 x 2
+  // tiles walk m fastest.)
+  auto check = [&](int64_t m, int64_t n, std::vector<unsigned> grids) {
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+    const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 61)),
+                                dyBits = bf16Bits(randomFloats({k, n}, 62));
+    const exec::HostTensor want = exec::matmul(
+        fromBf16Bits(xBits, {k, m}), fromBf16Bits(dyBits, {k, n}), true, false);
+    const exec::HostTensor old = randomFloats({m, n}, 63);
+    exec::HostTensor wantSum = old;
+    for (size_t i = 0; i < wantSum.f32.size(); ++i)
+      wantSum.f32[i] = old.f32[i] + want.f32[i];
+    // Summed in another order than the executor's: within 2^-20 of the
+    // sum of the products' magnitudes (float32's k · 2^-24 bound is 20
+    // times that; cancellation leaves some sums far below it).
+    exec::HostTensor xAbs = fromBf16Bits(xBits, {k, m}),
+                     dyAbs = fromBf16Bits(dyBits, {k, n});
+    for (exec::HostTensor *t : {&xAbs, &dyAbs})
+      for (float &v : t->f32)
+        v = std::fabs(v);
+    const exec::HostTensor magnitude = exec::matmul(xAbs, dyAbs, true, false);
+    auto expectSums = [&](const exec::HostTensor &want,
+                          const std::vector<float> &got, const char *what) {
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(want.f32[i], got[i], std::ldexp(magnitude.f32[i], -20))
+            << what << " element " << i;
+    };
+    const int64_t tiles = m / 128 * (n / 128);
+    for (unsigned blocks : grids) {
+      SCOPED_TRACE(std::to_string(blocks) + " blocks");
+      std::vector<float> got(size_t(m * n), -1.0f),
+          partials(size_t(2 * blocks * 128 * 128), -1.0f);
+      std::vector<uint32_t> counters(size_t(4 * tiles), 0);
+      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                    {0, address(got), address(partials), address(counters),
+                     uint64_t(m), uint64_t(n), uint64_t(k)},
+                    blocks);
+      expectSums(want, got, "xᵀ·dy");
+      EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
+      // Accumulating in place.
+      std::vector<float> sumValues = old.f32;
+      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                    {address(sumValues), address(sumValues), address(partials),
+                     address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
+                    blocks);
+      expectSums(wantSum, sumValues, "old + xᵀ·dy");
+      EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
+    }
   };
-  const int64_t tiles = m / 128 * (n / 128);
-  for (unsigned blocks : {1u, 3u, 7u, 20u}) {
-    SCOPED_TRACE(std::to_string(blocks) + " blocks");
-    std::vector<float> got(size_t(m * n), -1.0f),
-        partials(size_t(2 * blocks * 128 * 128), -1.0f);
-    std::vector<uint32_t> counters(size_t(4 * tiles), 0);
-    callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                  {0, address(got), address(partials), address(counters),
-                   uint64_t(m), uint64_t(n), uint64_t(k)},
-                  blocks);
-    expectSums(want, got, "xᵀ·dy");
-    EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
-    // Accumulating in place.
-    std::vector<float> sumValues = old.f32;
-    callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                  {address(sumValues), address(sumValues), address(partials),
-                   address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
-                  blocks);
-    expectSums(wantSum, sumValues, "old + xᵀ·dy");
-    EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
-  }
+  check(m, n, {1u, 3u, 7u, 20u});
+  check(384, 256, {4u, 9u});
 }
 
 namespace {

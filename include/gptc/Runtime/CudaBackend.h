@@ -55,14 +55,18 @@
 //                      gives every way's time)
 //                      Where the program carries gptc's own wgmma GEMMs
 //                      (an sm_90a program's c_fc GEMMs: GELU with its bias,
-//                      GELU's derivative; kernels/gemm_wgmma.cuh), they are
-//                      one more way, timed and checked the same
-//   GPTC_GEMM_OWN=1|0|narrow|wide  0: never gptc's own GEMMs, whatever
-//                      tuning would say (a GPU on which they fault);
-//                      narrow, wide: always where they fit, in tiles of
-//                      128 x 128 (taken in turns) or 128 x 256, untimed
-//                      (to check them against the CPU backend:
-//                      --check-kernels)
+//                      GELU's derivative; the plain and bias-only
+//                      projections; the weight gradients, stream-K;
+//                      kernels/gemm_wgmma.cuh), they are one more way,
+//                      timed and checked the same
+//   GPTC_GEMM_OWN=1|0|narrow|wide|paired|unpaired  0: never gptc's own
+//                      GEMMs, whatever tuning would say (a GPU on which
+//                      they fault); narrow, wide, paired: always where
+//                      they fit, in tiles of 128 x 128 (taken in turns;
+//                      the weight gradients' stream-K blocks too), 128 x
+//                      256, or those in pairs, untimed (to check them
+//                      against the CPU backend: --check-kernels);
+//                      unpaired: timed, but not the pairs
 //   GPTC_GEMM_CHUNK_BYTES=N[,N...]  the bytes of D a loop of such a
 //                      row-chunked way may write, two ways a size (the
 //                      passes after each GEMM, or beside the next; default

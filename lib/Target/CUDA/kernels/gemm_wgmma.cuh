@@ -635,8 +635,9 @@ __device__ void gemmWgmmaBias(const TensorMap *a, const TensorMap *b,
 /// x 128; c_proj's 768 x 768: 36), fewer than an H100's 132 SMs or a wave
 /// and a bit of them. Tiled whole, such a GEMM leaves SMs idle for its one
 /// long wave (cuBLASLt's ran at 36 to 62% of their floor in the thirtieth
-/// session's H200 profile). Here the tiles' depth steps, tile after tile,
-/// are one row of iterations cut into gridDim.x nearly equal spans, one a
+/// session's H200 profile). Here the tiles' depth steps, tile after tile
+/// (StreamWalk's order), are one row of iterations cut into gridDim.x
+/// nearly equal spans, one a
 /// block (CUTLASS's "stream-K"): every SM has the same work, and a tile
 /// whose steps two or three blocks share is summed from their partial
 /// products. Each block's segments (its span's runs within one tile)
@@ -658,11 +659,11 @@ namespace gemm {
 /// = 16, times 132 blocks. A 64-bit division is a call, and the
 /// multipliers spilled their 128 accumulators around it.)
 struct StreamWalk {
-  int iterations, depth, colTiles, blocks;
+  int iterations, depth, rowTiles, colTiles, blocks;
   __device__ __forceinline__ StreamWalk(i64 m, i64 n, i64 k)
       : iterations(int(m / kRows * (n / 128) * (k / kDepth))),
-        depth(int(k / kDepth)), colTiles(int(n / 128)), blocks(int(gridDim.x)) {
-  }
+        depth(int(k / kDepth)), rowTiles(int(m / kRows)),
+        colTiles(int(n / 128)), blocks(int(gridDim.x)) {}
   /// Block b's first iteration (b = gridDim.x: the end).
   __device__ __forceinline__ int start(int b) const {
     return b * iterations / blocks;
@@ -671,11 +672,17 @@ struct StreamWalk {
   __device__ __forceinline__ int blockOf(int it) const {
     return ((it + 1) * blocks - 1) / iterations;
   }
+  /// Tile t's rows and columns: the tiles walk the dimension with more of
+  /// them fastest. An LRU model of a 50 MiB L2, each block a stage a time
+  /// unit (bench/stream_k_l2_model.py), then finds the operands read from
+  /// DRAM about once at B = 16: c_attn's 96 MiB, c_proj's 120, the
+  /// lm_head's 1,596; walking the other dimension fastest, 504, 624 and
+  /// 12,576.
   __device__ __forceinline__ i64 row0(int tile) const {
-    return i64(tile / colTiles) * kRows;
+    return i64(rowTiles > colTiles ? tile % rowTiles : tile / colTiles) * kRows;
   }
   __device__ __forceinline__ i64 col0(int tile) const {
-    return i64(tile % colTiles) * 128;
+    return i64(rowTiles > colTiles ? tile / rowTiles : tile % colTiles) * 128;
   }
 };
 /// A partial slot's floats: one 128 x 128 tile.
