@@ -526,6 +526,7 @@ private:
   std::vector<GemmPlan> planOwnGemms(const Launch &l, const GemmMapping &map);
   /// planOwnGemms' weight gradients (WgmmaWeightGrad, stream-K).
   std::optional<GemmPlan> planWeightGradGemm(const Launch &l,
+                                             const GemmMapping &map,
                                              const WgmmaGemmFit &fit);
   /// A device copy of the tensor map of the bf16 operand at `base` as
   /// `operand` describes it (cuTensorMapEncodeTiled: 2-D, the 128-byte

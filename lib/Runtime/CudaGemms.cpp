@@ -795,7 +795,7 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
   if (fit->kind == GemmFallback::WgmmaWeightGrad) {
-    if (std::optional<GemmPlan> own = planWeightGradGemm(l, *fit))
+    if (std::optional<GemmPlan> own = planWeightGradGemm(l, map, *fit))
       ways.push_back(std::move(*own));
     return ways;
   }
@@ -910,10 +910,20 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
 }
 
 std::optional<GemmPlan>
-CudaBackendImpl::planWeightGradGemm(const Launch &l, const WgmmaGemmFit &fit) {
+CudaBackendImpl::planWeightGradGemm(const Launch &l, const GemmMapping &map,
+                                    const WgmmaGemmFit &fit) {
   // The 128 x 128 blocks alone: GPTC_GEMM_OWN=narrow runs them untimed.
   const std::string name = gemmFallbackKernel(fit.kind, DType::BF16);
-  const bool accumulate = l.inputs.size() == 3;
+  const bool accumulate = l.inputs.size() == 3,
+             biasGrad = l.kernel == "matmul_bias_grad";
+  // A bias gradient: b's column sums after the GEMM (ColumnPartials and
+  // ColumnSums, as after cuBLASLt's plain GEMM), its partials in the
+  // workspace once the GEMM's slots are done with.
+  if (biasGrad && (!hasKernel(gemmFallbackKernel(GemmFallback::ColumnPartials,
+                                                 buffer(l.inputs[1]).dtype)) ||
+                   !hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
+                                                 buffer(l.outputs[1]).dtype))))
+    return std::nullopt;
   if ((ownGemms != OwnGemms::Timed && ownGemms != OwnGemms::Unpaired &&
        ownGemms != OwnGemms::Narrow) ||
       !hasKernel(name))
@@ -952,6 +962,7 @@ CudaBackendImpl::planWeightGradGemm(const Launch &l, const WgmmaGemmFit &fit) {
   GemmPlan own;
   own.shape = std::to_string(fit.m) + "x" + std::to_string(fit.n) + "x" +
               std::to_string(fit.k) + " bf16 tA" + (accumulate ? " +C" : "") +
+              (biasGrad ? " + bias gradient" : "") +
               ", 128x128 blocks, stream-K";
   own.way = "gptc wgmma GEMM 128x128 stream-K";
   own.tuneKey = l.kernel + " " + own.shape + " -> f32 gptc wgmma";
@@ -972,6 +983,10 @@ CudaBackendImpl::planWeightGradGemm(const Launch &l, const WgmmaGemmFit &fit) {
             uint64_t(fit.n),
             uint64_t(fit.k)};
   own.after.push_back(std::move(f));
+  if (biasGrad) {
+    own.workspace = scratch;
+    planFollowups(l, map, own, l.kernel, EpilogueLevel::None);
+  }
   return own;
 }
 

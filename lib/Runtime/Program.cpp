@@ -277,15 +277,17 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
 }
 
 namespace {
-/// wgmmaGemmFit's weight gradients: a plain matmul with transpose_a, a [k,
-/// m] and b [k, n] bf16 (2-D, as the kernel level's views of the tokens
-/// give them), the result float32 [m, n], and with accumulate its old
-/// value [m, n] last.
+/// wgmmaGemmFit's weight gradients: a matmul with transpose_a, a [k, m]
+/// and b [k, n] bf16 (2-D, as the kernel level's views of the tokens give
+/// them), the result float32 [m, n], and with accumulate its old value [m,
+/// n] last; or a matmul_bias_grad's, whose bias gradient [n] (b's column
+/// sums) the runtime's column-sum kernels add after it.
 std::optional<WgmmaGemmFit> weightGradFit(const Program &p, const Launch &l,
                                           bool transposeB) {
   const size_t inputs = accumulates(l) ? 3 : 2;
-  if (l.kernel != "matmul" || transposeB || l.inputs.size() != inputs ||
-      l.outputs.size() != 1)
+  const bool biasGrad = l.kernel == "matmul_bias_grad";
+  if ((l.kernel != "matmul" && !biasGrad) || transposeB ||
+      l.inputs.size() != inputs || l.outputs.size() != (biasGrad ? 2u : 1u))
     return std::nullopt;
   const Buffer &a = p.buffers.at(l.inputs[0]), &b = p.buffers.at(l.inputs[1]),
                &out = p.buffers.at(l.outputs[0]);
@@ -301,7 +303,8 @@ std::optional<WgmmaGemmFit> weightGradFit(const Program &p, const Launch &l,
   fit.k = a.numel() / fit.m;
   if (fit.k <= 0 || fit.k % 64 != 0 || b.numel() != fit.k * fit.n ||
       out.numel() != fit.m * fit.n ||
-      fit.m / 128 * (fit.n / 128) * 4 > kWeightGradCounters)
+      fit.m / 128 * (fit.n / 128) * 4 > kWeightGradCounters ||
+      (biasGrad && p.buffers.at(l.outputs[1]).numel() != fit.n))
     return std::nullopt;
   if (inputs == 3) {
     const Buffer &old = p.buffers.at(l.inputs[2]);

@@ -2610,24 +2610,28 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
 }
 
 /// A weight gradient at gptc's stream-K GEMM's tile sizes: x [256, 128]
-/// and dy [256, 256] bf16 (transpose_a) into w's float32 [128, 256], and
-/// again added to the sums in place (grads_accumulate's accumulate).
+/// and dy [256, 256] bf16 (transpose_a) into w's float32 [128, 256], again
+/// added to the sums in place (grads_accumulate's accumulate), and again
+/// with its bias gradient (dy's column sums).
 Function ownWeightGradients(Program &p) {
-  enum : int { X, DY, GW, SUM };
+  enum : int { X, DY, GW, SUM, GW2, GB };
   p.meta["precision"] = "bf16";
   p.buffers = {buffer("x", DType::BF16, {256, 128}, Role::Param),
                buffer("dy", DType::BF16, {256, 256}, Role::Param),
                buffer("gw", DType::F32, {128, 256}, Role::Output),
-               buffer("sum", DType::F32, {128, 256}, Role::Grad)};
+               buffer("sum", DType::F32, {128, 256}, Role::Grad),
+               buffer("gw2", DType::F32, {128, 256}, Role::Output),
+               buffer("gb", DType::F32, {256}, Role::Output)};
   addFakeGemmKernels(p, {GemmFallback::WgmmaWeightGrad});
   Function f;
   f.name = "grads_accumulate";
   Launch plain = launch("matmul", {X, DY}, {GW}),
-         adding = launch("matmul", {X, DY, SUM}, {SUM});
-  plain.ints["transpose_a"] = 1;
-  adding.ints["transpose_a"] = 1;
+         adding = launch("matmul", {X, DY, SUM}, {SUM}),
+         biased = launch("matmul_bias_grad", {X, DY}, {GW2, GB});
+  for (Launch *l : {&plain, &adding, &biased})
+    l->ints["transpose_a"] = 1;
   adding.ints["accumulate"] = 1;
-  f.launches = {plain, adding};
+  f.launches = {plain, adding, biased};
   return f;
 }
 
@@ -2667,7 +2671,8 @@ TEST(CudaBackendFake, GemmTuningTimesTheStreamKWeightGradient) {
     kernelMs(nullptr, 0.0f);
     onHost(nullptr, 0, nullptr);
     for (const char *key : {"matmul 128x256x256 bf16 tA, ms a run:",
-                            "matmul 128x256x256 bf16 tA +C, ms a run:"}) {
+                            "matmul 128x256x256 bf16 tA +C, ms a run:",
+                            "matmul_bias_grad 128x256x256 bf16 tA"}) {
       const size_t line = err.find(key);
       ASSERT_NE(line, std::string::npos) << key << "\n" << err;
       const std::string timed = err.substr(line, err.find('\n', line) - line);

@@ -443,9 +443,11 @@ inline int gemmFallbackArgCount(std::string_view name) {
 /// bias gradient or with one, or a plain bf16 matmul with transpose_b (b [n,
 /// k]), or a bf16 matmul_epilogue with a bias alone (b [k, n]); neither
 /// accumulating nor with a transposed a; m and n multiples of 128, k of
-/// 64. Or a weight gradient (WgmmaWeightGrad): a matmul with transpose_a
-/// alone, a [k, m] and b [k, n] bf16 into float32 [m, n], accumulating or
-/// not, with at most kWeightGradCounters / 4 tiles. The emitter adds the kernel
+/// 64. Or a weight gradient (WgmmaWeightGrad): a matmul or a
+/// matmul_bias_grad with transpose_a alone, a [k, m] and b [k, n] bf16
+/// into float32 [m, n], accumulating or not, with at most
+/// kWeightGradCounters / 4 tiles (a bias gradient the runtime sums after
+/// it, as after a plain cuBLASLt GEMM). The emitter adds the kernel
 /// for sm_90a where one fits; the runtime also checks the operands' alignment.
 struct WgmmaGemmFit {
   GemmFallback kind; ///< WgmmaBiasGelu, WgmmaGeluGrad, WgmmaGeluGradBias,
