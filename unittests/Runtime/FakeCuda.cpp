@@ -842,6 +842,20 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
                          : CUDA_R_32F;
   auto ptr = [&](int i) { return reinterpret_cast<void *>(a[size_t(i)]); };
   auto num = [&](int i) { return int64_t(a[size_t(i)]); };
+  // gptc's own GEMMs take a and b as tensor maps: the operand at the
+  // base of argument i's.
+  auto mapBase = [&](int i) {
+    uint64_t base, dims[2], rowBytes;
+    uint32_t box[2];
+    bool swizzled;
+    if (!gptcFakeTensorMap(a[size_t(i)], &base, dims, &rowBytes, box,
+                           &swizzled)) {
+      std::fprintf(stderr, "fake CUDA: %s's operand %d is no tensor map\n",
+                   name.c_str(), i);
+      std::abort();
+    }
+    return base;
+  };
   if (name.rfind("gemm_fallback_bias_", 0) == 0) {
     int64_t rows = num(3), cols = num(4);
     for (int64_t i = 0; i < rows * cols; ++i) {
@@ -879,18 +893,7 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
     // float32 [m, n]; a [k, m] and b [k, n] at their tensor maps' bases;
     // (old, out, partials, counters, m, n, k). The counters must be 0, as
     // the kernel leaves them.
-    uint64_t operands[2];
-    for (int i = 0; i < 2; ++i) {
-      uint64_t dims[2], rowBytes;
-      uint32_t box[2];
-      bool swizzled;
-      if (!gptcFakeTensorMap(a[size_t(i)], &operands[i], dims, &rowBytes, box,
-                             &swizzled)) {
-        std::fprintf(stderr, "fake CUDA: %s's operand %d is no tensor map\n",
-                     name.c_str(), i);
-        std::abort();
-      }
-    }
+    const uint64_t operands[2] = {mapBase(0), mapBase(1)};
     const int64_t m = num(6), n = num(7), k = num(8);
     const uint32_t *counters = static_cast<const uint32_t *>(ptr(5));
     for (int64_t i = 0; i < m / 128 * (n / 128) * 4; ++i)
@@ -916,18 +919,7 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
     // sums over each 16 rows into float partials [m / 16, n]; or "_plain_"
     // out = a·bᵀ (a, b, out). a [m, k]; m, n, k last. a and b come as
     // their tensor maps: the operands are at the maps' bases.
-    uint64_t operands[2];
-    for (int i = 0; i < 2; ++i) {
-      uint64_t dims[2], rowBytes;
-      uint32_t box[2];
-      bool swizzled;
-      if (!gptcFakeTensorMap(a[size_t(i)], &operands[i], dims, &rowBytes, box,
-                             &swizzled)) {
-        std::fprintf(stderr, "fake CUDA: %s's operand %d is no tensor map\n",
-                     name.c_str(), i);
-        std::abort();
-      }
-    }
+    const uint64_t operands[2] = {mapBase(0), mapBase(1)};
     auto ptr = [&](int i) {
       return reinterpret_cast<void *>(i < 2 ? operands[i] : a[size_t(i)]);
     };

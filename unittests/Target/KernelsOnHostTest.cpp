@@ -75,6 +75,15 @@ std::pair<int, int> addGeluGemm(Builder &b, int64_t rows, int64_t cols,
   return {x, pre};
 }
 
+/// The names of the program's own wgmma GEMM kernels, in its order.
+std::vector<std::string> ownKernels(const rt::Program &p) {
+  std::vector<std::string> names;
+  for (const rt::DeviceKernel &dk : p.kernels)
+    if (dk.name.rfind("gemm_wgmma_", 0) == 0)
+      names.push_back(dk.name);
+  return names;
+}
+
 /// Runs gptc's wgmma GEMM `name` of m, n, k on `blocks` blocks (the
 /// paired ones in clusters of two, as the runtime launches them): a and b
 /// as their tensor maps (rt::wgmmaOperandMaps, in the emulation's layout,
@@ -2146,13 +2155,6 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
       "gemm_wgmma_bias_gelu_bf16",        "gemm_wgmma_gelu_grad_bf16",
       "gemm_wgmma_wide_bias_gelu_bf16",   "gemm_wgmma_wide_gelu_grad_bf16",
       "gemm_wgmma_paired_bias_gelu_bf16", "gemm_wgmma_paired_gelu_grad_bf16"};
-  auto ownKernels = [&](const rt::Program &p) {
-    std::vector<std::string> names;
-    for (const rt::DeviceKernel &dk : p.kernels)
-      if (dk.name.rfind("gemm_wgmma_", 0) == 0)
-        names.push_back(dk.name);
-    return names;
-  };
   rt::Program sm80 = b.p;
   EXPECT_TRUE(ownKernels(emitForHost(sm80, HostTarget::Sm80)).empty());
   // Shapes off their tiles: rows, columns or depth.
@@ -2242,13 +2244,6 @@ TEST(TemplateKernelsOnHost, WgmmaGemmsWithGeluMatchTheCpuExecutor) {
 TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
   const DType bf16 = DType::BF16;
   const int64_t m = 256, n = 256, k = 320;
-  auto ownKernels = [&](const rt::Program &p) {
-    std::vector<std::string> names;
-    for (const rt::DeviceKernel &dk : p.kernels)
-      if (dk.name.rfind("gemm_wgmma_", 0) == 0)
-        names.push_back(dk.name);
-    return names;
-  };
   Builder b;
   int x = b.buf(bf16, {2, m / 2, k}), wt = b.buf(bf16, {n, k}),
       out = b.buf(bf16, {2, m / 2, n}), w = b.buf(bf16, {k, n}),
@@ -2326,13 +2321,6 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
   const DType bf16 = DType::BF16, f32 = DType::F32;
   const int64_t m = 256, n = 256, k = 320;
   const std::string name = "gemm_wgmma_weight_grad_bf16";
-  auto ownKernels = [&](const rt::Program &p) {
-    std::vector<std::string> names;
-    for (const rt::DeviceKernel &dk : p.kernels)
-      if (dk.name.rfind("gemm_wgmma_", 0) == 0)
-        names.push_back(dk.name);
-    return names;
-  };
   Builder b;
   int x = b.buf(bf16, {k, m}), dy = b.buf(bf16, {k, n}),
       out = b.buf(f32, {m, n}), sum = b.buf(f32, {m, n});
