@@ -320,11 +320,11 @@ std::optional<WgmmaGemmFit> wgmmaGemmFit(const Program &p, const Launch &l) {
     auto it = l.ints.find(name);
     return it != l.ints.end() && it->second != 0;
   };
-  WgmmaGemmFit fit{};
   if (flag("transpose_a"))
     return weightGradFit(p, l, flag("transpose_b"));
   if (accumulates(l))
     return std::nullopt;
+  WgmmaGemmFit fit{};
   const bool plain = l.kernel == "matmul" && l.inputs.size() == 2;
   if (!plain && l.inputs.size() != 3)
     return std::nullopt;
