@@ -2409,6 +2409,93 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
   check(384, 256, {4u, 9u});
 }
 
+// The stream-K kernel's waits, turns and counter, each taken out in turn:
+// the run then reports a race or a misuse, or its sums or counters differ.
+// 3 blocks over 4 tiles of 12 steps (k = 768): 16 fills of the 6 stages a
+// block, two segments each (whole and part, part and part, part and whole),
+// the middle tiles shared by two blocks. Not covered: the emulation runs
+// blocks one after another and its __threadfence does nothing, so the
+// fences and the __syncwarp before a warp counts in (which order its lanes'
+// partial stores before another block's reads) change nothing here.
+TEST(TemplateKernelsOnHost, EveryStreamKSyncIsNeeded) {
+  const DType bf16 = DType::BF16, f32 = DType::F32;
+  const int64_t m = 256, n = 256, k = 768;
+  const unsigned blocks = 3;
+  const std::string name = "gemm_wgmma_weight_grad_bf16";
+  Builder b;
+  int x = b.buf(bf16, {k, m}), dy = b.buf(bf16, {k, n}),
+      out = b.buf(f32, {m, n});
+  b.launch("matmul", {x, dy}, {out}).ints["transpose_a"] = 1;
+  rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
+  size_t kernel = p.kernels.size();
+  for (size_t i = 0; i < p.kernels.size(); ++i)
+    if (p.kernels[i].name == name)
+      kernel = i;
+  ASSERT_LT(kernel, p.kernels.size());
+  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 71)),
+                              dyBits = bf16Bits(randomFloats({k, n}, 72));
+  const int64_t tiles = m / 128 * (n / 128);
+  // The sums' bits, then the counters after the launch.
+  auto run = [&](HostKernels &kernels) {
+    std::vector<float> got(size_t(m * n), -1.0f),
+        partials(size_t(2 * blocks * 128 * 128), -1.0f);
+    std::vector<uint32_t> counters(size_t(4 * tiles), 0);
+    callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                  {0, address(got), address(partials), address(counters),
+                   uint64_t(m), uint64_t(n), uint64_t(k)},
+                  blocks);
+    std::vector<uint32_t> bits(got.size());
+    std::memcpy(bits.data(), got.data(), got.size() * sizeof(float));
+    bits.insert(bits.end(), counters.begin(), counters.end());
+    return bits;
+  };
+  HostKernels whole(p, HostTarget::Sm90a);
+  ASSERT_TRUE(whole.ok()) << whole.error;
+  const std::vector<uint32_t> want = run(whole);
+  EXPECT_EQ(std::vector<uint32_t>(want.end() - 4 * tiles, want.end()),
+            std::vector<uint32_t>(size_t(4 * tiles), 0));
+  struct Mutation {
+    const char *fn, *statement, *replacement;
+  };
+  const Mutation mutations[] = {
+      {"gemmWgmmaWeightGrad", "__syncthreads();", ""},
+      {"gemmStreamCopyStages", "gemmAwaitEmptyStage(", "(void)("},
+      {"gemmStreamMultiplyStages", "mbarrierWait(", "(void)("},
+      {"gemmStreamMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>"},
+      {"gemmStreamMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>"},
+      {"gemmStreamMultiplyStages", "gemmReleaseStage(", "(void)("},
+      {"gemmStreamMultiplyStages", "gemmAwaitTurn(", "(void)("},
+      {"gemmStreamMultiplyStages", "gemmPassTurn(", "(void)("},
+      // The last warp to count in sums the tile and clears its counter.
+      // (The first one summing too soon goes unseen here: its counter back
+      // at 0, the next block's warp counts in first again and sums last.)
+      {"gemmStreamMultiplyStages", "!= unsigned(b1 - b0)",
+       "!= unsigned(b1 - b0 + 1)"},
+      {"gemmStreamMultiplyStages", "*counter = 0;", "(void)counter;"}};
+  const std::string source = p.kernels[kernel].source;
+  int done = 0;
+  for (const Mutation &mu : mutations) {
+    auto [from, to] = functionSpan(source, mu.fn);
+    ASSERT_NE(from, std::string::npos) << mu.fn;
+    const std::string statement = mu.statement;
+    for (size_t at = source.find(statement, from); at < to;
+         at = source.find(statement, at + 1), ++done)
+      withMutation(p, kernel, at, statement.size(), mu.replacement,
+                   HostTarget::Sm90a,
+                   [&](rt::Program &, HostKernels &kernels, size_t line) {
+                     try {
+                       EXPECT_NE(run(kernels), want)
+                           << statement << " at line " << line
+                           << " replaced by '" << mu.replacement
+                           << "': nothing reported, the same bits";
+                     } catch (const std::runtime_error &) {
+                       // (a race or a misuse: reported)
+                     }
+                   });
+  }
+  EXPECT_EQ(done, 11);
+}
+
 namespace {
 /// One plain bf16 matmul with a transposed b, x [m, k] by wt [n, k] (the
 /// form gptc's WgmmaPlain GEMMs take), emitted for sm_90a.
