@@ -197,7 +197,7 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
       src += ");\n}\n";
       src += "extern \"C\" void call_" + name +
              "(const unsigned long long *a, unsigned gx, unsigned gy,"
-             " unsigned cluster) {\n"
+             " unsigned cluster, unsigned lastFirst) {\n"
              "  fallbackArgs = a;\n  emu::body = body_" +
              name +
              ";\n"
@@ -207,10 +207,10 @@ HostKernels::HostKernels(const rt::Program &p, HostTarget target) {
              ", 1, 1};\n"
              "  blockIndex.z = 0;\n"
              "  for (blockIndex.y = 0; blockIndex.y < gy; ++blockIndex.y)\n"
-             "  for (blockIndex.x = 0; blockIndex.x < gx; blockIndex.x +="
-             " cluster)\n"
+             "  for (unsigned x = 0; x < gx; x += cluster) {\n"
+             "    blockIndex.x = lastFirst ? gx - cluster - x : x;\n"
              "    emu::runCluster(" +
-             threads + ", int(cluster));\n}\n";
+             threads + ", int(cluster));\n  }\n}\n";
     }
   }
   // Per launch: its body (the kernel call) and a runner over the blocks,
@@ -309,14 +309,16 @@ void HostKernels::run(size_t function, size_t launch,
 }
 
 void HostKernels::call(const std::string &name, std::vector<uint64_t> args,
-                       unsigned gx, unsigned gy, unsigned cluster) {
+                       unsigned gx, unsigned gy, unsigned cluster,
+                       bool lastFirst) {
   if (cluster == 0 || gx % cluster)
     throw std::invalid_argument("a grid of " + std::to_string(gx) +
                                 " blocks in clusters of " +
                                 std::to_string(cluster));
-  auto fn = reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned,
-                                      unsigned)>(symbol("call_" + name));
-  fn(args.data(), gx, gy, cluster);
+  auto fn =
+      reinterpret_cast<void (*)(const uint64_t *, unsigned, unsigned, unsigned,
+                                unsigned)>(symbol("call_" + name));
+  fn(args.data(), gx, gy, cluster, lastFirst);
   throwOnRaces();
 }
 

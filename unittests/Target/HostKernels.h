@@ -59,9 +59,12 @@ public:
   }
   /// Runs the GEMM-epilogue fallback `name` on a grid of gx x gy blocks,
   /// in clusters of `cluster` blocks along x (emulation/threads.h:
-  /// runCluster), which must divide gx.
+  /// runCluster), which must divide gx. The blocks run one after another,
+  /// in blockIdx order, or with `lastFirst` from the last to the first (a
+  /// GPU may run them in any order: a kernel whose blocks meet through
+  /// global memory should give the same bits both ways).
   void call(const std::string &name, std::vector<uint64_t> args, unsigned gx,
-            unsigned gy = 1, unsigned cluster = 1);
+            unsigned gy = 1, unsigned cluster = 1, bool lastFirst = false);
   /// The address of a tensor map (emulation/tma.h's layout) of the bf16
   /// operand at `base` as `map` describes it, kept while this lives: what
   /// the wgmma GEMMs take where the runtime passes the driver's maps.

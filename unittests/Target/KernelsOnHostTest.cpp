@@ -92,7 +92,7 @@ void callWgmmaGemm(HostKernels &kernels, const std::string &name,
                    const std::vector<uint16_t> &a,
                    const std::vector<uint16_t> &b, int64_t m, int64_t n,
                    int64_t k, const std::vector<uint64_t> &rest,
-                   unsigned blocks = 1) {
+                   unsigned blocks = 1, bool lastFirst = false) {
   using rt::GemmFallback;
   for (GemmFallback kind :
        {GemmFallback::WgmmaBiasGelu, GemmFallback::WgmmaGeluGrad,
@@ -107,7 +107,8 @@ void callWgmmaGemm(HostKernels &kernels, const std::string &name,
       std::vector<uint64_t> args = {kernels.tensorMap(a.data(), maps[0]),
                                     kernels.tensorMap(b.data(), maps[1])};
       args.insert(args.end(), rest.begin(), rest.end());
-      kernels.call(name, args, blocks, 1, rt::gemmFallbackCluster(name));
+      kernels.call(name, args, blocks, 1, rt::gemmFallbackCluster(name),
+                   lastFirst);
       return;
     }
   ADD_FAILURE() << name << " is no wgmma GEMM";
@@ -2394,6 +2395,17 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
                      uint64_t(m), uint64_t(n), uint64_t(k)},
                     blocks);
       expectSums(want, got, "xᵀ·dy");
+      EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
+      // The blocks last to first: another warp counts in last at each
+      // shared tile and sums the slots, in the same order.
+      std::vector<float> lastFirst(got.size(), -1.0f);
+      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                    {0, address(lastFirst), address(partials),
+                     address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
+                    blocks, true);
+      EXPECT_EQ(0, std::memcmp(lastFirst.data(), got.data(),
+                               got.size() * sizeof(float)))
+          << "other bits with the blocks last to first";
       EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
       // Accumulating in place.
       std::vector<float> sumValues = old.f32;
