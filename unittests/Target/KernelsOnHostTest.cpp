@@ -2472,12 +2472,12 @@ TEST(TemplateKernelsOnHost, EveryStreamKSyncIsNeeded) {
   const Mutation mutations[] = {
       {"gemmWgmmaWeightGrad", "__syncthreads();", ""},
       {"gemmStreamCopyStages", "gemmAwaitEmptyStage(", "(void)("},
-      {"gemmStreamMultiplyStages", "mbarrierWait(", "(void)("},
-      {"gemmStreamMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>"},
-      {"gemmStreamMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>"},
-      {"gemmStreamMultiplyStages", "gemmReleaseStage(", "(void)("},
+      {"gemmMultiplyRun", "mbarrierWait(", "(void)("},
+      {"gemmMultiplyRun", "wgmmaWait<1>", "wgmmaWait<2>"},
+      {"gemmMultiplyRun", "wgmmaWait<0>", "wgmmaWait<1>"},
+      {"gemmMultiplyRun", "gemmReleaseStage(", "(void)("},
       {"gemmStreamMultiplyStages", "gemmAwaitTurn(", "(void)("},
-      {"gemmStreamMultiplyStages", "gemmPassTurn(", "(void)("},
+      {"gemmMultiplyRun", "gemmPassTurn(", "(void)("},
       // The last warp to count in sums the tile and clears its counter.
       // (The first one summing too soon goes unseen here: its counter back
       // at 0, the next block's warp counts in first again and sums last.)
@@ -2749,10 +2749,10 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
       {"gemmLoadStage", "mbarrierArriveExpectTx(", "(void)(", all},
       {"gemmLoadStage", "sizeof st)", "sizeof st.a)", all},
       {"gemmLoadStage", "sizeof st)", "sizeof st + 16)", all},
-      {"gemmMultiplyStages", "mbarrierWait(", "(void)(", all},
-      {"gemmMultiplyStages", "wgmmaWait<1>", "wgmmaWait<2>", all},
-      {"gemmMultiplyStages", "wgmmaWait<0>", "wgmmaWait<1>", all},
-      {"gemmMultiplyStages", "gemmReleaseStage(", "(void)(", all},
+      {"gemmMultiplyRun", "mbarrierWait(", "(void)(", all},
+      {"gemmMultiplyRun", "wgmmaWait<1>", "wgmmaWait<2>", all},
+      {"gemmMultiplyRun", "wgmmaWait<0>", "wgmmaWait<1>", all},
+      {"gemmMultiplyRun", "gemmReleaseStage(", "(void)(", all},
       {"gemmReleaseStage", "mbarrierArrive(", "(void)(", all},
       {"gemmMultiplyStages", "__syncwarp();", "", all},
       {"gemmAwaitTurn", "mbarrierWait(", "(void)(", Turns},

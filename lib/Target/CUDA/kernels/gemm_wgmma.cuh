@@ -282,6 +282,44 @@ __device__ __forceinline__ void gemmPassTurn(Shape &s, int group) {
   mbarrierArrive(&s.turn[1 - group]);
 }
 
+/// A multiplying warpgroup's products of one run of stages (a tile, or a
+/// stream-K segment): `steps` stages from its fill'th fill on, each once
+/// full, into its accumulators d (kAccs, fenced together), issue(stage,
+/// kc, accumulate) the k16 step kc's wgmma into each. One step's products
+/// stay in flight; a stage is released once they are done; taking turns,
+/// the other warpgroup goes on once the run's last products are issued.
+/// Returns with them all in d.
+template <class Shape, int kAccs, int kN, class Issue>
+__device__ __forceinline__ void
+gemmMultiplyRun(Shape &s, float (&d)[kAccs][kN][4], int fill, int steps,
+                int group, const Issue &issue) {
+  using namespace gemm;
+  constexpr int kStages = Shape::kRing;
+  for (int j = 0; j < steps; ++j, ++fill) {
+    const int st = fill % kStages;
+    mbarrierWait(&s.full[st], (fill / kStages) & 1);
+    if constexpr (kAccs == 2)
+      wgmmaFence(d[0], d[1]);
+    else
+      wgmmaFence(d[0]);
+#pragma unroll
+    for (int kc = 0; kc < kDepth / 16; ++kc)
+      issue(s.stage[st], kc, j > 0 || kc > 0);
+    wgmmaCommit();
+    if constexpr (Shape::kTakesTurns)
+      if (j + 1 == steps)
+        gemmPassTurn(s, group);
+    wgmmaWait<1>(); // this warpgroup's products of the fill before
+    if (j > 0)
+      gemmReleaseStage(s, (fill - 1) % kStages);
+  }
+  wgmmaWait<0>();
+#pragma unroll
+  for (int acc = 0; acc < kAccs; ++acc)
+    wgmmaFenceOperands(d[acc]);
+  gemmReleaseStage(s, (fill - 1) % kStages);
+}
+
 /// The multipliers (the block's second and third warpgroups): each stage's
 /// products once it is full, released once they are done (one step later:
 /// one step's products stay in flight); then the epilogue, each warp 32
@@ -300,8 +338,8 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
                    i64 k, const gemm::TileWalk<Shape> &walk,
                    const Epilogue &epilogue) {
   using namespace gemm;
-  constexpr int kCols = 64 * Shape::kColumnTiles, kStages = Shape::kRing,
-                kAccs = Shape::kAccumulators, kTurns = Shape::kTakesTurns;
+  constexpr int kCols = 64 * Shape::kColumnTiles, kAccs = Shape::kAccumulators,
+                kTurns = Shape::kTakesTurns;
   // An accumulator's 32-column steps of the epilogue, and all of them.
   constexpr int kSteps = kCols / 32, kAllSteps = kAccs * kSteps;
   const int depthTiles = int(k / kDepth);
@@ -313,38 +351,18 @@ gemmMultiplyStages(Shape &s, bf16 *const (&out)[Epilogue::kOutputs], i64 n,
   for (int i = first; walk.first + i * walk.stride < walk.tiles; i += stride) {
     const int tile = walk.first + i * walk.stride;
     const i64 row0 = walk.row0(tile), col0 = walk.col0(tile);
-    int fill = i * depthTiles; // the tile's first stage
     if constexpr (kTurns)
       gemmAwaitTurn(s, group, i);
     float d[kAccs][8 * Shape::kColumnTiles][4];
-    for (int dt = 0; dt < depthTiles; ++dt, ++fill) {
-      const int st = fill % kStages;
-      mbarrierWait(&s.full[st], (fill / kStages) & 1);
-      const Stage<Shape::kColumnTiles> &stage = s.stage[st];
-      if constexpr (kTurns)
-        wgmmaFence(d[0], d[1]);
-      else
-        wgmmaFence(d[0]);
+    gemmMultiplyRun(
+        s, d, i * depthTiles, depthTiles, group,
+        [&](const Stage<Shape::kColumnTiles> &stage, int kc, bool accumulate) {
 #pragma unroll
-      for (int kc = 0; kc < kDepth / 16; ++kc)
-#pragma unroll
-        for (int acc = 0; acc < kAccs; ++acc)
-          wgmmaBf16<!kKMajorB>(
-              d[acc], stage.a[kTurns ? acc : group].rowsAlongM(kc),
-              gemmBTiles<kKMajorB>(stage, kc), dt > 0 || kc > 0);
-      wgmmaCommit();
-      if constexpr (kTurns)
-        if (dt + 1 == depthTiles)
-          gemmPassTurn(s, group);
-      wgmmaWait<1>(); // this warpgroup's products of the fill before
-      if (dt > 0)
-        gemmReleaseStage(s, (fill - 1) % kStages);
-    }
-    wgmmaWait<0>();
-#pragma unroll
-    for (int acc = 0; acc < kAccs; ++acc)
-      wgmmaFenceOperands(d[acc]);
-    gemmReleaseStage(s, (fill - 1) % kStages);
+          for (int acc = 0; acc < kAccs; ++acc)
+            wgmmaBf16<!kKMajorB>(d[acc],
+                                 stage.a[kTurns ? acc : group].rowsAlongM(kc),
+                                 gemmBTiles<kKMajorB>(stage, kc), accumulate);
+        });
     // This warp's rows of accumulator acc: 16 from rowBase(acc). Lane's
     // element r of step c: row 4r + lane/8, column 32c + 4(lane % 8).
     auto rowBase = [&](int acc) {
@@ -729,7 +747,6 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
                          float *partials, unsigned *counters, i64 n,
                          const gemm::StreamWalk &walk) {
   using namespace gemm;
-  constexpr int kStages = Turns::kRing;
   const int group = (threadIdx.x - kCopiers) / 128,
             warp = (threadIdx.x - kCopiers) / 32 % 4, lane = threadIdx.x % 32;
   const int me = int(blockIdx.x);
@@ -751,36 +768,20 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
     if (i % 2 != group)
       continue;
     gemmAwaitTurn(s, group, i);
-    const int steps = to - segment;
-    int fill = segment - first;
     float d[2][16][4];
-    for (int j = 0; j < steps; ++j, ++fill) {
-      const int st = fill % kStages;
-      mbarrierWait(&s.full[st], (fill / kStages) & 1);
-      const Stage<2> &stage = s.stage[st];
-      wgmmaFence(d[0], d[1]);
+    gemmMultiplyRun(
+        s, d, segment - first, to - segment, group,
+        [&](const Stage<2> &stage, int kc, bool accumulate) {
 #pragma unroll
-      for (int kc = 0; kc < kDepth / 16; ++kc)
-#pragma unroll
-        for (int acc = 0; acc < 2; ++acc)
-          wgmmaBf16<true, true>(
-              d[acc],
-              wgmmaDescriptorPlus(
-                  wgmmaDescriptor(sharedAddress(stage.a[acc].data),
-                                  sizeof stage.a[acc], 1024, true),
-                  kc * 2048),
-              gemmBTiles<false>(stage, kc), j > 0 || kc > 0);
-      wgmmaCommit();
-      if (j + 1 == steps)
-        gemmPassTurn(s, group);
-      wgmmaWait<1>(); // this warpgroup's products of the fill before
-      if (j > 0)
-        gemmReleaseStage(s, (fill - 1) % kStages);
-    }
-    wgmmaWait<0>();
-    wgmmaFenceOperands(d[0]);
-    wgmmaFenceOperands(d[1]);
-    gemmReleaseStage(s, (fill - 1) % kStages);
+          for (int acc = 0; acc < 2; ++acc)
+            wgmmaBf16<true, true>(
+                d[acc],
+                wgmmaDescriptorPlus(
+                    wgmmaDescriptor(sharedAddress(stage.a[acc].data),
+                                    sizeof stage.a[acc], 1024, true),
+                    kc * 2048),
+                gemmBTiles<false>(stage, kc), accumulate);
+        });
     const i64 row0 = walk.row0(tile), col0 = walk.col0(tile);
     // Stores the tile's sum at (acc, J, h), or adds it to what `old` holds.
     auto store = [&](int acc, int J, int h, float(&v)[2]) {
