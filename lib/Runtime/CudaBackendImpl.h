@@ -45,7 +45,10 @@ namespace gptc::rt::detail {
 
 using namespace cudaapi;
 
-constexpr size_t kWorkspaceBytes = 32u << 20; // cuBLASLt's, per GEMM
+/// cuBLASLt's, per GEMM; also the stream-K weight gradients' partial
+/// slots, two a block of one per SM: 132 SMs' 128 x 256 tiles of floats
+/// fill 33 MiB.
+constexpr size_t kWorkspaceBytes = 33u << 20;
 /// partialsScratch: GPT-2's c_fc bias gradient at B·T = 16,384 rows takes
 /// 3 MiB of partials (256 chunks of 3,072 float32).
 constexpr size_t kPartialsBytes = 8u << 20;
@@ -524,10 +527,13 @@ private:
   /// (rt::wgmmaGemmFit, and the operands' alignment); as GPTC_GEMM_OWN
   /// says.
   std::vector<GemmPlan> planOwnGemms(const Launch &l, const GemmMapping &map);
-  /// planOwnGemms' weight gradients (WgmmaWeightGrad, stream-K).
+  /// planOwnGemms' weight gradients (WgmmaWeightGrad, stream-K), in
+  /// 128 x 128 tiles, 128 x 256, or those in pairs.
+  enum class WgmmaBlocks { Narrow, Wide, Paired };
   std::optional<GemmPlan> planWeightGradGemm(const Launch &l,
                                              const GemmMapping &map,
-                                             const WgmmaGemmFit &fit);
+                                             const WgmmaGemmFit &fit,
+                                             WgmmaBlocks blocks);
   /// A device copy of the tensor map of the bf16 operand at `base` as
   /// `operand` describes it (cuTensorMapEncodeTiled: 2-D, the 128-byte
   /// swizzle), for a wgmma GEMM to read a or b through; 0 where the driver

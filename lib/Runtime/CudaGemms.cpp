@@ -795,8 +795,11 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
   if (ownGemms == OwnGemms::Never || !fit || map.loops != 1 || map.batch != 1)
     return ways;
   if (fit->kind == GemmFallback::WgmmaWeightGrad) {
-    if (std::optional<GemmPlan> own = planWeightGradGemm(l, map, *fit))
-      ways.push_back(std::move(*own));
+    for (WgmmaBlocks blocks :
+         {WgmmaBlocks::Narrow, WgmmaBlocks::Wide, WgmmaBlocks::Paired})
+      if (std::optional<GemmPlan> own =
+              planWeightGradGemm(l, map, *fit, blocks))
+        ways.push_back(std::move(*own));
     return ways;
   }
   // a and b are copied 16 bytes at a time; the third operand and the
@@ -911,9 +914,18 @@ std::vector<GemmPlan> CudaBackendImpl::planOwnGemms(const Launch &l,
 
 std::optional<GemmPlan>
 CudaBackendImpl::planWeightGradGemm(const Launch &l, const GemmMapping &map,
-                                    const WgmmaGemmFit &fit) {
-  // The 128 x 128 blocks alone: GPTC_GEMM_OWN=narrow runs them untimed.
-  const std::string name = gemmFallbackKernel(fit.kind, DType::BF16);
+                                    const WgmmaGemmFit &fit,
+                                    WgmmaBlocks blocks) {
+  // Each block shape alone: GPTC_GEMM_OWN=narrow, =wide or =paired runs it
+  // untimed (=unpaired both others).
+  const bool wide = blocks != WgmmaBlocks::Narrow,
+             paired = blocks == WgmmaBlocks::Paired;
+  const GemmFallback kind = paired ? pairedWgmmaGemm(fit.kind)
+                            : wide ? wideWgmmaGemm(fit.kind)
+                                   : fit.kind;
+  const std::string name = gemmFallbackKernel(kind, DType::BF16);
+  if ((wide && !fit.wide) || (paired && !fit.paired))
+    return std::nullopt;
   const bool accumulate = l.inputs.size() == 3,
              biasGrad = l.kernel == "matmul_bias_grad";
   // A bias gradient: b's column sums after the GEMM (ColumnPartials and
@@ -924,8 +936,11 @@ CudaBackendImpl::planWeightGradGemm(const Launch &l, const GemmMapping &map,
                    !hasKernel(gemmFallbackKernel(GemmFallback::ColumnSums,
                                                  buffer(l.outputs[1]).dtype))))
     return std::nullopt;
-  if ((ownGemms != OwnGemms::Timed && ownGemms != OwnGemms::Unpaired &&
-       ownGemms != OwnGemms::Narrow) ||
+  const OwnGemms alone = paired ? OwnGemms::Paired
+                         : wide ? OwnGemms::Wide
+                                : OwnGemms::Narrow;
+  if ((ownGemms != OwnGemms::Timed &&
+       !(ownGemms == OwnGemms::Unpaired && !paired) && ownGemms != alone) ||
       !hasKernel(name))
     return std::nullopt;
   const uint64_t floats =
@@ -933,14 +948,24 @@ CudaBackendImpl::planWeightGradGemm(const Launch &l, const GemmMapping &map,
   if ((address(l.inputs[0]) | address(l.inputs[1])) % 16 != 0 ||
       floats % 8 != 0)
     return std::nullopt;
-  // One block an SM, each a span of the tiles' depth steps; two partial
-  // slots a block in the stream's cuBLASLt workspace, which no GEMM uses
-  // meanwhile, and the stream's counters (zeroed once: each launch leaves
-  // them zero).
-  const int64_t iterations = fit.m / 128 * (fit.n / 128) * (fit.k / 64);
-  const int64_t blocks = std::min<int64_t>(smCount, iterations);
-  if (2 * blocks * int64_t(kWeightGradSlotBytes) > int64_t(kWorkspaceBytes) ||
-      iterations * blocks >= int64_t(1) << 31) // (the kernel's int spans)
+  // One block an SM, each a span of the tiles' depth steps (a pair two
+  // SMs, the pair a span, as many pairs as the device runs at once); two
+  // partial slots a block in the stream's cuBLASLt workspace, which no
+  // GEMM uses meanwhile, and the stream's counters (zeroed once: each
+  // launch leaves them zero).
+  const int64_t rows = paired ? 256 : 128, cols = wide ? 256 : 128,
+                iterations = fit.m / rows * (fit.n / cols) * (fit.k / 64);
+  const uint32_t sharedBytes = gemmFallbackSharedBytes(name);
+  const CUfunction fn = fallbackKernel(kind, DType::BF16, l.kernel);
+  const int64_t owners = std::min<int64_t>(
+      paired ? activeClusters(fn, 2, gemmFallbackThreads(name), sharedBytes)
+             : smCount,
+      iterations);
+  const int64_t blockCount = paired ? 2 * owners : owners;
+  if (owners < 1 ||
+      2 * blockCount * int64_t(weightGradSlotBytes(kind)) >
+          int64_t(kWorkspaceBytes) ||
+      iterations * owners >= int64_t(1) << 31) // (the kernel's int spans)
     return std::nullopt;
   const bool onSide = l.stream == 1 && sideWorkspace;
   const CUdeviceptr scratch = onSide ? sideWorkspace : workspace;
@@ -953,26 +978,28 @@ CudaBackendImpl::planWeightGradGemm(const Launch &l, const GemmMapping &map,
     check(cu.cuStreamSynchronize(compute), "cuStreamSynchronize");
   }
   const std::array<WgmmaOperandMap, 2> operands =
-      wgmmaOperandMaps(fit.kind, fit.m, fit.n, fit.k);
+      wgmmaOperandMaps(kind, fit.m, fit.n, fit.k);
   const CUdeviceptr mapA = operandMap(address(l.inputs[0]), operands[0]),
                     mapB = mapA ? operandMap(address(l.inputs[1]), operands[1])
                                 : 0;
   if (!mapB)
     return std::nullopt;
   GemmPlan own;
+  const std::string tile = wide ? "128x256" : "128x128";
   own.shape = std::to_string(fit.m) + "x" + std::to_string(fit.n) + "x" +
               std::to_string(fit.k) + " bf16 tA" + (accumulate ? " +C" : "") +
-              (biasGrad ? " + bias gradient" : "") +
-              ", 128x128 blocks, stream-K";
-  own.way = "gptc wgmma GEMM 128x128 stream-K";
+              (biasGrad ? " + bias gradient" : "") + ", " + tile + " blocks" +
+              (paired ? " in pairs" : "") + ", stream-K";
+  own.way = "gptc wgmma GEMM " + tile + (paired ? " pairs" : "") + " stream-K";
   own.tuneKey = l.kernel + " " + own.shape + " -> f32 gptc wgmma";
   own.candidates = {cublasLtMatmulAlgo_t{}};
   own.outPtr = address(l.outputs[0]);
   GemmPlan::Followup f;
-  f.fn = fallbackKernel(fit.kind, DType::BF16, l.kernel);
+  f.fn = fn;
   f.threads = gemmFallbackThreads(name);
-  f.grid[0] = uint32_t(blocks);
-  f.sharedBytes = kGemmWgmmaSharedBytes;
+  f.grid[0] = uint32_t(blockCount);
+  f.cluster = paired ? 2 : 1;
+  f.sharedBytes = sharedBytes;
   f.args = {uint64_t(mapA),
             uint64_t(mapB),
             accumulate ? address(l.inputs[2]) : 0,

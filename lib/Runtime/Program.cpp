@@ -272,6 +272,12 @@ std::string gemmFallbackKernel(GemmFallback kind, DType t) {
   case GemmFallback::WgmmaWeightGrad:
     stem = "gemm_wgmma_weight_grad_";
     break;
+  case GemmFallback::WgmmaWideWeightGrad:
+    stem = "gemm_wgmma_wide_weight_grad_";
+    break;
+  case GemmFallback::WgmmaPairedWeightGrad:
+    stem = "gemm_wgmma_paired_weight_grad_";
+    break;
   }
   return std::string(stem) + dtypeName(t);
 }
@@ -306,6 +312,8 @@ std::optional<WgmmaGemmFit> weightGradFit(const Program &p, const Launch &l,
       fit.m / 128 * (fit.n / 128) * 4 > kWeightGradCounters ||
       (biasGrad && p.buffers.at(l.outputs[1]).numel() != fit.n))
     return std::nullopt;
+  fit.wide = fit.n % 256 == 0;
+  fit.paired = fit.wide && fit.m % 256 == 0;
   if (inputs == 3) {
     const Buffer &old = p.buffers.at(l.inputs[2]);
     if (old.dtype != DType::F32 || old.numel() != fit.m * fit.n)

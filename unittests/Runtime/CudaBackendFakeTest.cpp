@@ -281,7 +281,7 @@ TEST(CudaBackendFake, Describes) {
   EXPECT_EQ(b->deviceMemoryUsed(), int64_t(20) << 30);
   Program p = program(false);
   b->load(p);
-  EXPECT_EQ(b->bytesAllocated(), p.arenaBytes + (32 << 20));
+  EXPECT_EQ(b->bytesAllocated(), p.arenaBytes + (33 << 20));
   EXPECT_TRUE(asCudaBackend(b.get()) == b.get());
 }
 
@@ -470,7 +470,7 @@ TEST(CudaBackendFake, SideStreamLaunchesRunBesideTheRest) {
     ASSERT_TRUE(b);
     Program p = sideStreamProgram(false, rewritten);
     b->load(p);
-    EXPECT_EQ(b->bytesAllocated(), p.arenaBytes + 2 * (32 << 20));
+    EXPECT_EQ(b->bytesAllocated(), p.arenaBytes + 2 * (33 << 20));
     const Function &f = p.functions[0];
     std::vector<float> x = random(16, 1), w = random(16, 2);
     b->upload(1, w.data());
@@ -2609,20 +2609,22 @@ TEST(CudaBackendFake, GemmTuningTimesGptcsOwnPlainAndBiasGemms) {
   }
 }
 
-/// A weight gradient at gptc's stream-K GEMM's tile sizes: x [256, 128]
-/// and dy [256, 256] bf16 (transpose_a) into w's float32 [128, 256], again
+/// A weight gradient at gptc's stream-K GEMMs' tile sizes: x [256, 256]
+/// and dy [256, 256] bf16 (transpose_a) into w's float32 [256, 256], again
 /// added to the sums in place (grads_accumulate's accumulate), and again
 /// with its bias gradient (dy's column sums).
 Function ownWeightGradients(Program &p) {
   enum : int { X, DY, GW, SUM, GW2, GB };
   p.meta["precision"] = "bf16";
-  p.buffers = {buffer("x", DType::BF16, {256, 128}, Role::Param),
+  p.buffers = {buffer("x", DType::BF16, {256, 256}, Role::Param),
                buffer("dy", DType::BF16, {256, 256}, Role::Param),
-               buffer("gw", DType::F32, {128, 256}, Role::Output),
-               buffer("sum", DType::F32, {128, 256}, Role::Grad),
-               buffer("gw2", DType::F32, {128, 256}, Role::Output),
+               buffer("gw", DType::F32, {256, 256}, Role::Output),
+               buffer("sum", DType::F32, {256, 256}, Role::Grad),
+               buffer("gw2", DType::F32, {256, 256}, Role::Output),
                buffer("gb", DType::F32, {256}, Role::Output)};
-  addFakeGemmKernels(p, {GemmFallback::WgmmaWeightGrad});
+  addFakeGemmKernels(p, {GemmFallback::WgmmaWeightGrad,
+                         GemmFallback::WgmmaWideWeightGrad,
+                         GemmFallback::WgmmaPairedWeightGrad});
   Function f;
   f.name = "grads_accumulate";
   Launch plain = launch("matmul", {X, DY}, {GW}),
@@ -2642,57 +2644,69 @@ void zeroWeightGradResult(const uint64_t *args) {
               size_t(args[6] * args[7]) * 4);
 }
 
-/// gptc's stream-K weight-gradient GEMM is one more way tuning times, for
-/// the plain and the accumulating GEMM alike: kept where faster than
-/// cuBLASLt's (no cuBLASLt GEMM in the run, the results the CPU
-/// backend's), not where slower, nor where faster but writing zeros ("not
-/// used"). Launched on one block an SM at most (the fake's 1), with its
-/// counters at 0 (the fake checks them). GPTC_GEMM_OWN=narrow runs it
-/// untimed; =wide, which it has no blocks of, leaves cuBLASLt's.
+/// gptc's stream-K weight-gradient GEMMs (128 x 128 and 128 x 256 tiles,
+/// and those in pairs) are more ways tuning times, for the plain and the
+/// accumulating GEMM alike: the fastest kept where faster than cuBLASLt's
+/// (no cuBLASLt GEMM in the run, the results the CPU backend's), none
+/// where all are slower, nor one faster but writing zeros ("not used").
+/// Launched on one block an SM at most (the fake's 1; a pair where the
+/// fake runs a cluster of two), with their counters at 0 (the fake checks
+/// them). GPTC_GEMM_OWN=narrow, =wide or =paired runs that shape untimed.
 TEST(CudaBackendFake, GemmTuningTimesTheStreamKWeightGradient) {
   REQUIRE_FAKE(plain);
   plain.reset();
   auto kernelMs = hook<void (*)(const char *, float)>("gptcFakeKernelMs");
   auto onHost = hook<void (*)(const char *, int, void (*)(const uint64_t *))>(
       "gptcFakeKernelRunsOnHost");
-  const std::string own = "gemm_wgmma_weight_grad_bf16";
+  constexpr int kShapes = 3;
+  const std::string own[kShapes] = {"gemm_wgmma_weight_grad_bf16",
+                                    "gemm_wgmma_wide_weight_grad_bf16",
+                                    "gemm_wgmma_paired_weight_grad_bf16"};
+  const char *way[kShapes] = {
+      "gptc wgmma GEMM 128x128 stream-K 0.002 (kept)",
+      "gptc wgmma GEMM 128x256 stream-K 0.002 (kept)",
+      "gptc wgmma GEMM 128x256 pairs stream-K 0.002 (kept)"};
   struct Case {
-    float ms;
-    bool wrong, kept;
+    int fast, wrong; // the shape faster than cuBLASLt (-1: none), and the
+                     // one that writes zeros (-1: none)
   };
-  for (const Case &c : {Case{0.01f, false, true}, Case{5.0f, false, false},
-                        Case{0.01f, true, false}}) {
-    SCOPED_TRACE(std::to_string(c.ms) + (c.wrong ? " wrong" : ""));
-    kernelMs(own.c_str(), c.ms);
-    if (c.wrong)
-      onHost(own.c_str(), 9, zeroWeightGradResult);
+  for (const Case &c : {Case{0, -1}, Case{1, -1}, Case{2, -1}, Case{-1, -1},
+                        Case{0, 0}, Case{1, 1}, Case{2, 2}}) {
+    SCOPED_TRACE("fast " + std::to_string(c.fast) + ", wrong " +
+                 std::to_string(c.wrong));
+    for (int i = 0; i < kShapes; ++i)
+      kernelMs(own[i].c_str(), i == c.fast ? 0.01f : 5.0f);
+    if (c.wrong >= 0)
+      onHost(own[c.wrong].c_str(), 9, zeroWeightGradResult);
     std::vector<std::string> names;
     auto [err, run] = loadAndRun(ownWeightGradients, "time", &names);
     kernelMs(nullptr, 0.0f);
     onHost(nullptr, 0, nullptr);
-    for (const char *key : {"matmul 128x256x256 bf16 tA, ms a run:",
-                            "matmul 128x256x256 bf16 tA +C, ms a run:",
-                            "matmul_bias_grad 128x256x256 bf16 tA"}) {
+    const int kept = c.wrong >= 0 ? -1 : c.fast;
+    for (const char *key : {"matmul 256x256x256 bf16 tA, ms a run:",
+                            "matmul 256x256x256 bf16 tA +C, ms a run:",
+                            "matmul_bias_grad 256x256x256 bf16 tA"}) {
       const size_t line = err.find(key);
       ASSERT_NE(line, std::string::npos) << key << "\n" << err;
       const std::string timed = err.substr(line, err.find('\n', line) - line);
-      EXPECT_EQ(timed.find("gptc wgmma GEMM 128x128 stream-K 0.002 (kept)") !=
-                    std::string::npos,
-                c.kept)
+      for (int i = 0; i < kShapes; ++i)
+        EXPECT_EQ(timed.find(way[i]) != std::string::npos, kept == i) << timed;
+      EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong >= 0)
           << timed;
-      EXPECT_EQ(timed.find("not used") != std::string::npos, c.wrong) << timed;
     }
-    EXPECT_EQ(contains(names, own), c.kept);
-    EXPECT_EQ(run.empty(), c.kept) << "cuBLASLt GEMMs in the run";
+    for (int i = 0; i < kShapes; ++i)
+      EXPECT_EQ(contains(names, own[i]), kept == i) << own[i];
+    EXPECT_EQ(run.empty(), kept >= 0) << "cuBLASLt GEMMs in the run";
     expectKeptChoiceMatchesCpu(ownWeightGradients);
   }
-  for (const char *blocks : {"narrow", "wide"}) {
-    ScopedEnv env("GPTC_GEMM_OWN", blocks);
+  const char *alone[kShapes] = {"narrow", "wide", "paired"};
+  for (int i = 0; i < kShapes; ++i) {
+    ScopedEnv env("GPTC_GEMM_OWN", alone[i]);
     std::vector<std::string> names;
     auto [err, run] = loadAndRun(ownWeightGradients, "time", &names);
-    const bool narrow = std::string(blocks) == "narrow";
-    EXPECT_EQ(contains(names, own), narrow) << blocks;
-    EXPECT_EQ(run.empty(), narrow) << blocks;
+    for (int j = 0; j < kShapes; ++j)
+      EXPECT_EQ(contains(names, own[j]), i == j) << alone[i] << " " << own[j];
+    EXPECT_TRUE(run.empty()) << "cuBLASLt GEMMs in the run";
     expectKeptChoiceMatchesCpu(ownWeightGradients);
   }
 }

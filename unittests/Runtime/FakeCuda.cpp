@@ -888,11 +888,13 @@ void runGemmFallback(const std::string &name, const std::vector<uint64_t> &a) {
         }
         partial[k * cols + c] = float(sum);
       }
-  } else if (name.rfind("gemm_wgmma_weight_grad_", 0) == 0) {
-    // gptc's stream-K weight gradient: out = aᵀ·b (+ old where non-null),
-    // float32 [m, n]; a [k, m] and b [k, n] at their tensor maps' bases;
-    // (old, out, partials, counters, m, n, k). The counters must be 0, as
-    // the kernel leaves them.
+  } else if (name.rfind("gemm_wgmma_weight_grad_", 0) == 0 ||
+             name.rfind("gemm_wgmma_wide_weight_grad_", 0) == 0 ||
+             name.rfind("gemm_wgmma_paired_weight_grad_", 0) == 0) {
+    // gptc's stream-K weight gradient (either tile): out = aᵀ·b (+ old where
+    // non-null), float32 [m, n]; a [k, m] and b [k, n] at their tensor maps'
+    // bases; (old, out, partials, counters, m, n, k). The counters must be 0,
+    // as the kernel leaves them.
     const uint64_t operands[2] = {mapBase(0), mapBase(1)};
     const int64_t m = num(6), n = num(7), k = num(8);
     const uint32_t *counters = static_cast<const uint32_t *>(ptr(5));

@@ -101,7 +101,8 @@ void callWgmmaGemm(HostKernels &kernels, const std::string &name,
         GemmFallback::WgmmaPlain, GemmFallback::WgmmaWidePlain,
         GemmFallback::WgmmaBias, GemmFallback::WgmmaWideBias,
         GemmFallback::WgmmaPairedBiasGelu, GemmFallback::WgmmaPairedGeluGrad,
-        GemmFallback::WgmmaPairedGeluGradBias, GemmFallback::WgmmaWeightGrad})
+        GemmFallback::WgmmaPairedGeluGradBias, GemmFallback::WgmmaWeightGrad,
+        GemmFallback::WgmmaWideWeightGrad, GemmFallback::WgmmaPairedWeightGrad})
     if (rt::gemmFallbackKernel(kind, DType::BF16) == name) {
       const auto maps = rt::wgmmaOperandMaps(kind, m, n, k);
       std::vector<uint64_t> args = {kernels.tensorMap(a.data(), maps[0]),
@@ -2313,15 +2314,21 @@ TEST(TemplateKernelsOnHost, WgmmaPlainAndBiasGemmsMatchTheCpuExecutor) {
 // (whole tiles, taken in turns), 3 (tiles 1 and 2 shared by two blocks:
 // a block's last segment and the next one's first), 7 (a block inside a
 // tile: three blocks a tile) and 20 (five blocks a tile, one step each);
-// and 384 x 256 (tiles along m first) at 4 and 9. Each within float32's
-// rounding of the executor's sums; the counters
-// back at 0 after every launch. The emitter adds the kernel for sm_90a
-// alone (a matmul_bias_grad's too), and not for a shape off the tiles, a
-// bf16 result or b transposed.
+// and 384 x 256 (tiles along m first) at 4 and 9. The wide blocks (128 x
+// 256 tiles, both warpgroups a segment): 2 tiles, 10 iterations, at 1, 3,
+// 7 (four blocks a tile) and 10; 384 x 256 at 4 and 9. In pairs (256 x 256
+// tiles, clusters of two blocks sharing b): 1 tile, 5 iterations, at 1, 3
+// and 5 pairs; 512 x 256 at 2 and 7 pairs. Each within float32's rounding
+// of the executor's sums, the same bits with the blocks (or pairs) run
+// last to first, the counters back at 0 after every launch. The emitter
+// adds the three kernels for sm_90a alone (a matmul_bias_grad's too), and
+// none for a shape off the tiles, a bf16 result or b transposed.
 TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
   const DType bf16 = DType::BF16, f32 = DType::F32;
   const int64_t m = 256, n = 256, k = 320;
-  const std::string name = "gemm_wgmma_weight_grad_bf16";
+  const std::string narrow = "gemm_wgmma_weight_grad_bf16",
+                    wide = "gemm_wgmma_wide_weight_grad_bf16",
+                    paired = "gemm_wgmma_paired_weight_grad_bf16";
   Builder b;
   int x = b.buf(bf16, {k, m}), dy = b.buf(bf16, {k, n}),
       out = b.buf(f32, {m, n}), sum = b.buf(f32, {m, n});
@@ -2354,13 +2361,15 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
     EXPECT_TRUE(ownKernels(emitForHost(off.p, HostTarget::Sm90a)).empty());
   }
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
-  EXPECT_EQ(ownKernels(p), std::vector<std::string>{name});
+  EXPECT_EQ(ownKernels(p), (std::vector<std::string>{narrow, wide, paired}));
   HostKernels kernels(p, HostTarget::Sm90a);
   ASSERT_TRUE(kernels.ok()) << kernels.error;
-  // (The kernel takes its sizes at run time: 384 x 256 too, whose 3 x 2
+  // (The kernels take their sizes at run time: 384 x 256 too, whose 3 x 2
   // tiles walk m fastest.)
-  auto check = [&](int64_t m, int64_t n, std::vector<unsigned> grids) {
-    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+  auto check = [&](const std::string &name, int64_t m, int64_t n,
+                   std::vector<unsigned> grids) {
+    SCOPED_TRACE(name + " " + std::to_string(m) + " x " + std::to_string(n));
+    const int64_t cols = name == narrow ? 128 : 256;
     const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 61)),
                                 dyBits = bf16Bits(randomFloats({k, n}, 62));
     const exec::HostTensor want = exec::matmul(
@@ -2388,7 +2397,7 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
     for (unsigned blocks : grids) {
       SCOPED_TRACE(std::to_string(blocks) + " blocks");
       std::vector<float> got(size_t(m * n), -1.0f),
-          partials(size_t(2 * blocks * 128 * 128), -1.0f);
+          partials(size_t(2 * blocks * 128 * cols), -1.0f);
       std::vector<uint32_t> counters(size_t(4 * tiles), 0);
       callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
                     {0, address(got), address(partials), address(counters),
@@ -2417,95 +2426,113 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
       EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
     }
   };
-  check(m, n, {1u, 3u, 7u, 20u});
-  check(384, 256, {4u, 9u});
+  check(narrow, m, n, {1u, 3u, 7u, 20u});
+  check(narrow, 384, 256, {4u, 9u});
+  check(wide, m, n, {1u, 3u, 7u, 10u});
+  check(wide, 384, 256, {4u, 9u});
+  check(paired, m, n, {2u, 6u, 10u});
+  check(paired, 512, 256, {4u, 14u});
 }
 
-// The stream-K kernel's waits, turns and counter, each taken out in turn:
+// The stream-K kernels' waits, turns and counters, each taken out in turn:
 // the run then reports a race or a misuse, or its sums or counters differ.
 // 3 blocks over 4 tiles of 12 steps (k = 768): 16 fills of the 6 stages a
 // block, two segments each (whole and part, part and part, part and whole),
-// the middle tiles shared by two blocks. Not covered: the emulation runs
+// the middle tiles shared by two blocks. In the wide tiles, 3 blocks over
+// 2 tiles: 8 fills of the 4 stages a block, the second tile shared by
+// blocks 1 and 2 and the first by 0 and 1. In pairs, 3 pairs over two
+// 256 x 256 tiles (m = 512): 8 fills each, the middle pair's two segments
+// a part of each tile. Not covered: the emulation runs
 // blocks one after another and its __threadfence does nothing, so the
 // fences and the __syncwarp before a warp counts in (which order its lanes'
 // partial stores before another block's reads) change nothing here.
 TEST(TemplateKernelsOnHost, EveryStreamKSyncIsNeeded) {
   const DType bf16 = DType::BF16, f32 = DType::F32;
-  const int64_t m = 256, n = 256, k = 768;
-  const unsigned blocks = 3;
-  const std::string name = "gemm_wgmma_weight_grad_bf16";
+  const int64_t n = 256, k = 768;
   Builder b;
-  int x = b.buf(bf16, {k, m}), dy = b.buf(bf16, {k, n}),
-      out = b.buf(f32, {m, n});
+  int x = b.buf(bf16, {k, 256}), dy = b.buf(bf16, {k, n}),
+      out = b.buf(f32, {256, n});
   b.launch("matmul", {x, dy}, {out}).ints["transpose_a"] = 1;
   rt::Program &p = emitForHost(b.p, HostTarget::Sm90a);
-  size_t kernel = p.kernels.size();
-  for (size_t i = 0; i < p.kernels.size(); ++i)
-    if (p.kernels[i].name == name)
-      kernel = i;
-  ASSERT_LT(kernel, p.kernels.size());
-  const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 71)),
-                              dyBits = bf16Bits(randomFloats({k, n}, 72));
-  const int64_t tiles = m / 128 * (n / 128);
-  // The sums' bits, then the counters after the launch.
-  auto run = [&](HostKernels &kernels) {
-    std::vector<float> got(size_t(m * n), -1.0f),
-        partials(size_t(2 * blocks * 128 * 128), -1.0f);
-    std::vector<uint32_t> counters(size_t(4 * tiles), 0);
-    callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                  {0, address(got), address(partials), address(counters),
-                   uint64_t(m), uint64_t(n), uint64_t(k)},
-                  blocks);
-    std::vector<uint32_t> bits(got.size());
-    std::memcpy(bits.data(), got.data(), got.size() * sizeof(float));
-    bits.insert(bits.end(), counters.begin(), counters.end());
-    return bits;
-  };
+  const std::vector<uint16_t> dyBits = bf16Bits(randomFloats({k, n}, 72));
   HostKernels whole(p, HostTarget::Sm90a);
   ASSERT_TRUE(whole.ok()) << whole.error;
-  const std::vector<uint32_t> want = run(whole);
-  EXPECT_EQ(std::vector<uint32_t>(want.end() - 4 * tiles, want.end()),
-            std::vector<uint32_t>(size_t(4 * tiles), 0));
   struct Mutation {
     const char *fn, *statement, *replacement;
+    bool turnsAlone; // only the blocks taking turns run it
   };
   const Mutation mutations[] = {
-      {"gemmWgmmaWeightGrad", "__syncthreads();", ""},
-      {"gemmStreamCopyStages", "gemmAwaitEmptyStage(", "(void)("},
-      {"gemmMultiplyRun", "mbarrierWait(", "(void)("},
-      {"gemmMultiplyRun", "wgmmaWait<1>", "wgmmaWait<2>"},
-      {"gemmMultiplyRun", "wgmmaWait<0>", "wgmmaWait<1>"},
-      {"gemmMultiplyRun", "gemmReleaseStage(", "(void)("},
-      {"gemmStreamMultiplyStages", "gemmAwaitTurn(", "(void)("},
-      {"gemmMultiplyRun", "gemmPassTurn(", "(void)("},
+      {"gemmWgmmaWeightGrad", "gemmBarriersReady<Shape>();", "", false},
+      {"gemmStreamCopyStages", "gemmAwaitEmptyStage(", "(void)(", false},
+      {"gemmMultiplyRun", "mbarrierWait(", "(void)(", false},
+      {"gemmMultiplyRun", "wgmmaWait<1>", "wgmmaWait<2>", false},
+      {"gemmMultiplyRun", "wgmmaWait<0>", "wgmmaWait<1>", false},
+      {"gemmMultiplyRun", "gemmReleaseStage(", "(void)(", false},
+      {"gemmStreamMultiplyStages", "gemmAwaitTurn(", "(void)(", true},
+      {"gemmMultiplyRun", "gemmPassTurn(", "(void)(", true},
       // The last warp to count in sums the tile and clears its counter.
       // (The first one summing too soon goes unseen here: its counter back
       // at 0, the next block's warp counts in first again and sums last.)
       {"gemmStreamMultiplyStages", "!= unsigned(b1 - b0)",
-       "!= unsigned(b1 - b0 + 1)"},
-      {"gemmStreamMultiplyStages", "*counter = 0;", "(void)counter;"}};
-  const std::string source = p.kernels[kernel].source;
-  int done = 0;
-  for (const Mutation &mu : mutations) {
-    auto [from, to] = functionSpan(source, mu.fn);
-    ASSERT_NE(from, std::string::npos) << mu.fn;
-    const std::string statement = mu.statement;
-    for (size_t at = source.find(statement, from); at < to;
-         at = source.find(statement, at + 1), ++done)
-      withMutation(p, kernel, at, statement.size(), mu.replacement,
-                   HostTarget::Sm90a,
-                   [&](rt::Program &, HostKernels &kernels, size_t line) {
-                     try {
-                       EXPECT_NE(run(kernels), want)
-                           << statement << " at line " << line
-                           << " replaced by '" << mu.replacement
-                           << "': nothing reported, the same bits";
-                     } catch (const std::runtime_error &) {
-                       // (a race or a misuse: reported)
-                     }
-                   });
+       "!= unsigned(b1 - b0 + 1)", false},
+      {"gemmStreamMultiplyStages", "*counter = 0;", "(void)counter;", false}};
+  // (The kernels take their sizes at run time.)
+  for (auto [name, m, cols, blocks, count] :
+       {std::tuple<std::string, int64_t, int64_t, unsigned, int>{
+            "gemm_wgmma_weight_grad_bf16", 256, 128, 3, 11},
+        {"gemm_wgmma_wide_weight_grad_bf16", 256, 256, 3, 9},
+        {"gemm_wgmma_paired_weight_grad_bf16", 512, 256, 6, 9}}) {
+    SCOPED_TRACE(name);
+    const bool turns = cols == 128;
+    const std::vector<uint16_t> xBits = bf16Bits(randomFloats({k, m}, 71));
+    const int64_t tiles = m / 128 * (n / 128); // of 128 x 128
+    size_t kernel = p.kernels.size();
+    for (size_t i = 0; i < p.kernels.size(); ++i)
+      if (p.kernels[i].name == name)
+        kernel = i;
+    ASSERT_LT(kernel, p.kernels.size());
+    // The sums' bits, then the counters after the launch.
+    auto run = [&](HostKernels &kernels) {
+      std::vector<float> got(size_t(m * n), -1.0f),
+          partials(size_t(2 * blocks * 128 * cols), -1.0f);
+      std::vector<uint32_t> counters(size_t(4 * tiles), 0);
+      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
+                    {0, address(got), address(partials), address(counters),
+                     uint64_t(m), uint64_t(n), uint64_t(k)},
+                    blocks);
+      std::vector<uint32_t> bits(got.size());
+      std::memcpy(bits.data(), got.data(), got.size() * sizeof(float));
+      bits.insert(bits.end(), counters.begin(), counters.end());
+      return bits;
+    };
+    const std::vector<uint32_t> want = run(whole);
+    EXPECT_EQ(std::vector<uint32_t>(want.end() - 4 * tiles, want.end()),
+              std::vector<uint32_t>(size_t(4 * tiles), 0));
+    const std::string source = p.kernels[kernel].source;
+    int done = 0;
+    for (const Mutation &mu : mutations) {
+      if (mu.turnsAlone && !turns)
+        continue;
+      auto [from, to] = functionSpan(source, mu.fn);
+      ASSERT_NE(from, std::string::npos) << mu.fn;
+      const std::string statement = mu.statement;
+      for (size_t at = source.find(statement, from); at < to;
+           at = source.find(statement, at + 1), ++done)
+        withMutation(p, kernel, at, statement.size(), mu.replacement,
+                     HostTarget::Sm90a,
+                     [&](rt::Program &, HostKernels &kernels, size_t line) {
+                       try {
+                         EXPECT_NE(run(kernels), want)
+                             << statement << " at line " << line
+                             << " replaced by '" << mu.replacement
+                             << "': nothing reported, the same bits";
+                       } catch (const std::runtime_error &) {
+                         // (a race or a misuse: reported)
+                       }
+                     });
+    }
+    EXPECT_EQ(done, count);
   }
-  EXPECT_EQ(done, 11);
 }
 
 namespace {

@@ -282,15 +282,18 @@ std::vector<uint32_t> dynamicSharedBytes(const Program &p);
 ///                                    out), float32 [m, n]; a [k, m], b [k,
 ///                                    n] bf16 (a matmul with transpose_a);
 ///                                    the depth steps of all tiles cut
-///                                    into gridDim.x spans, one a block;
-///                                    partials 2 · gridDim.x tiles of
-///                                    128 x 128 floats (kWeightGradSlotBytes
-///                                    each), counters 4 a tile, zero
-///                                    before and after
-/// and each but that again in tiles of 128 x 256 (WgmmaWide*), where n is a
+///                                    into gridDim.x spans, one a block
+///                                    (paired: one a pair); partials 2 ·
+///                                    gridDim.x of a block's rows of a
+///                                    tile of floats (weightGradSlotBytes
+///                                    each), counters 4 a block's rows of
+///                                    a tile (8 in the wide and paired
+///                                    tiles), zero before and after
+/// and each again in tiles of 128 x 256 (WgmmaWide*), where n is a
 /// multiple of 256; and the GELU ones (WgmmaBiasGelu, WgmmaGeluGrad,
-/// WgmmaGeluGradBias) again in the wide tiles taken by clusters of two
-/// blocks that share b's (WgmmaPaired*: m a multiple of 256; launched
+/// WgmmaGeluGradBias) and the weight gradient's again in the wide tiles
+/// taken by clusters of two blocks that share b's (WgmmaPaired*: m a
+/// multiple of 256; launched
 /// with the cluster-dimension attribute, gemmFallbackCluster). Each is
 /// warp-specialized, one block an SM walking the tiles (grid at most the
 /// tiles: (m / 128) · (n / 128) or (n / 256); paired, an even grid),
@@ -316,12 +319,14 @@ enum class GemmFallback {
   WgmmaPairedBiasGelu,
   WgmmaPairedGeluGrad,
   WgmmaPairedGeluGradBias,
-  WgmmaWeightGrad
+  WgmmaWeightGrad,
+  WgmmaWideWeightGrad,
+  WgmmaPairedWeightGrad
 };
-/// A weight-gradient GEMM's partial slot: one 128 x 128 tile of floats;
-/// and the counters a stream's weight-gradient GEMMs share (4 a tile).
-inline constexpr uint32_t kWeightGradSlotBytes = 128 * 128 * 4,
-                          kWeightGradCounters = 16384;
+/// The counters a stream's weight-gradient GEMMs share (4 a 128 x 128
+/// tile, 8 a 128 x 256 one: at most kWeightGradCounters / 4 tiles of 128
+/// x 128 either way).
+inline constexpr uint32_t kWeightGradCounters = 16384;
 /// The wide blocks' kind of a wgmma GEMM (WgmmaBiasGelu:
 /// WgmmaWideBiasGelu, ...).
 inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
@@ -336,6 +341,8 @@ inline GemmFallback wideWgmmaGemm(GemmFallback kind) {
     return GemmFallback::WgmmaWidePlain;
   case GemmFallback::WgmmaBias:
     return GemmFallback::WgmmaWideBias;
+  case GemmFallback::WgmmaWeightGrad:
+    return GemmFallback::WgmmaWideWeightGrad;
   default:
     return kind;
   }
@@ -350,6 +357,8 @@ inline GemmFallback pairedWgmmaGemm(GemmFallback kind) {
     return GemmFallback::WgmmaPairedGeluGrad;
   case GemmFallback::WgmmaGeluGradBias:
     return GemmFallback::WgmmaPairedGeluGradBias;
+  case GemmFallback::WgmmaWeightGrad:
+    return GemmFallback::WgmmaPairedWeightGrad;
   default:
     return kind;
   }
@@ -358,7 +367,8 @@ inline GemmFallback pairedWgmmaGemm(GemmFallback kind) {
 inline bool isPairedWgmmaGemm(GemmFallback kind) {
   return kind == GemmFallback::WgmmaPairedBiasGelu ||
          kind == GemmFallback::WgmmaPairedGeluGrad ||
-         kind == GemmFallback::WgmmaPairedGeluGradBias;
+         kind == GemmFallback::WgmmaPairedGeluGradBias ||
+         kind == GemmFallback::WgmmaPairedWeightGrad;
 }
 /// Whether a wgmma GEMM is one of the wide blocks' (128 x 256 tiles).
 inline bool isWideWgmmaGemm(GemmFallback kind) {
@@ -366,7 +376,19 @@ inline bool isWideWgmmaGemm(GemmFallback kind) {
          kind == GemmFallback::WgmmaWideGeluGrad ||
          kind == GemmFallback::WgmmaWideGeluGradBias ||
          kind == GemmFallback::WgmmaWidePlain ||
-         kind == GemmFallback::WgmmaWideBias;
+         kind == GemmFallback::WgmmaWideBias ||
+         kind == GemmFallback::WgmmaWideWeightGrad;
+}
+/// Whether a wgmma GEMM is a weight gradient's (stream-K).
+inline bool isWeightGradWgmmaGemm(GemmFallback kind) {
+  return kind == GemmFallback::WgmmaWeightGrad ||
+         kind == GemmFallback::WgmmaWideWeightGrad ||
+         kind == GemmFallback::WgmmaPairedWeightGrad;
+}
+/// A weight-gradient GEMM's partial slot: a block's 128 rows of a tile of
+/// floats, 128 or 256 columns.
+inline uint32_t weightGradSlotBytes(GemmFallback kind) {
+  return 128 * (kind == GemmFallback::WgmmaWeightGrad ? 128 : 256) * 4;
 }
 /// Whether a GemmFallback kernel is one of gptc's own wgmma GEMMs.
 inline bool isWgmmaGemm(GemmFallback kind) {
@@ -395,7 +417,7 @@ struct WgmmaOperandMap {
 /// 64.
 inline std::array<WgmmaOperandMap, 2>
 wgmmaOperandMaps(GemmFallback kind, int64_t m, int64_t n, int64_t k) {
-  if (kind == GemmFallback::WgmmaWeightGrad)
+  if (isWeightGradWgmmaGemm(kind))
     return {WgmmaOperandMap{m, k, 64}, WgmmaOperandMap{n, k, 64}};
   const bool nMajorB = kind == GemmFallback::WgmmaBiasGelu ||
                        kind == GemmFallback::WgmmaWideBiasGelu ||
@@ -432,7 +454,9 @@ inline int gemmFallbackArgCount(std::string_view name) {
         {"gemm_wgmma_wide_plain_", 6},
         {"gemm_wgmma_bias_", 7},
         {"gemm_wgmma_wide_bias_", 7},
-        {"gemm_wgmma_weight_grad_", 9}})
+        {"gemm_wgmma_weight_grad_", 9},
+        {"gemm_wgmma_wide_weight_grad_", 9},
+        {"gemm_wgmma_paired_weight_grad_", 9}})
     if (name.substr(0, prefix.size()) == prefix)
       return count;
   return 0;
@@ -454,8 +478,8 @@ struct WgmmaGemmFit {
                      ///< WgmmaPlain, WgmmaBias, WgmmaWeightGrad
   int64_t m, n, k;
   bool wide;   ///< n is a multiple of 256: the wide blocks fit too
-  bool paired; ///< wide, m a multiple of 256, and a GELU kind: the paired
-               ///< blocks fit too
+  bool paired; ///< wide, m a multiple of 256, and a GELU kind or a weight
+               ///< gradient: the paired blocks fit too
 };
 std::optional<WgmmaGemmFit> wgmmaGemmFit(const struct Program &p,
                                          const struct Launch &l);

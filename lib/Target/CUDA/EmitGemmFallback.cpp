@@ -82,10 +82,12 @@ std::pair<std::string, std::string> signature(GemmFallback kind, DType t) {
             std::string("gemmWgmmaGeluGrad<") + wide +
                 ">(a, b, pre, out, m, n, k)"};
   case GemmFallback::WgmmaWeightGrad: // (bf16 operands, a float32 result)
+  case GemmFallback::WgmmaWideWeightGrad:
+  case GemmFallback::WgmmaPairedWeightGrad:
     return {maps + "const float *old, float *out, float *partials, unsigned "
                    "*counters, i64 m, i64 n, i64 k",
-            "gemmWgmmaWeightGrad(a, b, old, out, partials, counters, m, n, "
-            "k)"};
+            std::string("gemmWgmmaWeightGrad<") + wide +
+                ">(a, b, old, out, partials, counters, m, n, k)"};
   }
   return {};
 }

@@ -655,16 +655,20 @@ __device__ void gemmWgmmaBias(const TensorMap *a, const TensorMap *b,
 /// long wave (cuBLASLt's ran at 36 to 62% of their floor in the thirtieth
 /// session's H200 profile). Here the tiles' depth steps, tile after tile
 /// (StreamWalk's order), are one row of iterations cut into gridDim.x
-/// nearly equal spans, one a
-/// block (CUTLASS's "stream-K"): every SM has the same work, and a tile
-/// whose steps two or three blocks share is summed from their partial
-/// products. Each block's segments (its span's runs within one tile)
-/// are taken in turns by the two multiplying warpgroups, as gemm::Turns
-/// takes tiles.
+/// nearly equal spans, one a block (CUTLASS's "stream-K"): every SM has
+/// the same work, and a tile whose steps two or three blocks share is
+/// summed from their partial products. In any of three block shapes:
+/// taking turns (128 x 128 tiles, gemm::Turns), the two multiplying
+/// warpgroups take a block's segments (its span's runs within one tile)
+/// in turns, as gemm::Turns takes tiles; sharing (128 x 256, gemm::Wide),
+/// both take each segment, 64 rows each, a quarter fewer bytes from L2 a
+/// FLOP; in pairs (gemm::Paired), the wide blocks in clusters of two walk
+/// one span of 256 x 256 tiles together, each block 128 of the rows, and
+/// share b's stages by multicast copies: half the wide blocks' bytes of b.
 ///
 /// A segment that is a whole tile stores it. One that is part of a tile
-/// stores its float32 products in the block's partial slot (a 128 x 128
-/// tile: slot 0 for the block's first segment, 1 for its last; a block's
+/// stores its float32 products in the block's partial slot (a tile of
+/// floats: slot 0 for the block's first segment, 1 for its last; a block's
 /// other segments are whole), and each warp counts its rows in at the
 /// tile's counter for them; the warp that counts last (no block waits for
 /// another, so no block can wait for one that has no SM) sums the tile's
@@ -672,46 +676,64 @@ __device__ void gemmWgmmaBias(const TensorMap *a, const TensorMap *b,
 /// same bits whichever block comes last. It leaves the counter at 0 for the
 /// next launch.
 namespace gemm {
-/// (In 32 bits, iterations · gridDim.x below 2^31, which the runtime
-/// checks: GPT-2's lm_head, the largest, has 393 · 6 · 256 iterations at B
-/// = 16, times 132 blocks. A 64-bit division is a call, and the
-/// multipliers spilled their 128 accumulators around it.)
-struct StreamWalk {
-  int iterations, depth, rowTiles, colTiles, blocks;
+/// The spans' owners are the blocks, or the pairs (clusters of two along
+/// x), whose tiles have 256 rows: pair p is blocks 2p and 2p + 1, each
+/// 128 rows of every tile (its rank's).
+/// (In 32 bits, iterations · owners below 2^31, which the runtime checks:
+/// GPT-2's lm_head, the largest, has 393 · 6 · 256 iterations at B = 16,
+/// times 132 blocks. A 64-bit division is a call, and the multipliers
+/// spilled their 128 accumulators around it.)
+template <class Shape> struct StreamWalk {
+  /// A tile's rows and columns.
+  static constexpr int kTileRows = kRows * Shape::kCluster,
+                       kCols = 64 * Shape::kColumnTiles;
+  int iterations, depth, rowTiles, colTiles, blocks, me, rank;
   __device__ __forceinline__ StreamWalk(i64 m, i64 n, i64 k)
-      : iterations(int(m / kRows * (n / 128) * (k / kDepth))),
-        depth(int(k / kDepth)), rowTiles(int(m / kRows)),
-        colTiles(int(n / 128)), blocks(int(gridDim.x)) {}
-  /// Block b's first iteration (b = gridDim.x: the end).
+      : iterations(int(m / kTileRows * (n / kCols) * (k / kDepth))),
+        depth(int(k / kDepth)), rowTiles(int(m / kTileRows)),
+        colTiles(int(n / kCols)), blocks(int(gridDim.x) / Shape::kCluster),
+        me(int(blockIdx.x) / Shape::kCluster),
+        rank(int(blockIdx.x) % Shape::kCluster) {}
+  /// Owner b's first iteration (b = blocks: the end).
   __device__ __forceinline__ int start(int b) const {
     return b * iterations / blocks;
   }
-  /// The block whose span holds iteration `it`.
+  /// The owner whose span holds iteration `it`.
   __device__ __forceinline__ int blockOf(int it) const {
     return ((it + 1) * blocks - 1) / iterations;
   }
   /// Tile t's rows and columns: the tiles walk the dimension with more of
   /// them fastest. An LRU model of a 50 MiB L2, each block a stage a time
   /// unit (bench/stream_k_l2_model.py), then finds the operands read from
-  /// DRAM about once at B = 16: c_attn's 96 MiB, c_proj's 120, the
-  /// lm_head's 1,596; walking the other dimension fastest, 504, 624 and
-  /// 12,576.
+  /// DRAM about once at B = 16 in 128 x 128 tiles: c_attn's 96 MiB,
+  /// c_proj's 120, the lm_head's 1,596; walking the other dimension
+  /// fastest, 504, 624 and 12,576.
+  /// (This block's 128 of them.)
   __device__ __forceinline__ i64 row0(int tile) const {
-    return i64(rowTiles > colTiles ? tile % rowTiles : tile / colTiles) * kRows;
+    return (i64(rowTiles > colTiles ? tile % rowTiles : tile / colTiles) *
+                Shape::kCluster +
+            rank) *
+           kRows;
   }
   __device__ __forceinline__ i64 col0(int tile) const {
-    return i64(rowTiles > colTiles ? tile / rowTiles : tile % colTiles) * 128;
+    return i64(rowTiles > colTiles ? tile / rowTiles : tile % colTiles) * kCols;
   }
 };
-/// A partial slot's floats: one 128 x 128 tile.
-constexpr int kSlotFloats = kRows * 128;
+/// A partial slot's floats (a block's 128 rows of a tile), and the warps
+/// that count in at a block's rows of a tile: a warpgroup's 4 taking
+/// turns, both warpgroups' 8 sharing.
+template <class Shape>
+constexpr int kSlotFloats = kRows *StreamWalk<Shape>::kCols;
+template <class Shape>
+constexpr int kCountingWarps = Shape::kTakesTurns ? 4 : 8;
 } // namespace gemm
 
 /// The copier of a stream-K block: its span's iterations in order, each a
 /// stage (gemmCopyStages' ring).
+template <class Shape>
 __device__ __forceinline__ void
-gemmStreamCopyStages(gemm::Turns &s, const TensorMap *a, const TensorMap *b,
-                     const gemm::StreamWalk &walk) {
+gemmStreamCopyStages(Shape &s, const TensorMap *a, const TensorMap *b,
+                     const gemm::StreamWalk<Shape> &walk) {
   using namespace gemm;
   if (threadIdx.x >= 32)
     return;
@@ -720,44 +742,53 @@ gemmStreamCopyStages(gemm::Turns &s, const TensorMap *a, const TensorMap *b,
     tensorMapAcquire(a);
     tensorMapAcquire(b);
   }
-  const int first = walk.start(int(blockIdx.x)),
-            end = walk.start(int(blockIdx.x) + 1);
+  const int first = walk.start(walk.me), end = walk.start(walk.me + 1);
   int fill = 0;
   for (int it = first; it < end; ++it, ++fill) {
-    const int st = fill % Turns::kRing;
-    if (fill >= Turns::kRing)
-      gemmAwaitEmptyStage(s, st, fill, lane, 0);
+    const int st = fill % Shape::kRing;
+    if (fill >= Shape::kRing)
+      gemmAwaitEmptyStage(s, st, fill, lane, walk.rank);
     if (lane == 0) {
       const int tile = it / walk.depth, dt = it % walk.depth;
-      gemmLoadStage<false, 1, true>(s.stage[st], &s.full[st], a, b,
-                                    int(walk.row0(tile)), int(walk.col0(tile)),
-                                    dt, 0);
+      gemmLoadStage<false, Shape::kCluster, true>(
+          s.stage[st], &s.full[st], a, b, int(walk.row0(tile)),
+          int(walk.col0(tile)), dt, walk.rank);
     }
   }
 }
 
-/// The multipliers of a stream-K block: warpgroup g takes the block's
-/// segments g, g + 2, ..., in turns with the other (gemmAwaitTurn), each
-/// as two m64n128k16 accumulators, A M-major from the stage. Lane's
-/// element e of accumulator acc's 8-column group J: row 64·acc + 16·warp +
-/// lane/4 + 8·(e / 2), column 8J + 2·(lane % 4) + e % 2 of the tile; each
-/// store is a float2, a warp's 8 rows of 32 bytes.
+/// The multipliers of a stream-K block. Taking turns, warpgroup g takes
+/// the block's segments g, g + 2, ... (gemmAwaitTurn), each as two
+/// m64n128k16 accumulators (acc: rows 64·acc on); sharing, both take
+/// every segment, g's 64 rows from 64·g as one m64n256k16; A M-major from
+/// the stage. Lane's element e of accumulator acc's 8-column group J: row
+/// 64·acc (or 64·g) + 16·warp + lane/4 + 8·(e / 2), column 8J + 2·(lane
+/// % 4) + e % 2 of the tile; each store is a float2, a warp's 8 rows of 32
+/// bytes.
+template <class Shape>
 __device__ __forceinline__ void
-gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
+gemmStreamMultiplyStages(Shape &s, const float *old, float *out,
                          float *partials, unsigned *counters, i64 n,
-                         const gemm::StreamWalk &walk) {
+                         const gemm::StreamWalk<Shape> &walk) {
   using namespace gemm;
+  constexpr bool kTurns = Shape::kTakesTurns;
+  constexpr int kAccs = Shape::kAccumulators, kGroups = 8 * Shape::kColumnTiles,
+                kCols = StreamWalk<Shape>::kCols, kSlot = kSlotFloats<Shape>;
   const int group = (threadIdx.x - kCopiers) / 128,
             warp = (threadIdx.x - kCopiers) / 32 % 4, lane = threadIdx.x % 32;
-  const int me = int(blockIdx.x);
-  const int first = walk.start(me), end = walk.start(me + 1);
+  // The warp's counter at a tile: its warpgroup's 4 counting in, or both's
+  // (a pair's blocks each their own).
+  const int counting =
+      kCountingWarps<Shape> * walk.rank + (kTurns ? warp : 4 * group + warp);
+  const int first = walk.start(walk.me), end = walk.start(walk.me + 1);
   // The tile offset of this lane's element pair (acc, J, h).
   // In a slot: this lane's first pair at `mine`, (acc, J, h) at a constant
   // from it (a pointer a pair, or one moved by a lane's offset each, spilled
   // some of the accumulators in ptxas).
-  const int laneRow = 16 * warp + lane / 4, laneCol = 2 * (lane % 4);
+  const int laneRow = (kTurns ? 0 : 64 * group) + 16 * warp + lane / 4,
+            laneCol = 2 * (lane % 4);
   auto offset = [](int acc, int J, int h) {
-    return (64 * acc + 8 * h) * 128 + 8 * J;
+    return (64 * acc + 8 * h) * kCols + 8 * J;
   };
   int i = 0; // the block's segments before this one
   for (int from = first; from < end; ++i) {
@@ -765,22 +796,25 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
               to = end < tileStart + walk.depth ? end : tileStart + walk.depth,
               segment = from;
     from = to;
-    if (i % 2 != group)
-      continue;
-    gemmAwaitTurn(s, group, i);
-    float d[2][16][4];
+    if constexpr (kTurns) {
+      if (i % 2 != group)
+        continue;
+      gemmAwaitTurn(s, group, i);
+    }
+    float d[kAccs][kGroups][4];
     gemmMultiplyRun(
         s, d, segment - first, to - segment, group,
-        [&](const Stage<2> &stage, int kc, bool accumulate) {
+        [&](const Stage<Shape::kColumnTiles> &stage, int kc, bool accumulate) {
 #pragma unroll
-          for (int acc = 0; acc < 2; ++acc)
+          for (int acc = 0; acc < kAccs; ++acc) {
+            const wg::SwizzledTile<64> &a = stage.a[kTurns ? acc : group];
             wgmmaBf16<true, true>(
                 d[acc],
-                wgmmaDescriptorPlus(
-                    wgmmaDescriptor(sharedAddress(stage.a[acc].data),
-                                    sizeof stage.a[acc], 1024, true),
-                    kc * 2048),
+                wgmmaDescriptorPlus(wgmmaDescriptor(sharedAddress(a.data),
+                                                    sizeof a, 1024, true),
+                                    kc * 2048),
                 gemmBTiles<false>(stage, kc), accumulate);
+          }
         });
     const i64 row0 = walk.row0(tile), col0 = walk.col0(tile);
     // Stores the tile's sum at (acc, J, h), or adds it to what `old` holds.
@@ -797,9 +831,9 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
     };
     if (segment == tileStart && to == tileStart + walk.depth) {
 #pragma unroll
-      for (int acc = 0; acc < 2; ++acc)
+      for (int acc = 0; acc < kAccs; ++acc)
 #pragma unroll
-        for (int J = 0; J < 16; ++J)
+        for (int J = 0; J < kGroups; ++J)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             float v[2] = {d[acc][J][2 * h], d[acc][J][2 * h + 1]};
@@ -811,12 +845,12 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
     // its last's), counted in. (What the sum needs is worked out after
     // the products are stored: beside them, the divisions' registers
     // spilled some.)
-    float *mine = partials + i64(2 * me + (i > 0)) * kSlotFloats +
-                  laneRow * 128 + laneCol;
+    float *mine = partials + i64(2 * int(blockIdx.x) + (i > 0)) * kSlot +
+                  laneRow * kCols + laneCol;
 #pragma unroll
-    for (int acc = 0; acc < 2; ++acc)
+    for (int acc = 0; acc < kAccs; ++acc)
 #pragma unroll
-      for (int J = 0; J < 16; ++J)
+      for (int J = 0; J < kGroups; ++J)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float v[2] = {d[acc][J][2 * h], d[acc][J][2 * h + 1]};
@@ -824,16 +858,18 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
         }
     __threadfence();
     __syncwarp();
-    // The tile's blocks: b0's segment is its last unless the tile starts
-    // its span, the others' their first.
+    // The tile's owners: b0's segment is its last unless the tile starts
+    // its span, the others' their first; each one's block of this rank.
     const int b0 = walk.blockOf(tileStart),
               b1 = walk.blockOf(tileStart + walk.depth - 1);
-    auto slot = [&](int block) {
-      const int last = block == b0 && tileStart > walk.start(block);
-      return partials + i64(2 * block + last) * kSlotFloats + laneRow * 128 +
-             laneCol;
+    auto slot = [&](int owner) {
+      const int last = owner == b0 && tileStart > walk.start(owner);
+      return partials +
+             i64(2 * (owner * Shape::kCluster + walk.rank) + last) * kSlot +
+             laneRow * kCols + laneCol;
     };
-    unsigned *counter = counters + 4 * tile + warp;
+    unsigned *counter =
+        counters + kCountingWarps<Shape> * Shape::kCluster * tile + counting;
     unsigned before = 0;
     if (lane == 0)
       before = atomicAdd(counter, 1u);
@@ -844,13 +880,14 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
     // part tile has two slots at least: the first two's loads in flight
     // together). The products are dead by now, but 8 pairs at a time
     // spilled.
-    constexpr int kPairs = 4, kRounds = 32 / kPairs;
+    constexpr int kPairs = 4, kRoundsAnAcc = kGroups / kPairs,
+                  kRounds = kAccs * kRoundsAnAcc;
     auto load = [&](const float *slot, int acc, int J, int h) {
       return __ldcg(reinterpret_cast<const float2 *>(slot + offset(acc, J, h)));
     };
 #pragma unroll
     for (int q = 0; q < kRounds; ++q) {
-      const int acc = q / (kRounds / 2), J0 = q % (kRounds / 2) * kPairs;
+      const int acc = q / kRoundsAnAcc, J0 = q % kRoundsAnAcc * kPairs;
       float sum[kPairs][2][2];
       const float *slot0 = slot(b0), *slot1 = slot(b0 + 1);
 #pragma unroll
@@ -886,28 +923,40 @@ gemmStreamMultiplyStages(gemm::Turns &s, const float *old, float *out,
 
 /// out = aᵀ·b, or with `old` out = old + aᵀ·b (old may be out), [m, n]
 /// float32; a [k, m] and b [k, n] bf16 through their tensor maps (boxes
-/// of 64 x 64). partials: 2 · gridDim.x slots of 128 x 128 floats;
-/// counters: 4 a tile, (m / 128) · (n / 128) tiles, 0 before the launch
-/// and after it. m and n multiples of 128, k of 64; gridDim.x at most the
-/// iterations (the tiles times k / 64), blockDim.x == 384, the Turns
-/// blocks' shared memory.
+/// of 64 x 64). kBlocks: the block shape, kTurnsBlocks (tiles of 128 x
+/// 128), kWideBlocks (128 x 256) or kPairedBlocks (256 x 256, a cluster
+/// of two along x, gridDim.x even). partials: 2 · gridDim.x slots of a
+/// block's rows of a tile of floats; counters: kCountingWarps (4 or 8) a
+/// block's rows of a tile, (m / 128) · (n / the tile's columns) of them, 0
+/// before the launch and after it. m a multiple of the tile's rows, n of
+/// its columns, k of 64; the owners (gridDim.x, or its pairs) at most the
+/// iterations (the tiles times k / 64), blockDim.x == 384, the shape's
+/// shared memory.
+template <int kBlocks>
 __device__ void gemmWgmmaWeightGrad(const TensorMap *a, const TensorMap *b,
                                     const float *old, float *out,
                                     float *partials, unsigned *counters, i64 m,
                                     i64 n, i64 k) {
   using namespace gemm;
-  auto &s = wg::dynamicSharedAs<Turns>();
-  const StreamWalk walk(m, n, k);
+  using Shape = GemmShape<kBlocks>;
+  constexpr bool kPaired = Shape::kCluster > 1;
+  auto &s = wg::dynamicSharedAs<Shape>();
+  const StreamWalk<Shape> walk(m, n, k);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < Turns::kRing; ++i) {
+    for (int i = 0; i < Shape::kRing; ++i) {
       mbarrierInit(&s.full[i], 1);
-      mbarrierInit(&s.empty[i], 128);
+      // In a pair, `empty` counts the two blocks' copiers' passes.
+      mbarrierInit(&s.empty[i], kPaired              ? 2
+                                : Shape::kTakesTurns ? 128
+                                                     : kMultipliers);
       mbarrierInit(&s.drained[i], kMultipliers);
     }
     for (int g = 0; g < 2; ++g)
       mbarrierInit(&s.turn[g], 128);
+    if (kPaired)
+      fenceMbarrierInit();
   }
-  __syncthreads();
+  gemmBarriersReady<Shape>();
   if (threadIdx.x < kCopiers) {
     lowerRegisters<40>();
     gemmStreamCopyStages(s, a, b, walk);
@@ -915,5 +964,9 @@ __device__ void gemmWgmmaWeightGrad(const TensorMap *a, const TensorMap *b,
     raiseRegisters<232>();
     gemmStreamMultiplyStages(s, old, out, partials, counters, n, walk);
   }
+  // (As gemmWgmmaWalk's pairs: a block leaves once the other is done with
+  // its shared memory.)
+  if constexpr (kPaired)
+    clusterSync();
 }
 #endif // GPTC_WGMMA

@@ -748,16 +748,18 @@ wgmmaBf16(float (&d)[8][4], unsigned long long a, unsigned long long b,
                : GPTC_WGMMA_D_N64(d)
                : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
 }
-/// m64n256k16 with A from shared memory (gptc's wide GEMM blocks).
-template <bool kTransB>
+/// m64n256k16 with A from shared memory (gptc's wide GEMM blocks);
+/// kTransA as for m64n128k16 below.
+template <bool kTransB, bool kTransA = false>
 __device__ __forceinline__ void
 wgmmaBf16(float (&d)[32][4], unsigned long long a, unsigned long long b,
           bool accumulate = true) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-               GPTC_WGMMA_REGS_N256 ", %128, %129, p, 1, 1, 0, %131;\n}\n"
+               GPTC_WGMMA_REGS_N256 ", %128, %129, p, 1, 1, %132, %131;\n}\n"
                : GPTC_WGMMA_D_N256(d)
-               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)));
+               : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kTransB)),
+                 "n"(int(kTransA)));
 }
 /// m64n128k16 with A from shared memory (gptc's GEMMs, gemm_wgmma.cuh):
 /// A's 2 KB read once for 128 columns, where two m64n64k16 read it twice.
