@@ -220,7 +220,7 @@ cluster_loss_checks() {
 # their figures and nothing else.
 own_gemm_checks() {
   local limit=$1 check shape program
-  # shape:program (narrow: the weight gradients' stream-K blocks too); then
+  # shape:program (each shape's weight-gradient stream-K blocks too); then
   # GELU's derivative with its bias gradient's partials
   # (--bias-grads=gelu), in the wide blocks and in pairs.
   for check in narrow:check-gpt2w-bf16 wide:check-gpt2w-bf16 \
@@ -247,6 +247,10 @@ own_gemm_checks() {
 }
 
 if want check; then
+  # gptc's own GEMMs first: one that fails its check (or hangs until its
+  # step's limit: the mbarrier waits have no timeout) is turned off for
+  # every step after, which would otherwise time it at load again.
+  own_gemm_checks 100
   for prec in fp32 bf16; do
     step 100 check-tiny-$prec "${lib[@]}" "$P/tiny-$prec" \
       --device=cuda --check-kernels --check-dump="$logs/dump-tiny-$prec"
@@ -273,7 +277,6 @@ if want check; then
   cluster_loss_checks 100
   # cuDNN's fused attention in every attention launch (where it loads).
   cudnn_checks 100
-  own_gemm_checks 100
   # The layernorm gradients' uncapped twins, whichever the timing chose.
   [[ -x $P/check-gpt2lw-bf16 ]] && GPTC_VARIANT=uncapped \
     step 100 check-gpt2lw-bf16-uncapped "${lib[@]}" "$P/check-gpt2lw-bf16" \
@@ -283,6 +286,7 @@ fi
 # On request, when device time is short: the two checks the default
 # kernels need, gpt2-tiny bf16 and one layer at GPT-2's widths.
 if want quickcheck; then
+  own_gemm_checks 60 # (first, as in check)
   step 60 check-tiny-bf16 "${lib[@]}" "$P/tiny-bf16" --device=cuda \
     --check-kernels --check-dump="$logs/dump-tiny-bf16"
   step 60 check-gpt2w-bf16 "${lib[@]}" "$P/check-gpt2w-bf16" --device=cuda \
@@ -292,7 +296,6 @@ if want quickcheck; then
       --device=cuda --check-kernels --check-dump="$logs/dump-gpt2w-bf16-maxfirst"
   cluster_loss_checks 60
   cudnn_checks 60
-  own_gemm_checks 60
   # The backward whose blocks wait for each other (wgmma-ordered): its
   # first run on a GPU, where a wait for a block not started would give
   # up after seconds with a trap (waitForCount), failing this step alone.
