@@ -2508,29 +2508,12 @@ TEST(TemplateKernelsOnHost, EveryStreamKSyncIsNeeded) {
     const std::vector<uint32_t> want = run(whole);
     EXPECT_EQ(std::vector<uint32_t>(want.end() - 4 * tiles, want.end()),
               std::vector<uint32_t>(size_t(4 * tiles), 0));
-    const std::string source = p.kernels[kernel].source;
     int done = 0;
-    for (const Mutation &mu : mutations) {
-      if (mu.turnsAlone && !turns)
-        continue;
-      auto [from, to] = functionSpan(source, mu.fn);
-      ASSERT_NE(from, std::string::npos) << mu.fn;
-      const std::string statement = mu.statement;
-      for (size_t at = source.find(statement, from); at < to;
-           at = source.find(statement, at + 1), ++done)
-        withMutation(p, kernel, at, statement.size(), mu.replacement,
-                     HostTarget::Sm90a,
-                     [&](rt::Program &, HostKernels &kernels, size_t line) {
-                       try {
-                         EXPECT_NE(run(kernels), want)
-                             << statement << " at line " << line
-                             << " replaced by '" << mu.replacement
-                             << "': nothing reported, the same bits";
-                       } catch (const std::runtime_error &) {
-                         // (a race or a misuse: reported)
-                       }
-                     });
-    }
+    for (const Mutation &mu : mutations)
+      if (!mu.turnsAlone || turns)
+        done += expectEachMutationSeen<std::vector<uint32_t>>(
+            p, kernel, mu.fn, mu.statement, mu.replacement, HostTarget::Sm90a,
+            want, run);
     EXPECT_EQ(done, count);
   }
 }
@@ -2798,29 +2781,12 @@ TEST(TemplateKernelsOnHost, EveryWgmmaGemmSyncIsNeeded) {
     HostKernels whole(p, HostTarget::Sm90a);
     ASSERT_TRUE(whole.ok()) << whole.error;
     const std::vector<uint16_t> want = run(whole, name, shape);
-    const std::string source = p.kernels[kernel].source;
     int done = 0;
-    for (const Mutation &mu : mutations) {
-      if (!(mu.shapes & shape))
-        continue;
-      auto [from, to] = functionSpan(source, mu.fn);
-      ASSERT_NE(from, std::string::npos) << mu.fn;
-      const std::string statement = mu.statement;
-      for (size_t at = source.find(statement, from); at < to;
-           at = source.find(statement, at + 1), ++done)
-        withMutation(p, kernel, at, statement.size(), mu.replacement,
-                     HostTarget::Sm90a,
-                     [&](rt::Program &, HostKernels &kernels, size_t line) {
-                       try {
-                         EXPECT_NE(run(kernels, name, shape), want)
-                             << statement << " at line " << line
-                             << " replaced by '" << mu.replacement
-                             << "': nothing reported, the same bits";
-                       } catch (const std::runtime_error &) {
-                         // (a race or a misuse: reported)
-                       }
-                     });
-    }
+    for (const Mutation &mu : mutations)
+      if (mu.shapes & shape)
+        done += expectEachMutationSeen<std::vector<uint16_t>>(
+            p, kernel, mu.fn, mu.statement, mu.replacement, HostTarget::Sm90a,
+            want, [&](HostKernels &kernels) { return run(kernels, name, shape); });
     EXPECT_EQ(done, count);
   }
 }

@@ -268,6 +268,36 @@ inline void expectRunsUnreported(rt::Program &p, HostTarget target) {
   runOnRandomData(p, kernels, 7);
 }
 
+/// Replaces each `statement` in function `fn` of kernel `k` by
+/// `replacement`, one at a time, and expects `run` (the results' bits) to
+/// report a race or a misuse (throw std::runtime_error) or to return
+/// other bits than `want`; returns how many it replaced.
+template <class Bits>
+int expectEachMutationSeen(
+    const rt::Program &p, size_t k, const std::string &fn,
+    const std::string &statement, const std::string &replacement,
+    HostTarget target, const Bits &want,
+    const std::function<Bits(HostKernels &)> &run) {
+  const std::string source = p.kernels[k].source;
+  auto [from, to] = functionSpan(source, fn);
+  EXPECT_NE(from, std::string::npos) << fn;
+  int done = 0;
+  for (size_t at = source.find(statement, from); at < to;
+       at = source.find(statement, at + 1), ++done)
+    withMutation(p, k, at, statement.size(), replacement, target,
+                 [&](rt::Program &, HostKernels &kernels, size_t line) {
+                   try {
+                     EXPECT_NE(run(kernels), want)
+                         << statement << " at line " << line
+                         << " replaced by '" << replacement
+                         << "': nothing reported, the same bits";
+                   } catch (const std::runtime_error &) {
+                     // (a race or a misuse: reported)
+                   }
+                 });
+  return done;
+}
+
 /// Takes each `statement` out of function `fn` of kernel `k`, one at a
 /// time, and expects the run to report `message`; returns how many.
 inline int expectEachNeeded(const rt::Program &p, size_t k,
