@@ -527,9 +527,11 @@ private:
   /// (rt::wgmmaGemmFit, and the operands' alignment); as GPTC_GEMM_OWN
   /// says.
   std::vector<GemmPlan> planOwnGemms(const Launch &l, const GemmMapping &map);
-  /// planOwnGemms' weight gradients (WgmmaWeightGrad, stream-K), in
-  /// 128 x 128 tiles, 128 x 256, or those in pairs.
+  /// gptc's wgmma GEMMs' block shapes: 128 x 128 tiles, 128 x 256, or
+  /// those in pairs.
   enum class WgmmaBlocks { Narrow, Wide, Paired };
+  /// planOwnGemms' weight gradients (WgmmaWeightGrad, stream-K) in block
+  /// shape `blocks`.
   std::optional<GemmPlan> planWeightGradGemm(const Launch &l,
                                              const GemmMapping &map,
                                              const WgmmaGemmFit &fit,

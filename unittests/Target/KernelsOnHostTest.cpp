@@ -115,6 +115,24 @@ void callWgmmaGemm(HostKernels &kernels, const std::string &name,
   ADD_FAILURE() << name << " is no wgmma GEMM";
 }
 
+/// The stream-K weight-gradient GEMM `name` (gemmWgmmaWeightGrad, tiles of
+/// `cols` columns) on `blocks` blocks: out = xᵀ·dy, or old + xᵀ·dy where
+/// old is non-null (it may be out), with fresh partial slots and
+/// `counters`.
+void callStreamK(HostKernels &kernels, const std::string &name,
+                 const std::vector<uint16_t> &x,
+                 const std::vector<uint16_t> &dy, int64_t m, int64_t n,
+                 int64_t k, int64_t cols, const float *old, float *out,
+                 std::vector<uint32_t> &counters, unsigned blocks,
+                 bool lastFirst = false) {
+  std::vector<float> partials(size_t(2 * blocks * 128 * cols), -1.0f);
+  callWgmmaGemm(kernels, name, x, dy, m, n, k,
+                {reinterpret_cast<uint64_t>(old),
+                 reinterpret_cast<uint64_t>(out), address(partials),
+                 address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
+                blocks, lastFirst);
+}
+
 } // namespace
 
 TEST(GlueKernelsOnHost, MatchTheCpuExecutorExactly) {
@@ -2396,32 +2414,25 @@ TEST(TemplateKernelsOnHost, WgmmaWeightGradStreamKMatchesTheCpuExecutor) {
     const int64_t tiles = m / 128 * (n / 128);
     for (unsigned blocks : grids) {
       SCOPED_TRACE(std::to_string(blocks) + " blocks");
-      std::vector<float> got(size_t(m * n), -1.0f),
-          partials(size_t(2 * blocks * 128 * cols), -1.0f);
+      std::vector<float> got(size_t(m * n), -1.0f);
       std::vector<uint32_t> counters(size_t(4 * tiles), 0);
-      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                    {0, address(got), address(partials), address(counters),
-                     uint64_t(m), uint64_t(n), uint64_t(k)},
-                    blocks);
+      callStreamK(kernels, name, xBits, dyBits, m, n, k, cols, nullptr,
+                  got.data(), counters, blocks);
       expectSums(want, got, "xᵀ·dy");
       EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
       // The blocks last to first: another warp counts in last at each
       // shared tile and sums the slots, in the same order.
       std::vector<float> lastFirst(got.size(), -1.0f);
-      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                    {0, address(lastFirst), address(partials),
-                     address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
-                    blocks, true);
+      callStreamK(kernels, name, xBits, dyBits, m, n, k, cols, nullptr,
+                  lastFirst.data(), counters, blocks, true);
       EXPECT_EQ(0, std::memcmp(lastFirst.data(), got.data(),
                                got.size() * sizeof(float)))
           << "other bits with the blocks last to first";
       EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
       // Accumulating in place.
       std::vector<float> sumValues = old.f32;
-      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                    {address(sumValues), address(sumValues), address(partials),
-                     address(counters), uint64_t(m), uint64_t(n), uint64_t(k)},
-                    blocks);
+      callStreamK(kernels, name, xBits, dyBits, m, n, k, cols,
+                  sumValues.data(), sumValues.data(), counters, blocks);
       expectSums(wantSum, sumValues, "old + xᵀ·dy");
       EXPECT_EQ(counters, std::vector<uint32_t>(size_t(4 * tiles), 0));
     }
@@ -2493,13 +2504,10 @@ TEST(TemplateKernelsOnHost, EveryStreamKSyncIsNeeded) {
     ASSERT_LT(kernel, p.kernels.size());
     // The sums' bits, then the counters after the launch.
     auto run = [&](HostKernels &kernels) {
-      std::vector<float> got(size_t(m * n), -1.0f),
-          partials(size_t(2 * blocks * 128 * cols), -1.0f);
+      std::vector<float> got(size_t(m * n), -1.0f);
       std::vector<uint32_t> counters(size_t(4 * tiles), 0);
-      callWgmmaGemm(kernels, name, xBits, dyBits, m, n, k,
-                    {0, address(got), address(partials), address(counters),
-                     uint64_t(m), uint64_t(n), uint64_t(k)},
-                    blocks);
+      callStreamK(kernels, name, xBits, dyBits, m, n, k, cols, nullptr,
+                  got.data(), counters, blocks);
       std::vector<uint32_t> bits(got.size());
       std::memcpy(bits.data(), got.data(), got.size() * sizeof(float));
       bits.insert(bits.end(), counters.begin(), counters.end());
